@@ -1,0 +1,34 @@
+.PHONY: setup run test lint proto proto-check bench clean
+
+# Sets up .venv, llama.cpp and buf; does nothing when already done.
+setup:
+	@scripts/setup.sh
+
+# Starts the local platform on embedded defaults (no etcd, Redis or PostgreSQL needed).
+run: setup
+	.venv/bin/chatctl up
+
+# Sets up, installs the servers the tests start, and runs every test.
+test: setup
+	@scripts/services.sh
+	.venv/bin/python -m pytest
+
+lint: setup
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	node_modules/.bin/buf lint
+
+# Regenerates gen/ from proto/. Never edit gen/ by hand.
+proto: setup
+	scripts/gen_proto.sh
+
+# Fails when gen/ does not match proto/.
+proto-check: setup
+	@rm -rf build/gen-check && scripts/gen_proto.sh build/gen-check
+	@diff -r gen/chat build/gen-check/chat && echo "gen/ matches proto/"
+
+bench: setup
+	.venv/bin/python bench/hops.py
+
+clean:
+	rm -rf build .pytest_cache .ruff_cache

@@ -1,0 +1,204 @@
+"""The whole platform on one machine: scheduler, nodeagents, gateway and edge as child processes.
+
+Used by `chatctl up` and by the end-to-end tests, so both start the same thing the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from chat.v1 import common_pb2
+from chat.v1 import scheduler_service_pb2 as pb
+from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
+from infra.bearer import new_token
+
+
+class PlatformError(RuntimeError):
+    pass
+
+
+@dataclass
+class PlatformSettings:
+    state_dir: Path = Path(".chat")
+    edge_listen: str = "127.0.0.1:8080"
+    nodes: int = 1
+    pool: str = "small"
+    slot_context_tokens: int = 8192
+    parallel: int = 2
+    startup_timeout_s: float = 120.0
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Child:
+    name: str
+    process: asyncio.subprocess.Process
+    ready: dict[str, object]
+
+
+class LocalPlatform:
+    def __init__(self, settings: PlatformSettings) -> None:
+        self.settings = settings
+        self.children: list[Child] = []
+        self.admin_token = new_token("admin")
+        self.tokens: dict[str, str] = {}
+
+    @property
+    def edge_url(self) -> str:
+        return str(self._child("edge").ready["http"])
+
+    @property
+    def scheduler_address(self) -> str:
+        return str(self._child("scheduler").ready["grpc"])
+
+    @property
+    def gateway_address(self) -> str:
+        return str(self._child("gateway").ready["grpc"])
+
+    def node_addresses(self) -> list[str]:
+        return [str(c.ready["grpc"]) for c in self.children if c.name.startswith("nodeagent")]
+
+    def _child(self, name: str) -> Child:
+        for child in self.children:
+            if child.name == name:
+                return child
+        raise PlatformError(f"{name} is not running")
+
+    async def start(self, on_progress: object = None) -> None:
+        state = self.settings.state_dir
+        state.mkdir(parents=True, exist_ok=True)
+        db = str(state / "chat.db")
+        await self._spawn(
+            "scheduler",
+            "scheduler.main",
+            {
+                "CHAT_SCHEDULER_GRPC_LISTEN": "127.0.0.1:0",
+                "CHAT_SCHEDULER_STORE_PATH": db,
+                "CHAT_SCHEDULER_ADMIN_TOKEN": self.admin_token,
+            },
+        )
+        starting = [
+            self._spawn(
+                f"nodeagent-{i}",
+                "nodeagent.main",
+                {
+                    "CHAT_NODEAGENT_NODE_ID": f"local-{self.settings.pool}-{i}",
+                    "CHAT_NODEAGENT_SCHEDULER_ADDRESSES": self.scheduler_address,
+                    "CHAT_NODEAGENT_POOL": self.settings.pool,
+                    "CHAT_NODEAGENT_SLOT_CONTEXT_TOKENS": str(self.settings.slot_context_tokens),
+                    "CHAT_NODEAGENT_PARALLEL": str(self.settings.parallel),
+                    "CHAT_NODEAGENT_THREADS": str(max(1, (os.cpu_count() or 2))),
+                },
+            )
+            for i in range(self.settings.nodes)
+        ]
+        starting.append(
+            self._spawn(
+                "gateway",
+                "gateway.main",
+                {
+                    "CHAT_GATEWAY_GRPC_LISTEN": "127.0.0.1:0",
+                    "CHAT_GATEWAY_SCHEDULER_ADDRESS": self.scheduler_address,
+                    "CHAT_GATEWAY_STORE_PATH": db,
+                    "CHAT_GATEWAY_DEFAULT_POOL": self.settings.pool,
+                },
+            )
+        )
+        await asyncio.gather(*starting)
+        await self._spawn(
+            "edge",
+            "edge.main",
+            {
+                "CHAT_EDGE_LISTEN": self.settings.edge_listen,
+                "CHAT_EDGE_GATEWAY_ADDRESS": self.gateway_address,
+            },
+        )
+        await self._wait_for_nodes()
+        await self._provision_dev_users()
+
+    async def _spawn(self, name: str, module: str, env: dict[str, str]) -> None:
+        ready_file = self.settings.state_dir / f"{name}.ready.json"
+        ready_file.unlink(missing_ok=True)
+        section = module.split(".")[0].upper()
+        full_env = {
+            **os.environ,
+            **self.settings.extra_env,
+            **env,
+            f"CHAT_{section}_READY_FILE": str(ready_file),
+        }
+        log = await asyncio.to_thread(open, self.settings.state_dir / f"{name}.log", "ab")
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", module, env=full_env, stdout=log, stderr=log
+        )
+        log.close()
+        child = Child(name, process, {})
+        self.children.append(child)
+        deadline = time.monotonic() + self.settings.startup_timeout_s
+        while not ready_file.exists():
+            if process.returncode is not None:
+                raise PlatformError(
+                    f"{name} exited with {process.returncode}; see "
+                    f"{self.settings.state_dir / (name + '.log')}"
+                )
+            if time.monotonic() > deadline:
+                raise PlatformError(f"{name} was not ready in {self.settings.startup_timeout_s} s")
+            await asyncio.sleep(0.05)
+        child.ready = json.loads(ready_file.read_text())
+
+    def _admin(self) -> tuple[tuple[str, str]]:
+        return (("authorization", f"Bearer {self.admin_token}"),)
+
+    async def _wait_for_nodes(self) -> None:
+        async with grpc.aio.insecure_channel(self.scheduler_address) as channel:
+            stub = pb_grpc.SchedulerServiceStub(channel)
+            deadline = time.monotonic() + self.settings.startup_timeout_s
+            while True:
+                nodes = await stub.ListNodes(pb.ListNodesRequest(), metadata=self._admin())
+                ready = [n for n in nodes.nodes if n.load.state == pb.NODE_STATE_READY]
+                if len(ready) >= self.settings.nodes:
+                    return
+                if time.monotonic() > deadline:
+                    raise PlatformError("the nodes did not report ready to the scheduler")
+                await asyncio.sleep(0.1)
+
+    async def _provision_dev_users(self) -> None:
+        async with grpc.aio.insecure_channel(self.scheduler_address) as channel:
+            stub = pb_grpc.SchedulerServiceStub(channel)
+            for name, tier in (("free", common_pb2.TIER_FREE), ("plus", common_pb2.TIER_PLUS)):
+                user_id = f"dev-{name}"
+                try:
+                    created = await stub.CreateUser(
+                        pb.CreateUserRequest(user_id=user_id, tier=tier), metadata=self._admin()
+                    )
+                    self.tokens[name] = created.token
+                except grpc.aio.AioRpcError as error:
+                    if error.code() != grpc.StatusCode.ALREADY_EXISTS:
+                        raise
+                    rotated = await stub.RotateUserToken(
+                        pb.RotateUserTokenRequest(user_id=user_id), metadata=self._admin()
+                    )
+                    self.tokens[name] = rotated.token
+        tokens_file = self.settings.state_dir / "dev-tokens.json"
+        tokens_file.write_text(json.dumps(self.tokens, indent=2) + "\n")
+        tokens_file.chmod(0o600)
+
+    async def stop(self, timeout_s: float = 40.0) -> None:
+        """SIGTERM in reverse start order (edge first), each waited for by its own pid."""
+        for child in reversed(self.children):
+            if child.process.returncode is None:
+                child.process.send_signal(signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(child.process.wait(), timeout_s)
+                except TimeoutError:
+                    child.process.kill()
+                    await child.process.wait()
+        self.children.clear()

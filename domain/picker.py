@@ -1,0 +1,89 @@
+"""Chooses the replica for a message: the one that still holds the conversation's KV cache,
+unless waiting there costs more than prefilling the whole prompt somewhere else."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from domain.types import NodeState
+
+_FNV64_OFFSET = 0xCBF29CE484222325
+_FNV64_PRIME = 0x100000001B3
+_MASK64 = 0xFFFFFFFFFFFFFFFF
+
+
+def fnv1a64(text: str) -> int:
+    """FNV-1a, 64 bits: stable across processes and languages, unlike Python's hash()."""
+    h = _FNV64_OFFSET
+    for byte in text.encode():
+        h = ((h ^ byte) * _FNV64_PRIME) & _MASK64
+    return h
+
+
+def mix64(x: int) -> int:
+    """SplitMix64's finaliser: spreads the bits of a combined pair of hashes."""
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & _MASK64
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EB & _MASK64
+    return x ^ (x >> 31)
+
+
+def rendezvous_score(conversation_hash: int, replica_hash: int) -> int:
+    return mix64(conversation_hash ^ replica_hash)
+
+
+class PickReason(enum.StrEnum):
+    AFFINITY = "affinity"
+    ESCAPED_QUEUE = "escaped-queue"
+    ESCAPED_KV_ROOM = "escaped-kv-room"
+    NO_REPLICA = "no-replica"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLoad:
+    node_id: str
+    address: str
+    pool: str
+    model: str
+    state: NodeState
+    free_kv_tokens: int
+    queued_prefill_tokens: int
+    running_requests: int = 0
+    waiting_requests: int = 0
+    kv_usage: float = 0.0
+    prefix_hit_rate: float = 0.0
+
+    @property
+    def pickable(self) -> bool:
+        return self.state is NodeState.READY
+
+
+@dataclass(frozen=True, slots=True)
+class Pick:
+    replica: ReplicaLoad | None
+    reason: PickReason
+
+
+def pick_replica(
+    conversation_id: str,
+    prompt_tokens: int,
+    reusable_prefix_tokens: int,
+    replicas: Sequence[ReplicaLoad],
+) -> Pick:
+    candidates = [r for r in replicas if r.pickable]
+    if not candidates:
+        return Pick(None, PickReason.NO_REPLICA)
+    conversation_hash = fnv1a64(conversation_id)
+    favourite = max(
+        candidates, key=lambda r: rendezvous_score(conversation_hash, fnv1a64(r.node_id))
+    )
+    idlest = min(candidates, key=lambda r: r.queued_prefill_tokens)
+    if favourite.free_kv_tokens < prompt_tokens:
+        return Pick(idlest, PickReason.ESCAPED_KV_ROOM)
+    extra_queue = favourite.queued_prefill_tokens - idlest.queued_prefill_tokens
+    # Leaving the favourite throws its cached prefix away; only worth it when the extra queue
+    # there is more prefill work than the cache would save.
+    if extra_queue > reusable_prefix_tokens:
+        return Pick(idlest, PickReason.ESCAPED_QUEUE)
+    return Pick(favourite, PickReason.AFFINITY)

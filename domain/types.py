@@ -1,0 +1,53 @@
+"""The plain values that cross module boundaries."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Tier(enum.StrEnum):
+    FREE = "free"
+    PLUS = "plus"
+
+
+class Role(enum.StrEnum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+
+
+class Finish(enum.StrEnum):
+    STOP = "stop"
+    LENGTH = "length"
+    CANCELLED = "cancelled"
+    REFUSED = "refused"
+    ERROR = "error"
+
+
+class NodeState(enum.StrEnum):
+    STARTING = "starting"
+    READY = "ready"
+    DRAINING = "draining"
+    DEAD = "dead"
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    role: Role
+    text: str
+    # Counted once with the serving model's tokenizer when the turn is saved; never recounted.
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    user_id: str
+    tier: Tier

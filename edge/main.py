@@ -1,0 +1,58 @@
+"""The edge's composition root."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from dataclasses import dataclass
+
+import grpc
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from edge.app import EdgeSettings, build_app
+from infra.config import load_config
+from infra.logs import configure_logging
+from infra.runner import run_until_signalled, write_ready_file
+
+
+@dataclass
+class EdgeConfig:
+    listen: str = "127.0.0.1:8080"
+    gateway_address: str = "127.0.0.1:50052"
+    max_body_bytes: int = 64 * 1024
+    keepalive_s: float = 15.0
+    shutdown_grace_s: float = 10.0
+    ready_file: str = ""
+    log_level: str = "info"
+
+
+async def serve(config: EdgeConfig, stop: asyncio.Event) -> None:
+    log = configure_logging("edge", config.log_level)
+    channel = grpc.aio.insecure_channel(config.gateway_address)
+    settings = EdgeSettings(max_body_bytes=config.max_body_bytes, keepalive_s=config.keepalive_s)
+    app = build_app(channel, settings, CollectorRegistry())
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=config.shutdown_grace_s)
+    await runner.setup()
+    host, port = config.listen.rsplit(":", 1)
+    await web.TCPSite(runner, host, int(port)).start()
+    bound = runner.addresses[0][1]
+    write_ready_file(config.ready_file, {"http": f"http://{host}:{bound}"})
+    log.info("edge ready", url=f"http://{host}:{bound}")
+    await stop.wait()
+    # Open streams end here; apps resume them on any edge with Last-Event-ID.
+    await runner.cleanup()
+    await channel.close()
+    log.info("edge stopped")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="HTTP and server-sent events in front of gateways")
+    parser.add_argument("--config", help="YAML file with an edge: section")
+    args = parser.parse_args()
+    config = load_config(EdgeConfig, "edge", args.config)
+    run_until_signalled(lambda stop: serve(config, stop))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Protobuf <-> domain values for ChatService."""
+
+from __future__ import annotations
+
+from google.protobuf import timestamp_pb2
+
+from chat.v1 import chat_service_pb2 as pb
+from chat.v1 import common_pb2
+from domain.types import Finish, Role
+from gateway.runs import Delta, Done, Event, Failed, Meta
+from store.records import ConversationRecord, MessageRecord
+
+ROLE_TO_PB = {
+    Role.SYSTEM: common_pb2.ROLE_SYSTEM,
+    Role.USER: common_pb2.ROLE_USER,
+    Role.ASSISTANT: common_pb2.ROLE_ASSISTANT,
+}
+FINISH_TO_PB = {
+    Finish.STOP: common_pb2.FINISH_REASON_STOP,
+    Finish.LENGTH: common_pb2.FINISH_REASON_LENGTH,
+    Finish.CANCELLED: common_pb2.FINISH_REASON_CANCELLED,
+    Finish.REFUSED: common_pb2.FINISH_REASON_REFUSED,
+    Finish.ERROR: common_pb2.FINISH_REASON_ERROR,
+}
+POOL_OF_CHOICE = {pb.MODEL_CHOICE_SMALL: "small", pb.MODEL_CHOICE_LARGE: "large"}
+
+
+def _timestamp(seconds: float) -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromNanoseconds(int(seconds * 1e9))
+    return stamp
+
+
+def event_to_pb(event_id: int, event: Event) -> pb.ChatEvent:
+    match event:
+        case Meta():
+            return pb.ChatEvent(
+                event_id=event_id,
+                meta=pb.MetaEvent(
+                    message_id=event.message_id,
+                    conversation_id=event.conversation_id,
+                    model=event.model,
+                    replica_id=event.replica_id,
+                ),
+            )
+        case Delta():
+            return pb.ChatEvent(event_id=event_id, delta=pb.DeltaEvent(text=event.text))
+        case Done():
+            usage = common_pb2.Usage(
+                input_tokens=event.usage.input_tokens,
+                cached_tokens=event.usage.cached_tokens,
+                output_tokens=event.usage.output_tokens,
+            )
+            done = pb.DoneEvent(finish=FINISH_TO_PB[event.finish], usage=usage)
+            return pb.ChatEvent(event_id=event_id, done=done)
+        case Failed():
+            failed = pb.ErrorEvent(code=event.code, message=event.message)
+            return pb.ChatEvent(event_id=event_id, error=failed)
+
+
+def conversation_to_pb(record: ConversationRecord) -> pb.Conversation:
+    return pb.Conversation(
+        conversation_id=record.conversation_id,
+        title=record.title,
+        model=record.model,
+        total_tokens=record.total_tokens,
+        created_at=_timestamp(record.created_at),
+        updated_at=_timestamp(record.updated_at),
+    )
+
+
+def message_to_pb(record: MessageRecord, parent_id: str) -> pb.Message:
+    return pb.Message(
+        message_id=record.message_id,
+        conversation_id=record.conversation_id,
+        seq=record.seq,
+        parent_id=parent_id,
+        role=ROLE_TO_PB[record.role],
+        content=record.content,
+        tokens=record.tokens,
+        model=record.model,
+        replica_id=record.replica_id,
+        finish=FINISH_TO_PB.get(Finish(record.finish), 0) if record.finish else 0,
+        created_at=_timestamp(record.created_at),
+    )

@@ -1,0 +1,116 @@
+"""The gateway's composition root."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Gauge
+
+from chat.v1 import chat_service_pb2, chat_service_pb2_grpc
+from domain.limiter import Limit
+from domain.types import Tier
+from gateway.auth import Authenticator
+from gateway.buckets import InProcessBuckets
+from gateway.pipeline import ChatPipeline, PipelinePolicy, TierPolicy
+from gateway.runs import RunRegistry
+from gateway.servicer import ChatServicer
+from gateway.upstream import Upstreams
+from infra.config import load_config
+from infra.grpcserver import GrpcServer
+from infra.logs import configure_logging
+from infra.metrics import MetricsServer
+from infra.runner import run_until_signalled, write_ready_file
+from store.sqlite import SqliteStore
+
+
+@dataclass
+class GatewayConfig:
+    grpc_listen: str = "127.0.0.1:50052"
+    metrics_listen: str = "127.0.0.1:0"
+    scheduler_address: str = "127.0.0.1:50051"
+    store_path: str = ".chat/chat.db"
+    system_prompt: str = "You are a helpful assistant. Answer clearly and briefly."
+    default_pool: str = "small"
+    free_window_tokens: int = 8000
+    plus_window_tokens: int = 32000
+    free_max_answer_tokens: int = 1000
+    plus_max_answer_tokens: int = 4000
+    free_bucket_capacity: float = 25_000
+    plus_bucket_capacity: float = 250_000
+    bucket_refill_s: float = 3 * 3600
+    max_message_chars: int = 32_000
+    max_open_streams_per_user: int = 4
+    keep_ended_runs_s: float = 600.0
+    shutdown_grace_s: float = 30.0
+    ready_file: str = ""
+    log_level: str = "info"
+
+
+def build_policy(config: GatewayConfig) -> PipelinePolicy:
+    return PipelinePolicy(
+        system_prompt=config.system_prompt,
+        tiers={
+            Tier.FREE: TierPolicy(
+                config.free_window_tokens,
+                config.free_max_answer_tokens,
+                Limit.refilling_in(config.free_bucket_capacity, config.bucket_refill_s),
+            ),
+            Tier.PLUS: TierPolicy(
+                config.plus_window_tokens,
+                config.plus_max_answer_tokens,
+                Limit.refilling_in(config.plus_bucket_capacity, config.bucket_refill_s),
+            ),
+        },
+        default_pool=config.default_pool,
+        max_message_chars=config.max_message_chars,
+        max_open_streams_per_user=config.max_open_streams_per_user,
+    )
+
+
+async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
+    log = configure_logging("gateway", config.log_level)
+    policy = build_policy(config)
+    store = SqliteStore(config.store_path)
+    await store.open()
+    upstreams = Upstreams(config.scheduler_address)
+    runs = RunRegistry(time.monotonic, config.keep_ended_runs_s)
+    buckets = InProcessBuckets({t: p.limit for t, p in policy.tiers.items()}, time.monotonic)
+    pipeline = ChatPipeline(store, upstreams, runs, buckets, policy, time.monotonic)
+    service_name = chat_service_pb2.DESCRIPTOR.services_by_name["ChatService"].full_name
+    server = GrpcServer(config.grpc_listen, [service_name])
+    chat_service_pb2_grpc.add_ChatServiceServicer_to_server(
+        ChatServicer(Authenticator(store), pipeline, store, buckets), server.server
+    )
+    registry = CollectorRegistry()
+    streaming = Gauge("gateway_answers_streaming", "answers being generated", registry=registry)
+    streaming.set_function(lambda: len(runs.running()))
+    metrics = MetricsServer(registry, config.metrics_listen)
+    await server.start()
+    await server.set_serving(True)
+    await metrics.start()
+    write_ready_file(config.ready_file, {"grpc": server.address, "metrics": metrics.port})
+    log.info("gateway ready", grpc=server.address, metrics_port=metrics.port)
+    await stop.wait()
+    # New calls are refused from here; answers already running finish and are saved.
+    await server.set_serving(False)
+    await pipeline.close(config.shutdown_grace_s)
+    await server.stop(grace_s=2.0)
+    await upstreams.close()
+    await metrics.stop()
+    await store.close()
+    log.info("gateway stopped")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="the chat pipeline, over gRPC")
+    parser.add_argument("--config", help="YAML file with a gateway: section")
+    args = parser.parse_args()
+    config = load_config(GatewayConfig, "gateway", args.config)
+    run_until_signalled(lambda stop: serve(config, stop))
+
+
+if __name__ == "__main__":
+    main()

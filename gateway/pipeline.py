@@ -1,0 +1,447 @@
+"""The chat pipeline: one user message in, one streamed answer out.
+
+Order: validate and look up (nothing stored yet), idempotency, tokenize, build the context,
+reserve tokens, pick the replica, save the user turn, then generate in a task of its own that
+keeps writing the answer when the client has gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+import structlog
+
+from chat.v1 import common_pb2, node_service_pb2, scheduler_service_pb2
+from domain import limiter
+from domain.context import ContextBuilder, Prompt
+from domain.errors import (
+    Conflict,
+    InvalidArgument,
+    MessageTooLarge,
+    NotFound,
+    ResourceExhausted,
+    Unavailable,
+)
+from domain.types import Finish, Role, Tier, Turn, Usage, User
+from gateway.buckets import InProcessBuckets
+from gateway.runs import Delta, Done, Event, Failed, MessageRun, Meta, RunRegistry
+from gateway.upstream import Upstreams
+from store.records import MessageRecord, NewMessage
+from store.sqlite import SqliteStore
+
+ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+ANSWER_SUFFIX = ".answer"
+_ROLE_TO_PB = {
+    Role.SYSTEM: common_pb2.ROLE_SYSTEM,
+    Role.USER: common_pb2.ROLE_USER,
+    Role.ASSISTANT: common_pb2.ROLE_ASSISTANT,
+}
+_TIER_TO_PB = {Tier.FREE: common_pb2.TIER_FREE, Tier.PLUS: common_pb2.TIER_PLUS}
+_FINISH_FROM_PB = {
+    common_pb2.FINISH_REASON_STOP: Finish.STOP,
+    common_pb2.FINISH_REASON_LENGTH: Finish.LENGTH,
+    common_pb2.FINISH_REASON_CANCELLED: Finish.CANCELLED,
+    common_pb2.FINISH_REASON_REFUSED: Finish.REFUSED,
+    common_pb2.FINISH_REASON_ERROR: Finish.ERROR,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TierPolicy:
+    window_tokens: int
+    max_answer_tokens: int
+    limit: limiter.Limit
+
+
+@dataclass(frozen=True, slots=True)
+class PipelinePolicy:
+    system_prompt: str
+    tiers: dict[Tier, TierPolicy]
+    default_pool: str = "small"
+    max_message_chars: int = 32_000
+    max_open_streams_per_user: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class SendRequest:
+    conversation_id: str
+    message_id: str
+    parent_id: str
+    content: str
+    pool: str | None  # None: the router decides
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    prompt: Prompt
+    pick: scheduler_service_pb2.PickReplicaResponse
+    max_answer_tokens: int
+    reserved: float
+
+
+def check_id(name: str, value: str) -> None:
+    if not ID_PATTERN.match(value):
+        raise InvalidArgument(f"{name} must be 1-64 characters of A-Z, a-z, 0-9, '_' or '-'")
+
+
+class ChatPipeline:
+    def __init__(
+        self,
+        store: SqliteStore,
+        upstreams: Upstreams,
+        runs: RunRegistry,
+        buckets: InProcessBuckets,
+        policy: PipelinePolicy,
+        clock: Callable[[], float],
+    ) -> None:
+        self._store = store
+        self._upstreams = upstreams
+        self._runs = runs
+        self._buckets = buckets
+        self._policy = policy
+        self._clock = clock
+        self._system_tokens: dict[str, int] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._starting: dict[tuple[str, str], asyncio.Future[MessageRun]] = {}
+        self._log = structlog.get_logger(component="pipeline")
+
+    # Sending ------------------------------------------------------------------------------------
+
+    async def send(self, user: User, request: SendRequest) -> MessageRun:
+        self._validate(request)
+        fingerprint = _fingerprint(request)
+        key = (user.user_id, request.message_id)
+        existing = self._runs.get(*key)
+        if existing is None and key in self._starting:
+            # A retry raced the first attempt: share its outcome, run or error alike.
+            existing = await asyncio.shield(self._starting[key])
+        if existing is not None:
+            if existing.fingerprint != fingerprint:
+                raise Conflict(f"message id {request.message_id!r} was used for another message")
+            return existing
+        starting: asyncio.Future[MessageRun] = asyncio.get_running_loop().create_future()
+        self._starting[key] = starting
+        try:
+            run = await self._begin(user, request, fingerprint)
+        except BaseException as error:
+            starting.set_exception(error)
+            starting.exception()  # retrieved here, so an unshared failure is not logged as lost
+            raise
+        else:
+            starting.set_result(run)
+            return run
+        finally:
+            del self._starting[key]
+
+    async def _begin(self, user: User, request: SendRequest, fingerprint: str) -> MessageRun:
+        replayed = await self._replay_stored(user, request, fingerprint)
+        if replayed is not None:
+            return replayed
+        if self._runs.open_for(user.user_id) >= self._policy.max_open_streams_per_user:
+            raise ResourceExhausted("too many answers streaming at once for this user", 1.0)
+        parent = await self._parent_of(user, request)
+        history = await self._history(user, request.conversation_id, parent)
+        pool = request.pool or self._policy.default_pool
+        plan = await self._plan(user, request, history, pool)
+        run = MessageRun(user.user_id, request.conversation_id, request.message_id, fingerprint)
+        self._runs.add(run)
+        try:
+            user_turn = await self._store.add_message(
+                user.user_id,
+                request.conversation_id,
+                NewMessage(
+                    message_id=request.message_id,
+                    role=Role.USER,
+                    content=request.content,
+                    tokens=plan.prompt.turns[-1].tokens,
+                    parent_seq=parent.seq if parent else None,
+                    model=plan.pick.model,
+                ),
+                title=request.content[:80],
+            )
+        except BaseException:
+            self._runs.discard(run)
+            await self._buckets.settle(user.user_id, user.tier, plan.reserved, 0.0)
+            raise
+        self._start(run, self._drive(run, user, plan, answer_parent_seq=user_turn.seq))
+        return run
+
+    def _validate(self, request: SendRequest) -> None:
+        check_id("conversation id", request.conversation_id)
+        check_id("message id", request.message_id)
+        if request.parent_id:
+            check_id("parent id", request.parent_id)
+        if not request.content.strip():
+            raise InvalidArgument("content must not be empty")
+        if len(request.content) > self._policy.max_message_chars:
+            raise MessageTooLarge(
+                f"content has {len(request.content)} characters; "
+                f"at most {self._policy.max_message_chars} are accepted"
+            )
+
+    async def _replay_stored(
+        self, user: User, request: SendRequest, fingerprint: str
+    ) -> MessageRun | None:
+        """A retry after this gateway forgot the run: answer from what was stored."""
+        try:
+            question = await self._store.get_message(user.user_id, request.message_id)
+        except NotFound:
+            return None
+        if question.conversation_id != request.conversation_id or question.content != (
+            request.content
+        ):
+            raise Conflict(f"message id {request.message_id!r} was used for another message")
+        run = MessageRun(user.user_id, request.conversation_id, request.message_id, fingerprint)
+        try:
+            answer = await self._store.get_message(user.user_id, request.message_id + ANSWER_SUFFIX)
+        except NotFound:
+            # UNFINISHED: the answer of a run whose gateway died is resumed by the gateway issue's
+            # shared event log; here it reads as an error the client can retry with a new id.
+            await run.append(Failed(grpc.StatusCode.UNAVAILABLE.value[0], "the answer was lost"))
+            return run
+        await run.append(
+            Meta(request.message_id, request.conversation_id, answer.model, answer.replica_id)
+        )
+        await run.append(Delta(answer.content))
+        await run.append(Done(Finish(answer.finish or "stop"), Usage(output_tokens=answer.tokens)))
+        return run
+
+    async def _parent_of(self, user: User, request: SendRequest) -> MessageRecord | None:
+        if request.parent_id:
+            parent = await self._store.get_message(user.user_id, request.parent_id)
+            if parent.conversation_id != request.conversation_id:
+                raise NotFound(f"no message {request.parent_id!r} in this conversation")
+            return parent
+        try:
+            await self._store.get_conversation(user.user_id, request.conversation_id)
+        except NotFound:
+            return None
+        return await self._store.newest_message(user.user_id, request.conversation_id)
+
+    async def _history(
+        self, user: User, conversation_id: str, parent: MessageRecord | None
+    ) -> list[Turn]:
+        """The branch that ends at parent, oldest first (regenerations make other branches)."""
+        if parent is None:
+            return []
+        by_seq = {m.seq: m for m in await self._store.list_messages(user.user_id, conversation_id)}
+        chain: list[Turn] = []
+        cursor: MessageRecord | None = parent
+        while cursor is not None:
+            if cursor.content:
+                chain.append(Turn(cursor.role, cursor.content, cursor.tokens))
+            cursor = by_seq.get(cursor.parent_seq) if cursor.parent_seq else None
+        chain.reverse()
+        return chain
+
+    async def _plan(
+        self, user: User, request: SendRequest, history: list[Turn], pool: str
+    ) -> _Plan:
+        tier = self._policy.tiers[user.tier]
+        first_pick = await self._pick(request.conversation_id, pool, user.tier, 0, 0)
+        system_tokens, message_tokens = await self._count(first_pick, request.content)
+        builder = ContextBuilder(
+            Turn(Role.SYSTEM, self._policy.system_prompt, system_tokens),
+            tier.window_tokens,
+            tier.max_answer_tokens,
+        )
+        new = Turn(Role.USER, request.content, message_tokens)
+        if not builder.fits_alone(new):
+            raise MessageTooLarge(
+                f"the message has {message_tokens} tokens; with the answer reserve the "
+                f"{user.tier.value} tier's window of {tier.window_tokens} tokens cannot hold it"
+            )
+        prompt = builder.build(None, history, new)
+        reserved = limiter.worst_case_cost(prompt.tokens, tier.max_answer_tokens)
+        decision = await self._buckets.reserve(user.user_id, user.tier, reserved)
+        if not decision.admitted:
+            raise ResourceExhausted(
+                f"the {user.tier.value} tier's token budget is spent for now",
+                decision.retry_after_s,
+            )
+        try:
+            pick = await self._pick(
+                request.conversation_id, pool, user.tier, prompt.tokens, prompt.tokens - new.tokens
+            )
+        except BaseException:
+            await self._buckets.settle(user.user_id, user.tier, reserved, 0.0)
+            raise
+        return _Plan(prompt, pick, tier.max_answer_tokens, reserved)
+
+    async def _pick(
+        self, conversation_id: str, pool: str, tier: Tier, prompt_tokens: int, reusable: int
+    ) -> scheduler_service_pb2.PickReplicaResponse:
+        return await self._upstreams.pick(
+            scheduler_service_pb2.PickReplicaRequest(
+                conversation_id=conversation_id,
+                pool=pool,
+                tier=_TIER_TO_PB[tier],
+                prompt_tokens=prompt_tokens,
+                reusable_prefix_tokens=max(0, reusable),
+            )
+        )
+
+    async def _count(
+        self, pick: scheduler_service_pb2.PickReplicaResponse, content: str
+    ) -> tuple[int, int]:
+        """Token counts from the serving model's own tokenizer: (system prompt, message)."""
+        known = self._system_tokens.get(pick.model)
+        texts = [content] if known is not None else [content, self._policy.system_prompt]
+        try:
+            answer = await self._upstreams.node(pick.address).Tokenize(
+                node_service_pb2.TokenizeRequest(texts=texts), timeout=self._upstreams.rpc_timeout_s
+            )
+        except grpc.aio.AioRpcError as error:
+            raise Unavailable(f"the node could not count tokens: {error.code().name}") from error
+        if known is None:
+            known = self._system_tokens[pick.model] = answer.token_counts[1]
+        return known, answer.token_counts[0]
+
+    # Generating ---------------------------------------------------------------------------------
+
+    def _start(self, run: MessageRun, work: object) -> None:
+        task = asyncio.create_task(work, name=f"run-{run.message_id}")  # type: ignore[arg-type]
+        run.task = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _drive(
+        self,
+        run: MessageRun,
+        user: User,
+        plan: _Plan,
+        answer_parent_seq: int | None,
+        store_answer: bool = True,
+    ) -> None:
+        pick = plan.pick
+        await run.append(Meta(run.message_id, run.conversation_id, pick.model, pick.node_id))
+        pieces: list[str] = []
+        ending: Event
+        usage = Usage()
+        try:
+            finish, usage = await self._generate(run, plan, pieces)
+            ending = Done(finish, usage)
+        except Unavailable as error:
+            finish = Finish.ERROR
+            ending = Failed(grpc.StatusCode.UNAVAILABLE.value[0], error.reason)
+        if store_answer:
+            await self._save_answer(
+                run, user, plan, answer_parent_seq, "".join(pieces), finish, usage
+            )
+        await self._buckets.settle(
+            user.user_id, user.tier, plan.reserved, limiter.usage_cost(usage)
+        )
+        await run.append(ending)
+        self._runs.mark_ended(run)
+
+    async def _save_answer(
+        self,
+        run: MessageRun,
+        user: User,
+        plan: _Plan,
+        parent_seq: int | None,
+        text: str,
+        finish: Finish,
+        usage: Usage,
+    ) -> None:
+        await self._store.add_message(
+            user.user_id,
+            run.conversation_id,
+            NewMessage(
+                message_id=run.message_id + ANSWER_SUFFIX,
+                role=Role.ASSISTANT,
+                content=text,
+                tokens=usage.output_tokens,
+                parent_seq=parent_seq,
+                model=plan.pick.model,
+                replica_id=plan.pick.node_id,
+                finish=finish.value,
+            ),
+        )
+
+    async def _generate(
+        self, run: MessageRun, plan: _Plan, pieces: list[str]
+    ) -> tuple[Finish, Usage]:
+        start = node_service_pb2.GenerateStart(
+            request_id=f"{run.user_id}/{run.message_id}/{uuid.uuid4().hex[:8]}",
+            turns=[
+                common_pb2.Turn(role=_ROLE_TO_PB[t.role], content=t.text) for t in plan.prompt.turns
+            ],
+            max_tokens=plan.max_answer_tokens,
+            prompt_tokens=plan.prompt.tokens,
+            temperature=0.7,
+        )
+        call = self._upstreams.node(plan.pick.address).Generate()
+        stop_wait = asyncio.create_task(run.stop_requested.wait())
+        try:
+            await call.write(node_service_pb2.GenerateRequest(start=start))
+            while True:
+                read = asyncio.create_task(call.read())
+                await asyncio.wait({read, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+                if stop_wait.done() and not read.done():
+                    await call.write(
+                        node_service_pb2.GenerateRequest(cancel=node_service_pb2.GenerateCancel())
+                    )
+                    stop_wait = asyncio.create_task(asyncio.Event().wait())
+                response = await read
+                if response is grpc.aio.EOF:
+                    raise Unavailable("the node ended the answer without finishing it")
+                if response.HasField("chunk"):
+                    pieces.append(response.chunk.text)
+                    await run.append(Delta(response.chunk.text))
+                else:
+                    finish = response.finish
+                    usage = Usage(
+                        finish.usage.input_tokens,
+                        finish.usage.cached_tokens,
+                        finish.usage.output_tokens,
+                    )
+                    return _FINISH_FROM_PB.get(finish.finish, Finish.ERROR), usage
+        except grpc.aio.AioRpcError as error:
+            # UNFINISHED: failover to another replica (continue from the text so far) is the
+            # gateway issue's; the answer ends here with an in-band error.
+            raise Unavailable(f"the node failed mid-answer: {error.code().name}") from error
+        finally:
+            stop_wait.cancel()
+            call.cancel()
+
+    # Reading ------------------------------------------------------------------------------------
+
+    def attach(self, user: User, message_id: str) -> MessageRun:
+        check_id("message id", message_id)
+        run = self._runs.get(user.user_id, message_id)
+        if run is None:
+            raise NotFound(f"no answer {message_id!r} is streaming or recently ended here")
+        return run
+
+    async def stop(self, user: User, message_id: str) -> bool:
+        check_id("message id", message_id)
+        run = self._runs.get(user.user_id, message_id)
+        if run is None:
+            await self._store.get_message(user.user_id, message_id)  # NotFound if it never was
+            return False
+        if run.ended:
+            return False
+        run.stop_requested.set()
+        return True
+
+    async def close(self, grace_s: float) -> None:
+        """Lets running answers finish (and be saved), then cancels what is left."""
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=grace_s)
+        for task in list(self._tasks):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def _fingerprint(request: SendRequest) -> str:
+    parts = [request.conversation_id, request.parent_id, request.content, request.pool or ""]
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()

@@ -1,0 +1,108 @@
+"""Answers in flight. Each run owns its event log; clients follow it, so a client that drops
+and comes back (or a retry with the same message id) reads the same answer, never a second one."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from domain.types import Finish, Usage
+
+
+@dataclass(frozen=True, slots=True)
+class Meta:
+    message_id: str
+    conversation_id: str
+    model: str
+    replica_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    finish: Finish
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    code: int
+    message: str
+
+
+Event = Meta | Delta | Done | Failed
+
+
+@dataclass(slots=True)
+class MessageRun:
+    user_id: str
+    conversation_id: str
+    message_id: str
+    # What the request was, so a retry with the same id but another body is told apart.
+    fingerprint: str
+    events: list[Event] = field(default_factory=list)
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+    @property
+    def ended(self) -> bool:
+        return bool(self.events) and isinstance(self.events[-1], Done | Failed)
+
+    async def append(self, event: Event) -> None:
+        async with self.changed:
+            self.events.append(event)
+            self.changed.notify_all()
+
+    async def follow(self, after_event_id: int = 0) -> AsyncIterator[tuple[int, Event]]:
+        """Events numbered from 1, after after_event_id, until the run ends."""
+        sent = after_event_id
+        while True:
+            async with self.changed:
+                await self.changed.wait_for(lambda seen=sent: len(self.events) > seen)
+                pending = self.events[sent:]
+            for event in pending:
+                sent += 1
+                yield sent, event
+                if isinstance(event, Done | Failed):
+                    return
+
+
+class RunRegistry:
+    """In-process idempotency: one run per (user, message id), kept a while after it ends."""
+
+    def __init__(self, clock: Callable[[], float], keep_after_end_s: float = 600.0) -> None:
+        self._clock = clock
+        self._keep_after_end_s = keep_after_end_s
+        self._runs: dict[tuple[str, str], MessageRun] = {}
+        self._ended_at: dict[tuple[str, str], float] = {}
+
+    def get(self, user_id: str, message_id: str) -> MessageRun | None:
+        self._evict()
+        return self._runs.get((user_id, message_id))
+
+    def add(self, run: MessageRun) -> None:
+        self._runs[(run.user_id, run.message_id)] = run
+
+    def discard(self, run: MessageRun) -> None:
+        self._runs.pop((run.user_id, run.message_id), None)
+
+    def mark_ended(self, run: MessageRun) -> None:
+        self._ended_at[(run.user_id, run.message_id)] = self._clock()
+
+    def running(self) -> list[MessageRun]:
+        return [r for r in self._runs.values() if not r.ended]
+
+    def open_for(self, user_id: str) -> int:
+        return sum(1 for r in self._runs.values() if r.user_id == user_id and not r.ended)
+
+    def _evict(self) -> None:
+        cutoff = self._clock() - self._keep_after_end_s
+        for key in [k for k, at in self._ended_at.items() if at < cutoff]:
+            self._runs.pop(key, None)
+            del self._ended_at[key]

@@ -1,0 +1,46 @@
+"""gRPC clients of the scheduler and the nodes, one channel per address, reused."""
+
+from __future__ import annotations
+
+import grpc
+
+from chat.v1 import node_service_pb2_grpc, scheduler_service_pb2, scheduler_service_pb2_grpc
+from domain.errors import Unavailable
+
+_CHANNEL_OPTIONS = [
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+
+
+class Upstreams:
+    def __init__(self, scheduler_address: str, rpc_timeout_s: float = 5.0) -> None:
+        self._scheduler_channel = grpc.aio.insecure_channel(scheduler_address, _CHANNEL_OPTIONS)
+        self.scheduler = scheduler_service_pb2_grpc.SchedulerServiceStub(self._scheduler_channel)
+        self._node_channels: dict[str, grpc.aio.Channel] = {}
+        self.rpc_timeout_s = rpc_timeout_s
+
+    def node(self, address: str) -> node_service_pb2_grpc.NodeServiceStub:
+        channel = self._node_channels.get(address)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(address, _CHANNEL_OPTIONS)
+            self._node_channels[address] = channel
+        return node_service_pb2_grpc.NodeServiceStub(channel)
+
+    async def pick(
+        self, request: scheduler_service_pb2.PickReplicaRequest
+    ) -> scheduler_service_pb2.PickReplicaResponse:
+        try:
+            answer: scheduler_service_pb2.PickReplicaResponse = await self.scheduler.PickReplica(
+                request, timeout=self.rpc_timeout_s
+            )
+        except grpc.aio.AioRpcError as error:
+            raise Unavailable(f"the scheduler is unreachable: {error.code().name}") from error
+        if not answer.node_id:
+            raise Unavailable(f"no replica of pool {request.pool!r} is ready; retry shortly")
+        return answer
+
+    async def close(self) -> None:
+        await self._scheduler_channel.close()
+        for channel in self._node_channels.values():
+            await channel.close()

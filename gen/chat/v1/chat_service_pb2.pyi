@@ -1,0 +1,257 @@
+import datetime
+
+from chat.v1 import common_pb2 as _common_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ModelChoice(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MODEL_CHOICE_UNSPECIFIED: _ClassVar[ModelChoice]
+    MODEL_CHOICE_AUTO: _ClassVar[ModelChoice]
+    MODEL_CHOICE_SMALL: _ClassVar[ModelChoice]
+    MODEL_CHOICE_LARGE: _ClassVar[ModelChoice]
+MODEL_CHOICE_UNSPECIFIED: ModelChoice
+MODEL_CHOICE_AUTO: ModelChoice
+MODEL_CHOICE_SMALL: ModelChoice
+MODEL_CHOICE_LARGE: ModelChoice
+
+class ChatEvent(_message.Message):
+    __slots__ = ("event_id", "meta", "delta", "done", "error")
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    META_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    event_id: int
+    meta: MetaEvent
+    delta: DeltaEvent
+    done: DoneEvent
+    error: ErrorEvent
+    def __init__(self, event_id: _Optional[int] = ..., meta: _Optional[_Union[MetaEvent, _Mapping]] = ..., delta: _Optional[_Union[DeltaEvent, _Mapping]] = ..., done: _Optional[_Union[DoneEvent, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ...) -> None: ...
+
+class MetaEvent(_message.Message):
+    __slots__ = ("message_id", "conversation_id", "model", "replica_id")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    conversation_id: str
+    model: str
+    replica_id: str
+    def __init__(self, message_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., model: _Optional[str] = ..., replica_id: _Optional[str] = ...) -> None: ...
+
+class DeltaEvent(_message.Message):
+    __slots__ = ("text",)
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    def __init__(self, text: _Optional[str] = ...) -> None: ...
+
+class DoneEvent(_message.Message):
+    __slots__ = ("finish", "usage")
+    FINISH_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    finish: _common_pb2.FinishReason
+    usage: _common_pb2.Usage
+    def __init__(self, finish: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ...) -> None: ...
+
+class ErrorEvent(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class SendMessageRequest(_message.Message):
+    __slots__ = ("conversation_id", "message_id", "parent_id", "content", "model")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    PARENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    message_id: str
+    parent_id: str
+    content: str
+    model: ModelChoice
+    def __init__(self, conversation_id: _Optional[str] = ..., message_id: _Optional[str] = ..., parent_id: _Optional[str] = ..., content: _Optional[str] = ..., model: _Optional[_Union[ModelChoice, str]] = ...) -> None: ...
+
+class SendMessageResponse(_message.Message):
+    __slots__ = ("event",)
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    event: ChatEvent
+    def __init__(self, event: _Optional[_Union[ChatEvent, _Mapping]] = ...) -> None: ...
+
+class AttachMessageRequest(_message.Message):
+    __slots__ = ("message_id", "after_event_id")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    after_event_id: int
+    def __init__(self, message_id: _Optional[str] = ..., after_event_id: _Optional[int] = ...) -> None: ...
+
+class AttachMessageResponse(_message.Message):
+    __slots__ = ("event",)
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    event: ChatEvent
+    def __init__(self, event: _Optional[_Union[ChatEvent, _Mapping]] = ...) -> None: ...
+
+class StopMessageRequest(_message.Message):
+    __slots__ = ("message_id",)
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    def __init__(self, message_id: _Optional[str] = ...) -> None: ...
+
+class StopMessageResponse(_message.Message):
+    __slots__ = ("stopped",)
+    STOPPED_FIELD_NUMBER: _ClassVar[int]
+    stopped: bool
+    def __init__(self, stopped: _Optional[bool] = ...) -> None: ...
+
+class Conversation(_message.Message):
+    __slots__ = ("conversation_id", "title", "model", "total_tokens", "created_at", "updated_at")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    title: str
+    model: str
+    total_tokens: int
+    created_at: _timestamp_pb2.Timestamp
+    updated_at: _timestamp_pb2.Timestamp
+    def __init__(self, conversation_id: _Optional[str] = ..., title: _Optional[str] = ..., model: _Optional[str] = ..., total_tokens: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Message(_message.Message):
+    __slots__ = ("message_id", "conversation_id", "seq", "parent_id", "role", "content", "tokens", "model", "replica_id", "finish", "created_at")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    PARENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    FINISH_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    conversation_id: str
+    seq: int
+    parent_id: str
+    role: _common_pb2.Role
+    content: str
+    tokens: int
+    model: str
+    replica_id: str
+    finish: _common_pb2.FinishReason
+    created_at: _timestamp_pb2.Timestamp
+    def __init__(self, message_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., seq: _Optional[int] = ..., parent_id: _Optional[str] = ..., role: _Optional[_Union[_common_pb2.Role, str]] = ..., content: _Optional[str] = ..., tokens: _Optional[int] = ..., model: _Optional[str] = ..., replica_id: _Optional[str] = ..., finish: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class GetConversationRequest(_message.Message):
+    __slots__ = ("conversation_id",)
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    def __init__(self, conversation_id: _Optional[str] = ...) -> None: ...
+
+class GetConversationResponse(_message.Message):
+    __slots__ = ("conversation",)
+    CONVERSATION_FIELD_NUMBER: _ClassVar[int]
+    conversation: Conversation
+    def __init__(self, conversation: _Optional[_Union[Conversation, _Mapping]] = ...) -> None: ...
+
+class ListConversationsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListConversationsResponse(_message.Message):
+    __slots__ = ("conversations", "next_page_token")
+    CONVERSATIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    conversations: _containers.RepeatedCompositeFieldContainer[Conversation]
+    next_page_token: str
+    def __init__(self, conversations: _Optional[_Iterable[_Union[Conversation, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class DeleteConversationRequest(_message.Message):
+    __slots__ = ("conversation_id",)
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    def __init__(self, conversation_id: _Optional[str] = ...) -> None: ...
+
+class DeleteConversationResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetMessageRequest(_message.Message):
+    __slots__ = ("message_id",)
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    def __init__(self, message_id: _Optional[str] = ...) -> None: ...
+
+class GetMessageResponse(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: Message
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ...) -> None: ...
+
+class ListMessagesRequest(_message.Message):
+    __slots__ = ("conversation_id",)
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    def __init__(self, conversation_id: _Optional[str] = ...) -> None: ...
+
+class ListMessagesResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
+
+class CompleteRequest(_message.Message):
+    __slots__ = ("turns", "model", "max_tokens", "session_key")
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_KEY_FIELD_NUMBER: _ClassVar[int]
+    turns: _containers.RepeatedCompositeFieldContainer[_common_pb2.Turn]
+    model: ModelChoice
+    max_tokens: int
+    session_key: str
+    def __init__(self, turns: _Optional[_Iterable[_Union[_common_pb2.Turn, _Mapping]]] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., max_tokens: _Optional[int] = ..., session_key: _Optional[str] = ...) -> None: ...
+
+class CompleteResponse(_message.Message):
+    __slots__ = ("event",)
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    event: ChatEvent
+    def __init__(self, event: _Optional[_Union[ChatEvent, _Mapping]] = ...) -> None: ...
+
+class GetLimitsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetLimitsResponse(_message.Message):
+    __slots__ = ("tier", "level", "capacity", "refill_per_second", "full_in_seconds")
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    REFILL_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    FULL_IN_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    tier: _common_pb2.Tier
+    level: float
+    capacity: float
+    refill_per_second: float
+    full_in_seconds: float
+    def __init__(self, tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., level: _Optional[float] = ..., capacity: _Optional[float] = ..., refill_per_second: _Optional[float] = ..., full_in_seconds: _Optional[float] = ...) -> None: ...

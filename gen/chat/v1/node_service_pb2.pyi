@@ -1,0 +1,88 @@
+from chat.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class GenerateRequest(_message.Message):
+    __slots__ = ("start", "cancel", "attach")
+    START_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    ATTACH_FIELD_NUMBER: _ClassVar[int]
+    start: GenerateStart
+    cancel: GenerateCancel
+    attach: GenerateAttach
+    def __init__(self, start: _Optional[_Union[GenerateStart, _Mapping]] = ..., cancel: _Optional[_Union[GenerateCancel, _Mapping]] = ..., attach: _Optional[_Union[GenerateAttach, _Mapping]] = ...) -> None: ...
+
+class GenerateStart(_message.Message):
+    __slots__ = ("request_id", "turns", "max_tokens", "tier", "continue_from", "temperature", "prompt_tokens")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    CONTINUE_FROM_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    turns: _containers.RepeatedCompositeFieldContainer[_common_pb2.Turn]
+    max_tokens: int
+    tier: _common_pb2.Tier
+    continue_from: str
+    temperature: float
+    prompt_tokens: int
+    def __init__(self, request_id: _Optional[str] = ..., turns: _Optional[_Iterable[_Union[_common_pb2.Turn, _Mapping]]] = ..., max_tokens: _Optional[int] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., continue_from: _Optional[str] = ..., temperature: _Optional[float] = ..., prompt_tokens: _Optional[int] = ...) -> None: ...
+
+class GenerateCancel(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GenerateAttach(_message.Message):
+    __slots__ = ("request_id", "after_chunk_index")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_CHUNK_INDEX_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    after_chunk_index: int
+    def __init__(self, request_id: _Optional[str] = ..., after_chunk_index: _Optional[int] = ...) -> None: ...
+
+class GenerateResponse(_message.Message):
+    __slots__ = ("chunk", "finish")
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    FINISH_FIELD_NUMBER: _ClassVar[int]
+    chunk: TokenChunk
+    finish: GenerateFinish
+    def __init__(self, chunk: _Optional[_Union[TokenChunk, _Mapping]] = ..., finish: _Optional[_Union[GenerateFinish, _Mapping]] = ...) -> None: ...
+
+class TokenChunk(_message.Message):
+    __slots__ = ("index", "text")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    text: str
+    def __init__(self, index: _Optional[int] = ..., text: _Optional[str] = ...) -> None: ...
+
+class GenerateFinish(_message.Message):
+    __slots__ = ("finish", "usage", "model")
+    FINISH_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    finish: _common_pb2.FinishReason
+    usage: _common_pb2.Usage
+    model: str
+    def __init__(self, finish: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., model: _Optional[str] = ...) -> None: ...
+
+class TokenizeRequest(_message.Message):
+    __slots__ = ("texts",)
+    TEXTS_FIELD_NUMBER: _ClassVar[int]
+    texts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, texts: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class TokenizeResponse(_message.Message):
+    __slots__ = ("token_counts", "model")
+    TOKEN_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    token_counts: _containers.RepeatedScalarFieldContainer[int]
+    model: str
+    def __init__(self, token_counts: _Optional[_Iterable[int]] = ..., model: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,271 @@
+import datetime
+
+from chat.v1 import common_pb2 as _common_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class NodeState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    NODE_STATE_UNSPECIFIED: _ClassVar[NodeState]
+    NODE_STATE_STARTING: _ClassVar[NodeState]
+    NODE_STATE_READY: _ClassVar[NodeState]
+    NODE_STATE_DRAINING: _ClassVar[NodeState]
+    NODE_STATE_DEAD: _ClassVar[NodeState]
+
+class NodeCommand(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    NODE_COMMAND_UNSPECIFIED: _ClassVar[NodeCommand]
+    NODE_COMMAND_DRAIN: _ClassVar[NodeCommand]
+    NODE_COMMAND_UNDRAIN: _ClassVar[NodeCommand]
+
+class PickReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PICK_REASON_UNSPECIFIED: _ClassVar[PickReason]
+    PICK_REASON_AFFINITY: _ClassVar[PickReason]
+    PICK_REASON_ESCAPED_QUEUE: _ClassVar[PickReason]
+    PICK_REASON_ESCAPED_KV_ROOM: _ClassVar[PickReason]
+    PICK_REASON_NO_REPLICA: _ClassVar[PickReason]
+NODE_STATE_UNSPECIFIED: NodeState
+NODE_STATE_STARTING: NodeState
+NODE_STATE_READY: NodeState
+NODE_STATE_DRAINING: NodeState
+NODE_STATE_DEAD: NodeState
+NODE_COMMAND_UNSPECIFIED: NodeCommand
+NODE_COMMAND_DRAIN: NodeCommand
+NODE_COMMAND_UNDRAIN: NodeCommand
+PICK_REASON_UNSPECIFIED: PickReason
+PICK_REASON_AFFINITY: PickReason
+PICK_REASON_ESCAPED_QUEUE: PickReason
+PICK_REASON_ESCAPED_KV_ROOM: PickReason
+PICK_REASON_NO_REPLICA: PickReason
+
+class NodeRegistration(_message.Message):
+    __slots__ = ("node_id", "address", "model", "pool", "context_tokens", "kv_capacity_tokens")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    KV_CAPACITY_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    address: str
+    model: str
+    pool: str
+    context_tokens: int
+    kv_capacity_tokens: int
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., model: _Optional[str] = ..., pool: _Optional[str] = ..., context_tokens: _Optional[int] = ..., kv_capacity_tokens: _Optional[int] = ...) -> None: ...
+
+class LoadReport(_message.Message):
+    __slots__ = ("kv_usage", "free_kv_tokens", "queued_prefill_tokens", "running_requests", "waiting_requests", "prefix_hit_rate", "state")
+    KV_USAGE_FIELD_NUMBER: _ClassVar[int]
+    FREE_KV_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_PREFILL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_HIT_RATE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    kv_usage: float
+    free_kv_tokens: int
+    queued_prefill_tokens: int
+    running_requests: int
+    waiting_requests: int
+    prefix_hit_rate: float
+    state: NodeState
+    def __init__(self, kv_usage: _Optional[float] = ..., free_kv_tokens: _Optional[int] = ..., queued_prefill_tokens: _Optional[int] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., prefix_hit_rate: _Optional[float] = ..., state: _Optional[_Union[NodeState, str]] = ...) -> None: ...
+
+class ConnectNodeRequest(_message.Message):
+    __slots__ = ("registration", "load")
+    REGISTRATION_FIELD_NUMBER: _ClassVar[int]
+    LOAD_FIELD_NUMBER: _ClassVar[int]
+    registration: NodeRegistration
+    load: LoadReport
+    def __init__(self, registration: _Optional[_Union[NodeRegistration, _Mapping]] = ..., load: _Optional[_Union[LoadReport, _Mapping]] = ...) -> None: ...
+
+class ConnectNodeResponse(_message.Message):
+    __slots__ = ("command",)
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    command: NodeCommand
+    def __init__(self, command: _Optional[_Union[NodeCommand, str]] = ...) -> None: ...
+
+class PickReplicaRequest(_message.Message):
+    __slots__ = ("conversation_id", "pool", "tier", "prompt_tokens", "reusable_prefix_tokens", "exclude_node_ids")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REUSABLE_PREFIX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_NODE_IDS_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    pool: str
+    tier: _common_pb2.Tier
+    prompt_tokens: int
+    reusable_prefix_tokens: int
+    exclude_node_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, conversation_id: _Optional[str] = ..., pool: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., prompt_tokens: _Optional[int] = ..., reusable_prefix_tokens: _Optional[int] = ..., exclude_node_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PickReplicaResponse(_message.Message):
+    __slots__ = ("node_id", "address", "reason", "expected_wait_seconds", "ladder_rung", "model")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LADDER_RUNG_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    address: str
+    reason: PickReason
+    expected_wait_seconds: float
+    ladder_rung: int
+    model: str
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., reason: _Optional[_Union[PickReason, str]] = ..., expected_wait_seconds: _Optional[float] = ..., ladder_rung: _Optional[int] = ..., model: _Optional[str] = ...) -> None: ...
+
+class NodeStatus(_message.Message):
+    __slots__ = ("registration", "load", "last_report_at")
+    REGISTRATION_FIELD_NUMBER: _ClassVar[int]
+    LOAD_FIELD_NUMBER: _ClassVar[int]
+    LAST_REPORT_AT_FIELD_NUMBER: _ClassVar[int]
+    registration: NodeRegistration
+    load: LoadReport
+    last_report_at: _timestamp_pb2.Timestamp
+    def __init__(self, registration: _Optional[_Union[NodeRegistration, _Mapping]] = ..., load: _Optional[_Union[LoadReport, _Mapping]] = ..., last_report_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ListNodesRequest(_message.Message):
+    __slots__ = ("pool",)
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    pool: str
+    def __init__(self, pool: _Optional[str] = ...) -> None: ...
+
+class ListNodesResponse(_message.Message):
+    __slots__ = ("nodes",)
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeStatus]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ...) -> None: ...
+
+class DrainNodeRequest(_message.Message):
+    __slots__ = ("node_id",)
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    def __init__(self, node_id: _Optional[str] = ...) -> None: ...
+
+class DrainNodeResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class UndrainNodeRequest(_message.Message):
+    __slots__ = ("node_id",)
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    def __init__(self, node_id: _Optional[str] = ...) -> None: ...
+
+class UndrainNodeResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetLadderRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetLadderResponse(_message.Message):
+    __slots__ = ("rung", "busy_share", "pinned")
+    RUNG_FIELD_NUMBER: _ClassVar[int]
+    BUSY_SHARE_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
+    rung: int
+    busy_share: float
+    pinned: bool
+    def __init__(self, rung: _Optional[int] = ..., busy_share: _Optional[float] = ..., pinned: _Optional[bool] = ...) -> None: ...
+
+class PinLadderRequest(_message.Message):
+    __slots__ = ("rung",)
+    RUNG_FIELD_NUMBER: _ClassVar[int]
+    rung: int
+    def __init__(self, rung: _Optional[int] = ...) -> None: ...
+
+class PinLadderResponse(_message.Message):
+    __slots__ = ("rung", "pinned")
+    RUNG_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
+    rung: int
+    pinned: bool
+    def __init__(self, rung: _Optional[int] = ..., pinned: _Optional[bool] = ...) -> None: ...
+
+class User(_message.Message):
+    __slots__ = ("user_id", "tier", "created_at", "has_token")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    HAS_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    tier: _common_pb2.Tier
+    created_at: _timestamp_pb2.Timestamp
+    has_token: bool
+    def __init__(self, user_id: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., has_token: _Optional[bool] = ...) -> None: ...
+
+class CreateUserRequest(_message.Message):
+    __slots__ = ("user_id", "tier")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    tier: _common_pb2.Tier
+    def __init__(self, user_id: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ...) -> None: ...
+
+class CreateUserResponse(_message.Message):
+    __slots__ = ("user", "token")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    user: User
+    token: str
+    def __init__(self, user: _Optional[_Union[User, _Mapping]] = ..., token: _Optional[str] = ...) -> None: ...
+
+class ListUsersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListUsersResponse(_message.Message):
+    __slots__ = ("users",)
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    users: _containers.RepeatedCompositeFieldContainer[User]
+    def __init__(self, users: _Optional[_Iterable[_Union[User, _Mapping]]] = ...) -> None: ...
+
+class SetUserTierRequest(_message.Message):
+    __slots__ = ("user_id", "tier")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    tier: _common_pb2.Tier
+    def __init__(self, user_id: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ...) -> None: ...
+
+class SetUserTierResponse(_message.Message):
+    __slots__ = ("user",)
+    USER_FIELD_NUMBER: _ClassVar[int]
+    user: User
+    def __init__(self, user: _Optional[_Union[User, _Mapping]] = ...) -> None: ...
+
+class RotateUserTokenRequest(_message.Message):
+    __slots__ = ("user_id",)
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    def __init__(self, user_id: _Optional[str] = ...) -> None: ...
+
+class RotateUserTokenResponse(_message.Message):
+    __slots__ = ("token",)
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    def __init__(self, token: _Optional[str] = ...) -> None: ...
+
+class RevokeUserTokensRequest(_message.Message):
+    __slots__ = ("user_id",)
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    def __init__(self, user_id: _Optional[str] = ...) -> None: ...
+
+class RevokeUserTokensResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -1,0 +1,83 @@
+"""A gRPC server with health checking and reflection, and the error mapping for servicers."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from domain import errors
+from infra.status import to_rpc_status
+
+
+def maps_domain_errors(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Turns a DomainError raised by a servicer method into its specific gRPC status."""
+    if inspect.isasyncgenfunction(method):
+
+        @functools.wraps(method)
+        async def streaming(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                async for item in method(self, request, context):
+                    yield item
+            except errors.DomainError as error:
+                await context.abort_with_status(to_rpc_status(error))
+
+        return streaming
+
+    @functools.wraps(method)
+    async def unary(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await method(self, request, context)
+        except errors.DomainError as error:
+            await context.abort_with_status(to_rpc_status(error))
+
+    return unary
+
+
+class GrpcServer:
+    """Owns one grpc.aio server: its port, its health status and its graceful stop."""
+
+    def __init__(self, listen: str, service_names: Iterable[str]) -> None:
+        self.server = grpc.aio.server(
+            options=[
+                ("grpc.keepalive_time_ms", 10_000),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+            ]
+        )
+        self.health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self._service_names = list(service_names)
+        reflection.enable_server_reflection(
+            [*self._service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], self.server
+        )
+        self.port = self.server.add_insecure_port(listen)
+        if self.port == 0:
+            raise OSError(f"cannot listen on {listen}")
+        self.host = listen.rsplit(":", 1)[0]
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        await self.server.start()
+
+    async def set_serving(self, serving: bool) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ["", *self._service_names]:
+            await self.health.set(name, status)
+
+    async def stop(self, grace_s: float) -> None:
+        # NOT_SERVING first so balancers stop sending new calls, then let running calls end.
+        await self.set_serving(False)
+        await self.server.stop(grace_s)

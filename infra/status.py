@@ -1,0 +1,107 @@
+"""The one place where domain errors become gRPC statuses, and gRPC statuses become HTTP ones."""
+
+from __future__ import annotations
+
+import math
+
+import grpc
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from domain import errors
+
+_CODES: list[tuple[type[errors.DomainError], grpc.StatusCode]] = [
+    (errors.InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
+    (errors.Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (errors.PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
+    (errors.NotFound, grpc.StatusCode.NOT_FOUND),
+    (errors.AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
+    (errors.Conflict, grpc.StatusCode.ABORTED),
+    (errors.ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
+    (errors.Unimplemented, grpc.StatusCode.UNIMPLEMENTED),
+]
+
+# Reasons carried in google.rpc.ErrorInfo where one gRPC code covers several HTTP answers.
+REASON_MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
+ERROR_DOMAIN = "chat.v1"
+
+_HTTP: dict[grpc.StatusCode, int] = {
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.ALREADY_EXISTS: 409,
+    grpc.StatusCode.ABORTED: 409,
+    grpc.StatusCode.FAILED_PRECONDITION: 409,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+    grpc.StatusCode.CANCELLED: 499,
+    grpc.StatusCode.UNIMPLEMENTED: 501,
+}
+
+
+def grpc_code_of(error: errors.DomainError) -> grpc.StatusCode:
+    for kind, code in _CODES:
+        if isinstance(error, kind):
+            return code
+    return grpc.StatusCode.INTERNAL
+
+
+def to_rpc_status(error: errors.DomainError) -> grpc.Status:
+    code = grpc_code_of(error)
+    details: list[any_pb2.Any] = []
+    if isinstance(error, errors.ResourceExhausted):
+        seconds = max(0.0, error.retry_after_s)
+        delay = duration_pb2.Duration(
+            seconds=int(seconds), nanos=int((seconds - int(seconds)) * 1e9)
+        )
+        packed = any_pb2.Any()
+        packed.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+        details.append(packed)
+    if isinstance(error, errors.MessageTooLarge):
+        packed = any_pb2.Any()
+        packed.Pack(
+            error_details_pb2.ErrorInfo(reason=REASON_MESSAGE_TOO_LARGE, domain=ERROR_DOMAIN)
+        )
+        details.append(packed)
+    status = status_pb2.Status(code=code.value[0], message=error.reason, details=details)
+    return rpc_status.to_status(status)
+
+
+def google_code(code: grpc.StatusCode) -> int:
+    return int(code.value[0]) if code.value[0] is not None else code_pb2.UNKNOWN
+
+
+class CallFailure:
+    """What a failed gRPC call told us, read once from its trailers."""
+
+    def __init__(self, error: grpc.aio.AioRpcError) -> None:
+        self.code = error.code()
+        self.message = error.details() or self.code.name
+        self.retry_after_s: float | None = None
+        self.reason: str | None = None
+        status = rpc_status.from_call(error)  # type: ignore[arg-type]
+        for detail in status.details if status else ():
+            if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+                info = error_details_pb2.RetryInfo()
+                detail.Unpack(info)
+                self.retry_after_s = info.retry_delay.seconds + info.retry_delay.nanos / 1e9
+            elif detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                error_info = error_details_pb2.ErrorInfo()
+                detail.Unpack(error_info)
+                self.reason = error_info.reason
+
+    @property
+    def http_status(self) -> int:
+        if self.reason == REASON_MESSAGE_TOO_LARGE:
+            return 413
+        return _HTTP.get(self.code, 502)
+
+    @property
+    def retry_after_header(self) -> str | None:
+        if self.retry_after_s is None:
+            return None
+        return str(max(1, math.ceil(self.retry_after_s)))

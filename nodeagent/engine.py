@@ -1,0 +1,72 @@
+"""The interface every engine adapter implements, and the values it exchanges."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from domain.types import Finish, Role, Tier, Usage
+
+
+@dataclass(frozen=True, slots=True)
+class PromptTurn:
+    role: Role
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    request_id: str
+    turns: tuple[PromptTurn, ...]
+    max_tokens: int
+    tier: Tier = Tier.FREE
+    # A partial assistant answer to continue from after a failover.
+    continue_from: str = ""
+    temperature: float = 0.7
+    prompt_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    finish: Finish
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    kv_usage: float
+    free_kv_tokens: int
+    kv_capacity_tokens: int
+    queued_prefill_tokens: int
+    running_requests: int
+    waiting_requests: int
+    prefix_hit_rate: float
+
+
+class EngineError(Exception):
+    """The engine failed a request or could not be reached."""
+
+
+class Engine(Protocol):
+    model: str
+    context_tokens: int
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[Chunk | Finished]:
+        """Yields chunks then one Finished. Closing the iterator aborts the request."""
+        ...
+
+    async def tokenize(self, texts: list[str]) -> list[int]: ...
+
+    async def load(self) -> EngineLoad: ...
+
+    async def healthy(self) -> bool: ...

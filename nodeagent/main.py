@@ -1,0 +1,113 @@
+"""The nodeagent's composition root: config -> engine, registry, servicer, reporter, servers."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import socket
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Gauge
+
+from chat.v1 import node_service_pb2, node_service_pb2_grpc
+from infra.config import load_config
+from infra.grpcserver import GrpcServer
+from infra.logs import configure_logging
+from infra.metrics import MetricsServer
+from infra.runner import run_until_signalled, write_ready_file
+from nodeagent.engine import Engine
+from nodeagent.llamacpp import LlamaCppEngine
+from nodeagent.reporter import LoadReporter, NodeIdentity
+from nodeagent.requests import RequestRegistry
+from nodeagent.servicer import NodeServicer
+
+
+@dataclass
+class NodeAgentConfig:
+    node_id: str = field(default_factory=socket.gethostname)
+    grpc_listen: str = "127.0.0.1:0"
+    metrics_listen: str = "127.0.0.1:0"
+    # The address gateways dial; empty means the bound gRPC address.
+    advertise_address: str = ""
+    scheduler_addresses: list[str] = field(default_factory=lambda: ["127.0.0.1:50051"])
+    engine: str = "llamacpp"
+    model: str = "smollm2-135m-instruct"
+    model_path: str = ""
+    pool: str = "small"
+    slot_context_tokens: int = 8192
+    parallel: int = 2
+    threads: int = 2
+    report_interval_s: float = 0.25
+    shutdown_grace_s: float = 30.0
+    keep_after_finish_s: float = 60.0
+    ready_file: str = ""
+    log_level: str = "info"
+
+
+def build_engine(config: NodeAgentConfig) -> Engine:
+    if config.engine == "llamacpp":
+        return LlamaCppEngine(
+            model=config.model,
+            model_path=config.model_path,
+            slot_context_tokens=config.slot_context_tokens,
+            parallel=config.parallel,
+            threads=config.threads,
+        )
+    raise ValueError(f"unknown engine {config.engine!r}; this build has: llamacpp")
+
+
+async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
+    log = configure_logging("nodeagent", config.log_level).bind(node=config.node_id)
+    engine = build_engine(config)
+    await engine.start()
+    registry = RequestRegistry(engine, config.keep_after_finish_s)
+    accepting = asyncio.Event()
+    accepting.set()
+    server = GrpcServer(
+        config.grpc_listen, [node_service_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name]
+    )
+    node_service_pb2_grpc.add_NodeServiceServicer_to_server(
+        NodeServicer(engine, registry, accepting), server.server
+    )
+    metrics_registry = CollectorRegistry()
+    running = Gauge("nodeagent_running_requests", "requests generating", registry=metrics_registry)
+    running.set_function(lambda: len(registry))
+    metrics = MetricsServer(metrics_registry, config.metrics_listen)
+    await server.start()
+    await server.set_serving(True)
+    await metrics.start()
+    identity = NodeIdentity(config.node_id, config.advertise_address or server.address, config.pool)
+    reporter = LoadReporter(
+        identity, engine, config.scheduler_addresses, accepting, config.report_interval_s
+    )
+    reporting = asyncio.create_task(reporter.run())
+    write_ready_file(
+        config.ready_file,
+        {"grpc": server.address, "metrics": metrics.port, "node_id": identity.node_id},
+    )
+    log.info("nodeagent ready", grpc=server.address, metrics_port=metrics.port, model=engine.model)
+    await stop.wait()
+    # Drain: refuse new answers (the scheduler sees DRAINING), let running ones finish.
+    accepting.clear()
+    await registry.wait_idle(config.shutdown_grace_s)
+    reporting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await reporting
+    await server.stop(grace_s=2.0)
+    await registry.close()
+    await metrics.stop()
+    await engine.stop()
+    log.info("nodeagent stopped")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="the sidecar beside one engine")
+    parser.add_argument("--config", help="YAML file with a nodeagent: section")
+    args = parser.parse_args()
+    config = load_config(NodeAgentConfig, "nodeagent", args.config)
+    run_until_signalled(lambda stop: serve(config, stop))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""Streams this node's registration and load to the scheduler and obeys its commands."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import grpc
+import structlog
+
+from chat.v1 import scheduler_service_pb2 as pb
+from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
+from nodeagent.engine import Engine
+
+
+@dataclass(frozen=True, slots=True)
+class NodeIdentity:
+    node_id: str
+    address: str
+    pool: str
+
+
+class LoadReporter:
+    def __init__(
+        self,
+        identity: NodeIdentity,
+        engine: Engine,
+        scheduler_addresses: list[str],
+        accepting: asyncio.Event,
+        interval_s: float = 0.25,
+    ) -> None:
+        self._identity = identity
+        self._engine = engine
+        self._addresses = scheduler_addresses
+        self._accepting = accepting
+        self._interval_s = interval_s
+        self._draining_by_operator = False
+        self._log = structlog.get_logger(component="reporter", node=identity.node_id)
+
+    async def run(self) -> None:
+        """One stream per scheduler: every scheduler holds the whole load table."""
+        async with asyncio.TaskGroup() as group:
+            for address in self._addresses:
+                group.create_task(self._report_forever(address))
+
+    async def _report_forever(self, address: str) -> None:
+        backoff_s = 0.1
+        while True:
+            try:
+                async with grpc.aio.insecure_channel(address) as channel:
+                    stub = pb_grpc.SchedulerServiceStub(channel)
+                    call = stub.ConnectNode(self._messages())
+                    backoff_s = 0.1
+                    async for response in call:
+                        self._obey(response.command)
+            except grpc.aio.AioRpcError as error:
+                self._log.warning(
+                    "scheduler stream lost", scheduler=address, code=error.code().name
+                )
+            await asyncio.sleep(backoff_s)
+            backoff_s = min(2.0, backoff_s * 2)
+
+    def _obey(self, command: int) -> None:
+        if command == pb.NODE_COMMAND_DRAIN:
+            self._draining_by_operator = True
+            self._accepting.clear()
+        elif command == pb.NODE_COMMAND_UNDRAIN:
+            self._draining_by_operator = False
+            self._accepting.set()
+
+    async def _messages(self) -> AsyncIterator[pb.ConnectNodeRequest]:
+        yield pb.ConnectNodeRequest(
+            registration=pb.NodeRegistration(
+                node_id=self._identity.node_id,
+                address=self._identity.address,
+                model=self._engine.model,
+                pool=self._identity.pool,
+                context_tokens=self._engine.context_tokens,
+                kv_capacity_tokens=(await self._engine.load()).kv_capacity_tokens,
+            )
+        )
+        while True:
+            yield pb.ConnectNodeRequest(load=await self.snapshot())
+            await asyncio.sleep(self._interval_s)
+
+    async def snapshot(self) -> pb.LoadReport:
+        load = await self._engine.load()
+        state = pb.NODE_STATE_READY if self._accepting.is_set() else pb.NODE_STATE_DRAINING
+        return pb.LoadReport(
+            kv_usage=load.kv_usage,
+            free_kv_tokens=load.free_kv_tokens,
+            queued_prefill_tokens=load.queued_prefill_tokens,
+            running_requests=load.running_requests,
+            waiting_requests=load.waiting_requests,
+            prefix_hit_rate=load.prefix_hit_rate,
+            state=state,
+        )

@@ -1,0 +1,110 @@
+"""The node's running requests. Generation outlives the gRPC stream that started it, so a
+gateway that lost its stream can re-attach by request id and read on from where it was."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from domain.types import Finish, Usage
+from nodeagent.engine import Chunk, Engine, EngineError, Finished, GenerationRequest
+
+
+@dataclass(slots=True)
+class RunningRequest:
+    request: GenerationRequest
+    chunks: list[str] = field(default_factory=list)
+    finished: Finished | None = None
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    task: asyncio.Task[None] | None = None
+
+    async def follow(self, after_index: int = 0) -> AsyncIterator[tuple[int, str] | Finished]:
+        """Chunks numbered from 1 after after_index, then the Finished."""
+        sent = after_index
+        while True:
+            async with self.changed:
+                await self.changed.wait_for(
+                    lambda seen=sent: len(self.chunks) > seen or self.finished is not None
+                )
+                pending = self.chunks[sent:]
+                finished = self.finished
+            for text in pending:
+                sent += 1
+                yield sent, text
+            if finished is not None and sent >= len(self.chunks):
+                yield finished
+                return
+
+    def cancel(self) -> None:
+        if self.task and not self.task.done():
+            self.task.cancel()
+
+
+class RequestRegistry:
+    """Owns every running request of this node; evicts each a grace period after it ends."""
+
+    def __init__(self, engine: Engine, keep_after_finish_s: float = 60.0) -> None:
+        self._engine = engine
+        self._keep_after_finish_s = keep_after_finish_s
+        self._requests: dict[str, RunningRequest] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def __len__(self) -> int:
+        return sum(1 for r in self._requests.values() if r.finished is None)
+
+    def get(self, request_id: str) -> RunningRequest | None:
+        return self._requests.get(request_id)
+
+    def start(self, request: GenerationRequest) -> RunningRequest:
+        existing = self._requests.get(request.request_id)
+        if existing is not None:
+            return existing
+        running = RunningRequest(request)
+        self._requests[request.request_id] = running
+        running.task = asyncio.create_task(self._run(running), name=f"gen-{request.request_id}")
+        return running
+
+    async def _run(self, running: RunningRequest) -> None:
+        output = 0
+        finished: Finished | None = None
+        try:
+            async for item in self._engine.generate(running.request):
+                if isinstance(item, Chunk):
+                    output += 1
+                    async with running.changed:
+                        running.chunks.append(item.text)
+                        running.changed.notify_all()
+                else:
+                    finished = item
+            if finished is None:
+                raise EngineError("the engine ended a stream without a finish")
+        except asyncio.CancelledError:
+            usage = Usage(input_tokens=running.request.prompt_tokens, output_tokens=output)
+            finished = Finished(Finish.CANCELLED, usage)
+        except EngineError:
+            finished = Finished(Finish.ERROR, Usage(output_tokens=output))
+        async with running.changed:
+            running.finished = finished
+            running.changed.notify_all()
+        evict = asyncio.create_task(self._evict_later(running.request.request_id))
+        self._tasks.add(evict)
+        evict.add_done_callback(self._tasks.discard)
+
+    async def _evict_later(self, request_id: str) -> None:
+        await asyncio.sleep(self._keep_after_finish_s)
+        self._requests.pop(request_id, None)
+
+    async def wait_idle(self, timeout_s: float) -> None:
+        running = [r.task for r in self._requests.values() if r.task and not r.task.done()]
+        if running:
+            await asyncio.wait(running, timeout=timeout_s)
+
+    async def close(self) -> None:
+        for running in self._requests.values():
+            running.cancel()
+        for task in [*self._tasks, *(r.task for r in self._requests.values() if r.task)]:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,98 @@
+"""NodeService: translates the node's gRPC API to the request registry and the engine."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import grpc
+
+from chat.v1 import node_service_pb2, node_service_pb2_grpc
+from domain.errors import InvalidArgument, NotFound, Unavailable
+from infra.grpcserver import maps_domain_errors
+from nodeagent.convert import ROLE_FROM_PB, finish_to_pb, request_from_pb
+from nodeagent.engine import Engine, EngineError
+from nodeagent.requests import RequestRegistry, RunningRequest
+
+MAX_TOKENIZE_TEXTS = 256
+
+
+def _validate_start(start: node_service_pb2.GenerateStart, context_tokens: int) -> None:
+    if not start.request_id:
+        raise InvalidArgument("start.request_id is required")
+    if not start.turns:
+        raise InvalidArgument("start.turns must hold at least one turn")
+    if any(t.role not in ROLE_FROM_PB for t in start.turns):
+        raise InvalidArgument("every turn needs a role")
+    if not 0 < start.max_tokens <= context_tokens:
+        raise InvalidArgument(f"start.max_tokens must be within 1..{context_tokens}")
+
+
+class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
+    def __init__(self, engine: Engine, registry: RequestRegistry, accepting: asyncio.Event) -> None:
+        self._engine = engine
+        self._registry = registry
+        self._accepting = accepting
+
+    async def _open(self, first: node_service_pb2.GenerateRequest) -> tuple[RunningRequest, int]:
+        kind = first.WhichOneof("kind")
+        if kind == "start":
+            _validate_start(first.start, self._engine.context_tokens)
+            if not self._accepting.is_set():
+                raise Unavailable("this node is draining; pick another replica")
+            return self._registry.start(request_from_pb(first.start)), 0
+        if kind == "attach":
+            running = self._registry.get(first.attach.request_id)
+            if running is None:
+                raise NotFound(f"no running request {first.attach.request_id!r} on this node")
+            return running, first.attach.after_chunk_index
+        raise InvalidArgument("the first message of a Generate stream must be start or attach")
+
+    @maps_domain_errors
+    async def Generate(
+        self,
+        request_iterator: AsyncIterator[node_service_pb2.GenerateRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[node_service_pb2.GenerateResponse]:
+        first = await anext(aiter(request_iterator), None)
+        if first is None:
+            raise InvalidArgument("the Generate stream closed before its first message")
+        running, after = await self._open(first)
+        watcher = asyncio.create_task(_watch_cancel(request_iterator, running))
+        try:
+            async for item in running.follow(after):
+                if isinstance(item, tuple):
+                    index, text = item
+                    chunk = node_service_pb2.TokenChunk(index=index, text=text)
+                    yield node_service_pb2.GenerateResponse(chunk=chunk)
+                else:
+                    yield finish_to_pb(item, self._engine.model)
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+    @maps_domain_errors
+    async def Tokenize(
+        self, request: node_service_pb2.TokenizeRequest, context: grpc.aio.ServicerContext
+    ) -> node_service_pb2.TokenizeResponse:
+        if len(request.texts) > MAX_TOKENIZE_TEXTS:
+            raise InvalidArgument(f"at most {MAX_TOKENIZE_TEXTS} texts per call")
+        try:
+            counts = await self._engine.tokenize(list(request.texts))
+        except EngineError as exc:
+            raise Unavailable(f"the engine could not tokenize: {exc}") from exc
+        return node_service_pb2.TokenizeResponse(token_counts=counts, model=self._engine.model)
+
+
+async def _watch_cancel(
+    request_iterator: AsyncIterator[node_service_pb2.GenerateRequest], running: RunningRequest
+) -> None:
+    # A stream that closes without a cancel leaves the answer running so a gateway can
+    # re-attach; only an explicit cancel aborts it in the engine.
+    with contextlib.suppress(grpc.aio.AioRpcError, asyncio.CancelledError):
+        async for message in request_iterator:
+            if message.WhichOneof("kind") == "cancel":
+                running.cancel()
+                return

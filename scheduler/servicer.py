@@ -1,0 +1,304 @@
+"""SchedulerService: node streams in, picks and admin calls out. Translates and delegates."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import grpc
+from google.protobuf import timestamp_pb2
+
+from chat.v1 import common_pb2
+from chat.v1 import scheduler_service_pb2 as pb
+from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
+from domain.errors import InvalidArgument, NotFound, PermissionDenied, Unauthenticated
+from domain.picker import PickReason, ReplicaLoad, pick_replica
+from domain.types import NodeState, Tier
+from infra.bearer import bearer_from_metadata, new_token, same_secret, token_hash
+from infra.grpcserver import maps_domain_errors
+from scheduler.table import LoadTable, NodeEntry
+from store.records import UserRecord
+from store.sqlite import SqliteStore
+
+_STATE_FROM_PB = {
+    pb.NODE_STATE_STARTING: NodeState.STARTING,
+    pb.NODE_STATE_READY: NodeState.READY,
+    pb.NODE_STATE_DRAINING: NodeState.DRAINING,
+    pb.NODE_STATE_DEAD: NodeState.DEAD,
+}
+_STATE_TO_PB = {v: k for k, v in _STATE_FROM_PB.items()}
+_REASON_TO_PB = {
+    PickReason.AFFINITY: pb.PICK_REASON_AFFINITY,
+    PickReason.ESCAPED_QUEUE: pb.PICK_REASON_ESCAPED_QUEUE,
+    PickReason.ESCAPED_KV_ROOM: pb.PICK_REASON_ESCAPED_KV_ROOM,
+    PickReason.NO_REPLICA: pb.PICK_REASON_NO_REPLICA,
+}
+_TIER_FROM_PB = {common_pb2.TIER_FREE: Tier.FREE, common_pb2.TIER_PLUS: Tier.PLUS}
+_TIER_TO_PB = {v: k for k, v in _TIER_FROM_PB.items()}
+MAX_ID_CHARS = 128
+
+
+def _load_fields(report: pb.LoadReport) -> dict[str, object]:
+    return {
+        "kv_usage": report.kv_usage,
+        "free_kv_tokens": report.free_kv_tokens,
+        "queued_prefill_tokens": report.queued_prefill_tokens,
+        "running_requests": report.running_requests,
+        "waiting_requests": report.waiting_requests,
+        "prefix_hit_rate": report.prefix_hit_rate,
+        "state": _STATE_FROM_PB.get(report.state, NodeState.STARTING),
+    }
+
+
+def _registration_to_load(reg: pb.NodeRegistration) -> ReplicaLoad:
+    if not reg.node_id or not reg.address or not reg.pool:
+        raise InvalidArgument("a registration needs node_id, address and pool")
+    return ReplicaLoad(
+        node_id=reg.node_id,
+        address=reg.address,
+        pool=reg.pool,
+        model=reg.model,
+        state=NodeState.STARTING,
+        free_kv_tokens=reg.kv_capacity_tokens,
+        queued_prefill_tokens=0,
+    )
+
+
+def _user_to_pb(user: UserRecord) -> pb.User:
+    created = timestamp_pb2.Timestamp()
+    created.FromNanoseconds(int(user.created_at * 1e9))
+    return pb.User(
+        user_id=user.user_id,
+        tier=_TIER_TO_PB[user.tier],
+        created_at=created,
+        has_token=user.has_token,
+    )
+
+
+def _tier(value: int) -> Tier:
+    if value not in _TIER_FROM_PB:
+        raise InvalidArgument("tier must be TIER_FREE or TIER_PLUS")
+    return _TIER_FROM_PB[value]
+
+
+class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
+    def __init__(
+        self,
+        table: LoadTable,
+        users: SqliteStore,
+        admin_token: str,
+        prefill_tokens_per_s: float,
+    ) -> None:
+        self._table = table
+        self._users = users
+        self._admin_token = admin_token
+        self._prefill_tokens_per_s = prefill_tokens_per_s
+        self._pinned_rung: int | None = None
+
+    def _check_admin(self, context: grpc.aio.ServicerContext) -> None:
+        token = bearer_from_metadata(context.invocation_metadata())
+        if token is None:
+            raise Unauthenticated("admin calls need 'authorization: Bearer <admin token>'")
+        if not self._admin_token or not same_secret(token, self._admin_token):
+            raise PermissionDenied("this token may not use the admin API")
+
+    # The node stream ----------------------------------------------------------------------------
+
+    @maps_domain_errors
+    async def ConnectNode(
+        self,
+        request_iterator: AsyncIterator[pb.ConnectNodeRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[pb.ConnectNodeResponse]:
+        first = await anext(aiter(request_iterator), None)
+        if first is None or first.WhichOneof("kind") != "registration":
+            raise InvalidArgument("a node stream starts with its registration")
+        reg = first.registration
+        entry = self._table.join(
+            _registration_to_load(reg), reg.context_tokens, reg.kv_capacity_tokens
+        )
+        if entry.drained_by_operator:
+            entry.commands.put_nowait(pb.NODE_COMMAND_DRAIN)
+        reader = asyncio.create_task(self._read_reports(reg.node_id, request_iterator, entry))
+        try:
+            while not reader.done():
+                command = asyncio.create_task(entry.commands.get())
+                done, _ = await asyncio.wait({command, reader}, return_when="FIRST_COMPLETED")
+                if command in done:
+                    yield pb.ConnectNodeResponse(command=command.result())
+                else:
+                    command.cancel()
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+            self._table.leave(reg.node_id, entry)
+
+    async def _read_reports(
+        self, node_id: str, requests: AsyncIterator[pb.ConnectNodeRequest], entry: NodeEntry
+    ) -> None:
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            async for message in requests:
+                if message.WhichOneof("kind") == "load":
+                    self._table.report(node_id, **_load_fields(message.load))
+
+    # Picking ------------------------------------------------------------------------------------
+
+    @maps_domain_errors
+    async def PickReplica(
+        self, request: pb.PickReplicaRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PickReplicaResponse:
+        if not request.conversation_id or len(request.conversation_id) > MAX_ID_CHARS:
+            raise InvalidArgument(f"conversation_id must be 1..{MAX_ID_CHARS} characters")
+        if not request.pool:
+            raise InvalidArgument("pool is required")
+        excluded = set(request.exclude_node_ids)
+        replicas = [r for r in self._table.pool(request.pool) if r.node_id not in excluded]
+        pick = pick_replica(
+            request.conversation_id,
+            request.prompt_tokens,
+            request.reusable_prefix_tokens,
+            replicas,
+        )
+        rung = self._pinned_rung or 0
+        if pick.replica is None:
+            return pb.PickReplicaResponse(reason=_REASON_TO_PB[pick.reason], ladder_rung=rung)
+        wait = pick.replica.queued_prefill_tokens / self._prefill_tokens_per_s
+        return pb.PickReplicaResponse(
+            node_id=pick.replica.node_id,
+            address=pick.replica.address,
+            reason=_REASON_TO_PB[pick.reason],
+            expected_wait_seconds=wait,
+            ladder_rung=rung,
+            model=pick.replica.model,
+        )
+
+    # Admin: fleet -------------------------------------------------------------------------------
+
+    @maps_domain_errors
+    async def ListNodes(
+        self, request: pb.ListNodesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListNodesResponse:
+        self._check_admin(context)
+        nodes = []
+        for node_id, entry in self._table.entries():
+            load = entry.load
+            if request.pool and load.pool != request.pool:
+                continue
+            at = timestamp_pb2.Timestamp()
+            at.FromNanoseconds(int(entry.last_report_at * 1e9))
+            nodes.append(
+                pb.NodeStatus(
+                    registration=pb.NodeRegistration(
+                        node_id=node_id,
+                        address=load.address,
+                        model=load.model,
+                        pool=load.pool,
+                        context_tokens=entry.context_tokens,
+                        kv_capacity_tokens=entry.kv_capacity_tokens,
+                    ),
+                    load=pb.LoadReport(
+                        kv_usage=load.kv_usage,
+                        free_kv_tokens=load.free_kv_tokens,
+                        queued_prefill_tokens=load.queued_prefill_tokens,
+                        running_requests=load.running_requests,
+                        waiting_requests=load.waiting_requests,
+                        prefix_hit_rate=load.prefix_hit_rate,
+                        state=_STATE_TO_PB[load.state],
+                    ),
+                    last_report_at=at,
+                )
+            )
+        return pb.ListNodesResponse(nodes=nodes)
+
+    async def _drain(self, node_id: str, drained: bool, context: grpc.aio.ServicerContext) -> None:
+        self._check_admin(context)
+        entry = self._table.set_drained(node_id, drained)
+        if entry is None:
+            raise NotFound(f"no node {node_id!r}")
+        entry.commands.put_nowait(pb.NODE_COMMAND_DRAIN if drained else pb.NODE_COMMAND_UNDRAIN)
+
+    @maps_domain_errors
+    async def DrainNode(
+        self, request: pb.DrainNodeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DrainNodeResponse:
+        await self._drain(request.node_id, True, context)
+        return pb.DrainNodeResponse()
+
+    @maps_domain_errors
+    async def UndrainNode(
+        self, request: pb.UndrainNodeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UndrainNodeResponse:
+        await self._drain(request.node_id, False, context)
+        return pb.UndrainNodeResponse()
+
+    @maps_domain_errors
+    async def GetLadder(
+        self, request: pb.GetLadderRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetLadderResponse:
+        self._check_admin(context)
+        # UNFINISHED: the ladder's busy-share controller is the scheduler issue's; until then
+        # the rung is 0 unless an operator pins one.
+        return pb.GetLadderResponse(
+            rung=self._pinned_rung or 0, pinned=self._pinned_rung is not None
+        )
+
+    @maps_domain_errors
+    async def PinLadder(
+        self, request: pb.PinLadderRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PinLadderResponse:
+        self._check_admin(context)
+        if request.HasField("rung") and request.rung > 3:
+            raise InvalidArgument("rung must be 0..3")
+        self._pinned_rung = request.rung if request.HasField("rung") else None
+        return pb.PinLadderResponse(
+            rung=self._pinned_rung or 0, pinned=self._pinned_rung is not None
+        )
+
+    # Admin: users -------------------------------------------------------------------------------
+
+    @maps_domain_errors
+    async def CreateUser(
+        self, request: pb.CreateUserRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateUserResponse:
+        self._check_admin(context)
+        if not request.user_id or len(request.user_id) > MAX_ID_CHARS:
+            raise InvalidArgument(f"user_id must be 1..{MAX_ID_CHARS} characters")
+        token = new_token("u")
+        user = await self._users.create_user(
+            request.user_id, _tier(request.tier), token_hash(token)
+        )
+        return pb.CreateUserResponse(user=_user_to_pb(user), token=token)
+
+    @maps_domain_errors
+    async def ListUsers(
+        self, request: pb.ListUsersRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListUsersResponse:
+        self._check_admin(context)
+        return pb.ListUsersResponse(users=[_user_to_pb(u) for u in await self._users.list_users()])
+
+    @maps_domain_errors
+    async def SetUserTier(
+        self, request: pb.SetUserTierRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SetUserTierResponse:
+        self._check_admin(context)
+        user = await self._users.set_user_tier(request.user_id, _tier(request.tier))
+        return pb.SetUserTierResponse(user=_user_to_pb(user))
+
+    @maps_domain_errors
+    async def RotateUserToken(
+        self, request: pb.RotateUserTokenRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RotateUserTokenResponse:
+        self._check_admin(context)
+        token = new_token("u")
+        await self._users.set_user_token_hash(request.user_id, token_hash(token))
+        return pb.RotateUserTokenResponse(token=token)
+
+    @maps_domain_errors
+    async def RevokeUserTokens(
+        self, request: pb.RevokeUserTokensRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RevokeUserTokensResponse:
+        self._check_admin(context)
+        await self._users.set_user_token_hash(request.user_id, None)
+        return pb.RevokeUserTokensResponse()

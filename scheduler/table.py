@@ -1,0 +1,79 @@
+"""The live load table: which replicas exist, how loaded they are, and how to reach them.
+
+Only the scheduler's event loop mutates it; readers get immutable ReplicaLoad snapshots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from domain.picker import ReplicaLoad
+from domain.types import NodeState
+
+
+@dataclass(slots=True)
+class NodeEntry:
+    load: ReplicaLoad
+    context_tokens: int
+    kv_capacity_tokens: int
+    last_report_at: float
+    commands: asyncio.Queue[int] = field(default_factory=asyncio.Queue)
+    drained_by_operator: bool = False
+
+
+class LoadTable:
+    def __init__(self, clock: Callable[[], float], report_timeout_s: float = 2.0) -> None:
+        self._clock = clock
+        self._report_timeout_s = report_timeout_s
+        self._nodes: dict[str, NodeEntry] = {}
+
+    def join(self, load: ReplicaLoad, context_tokens: int, kv_capacity_tokens: int) -> NodeEntry:
+        previous = self._nodes.get(load.node_id)
+        entry = NodeEntry(load, context_tokens, kv_capacity_tokens, self._clock())
+        if previous is not None:
+            entry.drained_by_operator = previous.drained_by_operator
+        self._nodes[load.node_id] = entry
+        return entry
+
+    def report(self, node_id: str, **fields: object) -> None:
+        entry = self._nodes.get(node_id)
+        if entry is None:
+            return
+        load = replace(entry.load, **fields)  # type: ignore[arg-type]
+        if entry.drained_by_operator and load.state is NodeState.READY:
+            load = replace(load, state=NodeState.DRAINING)
+        entry.load = load
+        entry.last_report_at = self._clock()
+
+    def leave(self, node_id: str, entry: NodeEntry) -> None:
+        # A reconnect may already have replaced the entry; only the stream that owns it removes it.
+        if self._nodes.get(node_id) is entry:
+            del self._nodes[node_id]
+
+    def expire(self) -> list[str]:
+        """Drops nodes whose reports stopped; returns their ids."""
+        cutoff = self._clock() - self._report_timeout_s
+        gone = [n for n, e in self._nodes.items() if e.last_report_at < cutoff]
+        for node_id in gone:
+            del self._nodes[node_id]
+        return gone
+
+    def set_drained(self, node_id: str, drained: bool) -> NodeEntry | None:
+        entry = self._nodes.get(node_id)
+        if entry is None:
+            return None
+        entry.drained_by_operator = drained
+        state = NodeState.DRAINING if drained else NodeState.READY
+        entry.load = replace(entry.load, state=state)
+        return entry
+
+    def entries(self) -> list[tuple[str, NodeEntry]]:
+        return sorted(self._nodes.items())
+
+    def pool(self, pool: str) -> list[ReplicaLoad]:
+        return [e.load for e in self._nodes.values() if e.load.pool == pool]
+
+    def pools(self) -> set[str]:
+        return {e.load.pool for e in self._nodes.values()}

@@ -1,0 +1,55 @@
+"""Rows as the stores return them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from domain.types import Role, Tier
+
+
+@dataclass(frozen=True, slots=True)
+class UserRecord:
+    user_id: str
+    tier: Tier
+    has_token: bool
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationRecord:
+    user_id: str
+    conversation_id: str
+    title: str
+    model: str
+    summary: str
+    summary_upto_seq: int
+    total_tokens: int
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRecord:
+    conversation_id: str
+    seq: int
+    message_id: str
+    parent_seq: int | None
+    role: Role
+    content: str
+    tokens: int
+    model: str
+    replica_id: str
+    finish: str
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    message_id: str
+    role: Role
+    content: str
+    tokens: int
+    parent_seq: int | None
+    model: str = ""
+    replica_id: str = ""
+    finish: str = ""

@@ -1,0 +1,279 @@
+"""SQLite store for users and conversations: the local platform's default.
+
+WAL mode lets the scheduler (users) and the gateway (both) share one file across processes.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from importlib import resources
+from pathlib import Path
+
+import aiosqlite
+
+from domain.errors import AlreadyExists, NotFound
+from domain.types import Role, Tier
+from store.records import ConversationRecord, MessageRecord, NewMessage, UserRecord
+
+_CONVERSATION_COLUMNS = (
+    "user_id, conversation_id, title, model, summary, summary_upto_seq, total_tokens, "
+    "created_at, updated_at"
+)
+_MESSAGE_COLUMNS = (
+    "conversation_id, seq, message_id, parent_seq, role, content, tokens, model, replica_id, "
+    "finish, created_at"
+)
+
+
+def _migrations() -> list[tuple[int, str]]:
+    folder = resources.files("store") / "migrations" / "sqlite"
+    found = []
+    for item in folder.iterdir():
+        if item.name.endswith(".sql"):
+            found.append((int(item.name.split("_", 1)[0]), item.read_text()))
+    return sorted(found)
+
+
+def _user(row: sqlite3.Row) -> UserRecord:
+    return UserRecord(
+        row["user_id"], Tier(row["tier"]), row["token_hash"] is not None, row["created_at"]
+    )
+
+
+def _conversation(row: sqlite3.Row) -> ConversationRecord:
+    return ConversationRecord(*(row[k] for k in _CONVERSATION_COLUMNS.split(", ")))
+
+
+def _message(row: sqlite3.Row) -> MessageRecord:
+    values = dict(row)
+    values["role"] = Role(values["role"])
+    return MessageRecord(**values)
+
+
+class SqliteStore:
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._db: aiosqlite.Connection | None = None
+
+    async def open(self) -> None:
+        if self._path != ":memory:":
+            Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = await aiosqlite.connect(self._path, timeout=10)
+        self._db.row_factory = sqlite3.Row
+        await self._db.execute("PRAGMA journal_mode=WAL")
+        await self._db.execute("PRAGMA foreign_keys=ON")
+        await self._migrate()
+
+    async def close(self) -> None:
+        if self._db is not None:
+            await self._db.close()
+
+    @property
+    def db(self) -> aiosqlite.Connection:
+        if self._db is None:
+            raise RuntimeError("the store is not open")
+        return self._db
+
+    async def _migrate(self) -> None:
+        await self.db.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations "
+            "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
+        )
+        await self.db.commit()
+        async with self.db.execute("SELECT version FROM schema_migrations") as cursor:
+            applied = {row[0] async for row in cursor}
+        for version, script in _migrations():
+            if version in applied:
+                continue
+            # executescript commits on its own, so the version row goes in the same script.
+            try:
+                await self.db.executescript(
+                    f"BEGIN;\n{script}\nINSERT INTO schema_migrations VALUES ({version}, "
+                    f"{time.time()});\nCOMMIT;"
+                )
+            except sqlite3.OperationalError:
+                # Another process migrated first; its rows are what we wanted.
+                await self.db.rollback()
+
+    async def schema_version(self) -> int:
+        async with self.db.execute("SELECT max(version) FROM schema_migrations") as cursor:
+            row = await cursor.fetchone()
+        return int(row[0] or 0) if row else 0
+
+    # Users ------------------------------------------------------------------------------------
+
+    async def create_user(self, user_id: str, tier: Tier, token_hash: str) -> UserRecord:
+        now = time.time()
+        try:
+            await self.db.execute(
+                "INSERT INTO users (user_id, tier, token_hash, created_at) VALUES (?, ?, ?, ?)",
+                (user_id, tier.value, token_hash, now),
+            )
+            await self.db.commit()
+        except sqlite3.IntegrityError as exc:
+            await self.db.rollback()
+            raise AlreadyExists(f"user {user_id!r} already exists") from exc
+        return UserRecord(user_id, tier, True, now)
+
+    async def user_by_token_hash(self, token_hash: str) -> UserRecord | None:
+        async with self.db.execute(
+            "SELECT * FROM users WHERE token_hash = ?", (token_hash,)
+        ) as cursor:
+            row = await cursor.fetchone()
+        return _user(row) if row else None
+
+    async def get_user(self, user_id: str) -> UserRecord:
+        async with self.db.execute("SELECT * FROM users WHERE user_id = ?", (user_id,)) as cursor:
+            row = await cursor.fetchone()
+        if row is None:
+            raise NotFound(f"no user {user_id!r}")
+        return _user(row)
+
+    async def list_users(self) -> list[UserRecord]:
+        async with self.db.execute("SELECT * FROM users ORDER BY user_id") as cursor:
+            return [_user(row) async for row in cursor]
+
+    async def set_user_tier(self, user_id: str, tier: Tier) -> UserRecord:
+        await self._update_user(
+            "UPDATE users SET tier = ? WHERE user_id = ?", (tier.value, user_id)
+        )
+        return await self.get_user(user_id)
+
+    async def set_user_token_hash(self, user_id: str, token_hash: str | None) -> None:
+        await self._update_user(
+            "UPDATE users SET token_hash = ? WHERE user_id = ?", (token_hash, user_id)
+        )
+
+    async def _update_user(self, sql: str, params: tuple[object, ...]) -> None:
+        cursor = await self.db.execute(sql, params)
+        await self.db.commit()
+        if cursor.rowcount == 0:
+            raise NotFound(f"no user {params[-1]!r}")
+
+    # Conversations -----------------------------------------------------------------------------
+
+    async def get_conversation(self, user_id: str, conversation_id: str) -> ConversationRecord:
+        async with self.db.execute(
+            f"SELECT {_CONVERSATION_COLUMNS} FROM conversations "
+            "WHERE user_id = ? AND conversation_id = ?",
+            (user_id, conversation_id),
+        ) as cursor:
+            row = await cursor.fetchone()
+        if row is None:
+            raise NotFound(f"no conversation {conversation_id!r}")
+        return _conversation(row)
+
+    async def list_conversations(
+        self, user_id: str, limit: int, updated_before: float | None = None
+    ) -> list[ConversationRecord]:
+        before = updated_before if updated_before is not None else float("inf")
+        async with self.db.execute(
+            f"SELECT {_CONVERSATION_COLUMNS} FROM conversations "
+            "WHERE user_id = ? AND updated_at < ? ORDER BY updated_at DESC LIMIT ?",
+            (user_id, before, limit),
+        ) as cursor:
+            return [_conversation(row) async for row in cursor]
+
+    async def delete_conversation(self, user_id: str, conversation_id: str) -> None:
+        cursor = await self.db.execute(
+            "DELETE FROM conversations WHERE user_id = ? AND conversation_id = ?",
+            (user_id, conversation_id),
+        )
+        await self.db.commit()
+        if cursor.rowcount == 0:
+            raise NotFound(f"no conversation {conversation_id!r}")
+
+    async def get_message(self, user_id: str, message_id: str) -> MessageRecord:
+        async with self.db.execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE user_id = ? AND message_id = ?",
+            (user_id, message_id),
+        ) as cursor:
+            row = await cursor.fetchone()
+        if row is None:
+            raise NotFound(f"no message {message_id!r}")
+        return _message(row)
+
+    async def list_messages(self, user_id: str, conversation_id: str) -> list[MessageRecord]:
+        await self.get_conversation(user_id, conversation_id)
+        async with self.db.execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages "
+            "WHERE user_id = ? AND conversation_id = ? ORDER BY seq",
+            (user_id, conversation_id),
+        ) as cursor:
+            return [_message(row) async for row in cursor]
+
+    async def newest_message(self, user_id: str, conversation_id: str) -> MessageRecord | None:
+        async with self.db.execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages "
+            "WHERE user_id = ? AND conversation_id = ? ORDER BY seq DESC LIMIT 1",
+            (user_id, conversation_id),
+        ) as cursor:
+            row = await cursor.fetchone()
+        return _message(row) if row else None
+
+    async def add_message(
+        self, user_id: str, conversation_id: str, message: NewMessage, title: str = ""
+    ) -> MessageRecord:
+        """Appends a turn; the first turn of a new conversation id creates the conversation."""
+        now = time.time()
+        db = self.db
+        try:
+            await db.execute("BEGIN IMMEDIATE")
+            await db.execute(
+                "INSERT INTO conversations (user_id, conversation_id, title, model, created_at, "
+                "updated_at) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (user_id, conversation_id) DO NOTHING",
+                (user_id, conversation_id, title, message.model, now, now),
+            )
+            async with db.execute(
+                "SELECT coalesce(max(seq), 0) + 1 FROM messages "
+                "WHERE user_id = ? AND conversation_id = ?",
+                (user_id, conversation_id),
+            ) as cursor:
+                row = await cursor.fetchone()
+            seq = int(row[0]) if row else 1
+            await db.execute(
+                f"INSERT INTO messages (user_id, {_MESSAGE_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    user_id,
+                    conversation_id,
+                    seq,
+                    message.message_id,
+                    message.parent_seq,
+                    message.role.value,
+                    message.content,
+                    message.tokens,
+                    message.model,
+                    message.replica_id,
+                    message.finish,
+                    now,
+                ),
+            )
+            await db.execute(
+                "UPDATE conversations SET updated_at = ?, total_tokens = total_tokens + ?, "
+                "model = CASE WHEN ? != '' THEN ? ELSE model END "
+                "WHERE user_id = ? AND conversation_id = ?",
+                (now, message.tokens, message.model, message.model, user_id, conversation_id),
+            )
+            await db.commit()
+        except sqlite3.IntegrityError as exc:
+            await db.rollback()
+            raise AlreadyExists(f"message {message.message_id!r} already exists") from exc
+        except BaseException:
+            await db.rollback()
+            raise
+        return MessageRecord(
+            conversation_id,
+            seq,
+            message.message_id,
+            message.parent_seq,
+            message.role,
+            message.content,
+            message.tokens,
+            message.model,
+            message.replica_id,
+            message.finish,
+            now,
+        )

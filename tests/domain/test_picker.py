@@ -1,0 +1,80 @@
+from collections import Counter
+
+from domain.picker import PickReason, ReplicaLoad, fnv1a64, pick_replica
+from domain.types import NodeState
+
+
+def replica(node_id: str, queued: int = 0, free_kv: int = 100_000, state=NodeState.READY):
+    return ReplicaLoad(node_id, f"{node_id}:1", "large", "m", state, free_kv, queued)
+
+
+def test_fnv1a64_matches_reference_vectors() -> None:
+    # Published FNV-1a 64-bit test vectors.
+    assert fnv1a64("") == 0xCBF29CE484222325
+    assert fnv1a64("a") == 0xAF63DC4C8601EC8C
+    assert fnv1a64("foobar") == 0x85944171F73967E8
+
+
+def test_same_conversation_gets_the_same_replica_every_time() -> None:
+    replicas = [replica(f"r{i}") for i in range(8)]
+    picks = {pick_replica("conv-42", 500, 400, replicas).replica.node_id for _ in range(20)}
+    assert len(picks) == 1
+    # ...and in another order of the table.
+    again = pick_replica("conv-42", 500, 400, list(reversed(replicas)))
+    assert again.replica.node_id in picks
+    assert again.reason is PickReason.AFFINITY
+
+
+def test_conversations_spread_over_replicas() -> None:
+    replicas = [replica(f"r{i}") for i in range(4)]
+    counts = Counter(pick_replica(f"c{i}", 10, 0, replicas).replica.node_id for i in range(4000))
+    assert set(counts) == {"r0", "r1", "r2", "r3"}
+    assert min(counts.values()) > 800  # 1,000 each on average
+
+
+def test_a_leaving_replica_moves_only_its_own_conversations() -> None:
+    replicas = [replica(f"r{i}") for i in range(10)]
+    before = {f"c{i}": pick_replica(f"c{i}", 10, 10, replicas).replica.node_id for i in range(3000)}
+    remaining = [r for r in replicas if r.node_id != "r3"]
+    after = {c: pick_replica(c, 10, 10, remaining).replica.node_id for c in before}
+    moved = [c for c in before if before[c] != after[c]]
+    assert all(before[c] == "r3" for c in moved)
+    assert 0.05 < len(moved) / len(before) < 0.15  # about 1/10
+
+
+def test_escapes_a_favourite_without_kv_room() -> None:
+    replicas = [replica(f"r{i}") for i in range(4)]
+    favourite = pick_replica("c1", 100, 90, replicas).replica.node_id
+    crowded = [
+        replica(r.node_id, free_kv=50 if r.node_id == favourite else 100_000) for r in replicas
+    ]
+    pick = pick_replica("c1", 100, 90, crowded)
+    assert pick.reason is PickReason.ESCAPED_KV_ROOM
+    assert pick.replica.node_id != favourite
+
+
+def test_escapes_only_when_extra_queue_exceeds_the_saved_prefill() -> None:
+    replicas = [replica(f"r{i}") for i in range(4)]
+    favourite = pick_replica("c1", 3000, 2600, replicas).replica.node_id
+
+    def with_queue(queued: int) -> list[ReplicaLoad]:
+        return [
+            replica(r.node_id, queued=queued if r.node_id == favourite else 0) for r in replicas
+        ]
+
+    assert pick_replica("c1", 3000, 2600, with_queue(2600)).replica.node_id == favourite
+    escaped = pick_replica("c1", 3000, 2600, with_queue(2601))
+    assert escaped.reason is PickReason.ESCAPED_QUEUE
+    assert escaped.replica.node_id != favourite
+
+
+def test_draining_and_starting_replicas_are_never_picked() -> None:
+    replicas = [
+        replica("a", state=NodeState.DRAINING),
+        replica("b", state=NodeState.STARTING),
+        replica("c"),
+    ]
+    for i in range(50):
+        assert pick_replica(f"c{i}", 10, 0, replicas).replica.node_id == "c"
+    none = pick_replica("c1", 10, 0, replicas[:2])
+    assert none.replica is None and none.reason is PickReason.NO_REPLICA

@@ -1,0 +1,233 @@
+"""One message end to end: edge -> gateway -> scheduler -> nodeagent -> llama.cpp, and back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import aiohttp
+import pytest
+
+from clients.chatctl.platform import LocalPlatform
+from tests.sse import SseEvent, read_events
+
+pytestmark = pytest.mark.slow
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:12]}"
+
+
+async def send(
+    http: aiohttp.ClientSession,
+    url: str,
+    token: str,
+    conversation: str,
+    content: str,
+    message_id: str | None = None,
+    **extra: object,
+) -> tuple[int, list[SseEvent] | dict]:
+    headers = {
+        **auth(token),
+        "Accept": "text/event-stream",
+        "Idempotency-Key": message_id or new_id("m"),
+    }
+    async with http.post(
+        f"{url}/v1/conversations/{conversation}/messages",
+        json={"content": content, **extra},
+        headers=headers,
+    ) as response:
+        if response.content_type == "text/event-stream":
+            return response.status, await read_events(response)
+        return response.status, await response.json()
+
+
+def assert_well_formed(events: list[SseEvent]) -> None:
+    assert [e.id for e in events] == list(range(1, len(events) + 1))
+    assert events[0].event == "meta"
+    assert events[-1].event == "done"
+    assert all(e.event == "delta" for e in events[1:-1])
+
+
+async def test_two_messages_in_one_conversation_stream_and_carry_history(
+    platform: LocalPlatform,
+) -> None:
+    token = platform.tokens["free"]
+    conversation = new_id("c")
+    async with aiohttp.ClientSession() as http:
+        status, first = await send(
+            http,
+            platform.edge_url,
+            token,
+            conversation,
+            "My name is Ada. Reply with one short sentence.",
+        )
+        assert status == 200
+        assert_well_formed(first)
+        meta = first[0].data
+        assert meta["model"] == "smollm2-135m-instruct" and meta["replica"].startswith("local-")
+        answer = "".join(e.data["text"] for e in first if e.event == "delta")
+        assert answer.strip()
+        usage1 = first[-1].data["usage"]
+        assert first[-1].data["finish"] in ("stop", "length")
+        assert usage1["input"] > 0 and usage1["output"] > 0
+
+        status, second = await send(
+            http, platform.edge_url, token, conversation, "What is my name?"
+        )
+        assert status == 200
+        assert_well_formed(second)
+        usage2 = second[-1].data["usage"]
+        # The second prompt holds the first turn and its answer, so it is longer by at least
+        # the answer's tokens, and the replica found the shared prefix in its cache.
+        assert usage2["input"] >= usage1["input"] + usage1["output"]
+        assert usage2["cached"] > 0
+
+        async with http.get(
+            f"{platform.edge_url}/v1/conversations/{conversation}/messages", headers=auth(token)
+        ) as response:
+            stored = (await response.json())["messages"]
+        assert [m["role"] for m in stored] == ["ROLE_USER", "ROLE_ASSISTANT"] * 2
+        assert stored[1]["content"] == answer
+        assert stored[2]["parentId"] == stored[1]["messageId"]
+        assert all(int(m["tokens"]) > 0 for m in stored)
+
+
+async def test_a_retry_with_the_same_key_replays_the_same_answer(platform: LocalPlatform) -> None:
+    token = platform.tokens["plus"]
+    conversation, message = new_id("c"), new_id("m")
+    async with aiohttp.ClientSession() as http:
+        first_send = send(http, platform.edge_url, token, conversation, "Say hi.", message)
+        retry = send(http, platform.edge_url, token, conversation, "Say hi.", message)
+        (s1, a), (s2, b) = await asyncio.gather(first_send, retry)
+        assert s1 == s2 == 200
+        assert [(e.id, e.event, e.data) for e in a] == [(e.id, e.event, e.data) for e in b]
+        status, body = await send(
+            http, platform.edge_url, token, conversation, "Something else.", message
+        )
+        assert status == 409 and "another message" in body["error"]["message"]
+        async with http.get(
+            f"{platform.edge_url}/v1/conversations/{conversation}/messages", headers=auth(token)
+        ) as response:
+            assert len((await response.json())["messages"]) == 2
+
+
+async def test_resume_after_last_event_id_replays_the_rest(platform: LocalPlatform) -> None:
+    token = platform.tokens["free"]
+    conversation, message = new_id("c"), new_id("m")
+    async with aiohttp.ClientSession() as http:
+        _, events = await send(
+            http, platform.edge_url, token, conversation, "Count from one to five.", message
+        )
+        async with http.get(
+            f"{platform.edge_url}/v1/messages/{message}/stream",
+            headers={**auth(token), "Last-Event-ID": "2"},
+        ) as response:
+            assert response.status == 200
+            resumed = await read_events(response)
+    assert [e.id for e in resumed] == [e.id for e in events[2:]]
+    assert [e.data for e in resumed] == [e.data for e in events[2:]]
+
+
+async def test_stop_ends_the_answer_as_cancelled(platform: LocalPlatform) -> None:
+    token = platform.tokens["plus"]
+    conversation, message = new_id("c"), new_id("m")
+    headers = {**auth(token), "Idempotency-Key": message}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(
+            f"{platform.edge_url}/v1/conversations/{conversation}/messages",
+            json={"content": "Write a very long story about the sea, in many chapters."},
+            headers=headers,
+        ) as response:
+            assert response.status == 200
+            seen, last = 0, b""
+            async for raw in response.content:
+                if raw.startswith(b"event: "):
+                    last = raw
+                elif raw == b"\n" and last.startswith(b"event: delta"):
+                    seen += 1  # a whole delta event has arrived
+                    if seen == 3:
+                        break
+            async with http.post(
+                f"{platform.edge_url}/v1/messages/{message}/stop", headers=auth(token)
+            ) as stop:
+                assert stop.status == 200 and (await stop.json())["stopped"] is True
+            rest = await read_events(response)
+    assert rest[-1].event == "done" and rest[-1].data["finish"] == "cancelled"
+    assert rest[-1].data["usage"]["output"] < 1000
+
+
+async def test_bad_requests_get_clear_statuses_and_store_nothing(platform: LocalPlatform) -> None:
+    url, token = platform.edge_url, platform.tokens["free"]
+    other = platform.tokens["plus"]
+    conversation = new_id("c")
+    async with aiohttp.ClientSession() as http:
+        # Someone else's conversation, to probe with.
+        status, _ = await send(http, url, other, conversation, "Hello.")
+        assert status == 200
+        async with http.get(
+            f"{url}/v1/conversations/{conversation}/messages", headers=auth(other)
+        ) as response:
+            others_message = (await response.json())["messages"][0]["messageId"]
+
+        async def post(path: str, body: bytes | str, headers: dict[str, str]) -> tuple[int, dict]:
+            async with http.post(
+                f"{url}{path}", data=body, headers={"Content-Type": "application/json", **headers}
+            ) as r:
+                return r.status, await r.json()
+
+        path = f"/v1/conversations/{new_id('c')}/messages"
+        cases = [
+            (path, b"{not json", auth(token), 400, "not valid JSON"),
+            (path, json.dumps({"content": 5}), auth(token), 400, "'content'"),
+            (path, json.dumps({"content": "  "}), auth(token), 400, "empty"),
+            (path, json.dumps({"content": "hi", "model": "huge"}), auth(token), 400, "'model'"),
+            (
+                "/v1/conversations/bad%20id/messages",
+                json.dumps({"content": "hi"}),
+                auth(token),
+                400,
+                "conversation id",
+            ),
+            (path, json.dumps({"content": "hi"}), {}, 401, "Bearer"),
+            (path, json.dumps({"content": "hi"}), auth("u_not-a-token"), 401, "not valid"),
+            (
+                path,
+                json.dumps({"content": "hi", "parentId": others_message}),
+                auth(token),
+                404,
+                others_message,
+            ),
+            (path, json.dumps({"content": "x" * 40_000}), auth(token), 413, "characters"),
+            (path, json.dumps({"content": "x" * 70_000}), auth(token), 413, "bytes"),
+        ]
+        for target, body, headers, want, reason in cases:
+            status, answer = await post(target, body, headers)
+            assert (status, reason in answer["error"]["message"]) == (want, True), (target, body)
+
+        for method, target in [
+            ("GET", f"/v1/conversations/{conversation}"),
+            ("GET", f"/v1/conversations/{conversation}/messages"),
+            ("DELETE", f"/v1/conversations/{conversation}"),
+            ("GET", f"/v1/messages/{others_message}"),
+            ("GET", f"/v1/messages/{others_message}/stream"),
+            ("POST", f"/v1/messages/{others_message}/stop"),
+        ]:
+            async with http.request(method, f"{url}{target}", headers=auth(token)) as response:
+                assert response.status == 404, (method, target)
+                assert "no " in (await response.json())["error"]["message"]
+
+        # Nothing of the refused requests was stored, and the owner still has everything.
+        async with http.get(f"{url}/v1/conversations", headers=auth(token)) as response:
+            mine = (await response.json()).get("conversations", [])
+        assert all(c["conversationId"] != conversation for c in mine)
+        assert not any(c["conversationId"] == path.split("/")[3] for c in mine)
+        async with http.get(
+            f"{url}/v1/conversations/{conversation}/messages", headers=auth(other)
+        ) as response:
+            assert len((await response.json())["messages"]) == 2

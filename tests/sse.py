@@ -1,0 +1,35 @@
+"""A small SSE reader for tests: parses what the edge writes, the way a browser would."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+
+@dataclass
+class SseEvent:
+    id: int
+    event: str
+    data: dict[str, Any]
+
+
+async def read_events(response: aiohttp.ClientResponse) -> list[SseEvent]:
+    events: list[SseEvent] = []
+    fields: dict[str, str] = {}
+    async for raw in response.content:
+        line = raw.decode().rstrip("\n")
+        if line.startswith(":"):
+            continue
+        if not line:
+            if fields:
+                events.append(
+                    SseEvent(int(fields["id"]), fields["event"], json.loads(fields["data"]))
+                )
+                fields = {}
+            continue
+        key, _, value = line.partition(": ")
+        fields[key] = value
+    return events
