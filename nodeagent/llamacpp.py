@@ -78,6 +78,11 @@ class LlamaCppEngine:
         self._accounting = _Accounting()
 
     @property
+    def base_url(self) -> str:
+        """llama-server's own HTTP address, for benchmarks that call the engine directly."""
+        return self._base_url
+
+    @property
     def kv_capacity_tokens(self) -> int:
         return self.context_tokens * self._parallel
 
@@ -103,7 +108,12 @@ class LlamaCppEngine:
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
         )
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        # llama-server drops idle keep-alive connections after a few seconds, and a request
+        # written into one that is closing fails; a fresh loopback connection costs ~0.1 ms.
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None),
+            connector=aiohttp.TCPConnector(force_close=True),
+        )
         deadline = asyncio.get_running_loop().time() + self._startup_timeout_s
         while not await self.healthy():
             if self._process.returncode is not None:

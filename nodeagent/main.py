@@ -84,7 +84,12 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
     reporting = asyncio.create_task(reporter.run())
     write_ready_file(
         config.ready_file,
-        {"grpc": server.address, "metrics": metrics.port, "node_id": identity.node_id},
+        {
+            "grpc": server.address,
+            "metrics": metrics.port,
+            "node_id": identity.node_id,
+            "engine_url": getattr(engine, "base_url", ""),
+        },
     )
     log.info("nodeagent ready", grpc=server.address, metrics_port=metrics.port, model=engine.model)
     await stop.wait()

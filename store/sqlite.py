@@ -62,6 +62,8 @@ class SqliteStore:
         self._db = await aiosqlite.connect(self._path, timeout=10)
         self._db.row_factory = sqlite3.Row
         await self._db.execute("PRAGMA journal_mode=WAL")
+        # WAL with NORMAL sync cannot corrupt; a power cut may lose the last commits.
+        await self._db.execute("PRAGMA synchronous=NORMAL")
         await self._db.execute("PRAGMA foreign_keys=ON")
         await self._migrate()
 
