@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -21,10 +20,8 @@ from pathlib import Path
 
 import aiohttp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from clients.chatctl.platform import LocalPlatform, PlatformSettings  # noqa: E402
-from gateway.main import GatewayConfig  # noqa: E402
+from clients.chatctl.platform import LocalPlatform, PlatformSettings
+from gateway.main import GatewayConfig
 
 TOPICS = ["rivers", "bridges", "owls", "volcanoes", "bread", "comets", "glass", "tides"]
 
