@@ -7,11 +7,11 @@ import grpc
 from domain.errors import Unauthenticated
 from domain.types import User
 from infra.bearer import bearer_from_metadata, token_hash
-from store.sqlite import SqliteStore
+from store.base import Store
 
 
 class Authenticator:
-    def __init__(self, store: SqliteStore) -> None:
+    def __init__(self, store: Store) -> None:
         self._store = store
 
     async def user_of(self, context: grpc.aio.ServicerContext) -> User:

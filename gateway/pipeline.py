@@ -33,8 +33,8 @@ from domain.types import Finish, Role, Tier, Turn, Usage, User
 from gateway.buckets import InProcessBuckets
 from gateway.runs import Delta, Done, Event, Failed, MessageRun, Meta, RunRegistry
 from gateway.upstream import Upstreams
+from store.base import Store
 from store.records import MessageRecord, NewMessage
-from store.sqlite import SqliteStore
 
 ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 ANSWER_SUFFIX = ".answer"
@@ -94,7 +94,7 @@ def check_id(name: str, value: str) -> None:
 class ChatPipeline:
     def __init__(
         self,
-        store: SqliteStore,
+        store: Store,
         upstreams: Upstreams,
         runs: RunRegistry,
         buckets: InProcessBuckets,

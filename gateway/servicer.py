@@ -16,7 +16,7 @@ from gateway.buckets import InProcessBuckets
 from gateway.convert import POOL_OF_CHOICE, conversation_to_pb, event_to_pb, message_to_pb
 from gateway.pipeline import ChatPipeline, SendRequest, check_id
 from infra.grpcserver import maps_domain_errors
-from store.sqlite import SqliteStore
+from store.base import Store
 
 MAX_PAGE = 100
 _TIER_TO_PB = {Tier.FREE: common_pb2.TIER_FREE, Tier.PLUS: common_pb2.TIER_PLUS}
@@ -27,7 +27,7 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         self,
         auth: Authenticator,
         pipeline: ChatPipeline,
-        store: SqliteStore,
+        store: Store,
         buckets: InProcessBuckets,
     ) -> None:
         self._auth = auth

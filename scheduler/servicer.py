@@ -18,8 +18,8 @@ from domain.types import NodeState, Tier
 from infra.bearer import bearer_from_metadata, new_token, same_secret, token_hash
 from infra.grpcserver import maps_domain_errors
 from scheduler.table import LoadTable, NodeEntry
+from store.base import Store
 from store.records import UserRecord
-from store.sqlite import SqliteStore
 
 _STATE_FROM_PB = {
     pb.NODE_STATE_STARTING: NodeState.STARTING,
@@ -86,7 +86,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
     def __init__(
         self,
         table: LoadTable,
-        users: SqliteStore,
+        users: Store,
         admin_token: str,
         prefill_tokens_per_s: float,
     ) -> None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
+from tests.servers import Etcd, Postgres, Redis, run_etcd, run_postgres, run_redis
 
 
 @pytest.fixture(scope="session")
@@ -27,3 +28,21 @@ async def platform(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Lo
         yield local
     finally:
         await local.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[Redis]:
+    with run_redis() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def etcd_server() -> Iterator[Etcd]:
+    with run_etcd() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Postgres]:
+    with run_postgres() as server:
+        yield server

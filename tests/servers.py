@@ -1,0 +1,194 @@
+"""Real servers for tests: etcd, Redis and PostgreSQL from Debian's packages, each started on a
+free port of 127.0.0.1 in a directory of its own, and stopped by its own process id."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_until(
+    check: Callable[[], bool], process: subprocess.Popen, what: str, timeout_s: float = 30.0
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start in {timeout_s} s")
+        time.sleep(0.05)
+
+
+def _port_open(port: int) -> Callable[[], bool]:
+    def check() -> bool:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return True
+        return False
+
+    return check
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@dataclass(frozen=True)
+class Redis:
+    url: str
+    port: int
+
+
+@contextlib.contextmanager
+def run_redis() -> Iterator[Redis]:
+    port = free_port()
+    with tempfile.TemporaryDirectory() as folder:
+        process = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                folder,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            _wait_until(_port_open(port), process, "redis-server")
+            yield Redis(f"redis://127.0.0.1:{port}/0", port)
+        finally:
+            _stop(process)
+
+
+@dataclass(frozen=True)
+class Etcd:
+    endpoint: str
+    host: str
+    port: int
+    process: subprocess.Popen
+
+
+@contextlib.contextmanager
+def run_etcd() -> Iterator[Etcd]:
+    client, peer = free_port(), free_port()
+    with tempfile.TemporaryDirectory() as folder:
+        process = subprocess.Popen(
+            [
+                "etcd",
+                "--name",
+                "test",
+                "--data-dir",
+                f"{folder}/data",
+                "--listen-client-urls",
+                f"http://127.0.0.1:{client}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{client}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-cluster",
+                f"test=http://127.0.0.1:{peer}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            _wait_until(_port_open(client), process, "etcd")
+            yield Etcd(f"127.0.0.1:{client}", "127.0.0.1", client, process)
+        finally:
+            _stop(process)
+
+
+@dataclass(frozen=True)
+class Postgres:
+    dsn: str
+    port: int
+
+
+def _pg_bin(name: str) -> str:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    if not found:
+        raise RuntimeError("PostgreSQL is not installed (scripts/services.sh installs it)")
+    return found[-1]
+
+
+@contextlib.contextmanager
+def run_postgres() -> Iterator[Postgres]:
+    port = free_port()
+    # initdb refuses to run as root: when root, the server runs as the postgres user.
+    as_root = os.geteuid() == 0
+    owner = {"user": "postgres", "group": "postgres", "extra_groups": []} if as_root else {}
+    folder = tempfile.mkdtemp(prefix="pg-test-")
+    if as_root:
+        shutil.chown(folder, "postgres", "postgres")
+    data = Path(folder) / "data"
+    subprocess.run(
+        [_pg_bin("initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        **owner,
+    )
+    process = subprocess.Popen(
+        [
+            _pg_bin("postgres"),
+            "-D",
+            str(data),
+            "-p",
+            str(port),
+            "-h",
+            "127.0.0.1",
+            "-k",
+            folder,
+            "-c",
+            "fsync=off",
+            "-c",
+            "full_page_writes=off",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        **owner,
+    )
+    try:
+
+        def ready() -> bool:
+            probe = subprocess.run(
+                [_pg_bin("pg_isready"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            return probe.returncode == 0
+
+        _wait_until(ready, process, "postgres")
+        yield Postgres(f"postgresql://postgres@127.0.0.1:{port}/postgres", port)
+    finally:
+        _stop(process)
+        shutil.rmtree(folder, ignore_errors=True)
