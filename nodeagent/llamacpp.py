@@ -200,9 +200,13 @@ class LlamaCppEngine:
                 if response.status != 200:
                     detail = (await response.text())[:200]
                     raise EngineError(f"llama-server answered {response.status}: {detail}")
+                echo = request.continue_from
                 async for event in _sse_data(response.content):
                     choice = (event.get("choices") or [{}])[0]
                     text = (choice.get("delta") or {}).get("content")
+                    # llama-server streams a continued assistant message from its start: drop
+                    # the part the client already has.
+                    text, echo = _strip_echo(text or "", echo)
                     if text:
                         if request.request_id in acc.waiting_prompt_tokens:
                             del acc.waiting_prompt_tokens[request.request_id]
@@ -223,6 +227,17 @@ class LlamaCppEngine:
         acc.prompt_tokens_seen += usage.input_tokens
         acc.cached_tokens_seen += usage.cached_tokens
         yield Finished(finish, usage)
+
+
+def _strip_echo(text: str, echo: str) -> tuple[str, str]:
+    """Returns (the new part of text, what is still expected to be echoed)."""
+    if not echo or not text:
+        return text, echo
+    if echo.startswith(text):
+        return "", echo[len(text) :]
+    if text.startswith(echo):
+        return text[len(echo) :], ""
+    return text, ""
 
 
 def _usage_of(event: dict[str, object], previous: Usage) -> Usage:

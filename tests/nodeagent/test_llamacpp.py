@@ -1,0 +1,75 @@
+"""The llama.cpp adapter against a real llama-server."""
+
+from __future__ import annotations
+
+import asyncio
+
+from domain.types import Finish, Role
+from nodeagent.engine import Chunk, Finished, GenerationRequest, PromptTurn
+from nodeagent.llamacpp import LlamaCppEngine
+
+
+def request(rid: str, text: str, max_tokens: int = 16, **extra) -> GenerationRequest:
+    turns = (PromptTurn(Role.SYSTEM, "You are brief."), PromptTurn(Role.USER, text))
+    return GenerationRequest(rid, turns, max_tokens, prompt_tokens=30, **extra)
+
+
+async def test_tokenize_counts_with_the_models_own_tokenizer(engine: LlamaCppEngine) -> None:
+    counts = await engine.tokenize(["hello world", "", "hello world hello world"])
+    assert counts[0] == 2 and counts[1] == 0 and counts[2] == 4
+
+
+async def test_generate_streams_chunks_then_usage(engine: LlamaCppEngine) -> None:
+    items = [item async for item in engine.generate(request("g1", "Name a colour."))]
+    chunks = [i for i in items if isinstance(i, Chunk)]
+    finished = items[-1]
+    assert isinstance(finished, Finished) and chunks
+    assert finished.finish in (Finish.STOP, Finish.LENGTH)
+    assert finished.usage.output_tokens == len(chunks) <= 16
+    assert finished.usage.input_tokens > 10
+
+
+async def test_max_tokens_cuts_the_answer_with_finish_length(engine: LlamaCppEngine) -> None:
+    items = [i async for i in engine.generate(request("g2", "Tell a long story.", 5))]
+    assert items[-1] == Finished(Finish.LENGTH, items[-1].usage)
+    assert items[-1].usage.output_tokens == 5
+
+
+async def test_the_same_prefix_is_served_from_the_cache(engine: LlamaCppEngine) -> None:
+    text = "Remember this list: apples, pears, plums, cherries, figs, dates, limes."
+    [_ async for _ in engine.generate(request("c1", text, 4))]
+    items = [i async for i in engine.generate(request("c2", text + " Which is first?", 4))]
+    usage = items[-1].usage
+    assert 0 < usage.cached_tokens < usage.input_tokens
+
+
+async def test_continue_from_a_partial_answer(engine: LlamaCppEngine) -> None:
+    items = [
+        i
+        async for i in engine.generate(
+            request("p1", "Count from one to ten in words.", 6, continue_from="one, two, three,")
+        )
+    ]
+    text = "".join(i.text for i in items if isinstance(i, Chunk))
+    assert "one" not in text.split(",")[0].lower()  # it went on, it did not start again
+
+
+async def test_closing_the_stream_frees_the_request(engine: LlamaCppEngine) -> None:
+    stream = engine.generate(request("x1", "Write a long poem about rain.", 400))
+    async for item in stream:
+        assert isinstance(item, Chunk)
+        break
+    load = await engine.load()
+    assert load.running_requests == 1
+    await stream.aclose()
+    load = await engine.load()
+    assert load.running_requests == 0 and load.waiting_requests == 0
+    # The slot is free again: a new request is answered at once.
+    items = await asyncio.wait_for(
+        asyncio.create_task(_collect(engine.generate(request("x2", "Hi", 3)))), 10
+    )
+    assert isinstance(items[-1], Finished)
+
+
+async def _collect(stream):
+    return [i async for i in stream]

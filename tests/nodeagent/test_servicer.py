@@ -1,0 +1,112 @@
+"""NodeService over a real gRPC socket, on a real llama-server."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from chat.v1 import common_pb2
+from chat.v1 import node_service_pb2 as pb
+from tests.nodeagent.conftest import NodeUnderTest
+
+
+def start(rid: str, text: str, max_tokens: int = 12) -> pb.GenerateRequest:
+    return pb.GenerateRequest(
+        start=pb.GenerateStart(
+            request_id=rid,
+            max_tokens=max_tokens,
+            prompt_tokens=20,
+            turns=[common_pb2.Turn(role=common_pb2.ROLE_USER, content=text)],
+        )
+    )
+
+
+async def read_all(call) -> list[pb.GenerateResponse]:
+    responses = []
+    while (response := await call.read()) is not grpc.aio.EOF:
+        responses.append(response)
+    return responses
+
+
+async def test_generate_streams_numbered_chunks_then_finish(node: NodeUnderTest) -> None:
+    call = node.stub.Generate()
+    await call.write(start("s1", "Name two fruits."))
+    responses = await read_all(call)
+    chunks = [r.chunk for r in responses[:-1]]
+    assert [c.index for c in chunks] == list(range(1, len(chunks) + 1))
+    finish = responses[-1].finish
+    assert finish.finish in (common_pb2.FINISH_REASON_STOP, common_pb2.FINISH_REASON_LENGTH)
+    assert finish.usage.output_tokens == len(chunks)
+    assert finish.model == "smollm2-135m-instruct"
+
+
+async def test_cancel_aborts_the_answer(node: NodeUnderTest) -> None:
+    call = node.stub.Generate()
+    await call.write(start("s2", "Write a very long essay about mountains.", 500))
+    first = await call.read()
+    assert first.HasField("chunk")
+    await call.write(pb.GenerateRequest(cancel=pb.GenerateCancel()))
+    rest = await read_all(call)
+    assert rest[-1].finish.finish == common_pb2.FINISH_REASON_CANCELLED
+    assert len(rest) < 100
+
+
+async def test_a_dropped_stream_can_be_reattached_by_request_id(node: NodeUnderTest) -> None:
+    call = node.stub.Generate()
+    await call.write(start("s3", "List five animals.", 20))
+    first = await call.read()
+    call.cancel()  # the gateway's stream died; the answer goes on in the node
+    again = node.stub.Generate()
+    attach = pb.GenerateAttach(request_id="s3", after_chunk_index=first.chunk.index)
+    await again.write(pb.GenerateRequest(attach=attach))
+    rest = await read_all(again)
+    assert rest[0].chunk.index == first.chunk.index + 1
+    assert rest[-1].HasField("finish")
+    assert rest[-1].finish.usage.output_tokens == len(rest) - 1 + 1
+
+
+@pytest.mark.parametrize(
+    ("first", "reason"),
+    [
+        (pb.GenerateRequest(cancel=pb.GenerateCancel()), "must be start or attach"),
+        (pb.GenerateRequest(start=pb.GenerateStart(max_tokens=5)), "request_id"),
+        (pb.GenerateRequest(start=pb.GenerateStart(request_id="b", max_tokens=5)), "turns"),
+        (start("b2", "hi", max_tokens=0), "max_tokens"),
+        (start("b3", "hi", max_tokens=10**6), "max_tokens"),
+    ],
+)
+async def test_bad_first_messages_are_invalid_argument(node, first, reason) -> None:
+    call = node.stub.Generate()
+    await call.write(first)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await read_all(call)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert reason in caught.value.details()
+
+
+async def test_attach_to_an_unknown_request_is_not_found(node: NodeUnderTest) -> None:
+    call = node.stub.Generate()
+    await call.write(pb.GenerateRequest(attach=pb.GenerateAttach(request_id="nope")))
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await read_all(call)
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_a_draining_node_refuses_new_answers(node: NodeUnderTest) -> None:
+    node.accepting.clear()
+    try:
+        call = node.stub.Generate()
+        await call.write(start("d1", "hi"))
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await read_all(call)
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        node.accepting.set()
+
+
+async def test_tokenize_over_grpc(node: NodeUnderTest) -> None:
+    answer = await node.stub.Tokenize(pb.TokenizeRequest(texts=["hello world", "hi"]))
+    assert list(answer.token_counts) == [2, 1] or answer.token_counts[0] == 2
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await node.stub.Tokenize(pb.TokenizeRequest(texts=["x"] * 300))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
