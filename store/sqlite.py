@@ -5,6 +5,7 @@ WAL mode lets the scheduler (users) and the gateway (both) share one file across
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 from importlib import resources
@@ -55,6 +56,8 @@ class SqliteStore:
     def __init__(self, path: str) -> None:
         self._path = path
         self._db: aiosqlite.Connection | None = None
+        # One connection serves every coroutine: its transactions must not interleave.
+        self._writing = asyncio.Lock()
 
     async def open(self) -> None:
         if self._path != ":memory:":
@@ -108,15 +111,22 @@ class SqliteStore:
     async def create_user(self, user_id: str, tier: Tier, token_hash: str) -> UserRecord:
         now = time.time()
         try:
+            async with self._writing:
+                await self._insert_user(user_id, tier, token_hash, now)
+        except sqlite3.IntegrityError as exc:
+            raise AlreadyExists(f"user {user_id!r} already exists") from exc
+        return UserRecord(user_id, tier, True, now)
+
+    async def _insert_user(self, user_id: str, tier: Tier, token_hash: str, now: float) -> None:
+        try:
             await self.db.execute(
                 "INSERT INTO users (user_id, tier, token_hash, created_at) VALUES (?, ?, ?, ?)",
                 (user_id, tier.value, token_hash, now),
             )
             await self.db.commit()
-        except sqlite3.IntegrityError as exc:
+        except sqlite3.IntegrityError:
             await self.db.rollback()
-            raise AlreadyExists(f"user {user_id!r} already exists") from exc
-        return UserRecord(user_id, tier, True, now)
+            raise
 
     async def user_by_token_hash(self, token_hash: str) -> UserRecord | None:
         async with self.db.execute(
@@ -148,8 +158,9 @@ class SqliteStore:
         )
 
     async def _update_user(self, sql: str, params: tuple[object, ...]) -> None:
-        cursor = await self.db.execute(sql, params)
-        await self.db.commit()
+        async with self._writing:
+            cursor = await self.db.execute(sql, params)
+            await self.db.commit()
         if cursor.rowcount == 0:
             raise NotFound(f"no user {params[-1]!r}")
 
@@ -178,11 +189,12 @@ class SqliteStore:
             return [_conversation(row) async for row in cursor]
 
     async def delete_conversation(self, user_id: str, conversation_id: str) -> None:
-        cursor = await self.db.execute(
-            "DELETE FROM conversations WHERE user_id = ? AND conversation_id = ?",
-            (user_id, conversation_id),
-        )
-        await self.db.commit()
+        async with self._writing:
+            cursor = await self.db.execute(
+                "DELETE FROM conversations WHERE user_id = ? AND conversation_id = ?",
+                (user_id, conversation_id),
+            )
+            await self.db.commit()
         if cursor.rowcount == 0:
             raise NotFound(f"no conversation {conversation_id!r}")
 
@@ -218,6 +230,12 @@ class SqliteStore:
         self, user_id: str, conversation_id: str, message: NewMessage, title: str = ""
     ) -> MessageRecord:
         """Appends a turn; the first turn of a new conversation id creates the conversation."""
+        async with self._writing:
+            return await self._append(user_id, conversation_id, message, title)
+
+    async def _append(
+        self, user_id: str, conversation_id: str, message: NewMessage, title: str
+    ) -> MessageRecord:
         now = time.time()
         db = self.db
         try:

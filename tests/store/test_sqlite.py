@@ -69,3 +69,13 @@ async def test_users_tokens_and_tiers(store) -> None:
     assert await store.user_by_token_hash("hash-1") is None
     with pytest.raises(NotFound):
         await store.set_user_tier("nobody", Tier.FREE)
+
+
+async def test_concurrent_appends_to_one_conversation_get_distinct_seqs(store) -> None:
+    import asyncio
+
+    await asyncio.gather(
+        *(store.add_message("alice", "busy", msg(f"m{i}", Role.USER, None)) for i in range(20))
+    )
+    seqs = [m.seq for m in await store.list_messages("alice", "busy")]
+    assert seqs == list(range(1, 21))

@@ -1,0 +1,70 @@
+"""Token limits through the edge: a burst is cut at what the bucket affords, with Retry-After."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import aiohttp
+import pytest
+
+from clients.chatctl.platform import LocalPlatform, PlatformSettings
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+async def small_budget(tmp_path_factory):
+    # Each message reserves its prompt (~25 tokens) + 4 x 100 answer tokens: 1,000 affords 2.
+    platform = LocalPlatform(
+        PlatformSettings(
+            state_dir=tmp_path_factory.mktemp("limits"),
+            edge_listen="127.0.0.1:0",
+            slot_context_tokens=2048,
+            extra_env={
+                "CHAT_GATEWAY_FREE_MAX_ANSWER_TOKENS": "100",
+                "CHAT_GATEWAY_FREE_BUCKET_CAPACITY": "1000",
+                "CHAT_GATEWAY_MAX_OPEN_STREAMS_PER_USER": "10",
+            },
+        )
+    )
+    await platform.start()
+    yield platform
+    await platform.stop()
+
+
+async def test_a_burst_gets_what_the_bucket_affords_and_the_rest_a_429(small_budget) -> None:
+    platform = small_budget
+    headers = {"Authorization": f"Bearer {platform.tokens['free']}"}
+
+    async def one(i: int) -> tuple[int, str | None, dict | None]:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(
+                f"{platform.edge_url}/v1/conversations/burst{i}/messages",
+                json={"content": "Say hello."},
+                headers={**headers, "Idempotency-Key": uuid.uuid4().hex},
+            ) as response,
+        ):
+            if response.status == 200:
+                await response.read()
+                return 200, None, None
+            return response.status, response.headers.get("Retry-After"), await response.json()
+
+    results = await asyncio.gather(*(one(i) for i in range(6)))
+    statuses = sorted(r[0] for r in results)
+    assert statuses == [200, 200, 429, 429, 429, 429]
+    for status, retry_after, body in results:
+        if status == 429:
+            assert int(retry_after) >= 1
+            assert "token budget" in body["error"]["message"]
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{platform.edge_url}/v1/limits", headers=headers) as response:
+            limits = await response.json()
+    assert limits["tier"] == "TIER_FREE" and limits["capacity"] == 1000
+    # What the two answers did not use was given back.
+    assert 0 < limits["level"] < 1000
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{platform.edge_url}/v1/conversations", headers=headers) as response:
+            stored = (await response.json())["conversations"]
+    assert len(stored) == 2  # the refused messages stored nothing
