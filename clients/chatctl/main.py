@@ -51,8 +51,8 @@ async def _up(args: argparse.Namespace) -> int:
         print("try:")
         print(
             f"  curl -N {platform.edge_url}/v1/conversations/c1/messages "
-            f'-H "Authorization: Bearer $(jq -r .free {summary["tokens_file"]})" '
-            "-H 'Content-Type: application/json' -d '{\"content\":\"Hello!\"}'"
+            f"-H 'Authorization: Bearer {platform.tokens['free']}' "
+            "-H 'Content-Type: application/json' -d '{\"content\": \"Hello!\"}'"
         )
         print("Ctrl-C stops everything.", flush=True)
     await stop.wait()

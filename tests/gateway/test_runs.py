@@ -1,0 +1,49 @@
+import asyncio
+
+from domain.types import Finish, Usage
+from gateway.runs import Delta, Done, MessageRun, Meta, RunRegistry
+
+
+def run(mid: str = "m1", user: str = "u1") -> MessageRun:
+    return MessageRun(user, "c1", mid, fingerprint="f")
+
+
+async def test_followers_get_every_event_once_in_order_even_when_late() -> None:
+    r = run()
+    await r.append(Meta("m1", "c1", "model", "node"))
+    early = asyncio.create_task(_collect(r, 0))
+    await r.append(Delta("a"))
+    await r.append(Delta("b"))
+    late = asyncio.create_task(_collect(r, 2))
+    await r.append(Done(Finish.STOP, Usage(1, 0, 2)))
+    assert [i for i, _ in await early] == [1, 2, 3, 4]
+    assert [(i, e) for i, e in await late] == [
+        (3, Delta("b")),
+        (4, Done(Finish.STOP, Usage(1, 0, 2))),
+    ]
+    assert r.ended
+
+
+async def test_a_follower_past_the_end_of_an_ended_run_gets_nothing_and_waits() -> None:
+    r = run()
+    await r.append(Done(Finish.STOP, Usage()))
+    assert await _collect(r, 0) == [(1, Done(Finish.STOP, Usage()))]
+
+
+async def test_registry_forgets_ended_runs_after_their_time() -> None:
+    now = [0.0]
+    registry = RunRegistry(lambda: now[0], keep_after_end_s=10)
+    a, b = run("a"), run("b")
+    registry.add(a)
+    registry.add(b)
+    await a.append(Done(Finish.STOP, Usage()))
+    registry.mark_ended(a)
+    assert registry.open_for("u1") == 1 and registry.running() == [b]
+    now[0] = 11
+    assert registry.get("u1", "a") is None
+    assert registry.get("u1", "b") is b
+    assert registry.get("someone-else", "b") is None
+
+
+async def _collect(r: MessageRun, after: int):
+    return [item async for item in r.follow(after)]

@@ -1,0 +1,42 @@
+from domain.picker import ReplicaLoad
+from domain.types import NodeState
+from scheduler.table import LoadTable
+
+
+def load(node_id: str, pool: str = "large") -> ReplicaLoad:
+    return ReplicaLoad(node_id, f"{node_id}:1", pool, "m", NodeState.STARTING, 1000, 0)
+
+
+def test_reports_update_and_silence_expires_a_node() -> None:
+    now = [0.0]
+    table = LoadTable(lambda: now[0], report_timeout_s=2.0)
+    table.join(load("a"), 4096, 8192)
+    table.join(load("b", pool="small"), 4096, 8192)
+    now[0] = 1.5
+    table.report("a", state=NodeState.READY, queued_prefill_tokens=300)
+    assert table.pool("large")[0].queued_prefill_tokens == 300
+    now[0] = 2.5
+    assert table.expire() == ["b"]
+    assert table.pools() == {"large"}
+    now[0] = 3.6
+    assert table.expire() == ["a"]
+
+
+def test_an_operator_drain_survives_the_nodes_own_ready_reports() -> None:
+    table = LoadTable(lambda: 0.0)
+    table.join(load("a"), 4096, 8192)
+    table.set_drained("a", True)
+    table.report("a", state=NodeState.READY)
+    assert table.pool("large")[0].state is NodeState.DRAINING
+    table.set_drained("a", False)
+    table.report("a", state=NodeState.READY)
+    assert table.pool("large")[0].state is NodeState.READY
+    assert table.set_drained("unknown", True) is None
+
+
+def test_only_the_stream_that_owns_an_entry_removes_it() -> None:
+    table = LoadTable(lambda: 0.0)
+    old = table.join(load("a"), 4096, 8192)
+    table.join(load("a"), 4096, 8192)  # the node reconnected
+    table.leave("a", old)
+    assert [n for n, _ in table.entries()] == ["a"]
