@@ -1,14 +1,27 @@
 """Per-user token buckets held in this process: the local platform's embedded default.
 
-Production uses the Redis script (the gateway issue's); the arithmetic is domain.limiter's.
+Production uses the Redis script (gateway.redis_buckets); the arithmetic is domain.limiter's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 from domain import limiter
 from domain.types import Tier
+
+
+class Buckets(Protocol):
+    """What the pipeline and the servicer need of a bucket store: in process or in Redis."""
+
+    def limit(self, tier: Tier) -> limiter.Limit: ...
+
+    async def reserve(self, user_id: str, tier: Tier, amount: float) -> limiter.Decision: ...
+
+    async def settle(self, user_id: str, tier: Tier, reserved: float, actual: float) -> None: ...
+
+    async def level(self, user_id: str, tier: Tier) -> limiter.Bucket: ...
 
 
 class InProcessBuckets:

@@ -8,22 +8,24 @@ import time
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Gauge
+from redis.asyncio import Redis
 
 from chat.v1 import chat_service_pb2, chat_service_pb2_grpc
 from domain.limiter import Limit
 from domain.types import Tier
 from gateway.auth import Authenticator
-from gateway.buckets import InProcessBuckets
+from gateway.buckets import Buckets, InProcessBuckets
 from gateway.pipeline import ChatPipeline, PipelinePolicy, TierPolicy
+from gateway.redis_buckets import RedisBuckets, connect
 from gateway.runs import RunRegistry
 from gateway.servicer import ChatServicer
 from gateway.upstream import Upstreams
-from infra.config import load_config
+from infra.config import ConfigError, load_config
 from infra.grpcserver import GrpcServer
 from infra.logs import configure_logging
 from infra.metrics import MetricsServer
 from infra.runner import run_until_signalled, write_ready_file
-from store.sqlite import SqliteStore
+from store.factory import open_store
 
 
 @dataclass
@@ -31,7 +33,7 @@ class GatewayConfig:
     grpc_listen: str = "127.0.0.1:50052"
     metrics_listen: str = "127.0.0.1:0"
     scheduler_address: str = "127.0.0.1:50051"
-    store_path: str = ".chat/chat.db"
+    store_url: str = "sqlite:///.chat/chat.db"
     system_prompt: str = "You are a helpful assistant. Answer clearly and briefly."
     default_pool: str = "small"
     free_window_tokens: int = 8000
@@ -41,6 +43,11 @@ class GatewayConfig:
     free_bucket_capacity: float = 25_000
     plus_bucket_capacity: float = 250_000
     bucket_refill_s: float = 3 * 3600
+    buckets: str = "memory"  # "memory" (this process only) or "redis" (shared by all gateways)
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    # With Redis unreachable: admit unmetered (open) or refuse with Retry-After (closed).
+    free_fail_open: bool = False
+    plus_fail_open: bool = True
     max_message_chars: int = 32_000
     max_open_streams_per_user: int = 4
     keep_ended_runs_s: float = 600.0
@@ -70,14 +77,25 @@ def build_policy(config: GatewayConfig) -> PipelinePolicy:
     )
 
 
+def build_buckets(config: GatewayConfig, policy: PipelinePolicy) -> tuple[Buckets, Redis | None]:
+    """The token buckets, and the Redis client to close at shutdown when they live there."""
+    limits = {t: p.limit for t, p in policy.tiers.items()}
+    if config.buckets == "memory":
+        return InProcessBuckets(limits, time.monotonic), None
+    if config.buckets != "redis":
+        raise ConfigError(f"buckets must be 'memory' or 'redis', not {config.buckets!r}")
+    client = connect(config.redis_url)
+    fail_open = {Tier.FREE: config.free_fail_open, Tier.PLUS: config.plus_fail_open}
+    return RedisBuckets(client, limits, fail_open), client
+
+
 async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
     log = configure_logging("gateway", config.log_level)
     policy = build_policy(config)
-    store = SqliteStore(config.store_path)
-    await store.open()
+    store = await open_store(config.store_url)
     upstreams = Upstreams(config.scheduler_address)
     runs = RunRegistry(time.monotonic, config.keep_ended_runs_s)
-    buckets = InProcessBuckets({t: p.limit for t, p in policy.tiers.items()}, time.monotonic)
+    buckets, redis_client = build_buckets(config, policy)
     pipeline = ChatPipeline(store, upstreams, runs, buckets, policy, time.monotonic)
     service_name = chat_service_pb2.DESCRIPTOR.services_by_name["ChatService"].full_name
     server = GrpcServer(config.grpc_listen, [service_name])
@@ -99,6 +117,8 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
     await pipeline.close(config.shutdown_grace_s)
     await server.stop(grace_s=2.0)
     await upstreams.close()
+    if redis_client is not None:
+        await redis_client.aclose()
     await metrics.stop()
     await store.close()
     log.info("gateway stopped")

@@ -30,7 +30,7 @@ from domain.errors import (
     Unavailable,
 )
 from domain.types import Finish, Role, Tier, Turn, Usage, User
-from gateway.buckets import InProcessBuckets
+from gateway.buckets import Buckets
 from gateway.runs import Delta, Done, Event, Failed, MessageRun, Meta, RunRegistry
 from gateway.upstream import Upstreams
 from store.base import Store
@@ -97,7 +97,7 @@ class ChatPipeline:
         store: Store,
         upstreams: Upstreams,
         runs: RunRegistry,
-        buckets: InProcessBuckets,
+        buckets: Buckets,
         policy: PipelinePolicy,
         clock: Callable[[], float],
     ) -> None:

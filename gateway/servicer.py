@@ -12,7 +12,7 @@ from chat.v1 import common_pb2
 from domain.errors import InvalidArgument, Unimplemented
 from domain.types import Tier
 from gateway.auth import Authenticator
-from gateway.buckets import InProcessBuckets
+from gateway.buckets import Buckets
 from gateway.convert import POOL_OF_CHOICE, conversation_to_pb, event_to_pb, message_to_pb
 from gateway.pipeline import ChatPipeline, SendRequest, check_id
 from infra.grpcserver import maps_domain_errors
@@ -28,7 +28,7 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         auth: Authenticator,
         pipeline: ChatPipeline,
         store: Store,
-        buckets: InProcessBuckets,
+        buckets: Buckets,
     ) -> None:
         self._auth = auth
         self._pipeline = pipeline

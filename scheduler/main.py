@@ -11,26 +11,30 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Gauge
 
 from chat.v1 import scheduler_service_pb2, scheduler_service_pb2_grpc
-from infra.config import load_config
+from infra.config import ConfigError, load_config
 from infra.grpcserver import GrpcServer
 from infra.logs import configure_logging
 from infra.metrics import MetricsServer
 from infra.runner import run_until_signalled, write_ready_file
+from scheduler.membership import EtcdMembership, InProcessMembership, Membership
 from scheduler.servicer import SchedulerServicer
 from scheduler.table import LoadTable
-from store.sqlite import SqliteStore
+from store.factory import open_store
 
 
 @dataclass
 class SchedulerConfig:
     grpc_listen: str = "127.0.0.1:50051"
     metrics_listen: str = "127.0.0.1:0"
-    # UNFINISHED: "etcd" membership is the scheduler issue's; this build keeps it in process.
+    # "memory" for one scheduler (the local platform); "etcd" to share membership between several.
     membership: str = "memory"
+    etcd_endpoint: str = "127.0.0.1:2379"
+    # A node whose scheduler stops refreshing its lease leaves membership after this long.
+    node_lease_ttl_s: float = 2.0
     report_timeout_s: float = 2.0
     # Prefill speed used to turn queued prompt tokens into an expected wait.
     prefill_tokens_per_s: float = 2000.0
-    store_path: str = ".chat/chat.db"
+    store_url: str = "sqlite:///.chat/chat.db"
     admin_token: str = ""
     ready_file: str = ""
     log_level: str = "info"
@@ -42,23 +46,36 @@ async def _expire_forever(table: LoadTable, interval_s: float) -> None:
         table.expire()
 
 
+def _build_membership(config: SchedulerConfig) -> Membership:
+    if config.membership == "memory":
+        return InProcessMembership()
+    if config.membership != "etcd":
+        raise ConfigError(f"membership must be 'memory' or 'etcd', not {config.membership!r}")
+    host, _, port = config.etcd_endpoint.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"etcd_endpoint must be host:port, not {config.etcd_endpoint!r}")
+    return EtcdMembership(host, int(port), lease_ttl_s=config.node_lease_ttl_s)
+
+
 async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
     log = configure_logging("scheduler", config.log_level)
-    if config.membership != "memory":
-        raise ValueError(f"membership {config.membership!r} is not built yet; use 'memory'")
-    store = SqliteStore(config.store_path)
-    await store.open()
+    membership = _build_membership(config)
+    store = await open_store(config.store_url)
     table = LoadTable(time.monotonic, config.report_timeout_s)
     service_name = scheduler_service_pb2.DESCRIPTOR.services_by_name["SchedulerService"].full_name
     server = GrpcServer(config.grpc_listen, [service_name])
     scheduler_service_pb2_grpc.add_SchedulerServiceServicer_to_server(
-        SchedulerServicer(table, store, config.admin_token, config.prefill_tokens_per_s),
+        SchedulerServicer(
+            table, membership, store, config.admin_token, config.prefill_tokens_per_s
+        ),
         server.server,
     )
     registry = CollectorRegistry()
     nodes = Gauge("scheduler_nodes", "nodes in the load table", registry=registry)
     nodes.set_function(lambda: len(table.entries()))
     metrics = MetricsServer(registry, config.metrics_listen)
+    # Before the server: the view from etcd is in place when the first node connects.
+    await membership.start()
     await server.start()
     await server.set_serving(True)
     await metrics.start()
@@ -70,6 +87,8 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
     with contextlib.suppress(asyncio.CancelledError):
         await expiry
     await server.stop(grace_s=2.0)
+    # After the server: the node streams have ended and deregistered their nodes.
+    await membership.stop()
     await metrics.stop()
     await store.close()
     log.info("scheduler stopped")

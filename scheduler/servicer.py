@@ -17,6 +17,7 @@ from domain.picker import PickReason, ReplicaLoad, pick_replica
 from domain.types import NodeState, Tier
 from infra.bearer import bearer_from_metadata, new_token, same_secret, token_hash
 from infra.grpcserver import maps_domain_errors
+from scheduler.membership import Membership, NodeRecord
 from scheduler.table import LoadTable, NodeEntry
 from store.base import Store
 from store.records import UserRecord
@@ -86,11 +87,16 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
     def __init__(
         self,
         table: LoadTable,
+        membership: Membership,
         users: Store,
         admin_token: str,
         prefill_tokens_per_s: float,
     ) -> None:
         self._table = table
+        self._membership = membership
+        # The stream that owns each node's registration: after a reconnect, the old stream's
+        # end must not deregister the node that the new stream registered.
+        self._node_streams: dict[str, NodeEntry] = {}
         self._users = users
         self._admin_token = admin_token
         self._prefill_tokens_per_s = prefill_tokens_per_s
@@ -121,7 +127,17 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         if entry.drained_by_operator:
             entry.commands.put_nowait(pb.NODE_COMMAND_DRAIN)
         reader = asyncio.create_task(self._read_reports(reg.node_id, request_iterator, entry))
+        self._node_streams[reg.node_id] = entry
+        record = NodeRecord(
+            reg.node_id,
+            reg.address,
+            reg.pool,
+            reg.model,
+            reg.context_tokens,
+            reg.kv_capacity_tokens,
+        )
         try:
+            await self._membership.register(record)
             while not reader.done():
                 command = asyncio.create_task(entry.commands.get())
                 done, _ = await asyncio.wait({command, reader}, return_when="FIRST_COMPLETED")
@@ -134,6 +150,9 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
             self._table.leave(reg.node_id, entry)
+            if self._node_streams.get(reg.node_id) is entry:
+                del self._node_streams[reg.node_id]
+                await self._membership.deregister(reg.node_id)
 
     async def _read_reports(
         self, node_id: str, requests: AsyncIterator[pb.ConnectNodeRequest], entry: NodeEntry

@@ -159,8 +159,12 @@ class SqliteStore:
 
     async def _update_user(self, sql: str, params: tuple[object, ...]) -> None:
         async with self._writing:
-            cursor = await self.db.execute(sql, params)
-            await self.db.commit()
+            try:
+                cursor = await self.db.execute(sql, params)
+                await self.db.commit()
+            except sqlite3.IntegrityError as exc:
+                await self.db.rollback()
+                raise AlreadyExists("that token is already in use") from exc
         if cursor.rowcount == 0:
             raise NotFound(f"no user {params[-1]!r}")
 

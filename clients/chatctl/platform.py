@@ -82,7 +82,7 @@ class LocalPlatform:
             "scheduler.main",
             {
                 "CHAT_SCHEDULER_GRPC_LISTEN": "127.0.0.1:0",
-                "CHAT_SCHEDULER_STORE_PATH": db,
+                "CHAT_SCHEDULER_STORE_URL": f"sqlite:///{db}",
                 "CHAT_SCHEDULER_ADMIN_TOKEN": self.admin_token,
             },
         )
@@ -108,7 +108,7 @@ class LocalPlatform:
                 {
                     "CHAT_GATEWAY_GRPC_LISTEN": "127.0.0.1:0",
                     "CHAT_GATEWAY_SCHEDULER_ADDRESS": self.scheduler_address,
-                    "CHAT_GATEWAY_STORE_PATH": db,
+                    "CHAT_GATEWAY_STORE_URL": f"sqlite:///{db}",
                     "CHAT_GATEWAY_DEFAULT_POOL": self.settings.pool,
                 },
             )

@@ -1,0 +1,356 @@
+"""PostgreSQL store for users and conversations: the same behaviour as SqliteStore, for a fleet.
+
+Every gateway and scheduler shares one database through its own connection pool, so the
+writes that SQLite serializes with BEGIN IMMEDIATE take row locks here instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator
+from importlib import resources
+
+import asyncpg
+
+from domain.errors import AlreadyExists, InvalidArgument, NotFound
+from domain.types import Role, Tier
+from store.records import ConversationRecord, MessageRecord, NewMessage, UserRecord
+
+_CONVERSATION_COLUMNS = (
+    "user_id, conversation_id, title, model, summary, summary_upto_seq, total_tokens, "
+    "created_at, updated_at"
+)
+_MESSAGE_COLUMNS = (
+    "conversation_id, seq, message_id, parent_seq, role, content, tokens, model, replica_id, "
+    "finish, created_at"
+)
+_USER_COLUMNS = "user_id, tier, token_hash, created_at"
+_MESSAGE_ID_CONSTRAINT = "messages_message_id_unique"  # named in 001_init.sql
+# Any fixed key will do; every process that migrates this database must use the same one.
+_MIGRATION_LOCK_KEY = 0x63686174_73746F72  # "chatstor"
+
+
+def _migrations() -> list[tuple[int, str]]:
+    folder = resources.files("store") / "migrations" / "postgres"
+    found = []
+    for item in folder.iterdir():
+        if item.name.endswith(".sql"):
+            found.append((int(item.name.split("_", 1)[0]), item.read_text()))
+    return sorted(found)
+
+
+def _user(row: asyncpg.Record) -> UserRecord:
+    return UserRecord(
+        row["user_id"], Tier(row["tier"]), row["token_hash"] is not None, row["created_at"]
+    )
+
+
+def _conversation(row: asyncpg.Record) -> ConversationRecord:
+    return ConversationRecord(**dict(row))
+
+
+def _message(row: asyncpg.Record) -> MessageRecord:
+    values = dict(row)
+    values["role"] = Role(values["role"])
+    return MessageRecord(**values)
+
+
+def _count(status: str) -> int:
+    """Rows touched, from a command tag such as 'UPDATE 1' or 'DELETE 0'."""
+    return int(status.rsplit(" ", 1)[-1])
+
+
+@contextlib.contextmanager
+def _text_errors() -> Iterator[None]:
+    # SQLite stores NUL characters but PostgreSQL text cannot: say so, not a driver error.
+    try:
+        yield
+    except asyncpg.CharacterNotInRepertoireError as exc:
+        raise InvalidArgument("text must not contain NUL characters") from exc
+
+
+class PostgresStore:
+    def __init__(self, dsn: str, min_size: int = 1, max_size: int = 10) -> None:
+        self._dsn = dsn
+        self._min_size = min_size
+        self._max_size = max_size
+        self._pool: asyncpg.Pool | None = None
+
+    async def open(self) -> None:
+        pool = await asyncpg.create_pool(
+            self._dsn, min_size=self._min_size, max_size=self._max_size
+        )
+        try:
+            async with pool.acquire() as conn:
+                await self._migrate(conn)
+        except BaseException:
+            await pool.close()
+            raise
+        self._pool = pool
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise RuntimeError("the store is not open")
+        return self._pool
+
+    @staticmethod
+    async def _migrate(conn: asyncpg.Connection) -> None:
+        # The transaction-scoped lock makes a second process starting at once wait here, then
+        # find the versions the first one applied; even CREATE TABLE IF NOT EXISTS races without.
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK_KEY)
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations "
+                "(version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
+            )
+            applied = {row[0] for row in await conn.fetch("SELECT version FROM schema_migrations")}
+            for version, script in _migrations():
+                if version in applied:
+                    continue
+                await conn.execute(script)
+                await conn.execute(
+                    "INSERT INTO schema_migrations VALUES ($1, $2)", version, time.time()
+                )
+
+    async def schema_version(self) -> int:
+        version = await self.pool.fetchval("SELECT max(version) FROM schema_migrations")
+        return int(version or 0)
+
+    async def _fetchrow(self, sql: str, *args: object) -> asyncpg.Record | None:
+        with _text_errors():
+            return await self.pool.fetchrow(sql, *args)
+
+    async def _fetch(self, sql: str, *args: object) -> list[asyncpg.Record]:
+        with _text_errors():
+            return await self.pool.fetch(sql, *args)
+
+    async def _execute(self, sql: str, *args: object) -> int:
+        with _text_errors():
+            return _count(await self.pool.execute(sql, *args))
+
+    # Users ------------------------------------------------------------------------------------
+
+    async def create_user(self, user_id: str, tier: Tier, token_hash: str) -> UserRecord:
+        now = time.time()
+        try:
+            await self._execute(
+                "INSERT INTO users (user_id, tier, token_hash, created_at) VALUES ($1, $2, $3, $4)",
+                user_id,
+                tier.value,
+                token_hash,
+                now,
+            )
+        except asyncpg.UniqueViolationError as exc:
+            raise AlreadyExists(f"user {user_id!r} already exists") from exc
+        return UserRecord(user_id, tier, True, now)
+
+    async def user_by_token_hash(self, token_hash: str) -> UserRecord | None:
+        row = await self._fetchrow(
+            f"SELECT {_USER_COLUMNS} FROM users WHERE token_hash = $1", token_hash
+        )
+        return _user(row) if row else None
+
+    async def get_user(self, user_id: str) -> UserRecord:
+        row = await self._fetchrow(f"SELECT {_USER_COLUMNS} FROM users WHERE user_id = $1", user_id)
+        if row is None:
+            raise NotFound(f"no user {user_id!r}")
+        return _user(row)
+
+    async def list_users(self) -> list[UserRecord]:
+        rows = await self._fetch(f"SELECT {_USER_COLUMNS} FROM users ORDER BY user_id")
+        return [_user(row) for row in rows]
+
+    async def set_user_tier(self, user_id: str, tier: Tier) -> UserRecord:
+        await self._update_user(
+            "UPDATE users SET tier = $1 WHERE user_id = $2", tier.value, user_id
+        )
+        return await self.get_user(user_id)
+
+    async def set_user_token_hash(self, user_id: str, token_hash: str | None) -> None:
+        try:
+            await self._update_user(
+                "UPDATE users SET token_hash = $1 WHERE user_id = $2", token_hash, user_id
+            )
+        except asyncpg.UniqueViolationError as exc:
+            raise AlreadyExists("another user already has this token") from exc
+
+    async def _update_user(self, sql: str, value: object, user_id: str) -> None:
+        if await self._execute(sql, value, user_id) == 0:
+            raise NotFound(f"no user {user_id!r}")
+
+    # Conversations -----------------------------------------------------------------------------
+
+    async def get_conversation(self, user_id: str, conversation_id: str) -> ConversationRecord:
+        row = await self._fetchrow(
+            f"SELECT {_CONVERSATION_COLUMNS} FROM conversations "
+            "WHERE user_id = $1 AND conversation_id = $2",
+            user_id,
+            conversation_id,
+        )
+        if row is None:
+            raise NotFound(f"no conversation {conversation_id!r}")
+        return _conversation(row)
+
+    async def list_conversations(
+        self, user_id: str, limit: int, updated_before: float | None = None
+    ) -> list[ConversationRecord]:
+        before = updated_before if updated_before is not None else float("inf")
+        rows = await self._fetch(
+            f"SELECT {_CONVERSATION_COLUMNS} FROM conversations "
+            "WHERE user_id = $1 AND updated_at < $2 ORDER BY updated_at DESC LIMIT $3",
+            user_id,
+            before,
+            # SQLite reads a negative LIMIT as no limit; PostgreSQL refuses it.
+            limit if limit >= 0 else None,
+        )
+        return [_conversation(row) for row in rows]
+
+    async def delete_conversation(self, user_id: str, conversation_id: str) -> None:
+        deleted = await self._execute(
+            "DELETE FROM conversations WHERE user_id = $1 AND conversation_id = $2",
+            user_id,
+            conversation_id,
+        )
+        if deleted == 0:
+            raise NotFound(f"no conversation {conversation_id!r}")
+
+    async def get_message(self, user_id: str, message_id: str) -> MessageRecord:
+        row = await self._fetchrow(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE user_id = $1 AND message_id = $2",
+            user_id,
+            message_id,
+        )
+        if row is None:
+            raise NotFound(f"no message {message_id!r}")
+        return _message(row)
+
+    async def list_messages(self, user_id: str, conversation_id: str) -> list[MessageRecord]:
+        await self.get_conversation(user_id, conversation_id)
+        rows = await self._fetch(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages "
+            "WHERE user_id = $1 AND conversation_id = $2 ORDER BY seq",
+            user_id,
+            conversation_id,
+        )
+        return [_message(row) for row in rows]
+
+    async def newest_message(self, user_id: str, conversation_id: str) -> MessageRecord | None:
+        row = await self._fetchrow(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages "
+            "WHERE user_id = $1 AND conversation_id = $2 ORDER BY seq DESC LIMIT 1",
+            user_id,
+            conversation_id,
+        )
+        return _message(row) if row else None
+
+    async def add_message(
+        self, user_id: str, conversation_id: str, message: NewMessage, title: str = ""
+    ) -> MessageRecord:
+        """Appends a turn; the first turn of a new conversation id creates the conversation."""
+        now = time.time()
+        try:
+            async with self._transaction() as conn:
+                await _lock_conversation(conn, user_id, conversation_id, title, message.model, now)
+                seq = await _insert_message(conn, user_id, conversation_id, message, now)
+                await conn.execute(
+                    "UPDATE conversations SET updated_at = $1, total_tokens = total_tokens + $2, "
+                    "model = CASE WHEN $3 <> '' THEN $3 ELSE model END "
+                    "WHERE user_id = $4 AND conversation_id = $5",
+                    now,
+                    message.tokens,
+                    message.model,
+                    user_id,
+                    conversation_id,
+                )
+        except asyncpg.UniqueViolationError as exc:
+            # Only a reused id is the caller's doing; a clashing seq would be a bug here.
+            if exc.constraint_name != _MESSAGE_ID_CONSTRAINT:
+                raise
+            raise AlreadyExists(f"message {message.message_id!r} already exists") from exc
+        return MessageRecord(
+            conversation_id,
+            seq,
+            message.message_id,
+            message.parent_seq,
+            message.role,
+            message.content,
+            message.tokens,
+            message.model,
+            message.replica_id,
+            message.finish,
+            now,
+        )
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[asyncpg.Connection]:
+        with _text_errors():
+            async with self.pool.acquire() as conn, conn.transaction():
+                yield conn
+
+
+async def _lock_conversation(
+    conn: asyncpg.Connection,
+    user_id: str,
+    conversation_id: str,
+    title: str,
+    model: str,
+    now: float,
+) -> None:
+    """Creates the conversation if new, then holds its row lock until the transaction ends.
+
+    The lock serializes writers of one conversation, so each reads the max seq its predecessor
+    committed. A concurrent delete can remove the row between the two statements: create again.
+    """
+    while True:
+        await conn.execute(
+            "INSERT INTO conversations (user_id, conversation_id, title, model, created_at, "
+            "updated_at) VALUES ($1, $2, $3, $4, $5, $5) "
+            "ON CONFLICT (user_id, conversation_id) DO NOTHING",
+            user_id,
+            conversation_id,
+            title,
+            model,
+            now,
+        )
+        locked = await conn.fetchval(
+            "SELECT true FROM conversations WHERE user_id = $1 AND conversation_id = $2 FOR UPDATE",
+            user_id,
+            conversation_id,
+        )
+        if locked:
+            return
+
+
+async def _insert_message(
+    conn: asyncpg.Connection, user_id: str, conversation_id: str, message: NewMessage, now: float
+) -> int:
+    seq = await conn.fetchval(
+        "SELECT coalesce(max(seq), 0) + 1 FROM messages "
+        "WHERE user_id = $1 AND conversation_id = $2",
+        user_id,
+        conversation_id,
+    )
+    await conn.execute(
+        f"INSERT INTO messages (user_id, {_MESSAGE_COLUMNS}) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+        user_id,
+        conversation_id,
+        seq,
+        message.message_id,
+        message.parent_seq,
+        message.role.value,
+        message.content,
+        message.tokens,
+        message.model,
+        message.replica_id,
+        message.finish,
+        now,
+    )
+    return int(seq)

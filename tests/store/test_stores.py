@@ -1,0 +1,174 @@
+"""Every case runs against both backends: PostgreSQL must behave exactly as SQLite does."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from domain.errors import AlreadyExists, NotFound
+from domain.types import Role, Tier
+from store.factory import open_store, store_for
+from store.postgres import PostgresStore
+from store.records import NewMessage
+from store.sqlite import SqliteStore
+from tests.store.test_postgres import fresh_database
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def url(request: pytest.FixtureRequest, tmp_path) -> AsyncIterator[str]:
+    """A store URL with nothing in it yet: a new SQLite file or a new PostgreSQL database."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'chat.db'}"
+        return
+    # Looked up here so a SQLite-only run (-k sqlite) starts no PostgreSQL server.
+    async with fresh_database(request.getfixturevalue("postgres_server")) as dsn:
+        yield dsn
+
+
+@pytest.fixture
+async def store(url: str):
+    s = await open_store(url)
+    yield s
+    await s.close()
+
+
+def msg(mid: str, role: Role, parent: int | None, tokens: int = 5, model: str = "m") -> NewMessage:
+    return NewMessage(mid, role, f"text of {mid}", tokens, parent, model=model)
+
+
+async def test_migrations_are_versioned_and_idempotent(url) -> None:
+    for _ in range(2):
+        s = await open_store(url)
+        assert await s.schema_version() == 1
+        await s.close()
+
+
+async def test_first_message_creates_the_conversation_scoped_to_its_user(store) -> None:
+    first = await store.add_message("alice", "c1", msg("m1", Role.USER, None), title="hi")
+    await store.add_message("alice", "c1", msg("m1.answer", Role.ASSISTANT, first.seq, 7))
+    conversation = await store.get_conversation("alice", "c1")
+    assert conversation.title == "hi" and conversation.total_tokens == 12
+    assert [m.seq for m in await store.list_messages("alice", "c1")] == [1, 2]
+    # Bob may use the same ids; neither sees the other's.
+    await store.add_message("bob", "c1", msg("m1", Role.USER, None))
+    assert len(await store.list_messages("bob", "c1")) == 1
+    with pytest.raises(NotFound):
+        await store.get_conversation("carol", "c1")
+    with pytest.raises(NotFound):
+        await store.get_message("carol", "m1")
+    with pytest.raises(NotFound):
+        await store.list_messages("carol", "c1")
+
+
+async def test_stored_records_read_back_exactly_as_returned(store) -> None:
+    added = await store.add_message("alice", "c1", msg("m1", Role.USER, None), title="hi")
+    assert await store.get_message("alice", "m1") == added
+    assert await store.newest_message("alice", "c1") == added
+    assert await store.newest_message("alice", "c2") is None
+    conversation = await store.get_conversation("alice", "c1")
+    assert isinstance(conversation.created_at, float)
+    assert conversation.created_at == conversation.updated_at == added.created_at
+    assert (conversation.summary, conversation.summary_upto_seq) == ("", 0)
+
+
+async def test_a_turn_with_a_model_names_the_conversations_model(store) -> None:
+    await store.add_message("alice", "c1", msg("m1", Role.USER, None, model=""))
+    assert (await store.get_conversation("alice", "c1")).model == ""
+    await store.add_message("alice", "c1", msg("m2", Role.ASSISTANT, 1, model="large"))
+    await store.add_message("alice", "c1", msg("m3", Role.USER, 2, model=""))
+    assert (await store.get_conversation("alice", "c1")).model == "large"
+
+
+async def test_a_reused_message_id_stores_nothing(store) -> None:
+    await store.add_message("alice", "c1", msg("m1", Role.USER, None))
+    with pytest.raises(AlreadyExists):
+        await store.add_message("alice", "c1", msg("m1", Role.USER, None))
+    assert len(await store.list_messages("alice", "c1")) == 1
+    assert (await store.get_conversation("alice", "c1")).total_tokens == 5
+    # Not even the new conversation the refused turn would have created.
+    with pytest.raises(AlreadyExists):
+        await store.add_message("alice", "c2", msg("m1", Role.USER, None))
+    with pytest.raises(NotFound):
+        await store.get_conversation("alice", "c2")
+
+
+async def test_conversations_list_newest_first_by_cursor(store) -> None:
+    for i in range(5):
+        await store.add_message("alice", f"c{i}", msg(f"m{i}", Role.USER, None))
+    await store.add_message("bob", "b1", msg("m1", Role.USER, None))
+    first = await store.list_conversations("alice", 2)
+    assert [c.conversation_id for c in first] == ["c4", "c3"]
+    rest = await store.list_conversations("alice", 10, updated_before=first[-1].updated_at)
+    assert [c.conversation_id for c in rest] == ["c2", "c1", "c0"]
+    assert await store.list_conversations("carol", 10) == []
+
+
+async def test_delete_removes_messages_too(store) -> None:
+    await store.add_message("alice", "c1", msg("m1", Role.USER, None))
+    await store.delete_conversation("alice", "c1")
+    with pytest.raises(NotFound):
+        await store.get_message("alice", "m1")
+    with pytest.raises(NotFound):
+        await store.delete_conversation("alice", "c1")
+    # The id is free again, and the conversation starts over.
+    again = await store.add_message("alice", "c1", msg("m1", Role.USER, None))
+    assert again.seq == 1
+
+
+async def test_users_tokens_and_tiers(store) -> None:
+    await store.create_user("u1", Tier.FREE, "hash-1")
+    with pytest.raises(AlreadyExists):
+        await store.create_user("u1", Tier.PLUS, "hash-2")
+    assert (await store.user_by_token_hash("hash-1")).user_id == "u1"
+    assert (await store.set_user_tier("u1", Tier.PLUS)).tier is Tier.PLUS
+    await store.set_user_token_hash("u1", None)
+    assert await store.user_by_token_hash("hash-1") is None
+    assert not (await store.get_user("u1")).has_token
+    with pytest.raises(NotFound):
+        await store.set_user_tier("nobody", Tier.FREE)
+    with pytest.raises(NotFound):
+        await store.set_user_token_hash("nobody", "hash-3")
+    with pytest.raises(NotFound):
+        await store.get_user("nobody")
+    await store.create_user("u0", Tier.FREE, "hash-0")
+    assert [u.user_id for u in await store.list_users()] == ["u0", "u1"]
+
+
+@pytest.mark.parametrize(
+    ("given", "kind", "path"),
+    [
+        ("sqlite:///.chat/chat.db", SqliteStore, ".chat/chat.db"),
+        ("sqlite:////var/lib/chat.db", SqliteStore, "/var/lib/chat.db"),
+        (".chat/chat.db", SqliteStore, ".chat/chat.db"),
+        ("postgresql://postgres@127.0.0.1:5432/chat", PostgresStore, None),
+        ("postgres://postgres@127.0.0.1/chat", PostgresStore, None),
+    ],
+)
+def test_the_url_names_the_backend(given, kind, path) -> None:
+    store = store_for(given)
+    assert isinstance(store, kind)
+    if path is not None:
+        assert store._path == path
+
+
+@pytest.mark.parametrize("given", ["", "mysql://db/chat", "sqlite://chat.db", "sqlite:///"])
+async def test_an_unknown_url_is_refused_clearly(given) -> None:
+    with pytest.raises(ValueError, match="store URL"):
+        await open_store(given)
+
+
+async def test_concurrent_turns_of_one_conversation_get_consecutive_seqs(store) -> None:
+    await asyncio.gather(
+        *(store.add_message("alice", "busy", msg(f"m{i}", Role.USER, None)) for i in range(20))
+    )
+    assert [m.seq for m in await store.list_messages("alice", "busy")] == list(range(1, 21))
+
+
+async def test_a_token_hash_belongs_to_one_user(store) -> None:
+    await store.create_user("u1", Tier.FREE, "same-hash")
+    await store.create_user("u2", Tier.FREE, "other-hash")
+    with pytest.raises(AlreadyExists):
+        await store.set_user_token_hash("u2", "same-hash")
+    assert (await store.user_by_token_hash("other-hash")).user_id == "u2"
