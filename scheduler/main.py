@@ -8,6 +8,7 @@ import contextlib
 import time
 from dataclasses import dataclass
 
+import structlog
 from prometheus_client import CollectorRegistry, Gauge
 
 from chat.v1 import scheduler_service_pb2, scheduler_service_pb2_grpc
@@ -40,10 +41,15 @@ class SchedulerConfig:
     log_level: str = "info"
 
 
-async def _expire_forever(table: LoadTable, interval_s: float) -> None:
+async def _expire_forever(
+    table: LoadTable, interval_s: float, log: structlog.stdlib.BoundLogger
+) -> None:
     while True:
         await asyncio.sleep(interval_s)
-        table.expire()
+        for node_id in table.expire():
+            log.warning(
+                "node stopped reporting; it is not picked until it reports again", node=node_id
+            )
 
 
 def _build_membership(config: SchedulerConfig) -> Membership:
@@ -79,7 +85,7 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
     await server.start()
     await server.set_serving(True)
     await metrics.start()
-    expiry = asyncio.create_task(_expire_forever(table, config.report_timeout_s / 4))
+    expiry = asyncio.create_task(_expire_forever(table, config.report_timeout_s / 4, log))
     write_ready_file(config.ready_file, {"grpc": server.address, "metrics": metrics.port})
     log.info("scheduler ready", grpc=server.address, metrics_port=metrics.port)
     await stop.wait()

@@ -53,12 +53,18 @@ class LoadTable:
             del self._nodes[node_id]
 
     def expire(self) -> list[str]:
-        """Drops nodes whose reports stopped; returns their ids."""
+        """Marks nodes whose reports stopped as dead (never picked); returns their ids.
+
+        The entry stays while its stream is open, so a node that was only slow comes back with
+        its next report; the stream's end removes it.
+        """
         cutoff = self._clock() - self._report_timeout_s
-        gone = [n for n, e in self._nodes.items() if e.last_report_at < cutoff]
-        for node_id in gone:
-            del self._nodes[node_id]
-        return gone
+        dead = []
+        for node_id, entry in self._nodes.items():
+            if entry.last_report_at < cutoff and entry.load.state is not NodeState.DEAD:
+                entry.load = replace(entry.load, state=NodeState.DEAD)
+                dead.append(node_id)
+        return dead
 
     def set_drained(self, node_id: str, drained: bool) -> NodeEntry | None:
         entry = self._nodes.get(node_id)

@@ -7,7 +7,7 @@ def load(node_id: str, pool: str = "large") -> ReplicaLoad:
     return ReplicaLoad(node_id, f"{node_id}:1", pool, "m", NodeState.STARTING, 1000, 0)
 
 
-def test_reports_update_and_silence_expires_a_node() -> None:
+def test_reports_update_and_silence_makes_a_node_dead_until_it_reports_again() -> None:
     now = [0.0]
     table = LoadTable(lambda: now[0], report_timeout_s=2.0)
     table.join(load("a"), 4096, 8192)
@@ -17,9 +17,12 @@ def test_reports_update_and_silence_expires_a_node() -> None:
     assert table.pool("large")[0].queued_prefill_tokens == 300
     now[0] = 2.5
     assert table.expire() == ["b"]
-    assert table.pools() == {"large"}
+    assert table.pool("small")[0].state is NodeState.DEAD
+    assert table.expire() == []  # reported once
     now[0] = 3.6
     assert table.expire() == ["a"]
+    table.report("a", state=NodeState.READY)
+    assert table.pool("large")[0].state is NodeState.READY
 
 
 def test_an_operator_drain_survives_the_nodes_own_ready_reports() -> None:

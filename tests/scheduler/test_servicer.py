@@ -1,0 +1,236 @@
+"""The scheduler over real gRPC: node streams, picking, draining, silence, admin calls."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+
+from chat.v1 import common_pb2
+from chat.v1 import scheduler_service_pb2 as pb
+from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
+from scheduler.main import SchedulerConfig, serve
+
+ADMIN = "admin-secret-for-tests"
+AUTH = (("authorization", f"Bearer {ADMIN}"),)
+
+
+@pytest.fixture(scope="module")
+async def scheduler(tmp_path_factory) -> AsyncIterator[pb_grpc.SchedulerServiceStub]:
+    folder = tmp_path_factory.mktemp("scheduler")
+    ready = folder / "ready.json"
+    config = SchedulerConfig(
+        grpc_listen="127.0.0.1:0",
+        store_url=f"sqlite:///{folder / 'chat.db'}",
+        admin_token=ADMIN,
+        report_timeout_s=1.0,
+        ready_file=str(ready),
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve(config, stop))
+    for _ in range(500):  # the ready file is the only signal a separate process could give
+        if ready.exists():
+            break
+        await asyncio.sleep(0.02)
+    address = json.loads(ready.read_text())["grpc"]
+    async with grpc.aio.insecure_channel(address) as channel:
+        yield pb_grpc.SchedulerServiceStub(channel)
+    stop.set()
+    await task
+
+
+class FakeNode:
+    """A node's side of ConnectNode: registration, then load reports while it is 'alive'."""
+
+    def __init__(self, stub, node_id: str, pool: str = "large") -> None:
+        self.node_id = node_id
+        self.reporting = True
+        self.commands: list[int] = []
+        self._outbox: asyncio.Queue = asyncio.Queue()
+        self._outbox.put_nowait(
+            pb.ConnectNodeRequest(
+                registration=pb.NodeRegistration(
+                    node_id=node_id,
+                    address=f"{node_id}.local:1",
+                    model="m",
+                    pool=pool,
+                    context_tokens=4096,
+                    kv_capacity_tokens=100_000,
+                )
+            )
+        )
+        self.call = stub.ConnectNode(self._requests())
+        self._tasks = [asyncio.create_task(self._report()), asyncio.create_task(self._listen())]
+
+    async def _requests(self):
+        while True:
+            yield await self._outbox.get()
+
+    async def _report(self) -> None:
+        while True:
+            if self.reporting:
+                await self._outbox.put(
+                    pb.ConnectNodeRequest(
+                        load=pb.LoadReport(free_kv_tokens=90_000, state=pb.NODE_STATE_READY)
+                    )
+                )
+            await asyncio.sleep(0.1)
+
+    async def _listen(self) -> None:
+        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.CancelledError):
+            async for response in self.call:
+                self.commands.append(response.command)
+
+    async def close(self) -> None:
+        self.call.cancel()
+        for task in self._tasks:
+            task.cancel()
+
+
+async def states(stub) -> dict[str, int]:
+    nodes = (await stub.ListNodes(pb.ListNodesRequest(), metadata=AUTH)).nodes
+    return {n.registration.node_id: n.load.state for n in nodes}
+
+
+async def eventually(check, timeout_s: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not await check():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.05)
+
+
+async def test_picks_stick_to_a_conversation_and_avoid_drained_and_silent_nodes(scheduler) -> None:
+    nodes = [FakeNode(scheduler, f"n{i}") for i in range(3)]
+    try:
+
+        async def all_ready() -> bool:
+            found = await states(scheduler)
+            return all(found.get(n.node_id) == pb.NODE_STATE_READY for n in nodes)
+
+        await eventually(all_ready)
+        ask = pb.PickReplicaRequest(
+            conversation_id="conv-1",
+            pool="large",
+            prompt_tokens=100,
+            reusable_prefix_tokens=80,
+            tier=common_pb2.TIER_FREE,
+        )
+        first = await scheduler.PickReplica(ask)
+        assert first.reason == pb.PICK_REASON_AFFINITY
+        assert first.address == f"{first.node_id}.local:1"
+        assert (await scheduler.PickReplica(ask)).node_id == first.node_id
+
+        await scheduler.DrainNode(pb.DrainNodeRequest(node_id=first.node_id), metadata=AUTH)
+        favourite = next(n for n in nodes if n.node_id == first.node_id)
+
+        async def told_to_drain() -> bool:
+            return pb.NODE_COMMAND_DRAIN in favourite.commands
+
+        await eventually(told_to_drain)
+        assert (await states(scheduler))[first.node_id] == pb.NODE_STATE_DRAINING
+        assert (await scheduler.PickReplica(ask)).node_id != first.node_id
+        await scheduler.UndrainNode(pb.UndrainNodeRequest(node_id=first.node_id), metadata=AUTH)
+        assert (await scheduler.PickReplica(ask)).node_id == first.node_id
+
+        favourite.reporting = False  # silent, stream still open
+
+        async def dead() -> bool:
+            return (await states(scheduler))[first.node_id] == pb.NODE_STATE_DEAD
+
+        await eventually(dead)
+        assert (await scheduler.PickReplica(ask)).node_id != first.node_id
+        favourite.reporting = True
+
+        async def back() -> bool:
+            return (await states(scheduler))[first.node_id] == pb.NODE_STATE_READY
+
+        await eventually(back)
+        await favourite.close()
+
+        async def gone() -> bool:
+            return first.node_id not in await states(scheduler)
+
+        await eventually(gone)
+    finally:
+        for node in nodes:
+            await node.close()
+
+
+async def test_no_replica_and_bad_pick_requests(scheduler) -> None:
+    empty = await scheduler.PickReplica(pb.PickReplicaRequest(conversation_id="c", pool="none"))
+    assert empty.reason == pb.PICK_REASON_NO_REPLICA and not empty.node_id
+    for ask, reason in [
+        (pb.PickReplicaRequest(pool="large"), "conversation_id"),
+        (pb.PickReplicaRequest(conversation_id="x" * 200, pool="large"), "conversation_id"),
+        (pb.PickReplicaRequest(conversation_id="c"), "pool"),
+    ]:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await scheduler.PickReplica(ask)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert reason in caught.value.details()
+
+
+async def test_a_node_stream_must_start_with_its_registration(scheduler) -> None:
+    async def only_load():
+        yield pb.ConnectNodeRequest(load=pb.LoadReport())
+
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async for _ in scheduler.ConnectNode(only_load()):
+            pass
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_admin_user_calls(scheduler) -> None:
+    made = await scheduler.CreateUser(
+        pb.CreateUserRequest(user_id="ops-test", tier=common_pb2.TIER_FREE), metadata=AUTH
+    )
+    assert made.token.startswith("u_") and len(made.token) > 40
+    listed = (await scheduler.ListUsers(pb.ListUsersRequest(), metadata=AUTH)).users
+    assert [u.user_id for u in listed] == ["ops-test"] and listed[0].has_token
+    upgraded = await scheduler.SetUserTier(
+        pb.SetUserTierRequest(user_id="ops-test", tier=common_pb2.TIER_PLUS), metadata=AUTH
+    )
+    assert upgraded.user.tier == common_pb2.TIER_PLUS
+    rotated = await scheduler.RotateUserToken(
+        pb.RotateUserTokenRequest(user_id="ops-test"), metadata=AUTH
+    )
+    assert rotated.token != made.token
+    await scheduler.RevokeUserTokens(pb.RevokeUserTokensRequest(user_id="ops-test"), metadata=AUTH)
+    listed = (await scheduler.ListUsers(pb.ListUsersRequest(), metadata=AUTH)).users
+    assert not listed[0].has_token
+    for call, request, code in [
+        (
+            scheduler.CreateUser,
+            pb.CreateUserRequest(user_id="ops-test", tier=1),
+            grpc.StatusCode.ALREADY_EXISTS,
+        ),
+        (scheduler.CreateUser, pb.CreateUserRequest(user_id="x"), grpc.StatusCode.INVALID_ARGUMENT),
+        (
+            scheduler.SetUserTier,
+            pb.SetUserTierRequest(user_id="nobody", tier=1),
+            grpc.StatusCode.NOT_FOUND,
+        ),
+        (
+            scheduler.RotateUserToken,
+            pb.RotateUserTokenRequest(user_id="nobody"),
+            grpc.StatusCode.NOT_FOUND,
+        ),
+        (scheduler.DrainNode, pb.DrainNodeRequest(node_id="nobody"), grpc.StatusCode.NOT_FOUND),
+        (scheduler.PinLadder, pb.PinLadderRequest(rung=9), grpc.StatusCode.INVALID_ARGUMENT),
+    ]:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await call(request, metadata=AUTH)
+        assert caught.value.code() == code, request
+
+
+async def test_an_operator_can_pin_the_ladder(scheduler) -> None:
+    pinned = await scheduler.PinLadder(pb.PinLadderRequest(rung=2), metadata=AUTH)
+    assert (pinned.rung, pinned.pinned) == (2, True)
+    ask = pb.PickReplicaRequest(conversation_id="c", pool="none")
+    assert (await scheduler.PickReplica(ask)).ladder_rung == 2
+    unpinned = await scheduler.PinLadder(pb.PinLadderRequest(), metadata=AUTH)
+    assert (unpinned.rung, unpinned.pinned) == (0, False)
