@@ -12,8 +12,9 @@ import contextlib
 import hashlib
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import structlog
@@ -306,8 +307,8 @@ class ChatPipeline:
 
     # Generating ---------------------------------------------------------------------------------
 
-    def _start(self, run: MessageRun, work: object) -> None:
-        task = asyncio.create_task(work, name=f"run-{run.message_id}")  # type: ignore[arg-type]
+    def _start(self, run: MessageRun, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work, name=f"run-{run.message_id}")
         run.task = task
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -332,9 +333,14 @@ class ChatPipeline:
             finish = Finish.ERROR
             ending = Failed(grpc.StatusCode.UNAVAILABLE.value[0], error.reason)
         if store_answer:
-            await self._save_answer(
-                run, user, plan, answer_parent_seq, "".join(pieces), finish, usage
-            )
+            try:
+                await self._save_answer(
+                    run, user, plan, answer_parent_seq, "".join(pieces), finish, usage
+                )
+            except Exception:
+                # Whatever the store did, the client's stream must still end; the answer it
+                # read is logged as unsaved for the operator.
+                self._log.exception("answer not saved", message_id=run.message_id)
         await self._buckets.settle(
             user.user_id, user.tier, plan.reserved, limiter.usage_cost(usage)
         )

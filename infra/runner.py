@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import signal
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -25,9 +27,6 @@ def write_ready_file(path: str | None, payload: dict[str, Any]) -> None:
     """Tells a parent process (chatctl up, tests) which ports the service bound."""
     if not path:
         return
-    import json
-    import os
-
     tmp = f"{path}.tmp"
     with open(tmp, "w") as fh:
         json.dump(payload, fh)
