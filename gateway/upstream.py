@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 
 from chat.v1 import node_service_pb2_grpc, scheduler_service_pb2, scheduler_service_pb2_grpc
-from domain.errors import Unavailable
+from domain.errors import InvalidArgument, Unavailable
 
 _CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 10_000),
@@ -35,9 +35,15 @@ class Upstreams:
                 request, timeout=self.rpc_timeout_s
             )
         except grpc.aio.AioRpcError as error:
-            raise Unavailable(f"the scheduler is unreachable: {error.code().name}") from error
-        if not answer.node_id:
-            raise Unavailable(f"no replica of pool {request.pool!r} is ready; retry shortly")
+            code = error.code()
+            if code == grpc.StatusCode.INVALID_ARGUMENT:
+                raise InvalidArgument(
+                    error.details() or "the scheduler refused the pick"
+                ) from error
+            if code == grpc.StatusCode.UNAVAILABLE and error.details():
+                # The scheduler answered: no replica is ready. Its reason says which pool.
+                raise Unavailable(error.details()) from error
+            raise Unavailable(f"the scheduler is unreachable: {code.name}") from error
         return answer
 
     async def close(self) -> None:

@@ -5,18 +5,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
+import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import aetcd
 import structlog
 from prometheus_client import CollectorRegistry, Gauge
 
 from chat.v1 import scheduler_service_pb2, scheduler_service_pb2_grpc
+from domain.ladder import LadderPolicy
 from infra.config import ConfigError, load_config
 from infra.grpcserver import GrpcServer
 from infra.logs import configure_logging
 from infra.metrics import MetricsServer
 from infra.runner import run_until_signalled, write_ready_file
+from scheduler.ladder import EtcdLadderStore, InProcessLadderStore, LadderKeeper, LadderStore
 from scheduler.membership import EtcdMembership, InProcessMembership, Membership
 from scheduler.servicer import SchedulerServicer
 from scheduler.table import LoadTable
@@ -37,6 +42,14 @@ class SchedulerConfig:
     prefill_tokens_per_s: float = 2000.0
     store_url: str = "sqlite:///.chat/chat.db"
     admin_token: str = ""
+    # Pools a node may register in and a pick may ask for.
+    pools: list[str] = field(default_factory=lambda: ["large", "small"])
+    # The ladder follows this pool's busy share; it lives in etcd when membership does.
+    ladder_pool: str = "large"
+    ladder_tick_s: float = 10.0
+    ladder_up_at: list[float] = field(default_factory=lambda: [0.85, 0.92, 0.97])
+    ladder_down_gap: float = 0.07
+    scheduler_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     ready_file: str = ""
     log_level: str = "info"
 
@@ -52,15 +65,28 @@ async def _expire_forever(
             )
 
 
+def _build_ladder_store(config: SchedulerConfig) -> LadderStore:
+    if config.membership == "etcd":
+        host, port = _etcd_address(config.etcd_endpoint)
+        client = aetcd.Client(host=host, port=port, timeout=1.0)
+        return EtcdLadderStore(client, config.scheduler_id)
+    return InProcessLadderStore()
+
+
 def _build_membership(config: SchedulerConfig) -> Membership:
     if config.membership == "memory":
         return InProcessMembership()
     if config.membership != "etcd":
         raise ConfigError(f"membership must be 'memory' or 'etcd', not {config.membership!r}")
-    host, _, port = config.etcd_endpoint.rpartition(":")
+    host, port = _etcd_address(config.etcd_endpoint)
+    return EtcdMembership(host, port, lease_ttl_s=config.node_lease_ttl_s)
+
+
+def _etcd_address(endpoint: str) -> tuple[str, int]:
+    host, _, port = endpoint.rpartition(":")
     if not host or not port.isdigit():
-        raise ConfigError(f"etcd_endpoint must be host:port, not {config.etcd_endpoint!r}")
-    return EtcdMembership(host, int(port), lease_ttl_s=config.node_lease_ttl_s)
+        raise ConfigError(f"etcd_endpoint must be host:port, not {endpoint!r}")
+    return host, int(port)
 
 
 async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
@@ -68,11 +94,25 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
     membership = _build_membership(config)
     store = await open_store(config.store_url)
     table = LoadTable(time.monotonic, config.report_timeout_s)
+    ladder = LadderKeeper(
+        _build_ladder_store(config),
+        table,
+        config.ladder_pool,
+        LadderPolicy(tuple(config.ladder_up_at), config.ladder_down_gap),
+        time.time,
+        tick_s=config.ladder_tick_s,
+    )
     service_name = scheduler_service_pb2.DESCRIPTOR.services_by_name["SchedulerService"].full_name
     server = GrpcServer(config.grpc_listen, [service_name])
     scheduler_service_pb2_grpc.add_SchedulerServiceServicer_to_server(
         SchedulerServicer(
-            table, membership, store, config.admin_token, config.prefill_tokens_per_s
+            table,
+            membership,
+            store,
+            config.admin_token,
+            config.prefill_tokens_per_s,
+            ladder,
+            frozenset(config.pools),
         ),
         server.server,
     )
@@ -86,15 +126,18 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
     await server.set_serving(True)
     await metrics.start()
     expiry = asyncio.create_task(_expire_forever(table, config.report_timeout_s / 4, log))
+    laddering = asyncio.create_task(ladder.run())
     write_ready_file(config.ready_file, {"grpc": server.address, "metrics": metrics.port})
     log.info("scheduler ready", grpc=server.address, metrics_port=metrics.port)
     await stop.wait()
-    expiry.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await expiry
+    for task in (expiry, laddering):
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
     await server.stop(grace_s=2.0)
     # After the server: the node streams have ended and deregistered their nodes.
     await membership.stop()
+    await ladder.close()
     await metrics.stop()
     await store.close()
     log.info("scheduler stopped")

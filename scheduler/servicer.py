@@ -12,11 +12,19 @@ from google.protobuf import timestamp_pb2
 from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
-from domain.errors import InvalidArgument, NotFound, PermissionDenied, Unauthenticated
+from domain.errors import (
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unauthenticated,
+    Unavailable,
+)
+from domain.ladder import MAX_RUNG, LadderState
 from domain.picker import PickReason, ReplicaLoad, pick_replica
 from domain.types import NodeState, Tier
 from infra.bearer import bearer_from_metadata, new_token, same_secret, token_hash
 from infra.grpcserver import maps_domain_errors
+from scheduler.ladder import ETCD_ERRORS, LadderKeeper
 from scheduler.membership import Membership, NodeRecord
 from scheduler.table import LoadTable, NodeEntry
 from store.base import Store
@@ -77,6 +85,32 @@ def _user_to_pb(user: UserRecord) -> pb.User:
     )
 
 
+def _timestamp(seconds: float) -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromNanoseconds(int(seconds * 1e9))
+    return stamp
+
+
+def _ladder_to_pb(state: LadderState, leading: bool) -> pb.GetLadderResponse:
+    history = [
+        pb.LadderChange(
+            at=_timestamp(c.at),
+            from_rung=c.from_rung,
+            to_rung=c.to_rung,
+            busy_share=c.busy_share,
+            reason=c.reason,
+        )
+        for c in state.history
+    ]
+    return pb.GetLadderResponse(
+        rung=state.effective_rung,
+        busy_share=state.busy_share,
+        pinned=state.pinned is not None,
+        history=history,
+        leading=leading,
+    )
+
+
 def _tier(value: int) -> Tier:
     if value not in _TIER_FROM_PB:
         raise InvalidArgument("tier must be TIER_FREE or TIER_PLUS")
@@ -91,6 +125,8 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         users: Store,
         admin_token: str,
         prefill_tokens_per_s: float,
+        ladder: LadderKeeper,
+        pools: frozenset[str],
     ) -> None:
         self._table = table
         self._membership = membership
@@ -100,7 +136,8 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         self._users = users
         self._admin_token = admin_token
         self._prefill_tokens_per_s = prefill_tokens_per_s
-        self._pinned_rung: int | None = None
+        self._ladder = ladder
+        self._pools = pools
 
     def _check_admin(self, context: grpc.aio.ServicerContext) -> None:
         token = bearer_from_metadata(context.invocation_metadata())
@@ -121,6 +158,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         if first is None or first.WhichOneof("kind") != "registration":
             raise InvalidArgument("a node stream starts with its registration")
         reg = first.registration
+        self._check_pool(reg.pool)
         entry = self._table.join(
             _registration_to_load(reg), reg.context_tokens, reg.kv_capacity_tokens
         )
@@ -164,14 +202,18 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
 
     # Picking ------------------------------------------------------------------------------------
 
+    def _check_pool(self, pool: str) -> None:
+        if pool not in self._pools:
+            known = ", ".join(sorted(self._pools))
+            raise InvalidArgument(f"unknown pool {pool!r}; this fleet's pools are {known}")
+
     @maps_domain_errors
     async def PickReplica(
         self, request: pb.PickReplicaRequest, context: grpc.aio.ServicerContext
     ) -> pb.PickReplicaResponse:
         if not request.conversation_id or len(request.conversation_id) > MAX_ID_CHARS:
             raise InvalidArgument(f"conversation_id must be 1..{MAX_ID_CHARS} characters")
-        if not request.pool:
-            raise InvalidArgument("pool is required")
+        self._check_pool(request.pool)
         excluded = set(request.exclude_node_ids)
         replicas = [r for r in self._table.pool(request.pool) if r.node_id not in excluded]
         pick = pick_replica(
@@ -180,16 +222,14 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
             request.reusable_prefix_tokens,
             replicas,
         )
-        rung = self._pinned_rung or 0
         if pick.replica is None:
-            return pb.PickReplicaResponse(reason=_REASON_TO_PB[pick.reason], ladder_rung=rung)
-        wait = pick.replica.queued_prefill_tokens / self._prefill_tokens_per_s
+            raise Unavailable(f"no replica of pool {request.pool!r} is ready; retry shortly")
         return pb.PickReplicaResponse(
             node_id=pick.replica.node_id,
             address=pick.replica.address,
             reason=_REASON_TO_PB[pick.reason],
-            expected_wait_seconds=wait,
-            ladder_rung=rung,
+            expected_wait_seconds=pick.replica.queued_prefill_tokens / self._prefill_tokens_per_s,
+            ladder_rung=self._ladder.state.effective_rung,
             model=pick.replica.model,
         )
 
@@ -257,23 +297,21 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         self, request: pb.GetLadderRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetLadderResponse:
         self._check_admin(context)
-        # UNFINISHED: the ladder's busy-share controller is the scheduler issue's; until then
-        # the rung is 0 unless an operator pins one.
-        return pb.GetLadderResponse(
-            rung=self._pinned_rung or 0, pinned=self._pinned_rung is not None
-        )
+        return _ladder_to_pb(self._ladder.state, self._ladder.leading)
 
     @maps_domain_errors
     async def PinLadder(
         self, request: pb.PinLadderRequest, context: grpc.aio.ServicerContext
     ) -> pb.PinLadderResponse:
         self._check_admin(context)
-        if request.HasField("rung") and request.rung > 3:
-            raise InvalidArgument("rung must be 0..3")
-        self._pinned_rung = request.rung if request.HasField("rung") else None
-        return pb.PinLadderResponse(
-            rung=self._pinned_rung or 0, pinned=self._pinned_rung is not None
-        )
+        rung = request.rung if request.HasField("rung") else None
+        if rung is not None and rung > MAX_RUNG:
+            raise InvalidArgument(f"rung must be 0..{MAX_RUNG}")
+        try:
+            state = await self._ladder.pin(rung)
+        except (*ETCD_ERRORS,) as error:
+            raise Unavailable(f"the ladder store is unreachable: {error}") from error
+        return pb.PinLadderResponse(rung=state.effective_rung, pinned=state.pinned is not None)
 
     # Admin: users -------------------------------------------------------------------------------
 

@@ -160,18 +160,42 @@ async def test_picks_stick_to_a_conversation_and_avoid_drained_and_silent_nodes(
             await node.close()
 
 
-async def test_no_replica_and_bad_pick_requests(scheduler) -> None:
-    empty = await scheduler.PickReplica(pb.PickReplicaRequest(conversation_id="c", pool="none"))
-    assert empty.reason == pb.PICK_REASON_NO_REPLICA and not empty.node_id
-    for ask, reason in [
-        (pb.PickReplicaRequest(pool="large"), "conversation_id"),
-        (pb.PickReplicaRequest(conversation_id="x" * 200, pool="large"), "conversation_id"),
-        (pb.PickReplicaRequest(conversation_id="c"), "pool"),
+async def test_empty_and_unknown_pools_and_bad_pick_requests(scheduler) -> None:
+    for ask, code, reason in [
+        (
+            pb.PickReplicaRequest(conversation_id="c", pool="small"),
+            grpc.StatusCode.UNAVAILABLE,
+            "no replica of pool 'small'",
+        ),
+        (
+            pb.PickReplicaRequest(conversation_id="c", pool="huge"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "unknown pool 'huge'",
+        ),
+        (pb.PickReplicaRequest(pool="large"), grpc.StatusCode.INVALID_ARGUMENT, "conversation_id"),
+        (
+            pb.PickReplicaRequest(conversation_id="x" * 200, pool="large"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "conversation_id",
+        ),
+        (pb.PickReplicaRequest(conversation_id="c"), grpc.StatusCode.INVALID_ARGUMENT, "pool"),
     ]:
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await scheduler.PickReplica(ask)
-        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            await scheduler.PickReplica(ask, timeout=5)
+        assert caught.value.code() == code
         assert reason in caught.value.details()
+
+
+async def test_a_node_in_an_unknown_pool_is_refused(scheduler) -> None:
+    async def registration():
+        yield pb.ConnectNodeRequest(
+            registration=pb.NodeRegistration(node_id="x", address="x:1", pool="gpu-9000", model="m")
+        )
+
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async for _ in scheduler.ConnectNode(registration()):
+            pass
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
 async def test_a_node_stream_must_start_with_its_registration(scheduler) -> None:
@@ -227,10 +251,23 @@ async def test_admin_user_calls(scheduler) -> None:
         assert caught.value.code() == code, request
 
 
-async def test_an_operator_can_pin_the_ladder(scheduler) -> None:
-    pinned = await scheduler.PinLadder(pb.PinLadderRequest(rung=2), metadata=AUTH)
-    assert (pinned.rung, pinned.pinned) == (2, True)
-    ask = pb.PickReplicaRequest(conversation_id="c", pool="none")
-    assert (await scheduler.PickReplica(ask)).ladder_rung == 2
-    unpinned = await scheduler.PinLadder(pb.PinLadderRequest(), metadata=AUTH)
-    assert (unpinned.rung, unpinned.pinned) == (0, False)
+async def test_an_operator_can_pin_the_ladder_and_picks_carry_the_rung(scheduler) -> None:
+    node = FakeNode(scheduler, "pin-node", pool="small")
+    try:
+
+        async def ready() -> bool:
+            return (await states(scheduler)).get("pin-node") == pb.NODE_STATE_READY
+
+        await eventually(ready)
+        pinned = await scheduler.PinLadder(pb.PinLadderRequest(rung=2), metadata=AUTH)
+        assert (pinned.rung, pinned.pinned) == (2, True)
+        ask = pb.PickReplicaRequest(conversation_id="c", pool="small")
+        assert (await scheduler.PickReplica(ask)).ladder_rung == 2
+        ladder = await scheduler.GetLadder(pb.GetLadderRequest(), metadata=AUTH)
+        assert ladder.rung == 2 and ladder.pinned and ladder.leading
+        assert ladder.history[-1].reason == "pinned at 2 by an operator"
+        unpinned = await scheduler.PinLadder(pb.PinLadderRequest(), metadata=AUTH)
+        assert (unpinned.rung, unpinned.pinned) == (0, False)
+        assert (await scheduler.PickReplica(ask)).ladder_rung == 0
+    finally:
+        await node.close()

@@ -26,19 +26,19 @@ from chat.v1 import common_pb2 as chat_dot_v1_dot_common__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x63hat/v1/scheduler_service.proto\x12\x07\x63hat.v1\x1a\x14\x63hat/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x85\x01\n\x10NodeRegistration\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0c\n\x04pool\x18\x04 \x01(\t\x12\x16\n\x0e\x63ontext_tokens\x18\x05 \x01(\r\x12\x1a\n\x12kv_capacity_tokens\x18\x06 \x01(\r\"\xc5\x01\n\nLoadReport\x12\x10\n\x08kv_usage\x18\x01 \x01(\x01\x12\x16\n\x0e\x66ree_kv_tokens\x18\x02 \x01(\r\x12\x1d\n\x15queued_prefill_tokens\x18\x03 \x01(\r\x12\x18\n\x10running_requests\x18\x04 \x01(\r\x12\x18\n\x10waiting_requests\x18\x05 \x01(\r\x12\x17\n\x0fprefix_hit_rate\x18\x06 \x01(\x01\x12!\n\x05state\x18\x07 \x01(\x0e\x32\x12.chat.v1.NodeState\"t\n\x12\x43onnectNodeRequest\x12\x31\n\x0cregistration\x18\x01 \x01(\x0b\x32\x19.chat.v1.NodeRegistrationH\x00\x12#\n\x04load\x18\x02 \x01(\x0b\x32\x13.chat.v1.LoadReportH\x00\x42\x06\n\x04kind\"<\n\x13\x43onnectNodeResponse\x12%\n\x07\x63ommand\x18\x01 \x01(\x0e\x32\x14.chat.v1.NodeCommand\"\xa9\x01\n\x12PickReplicaRequest\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x1b\n\x04tier\x18\x03 \x01(\x0e\x32\r.chat.v1.Tier\x12\x15\n\rprompt_tokens\x18\x04 \x01(\r\x12\x1e\n\x16reusable_prefix_tokens\x18\x05 \x01(\r\x12\x18\n\x10\x65xclude_node_ids\x18\x06 \x03(\t\"\x9f\x01\n\x13PickReplicaResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12#\n\x06reason\x18\x03 \x01(\x0e\x32\x13.chat.v1.PickReason\x12\x1d\n\x15\x65xpected_wait_seconds\x18\x04 \x01(\x01\x12\x13\n\x0bladder_rung\x18\x05 \x01(\r\x12\r\n\x05model\x18\x06 \x01(\t\"\x94\x01\n\nNodeStatus\x12/\n\x0cregistration\x18\x01 \x01(\x0b\x32\x19.chat.v1.NodeRegistration\x12!\n\x04load\x18\x02 \x01(\x0b\x32\x13.chat.v1.LoadReport\x12\x32\n\x0elast_report_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\" \n\x10ListNodesRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\"7\n\x11ListNodesResponse\x12\"\n\x05nodes\x18\x01 \x03(\x0b\x32\x13.chat.v1.NodeStatus\"#\n\x10\x44rainNodeRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\"\x13\n\x11\x44rainNodeResponse\"%\n\x12UndrainNodeRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\"\x15\n\x13UndrainNodeResponse\"\x12\n\x10GetLadderRequest\"E\n\x11GetLadderResponse\x12\x0c\n\x04rung\x18\x01 \x01(\r\x12\x12\n\nbusy_share\x18\x02 \x01(\x01\x12\x0e\n\x06pinned\x18\x03 \x01(\x08\".\n\x10PinLadderRequest\x12\x11\n\x04rung\x18\x01 \x01(\rH\x00\x88\x01\x01\x42\x07\n\x05_rung\"1\n\x11PinLadderResponse\x12\x0c\n\x04rung\x18\x01 \x01(\r\x12\x0e\n\x06pinned\x18\x02 \x01(\x08\"w\n\x04User\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x1b\n\x04tier\x18\x02 \x01(\x0e\x32\r.chat.v1.Tier\x12.\n\ncreated_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\thas_token\x18\x04 \x01(\x08\"A\n\x11\x43reateUserRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x1b\n\x04tier\x18\x02 \x01(\x0e\x32\r.chat.v1.Tier\"@\n\x12\x43reateUserResponse\x12\x1b\n\x04user\x18\x01 \x01(\x0b\x32\r.chat.v1.User\x12\r\n\x05token\x18\x02 \x01(\t\"\x12\n\x10ListUsersRequest\"1\n\x11ListUsersResponse\x12\x1c\n\x05users\x18\x01 \x03(\x0b\x32\r.chat.v1.User\"B\n\x12SetUserTierRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x1b\n\x04tier\x18\x02 \x01(\x0e\x32\r.chat.v1.Tier\"2\n\x13SetUserTierResponse\x12\x1b\n\x04user\x18\x01 \x01(\x0b\x32\r.chat.v1.User\")\n\x16RotateUserTokenRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\"(\n\x17RotateUserTokenResponse\x12\r\n\x05token\x18\x01 \x01(\t\"*\n\x17RevokeUserTokensRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\"\x1a\n\x18RevokeUserTokensResponse*\x84\x01\n\tNodeState\x12\x1a\n\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13NODE_STATE_STARTING\x10\x01\x12\x14\n\x10NODE_STATE_READY\x10\x02\x12\x17\n\x13NODE_STATE_DRAINING\x10\x03\x12\x13\n\x0fNODE_STATE_DEAD\x10\x04*]\n\x0bNodeCommand\x12\x1c\n\x18NODE_COMMAND_UNSPECIFIED\x10\x00\x12\x16\n\x12NODE_COMMAND_DRAIN\x10\x01\x12\x18\n\x14NODE_COMMAND_UNDRAIN\x10\x02*\x9f\x01\n\nPickReason\x12\x1b\n\x17PICK_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14PICK_REASON_AFFINITY\x10\x01\x12\x1d\n\x19PICK_REASON_ESCAPED_QUEUE\x10\x02\x12\x1f\n\x1bPICK_REASON_ESCAPED_KV_ROOM\x10\x03\x12\x1a\n\x16PICK_REASON_NO_REPLICA\x10\x04\x32\x88\x07\n\x10SchedulerService\x12L\n\x0b\x43onnectNode\x12\x1b.chat.v1.ConnectNodeRequest\x1a\x1c.chat.v1.ConnectNodeResponse(\x01\x30\x01\x12H\n\x0bPickReplica\x12\x1b.chat.v1.PickReplicaRequest\x1a\x1c.chat.v1.PickReplicaResponse\x12\x42\n\tListNodes\x12\x19.chat.v1.ListNodesRequest\x1a\x1a.chat.v1.ListNodesResponse\x12\x42\n\tDrainNode\x12\x19.chat.v1.DrainNodeRequest\x1a\x1a.chat.v1.DrainNodeResponse\x12H\n\x0bUndrainNode\x12\x1b.chat.v1.UndrainNodeRequest\x1a\x1c.chat.v1.UndrainNodeResponse\x12\x42\n\tGetLadder\x12\x19.chat.v1.GetLadderRequest\x1a\x1a.chat.v1.GetLadderResponse\x12\x42\n\tPinLadder\x12\x19.chat.v1.PinLadderRequest\x1a\x1a.chat.v1.PinLadderResponse\x12\x45\n\nCreateUser\x12\x1a.chat.v1.CreateUserRequest\x1a\x1b.chat.v1.CreateUserResponse\x12\x42\n\tListUsers\x12\x19.chat.v1.ListUsersRequest\x1a\x1a.chat.v1.ListUsersResponse\x12H\n\x0bSetUserTier\x12\x1b.chat.v1.SetUserTierRequest\x1a\x1c.chat.v1.SetUserTierResponse\x12T\n\x0fRotateUserToken\x12\x1f.chat.v1.RotateUserTokenRequest\x1a .chat.v1.RotateUserTokenResponse\x12W\n\x10RevokeUserTokens\x12 .chat.v1.RevokeUserTokensRequest\x1a!.chat.v1.RevokeUserTokensResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x63hat/v1/scheduler_service.proto\x12\x07\x63hat.v1\x1a\x14\x63hat/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x85\x01\n\x10NodeRegistration\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0c\n\x04pool\x18\x04 \x01(\t\x12\x16\n\x0e\x63ontext_tokens\x18\x05 \x01(\r\x12\x1a\n\x12kv_capacity_tokens\x18\x06 \x01(\r\"\xc5\x01\n\nLoadReport\x12\x10\n\x08kv_usage\x18\x01 \x01(\x01\x12\x16\n\x0e\x66ree_kv_tokens\x18\x02 \x01(\r\x12\x1d\n\x15queued_prefill_tokens\x18\x03 \x01(\r\x12\x18\n\x10running_requests\x18\x04 \x01(\r\x12\x18\n\x10waiting_requests\x18\x05 \x01(\r\x12\x17\n\x0fprefix_hit_rate\x18\x06 \x01(\x01\x12!\n\x05state\x18\x07 \x01(\x0e\x32\x12.chat.v1.NodeState\"t\n\x12\x43onnectNodeRequest\x12\x31\n\x0cregistration\x18\x01 \x01(\x0b\x32\x19.chat.v1.NodeRegistrationH\x00\x12#\n\x04load\x18\x02 \x01(\x0b\x32\x13.chat.v1.LoadReportH\x00\x42\x06\n\x04kind\"<\n\x13\x43onnectNodeResponse\x12%\n\x07\x63ommand\x18\x01 \x01(\x0e\x32\x14.chat.v1.NodeCommand\"\xa9\x01\n\x12PickReplicaRequest\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x1b\n\x04tier\x18\x03 \x01(\x0e\x32\r.chat.v1.Tier\x12\x15\n\rprompt_tokens\x18\x04 \x01(\r\x12\x1e\n\x16reusable_prefix_tokens\x18\x05 \x01(\r\x12\x18\n\x10\x65xclude_node_ids\x18\x06 \x03(\t\"\x9f\x01\n\x13PickReplicaResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12#\n\x06reason\x18\x03 \x01(\x0e\x32\x13.chat.v1.PickReason\x12\x1d\n\x15\x65xpected_wait_seconds\x18\x04 \x01(\x01\x12\x13\n\x0bladder_rung\x18\x05 \x01(\r\x12\r\n\x05model\x18\x06 \x01(\t\"\x94\x01\n\nNodeStatus\x12/\n\x0cregistration\x18\x01 \x01(\x0b\x32\x19.chat.v1.NodeRegistration\x12!\n\x04load\x18\x02 \x01(\x0b\x32\x13.chat.v1.LoadReport\x12\x32\n\x0elast_report_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\" \n\x10ListNodesRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\"7\n\x11ListNodesResponse\x12\"\n\x05nodes\x18\x01 \x03(\x0b\x32\x13.chat.v1.NodeStatus\"#\n\x10\x44rainNodeRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\"\x13\n\x11\x44rainNodeResponse\"%\n\x12UndrainNodeRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\"\x15\n\x13UndrainNodeResponse\"\x12\n\x10GetLadderRequest\"~\n\x11GetLadderResponse\x12\x0c\n\x04rung\x18\x01 \x01(\r\x12\x12\n\nbusy_share\x18\x02 \x01(\x01\x12\x0e\n\x06pinned\x18\x03 \x01(\x08\x12&\n\x07history\x18\x04 \x03(\x0b\x32\x15.chat.v1.LadderChange\x12\x0f\n\x07leading\x18\x05 \x01(\x08\"~\n\x0cLadderChange\x12&\n\x02\x61t\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tfrom_rung\x18\x02 \x01(\r\x12\x0f\n\x07to_rung\x18\x03 \x01(\r\x12\x12\n\nbusy_share\x18\x04 \x01(\x01\x12\x0e\n\x06reason\x18\x05 \x01(\t\".\n\x10PinLadderRequest\x12\x11\n\x04rung\x18\x01 \x01(\rH\x00\x88\x01\x01\x42\x07\n\x05_rung\"1\n\x11PinLadderResponse\x12\x0c\n\x04rung\x18\x01 \x01(\r\x12\x0e\n\x06pinned\x18\x02 \x01(\x08\"w\n\x04User\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x1b\n\x04tier\x18\x02 \x01(\x0e\x32\r.chat.v1.Tier\x12.\n\ncreated_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\thas_token\x18\x04 \x01(\x08\"A\n\x11\x43reateUserRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x1b\n\x04tier\x18\x02 \x01(\x0e\x32\r.chat.v1.Tier\"@\n\x12\x43reateUserResponse\x12\x1b\n\x04user\x18\x01 \x01(\x0b\x32\r.chat.v1.User\x12\r\n\x05token\x18\x02 \x01(\t\"\x12\n\x10ListUsersRequest\"1\n\x11ListUsersResponse\x12\x1c\n\x05users\x18\x01 \x03(\x0b\x32\r.chat.v1.User\"B\n\x12SetUserTierRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x1b\n\x04tier\x18\x02 \x01(\x0e\x32\r.chat.v1.Tier\"2\n\x13SetUserTierResponse\x12\x1b\n\x04user\x18\x01 \x01(\x0b\x32\r.chat.v1.User\")\n\x16RotateUserTokenRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\"(\n\x17RotateUserTokenResponse\x12\r\n\x05token\x18\x01 \x01(\t\"*\n\x17RevokeUserTokensRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\"\x1a\n\x18RevokeUserTokensResponse*\x84\x01\n\tNodeState\x12\x1a\n\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13NODE_STATE_STARTING\x10\x01\x12\x14\n\x10NODE_STATE_READY\x10\x02\x12\x17\n\x13NODE_STATE_DRAINING\x10\x03\x12\x13\n\x0fNODE_STATE_DEAD\x10\x04*]\n\x0bNodeCommand\x12\x1c\n\x18NODE_COMMAND_UNSPECIFIED\x10\x00\x12\x16\n\x12NODE_COMMAND_DRAIN\x10\x01\x12\x18\n\x14NODE_COMMAND_UNDRAIN\x10\x02*\x9f\x01\n\nPickReason\x12\x1b\n\x17PICK_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14PICK_REASON_AFFINITY\x10\x01\x12\x1d\n\x19PICK_REASON_ESCAPED_QUEUE\x10\x02\x12\x1f\n\x1bPICK_REASON_ESCAPED_KV_ROOM\x10\x03\x12\x1a\n\x16PICK_REASON_NO_REPLICA\x10\x04\x32\x88\x07\n\x10SchedulerService\x12L\n\x0b\x43onnectNode\x12\x1b.chat.v1.ConnectNodeRequest\x1a\x1c.chat.v1.ConnectNodeResponse(\x01\x30\x01\x12H\n\x0bPickReplica\x12\x1b.chat.v1.PickReplicaRequest\x1a\x1c.chat.v1.PickReplicaResponse\x12\x42\n\tListNodes\x12\x19.chat.v1.ListNodesRequest\x1a\x1a.chat.v1.ListNodesResponse\x12\x42\n\tDrainNode\x12\x19.chat.v1.DrainNodeRequest\x1a\x1a.chat.v1.DrainNodeResponse\x12H\n\x0bUndrainNode\x12\x1b.chat.v1.UndrainNodeRequest\x1a\x1c.chat.v1.UndrainNodeResponse\x12\x42\n\tGetLadder\x12\x19.chat.v1.GetLadderRequest\x1a\x1a.chat.v1.GetLadderResponse\x12\x42\n\tPinLadder\x12\x19.chat.v1.PinLadderRequest\x1a\x1a.chat.v1.PinLadderResponse\x12\x45\n\nCreateUser\x12\x1a.chat.v1.CreateUserRequest\x1a\x1b.chat.v1.CreateUserResponse\x12\x42\n\tListUsers\x12\x19.chat.v1.ListUsersRequest\x1a\x1a.chat.v1.ListUsersResponse\x12H\n\x0bSetUserTier\x12\x1b.chat.v1.SetUserTierRequest\x1a\x1c.chat.v1.SetUserTierResponse\x12T\n\x0fRotateUserToken\x12\x1f.chat.v1.RotateUserTokenRequest\x1a .chat.v1.RotateUserTokenResponse\x12W\n\x10RevokeUserTokens\x12 .chat.v1.RevokeUserTokensRequest\x1a!.chat.v1.RevokeUserTokensResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'chat.v1.scheduler_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_NODESTATE']._serialized_start=2104
-  _globals['_NODESTATE']._serialized_end=2236
-  _globals['_NODECOMMAND']._serialized_start=2238
-  _globals['_NODECOMMAND']._serialized_end=2331
-  _globals['_PICKREASON']._serialized_start=2334
-  _globals['_PICKREASON']._serialized_end=2493
+  _globals['_NODESTATE']._serialized_start=2289
+  _globals['_NODESTATE']._serialized_end=2421
+  _globals['_NODECOMMAND']._serialized_start=2423
+  _globals['_NODECOMMAND']._serialized_end=2516
+  _globals['_PICKREASON']._serialized_start=2519
+  _globals['_PICKREASON']._serialized_end=2678
   _globals['_NODEREGISTRATION']._serialized_start=100
   _globals['_NODEREGISTRATION']._serialized_end=233
   _globals['_LOADREPORT']._serialized_start=236
@@ -68,33 +68,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETLADDERREQUEST']._serialized_start=1311
   _globals['_GETLADDERREQUEST']._serialized_end=1329
   _globals['_GETLADDERRESPONSE']._serialized_start=1331
-  _globals['_GETLADDERRESPONSE']._serialized_end=1400
-  _globals['_PINLADDERREQUEST']._serialized_start=1402
-  _globals['_PINLADDERREQUEST']._serialized_end=1448
-  _globals['_PINLADDERRESPONSE']._serialized_start=1450
-  _globals['_PINLADDERRESPONSE']._serialized_end=1499
-  _globals['_USER']._serialized_start=1501
-  _globals['_USER']._serialized_end=1620
-  _globals['_CREATEUSERREQUEST']._serialized_start=1622
-  _globals['_CREATEUSERREQUEST']._serialized_end=1687
-  _globals['_CREATEUSERRESPONSE']._serialized_start=1689
-  _globals['_CREATEUSERRESPONSE']._serialized_end=1753
-  _globals['_LISTUSERSREQUEST']._serialized_start=1755
-  _globals['_LISTUSERSREQUEST']._serialized_end=1773
-  _globals['_LISTUSERSRESPONSE']._serialized_start=1775
-  _globals['_LISTUSERSRESPONSE']._serialized_end=1824
-  _globals['_SETUSERTIERREQUEST']._serialized_start=1826
-  _globals['_SETUSERTIERREQUEST']._serialized_end=1892
-  _globals['_SETUSERTIERRESPONSE']._serialized_start=1894
-  _globals['_SETUSERTIERRESPONSE']._serialized_end=1944
-  _globals['_ROTATEUSERTOKENREQUEST']._serialized_start=1946
-  _globals['_ROTATEUSERTOKENREQUEST']._serialized_end=1987
-  _globals['_ROTATEUSERTOKENRESPONSE']._serialized_start=1989
-  _globals['_ROTATEUSERTOKENRESPONSE']._serialized_end=2029
-  _globals['_REVOKEUSERTOKENSREQUEST']._serialized_start=2031
-  _globals['_REVOKEUSERTOKENSREQUEST']._serialized_end=2073
-  _globals['_REVOKEUSERTOKENSRESPONSE']._serialized_start=2075
-  _globals['_REVOKEUSERTOKENSRESPONSE']._serialized_end=2101
-  _globals['_SCHEDULERSERVICE']._serialized_start=2496
-  _globals['_SCHEDULERSERVICE']._serialized_end=3400
+  _globals['_GETLADDERRESPONSE']._serialized_end=1457
+  _globals['_LADDERCHANGE']._serialized_start=1459
+  _globals['_LADDERCHANGE']._serialized_end=1585
+  _globals['_PINLADDERREQUEST']._serialized_start=1587
+  _globals['_PINLADDERREQUEST']._serialized_end=1633
+  _globals['_PINLADDERRESPONSE']._serialized_start=1635
+  _globals['_PINLADDERRESPONSE']._serialized_end=1684
+  _globals['_USER']._serialized_start=1686
+  _globals['_USER']._serialized_end=1805
+  _globals['_CREATEUSERREQUEST']._serialized_start=1807
+  _globals['_CREATEUSERREQUEST']._serialized_end=1872
+  _globals['_CREATEUSERRESPONSE']._serialized_start=1874
+  _globals['_CREATEUSERRESPONSE']._serialized_end=1938
+  _globals['_LISTUSERSREQUEST']._serialized_start=1940
+  _globals['_LISTUSERSREQUEST']._serialized_end=1958
+  _globals['_LISTUSERSRESPONSE']._serialized_start=1960
+  _globals['_LISTUSERSRESPONSE']._serialized_end=2009
+  _globals['_SETUSERTIERREQUEST']._serialized_start=2011
+  _globals['_SETUSERTIERREQUEST']._serialized_end=2077
+  _globals['_SETUSERTIERRESPONSE']._serialized_start=2079
+  _globals['_SETUSERTIERRESPONSE']._serialized_end=2129
+  _globals['_ROTATEUSERTOKENREQUEST']._serialized_start=2131
+  _globals['_ROTATEUSERTOKENREQUEST']._serialized_end=2172
+  _globals['_ROTATEUSERTOKENRESPONSE']._serialized_start=2174
+  _globals['_ROTATEUSERTOKENRESPONSE']._serialized_end=2214
+  _globals['_REVOKEUSERTOKENSREQUEST']._serialized_start=2216
+  _globals['_REVOKEUSERTOKENSREQUEST']._serialized_end=2258
+  _globals['_REVOKEUSERTOKENSRESPONSE']._serialized_start=2260
+  _globals['_REVOKEUSERTOKENSRESPONSE']._serialized_end=2286
+  _globals['_SCHEDULERSERVICE']._serialized_start=2681
+  _globals['_SCHEDULERSERVICE']._serialized_end=3585
 # @@protoc_insertion_point(module_scope)

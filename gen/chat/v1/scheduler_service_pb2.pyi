@@ -173,14 +173,32 @@ class GetLadderRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetLadderResponse(_message.Message):
-    __slots__ = ("rung", "busy_share", "pinned")
+    __slots__ = ("rung", "busy_share", "pinned", "history", "leading")
     RUNG_FIELD_NUMBER: _ClassVar[int]
     BUSY_SHARE_FIELD_NUMBER: _ClassVar[int]
     PINNED_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
+    LEADING_FIELD_NUMBER: _ClassVar[int]
     rung: int
     busy_share: float
     pinned: bool
-    def __init__(self, rung: _Optional[int] = ..., busy_share: _Optional[float] = ..., pinned: _Optional[bool] = ...) -> None: ...
+    history: _containers.RepeatedCompositeFieldContainer[LadderChange]
+    leading: bool
+    def __init__(self, rung: _Optional[int] = ..., busy_share: _Optional[float] = ..., pinned: _Optional[bool] = ..., history: _Optional[_Iterable[_Union[LadderChange, _Mapping]]] = ..., leading: _Optional[bool] = ...) -> None: ...
+
+class LadderChange(_message.Message):
+    __slots__ = ("at", "from_rung", "to_rung", "busy_share", "reason")
+    AT_FIELD_NUMBER: _ClassVar[int]
+    FROM_RUNG_FIELD_NUMBER: _ClassVar[int]
+    TO_RUNG_FIELD_NUMBER: _ClassVar[int]
+    BUSY_SHARE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    at: _timestamp_pb2.Timestamp
+    from_rung: int
+    to_rung: int
+    busy_share: float
+    reason: str
+    def __init__(self, at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., from_rung: _Optional[int] = ..., to_rung: _Optional[int] = ..., busy_share: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class PinLadderRequest(_message.Message):
     __slots__ = ("rung",)
