@@ -28,6 +28,7 @@ proto-check: setup
 	@diff -r gen/chat build/gen-check/chat && echo "gen/ matches proto/"
 
 bench: setup
+	.venv/bin/python bench/picker.py
 	.venv/bin/python bench/hops.py
 
 clean:

@@ -79,6 +79,14 @@ def pick_replica(
         candidates, key=lambda r: rendezvous_score(conversation_hash, fnv1a64(r.node_id))
     )
     idlest = min(candidates, key=lambda r: r.queued_prefill_tokens)
+    return settle(favourite, idlest, prompt_tokens, reusable_prefix_tokens)
+
+
+def settle(
+    favourite: ReplicaLoad, idlest: ReplicaLoad, prompt_tokens: int, reusable_prefix_tokens: int
+) -> Pick:
+    """Stays on the favourite or escapes to the idlest; shared with PoolIndex so the two
+    pickers cannot drift apart."""
     if favourite.free_kv_tokens < prompt_tokens:
         return Pick(idlest, PickReason.ESCAPED_KV_ROOM)
     extra_queue = favourite.queued_prefill_tokens - idlest.queued_prefill_tokens

@@ -87,6 +87,15 @@ class _Plan:
     reserved: float
 
 
+def _fitted(tier: TierPolicy, context_tokens: int) -> TierPolicy:
+    """The tier's window, shrunk to what the serving model can hold: an engine given more
+    would cut the prompt itself, oldest first, system prompt included."""
+    if not context_tokens or context_tokens >= tier.window_tokens:
+        return tier
+    answer = min(tier.max_answer_tokens, context_tokens // 2)
+    return TierPolicy(context_tokens, answer, tier.limit)
+
+
 def check_id(name: str, value: str) -> None:
     if not ID_PATTERN.match(value):
         raise InvalidArgument(f"{name} must be 1-64 characters of A-Z, a-z, 0-9, '_' or '-'")
@@ -245,8 +254,8 @@ class ChatPipeline:
     async def _plan(
         self, user: User, request: SendRequest, history: list[Turn], pool: str
     ) -> _Plan:
-        tier = self._policy.tiers[user.tier]
         first_pick = await self._pick(request.conversation_id, pool, user.tier, 0, 0)
+        tier = _fitted(self._policy.tiers[user.tier], first_pick.context_tokens)
         system_tokens, message_tokens = await self._count(first_pick, request.content)
         builder = ContextBuilder(
             Turn(Role.SYSTEM, self._policy.system_prompt, system_tokens),

@@ -20,7 +20,7 @@ from domain.errors import (
     Unavailable,
 )
 from domain.ladder import MAX_RUNG, LadderState
-from domain.picker import PickReason, ReplicaLoad, pick_replica
+from domain.picker import PickReason, ReplicaLoad
 from domain.types import NodeState, Tier
 from infra.bearer import bearer_from_metadata, new_token, same_secret, token_hash
 from infra.grpcserver import maps_domain_errors
@@ -214,13 +214,12 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         if not request.conversation_id or len(request.conversation_id) > MAX_ID_CHARS:
             raise InvalidArgument(f"conversation_id must be 1..{MAX_ID_CHARS} characters")
         self._check_pool(request.pool)
-        excluded = set(request.exclude_node_ids)
-        replicas = [r for r in self._table.pool(request.pool) if r.node_id not in excluded]
-        pick = pick_replica(
+        pick = self._table.pick(
+            request.pool,
             request.conversation_id,
             request.prompt_tokens,
             request.reusable_prefix_tokens,
-            replicas,
+            frozenset(request.exclude_node_ids),
         )
         if pick.replica is None:
             raise Unavailable(f"no replica of pool {request.pool!r} is ready; retry shortly")
@@ -231,6 +230,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
             expected_wait_seconds=pick.replica.queued_prefill_tokens / self._prefill_tokens_per_s,
             ladder_rung=self._ladder.state.effective_rung,
             model=pick.replica.model,
+            context_tokens=self._table.context_tokens(pick.replica.node_id),
         )
 
     # Admin: fleet -------------------------------------------------------------------------------

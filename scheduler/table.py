@@ -1,15 +1,18 @@
 """The live load table: which replicas exist, how loaded they are, and how to reach them.
 
-Only the scheduler's event loop mutates it; readers get immutable ReplicaLoad snapshots.
+Only the scheduler's event loop mutates it; readers get immutable ReplicaLoad snapshots. Each
+pool keeps a PoolIndex beside the entries, updated in place with every report, so a pick
+costs a few numpy calls instead of a loop over the pool.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 
-from domain.picker import ReplicaLoad
+from domain.picker import Pick, ReplicaLoad, pick_replica
+from domain.pool_index import PoolIndex
 from domain.types import NodeState
 
 
@@ -28,14 +31,42 @@ class LoadTable:
         self._clock = clock
         self._report_timeout_s = report_timeout_s
         self._nodes: dict[str, NodeEntry] = {}
+        self._indexes: dict[str, PoolIndex] = {}
 
     def join(self, load: ReplicaLoad, context_tokens: int, kv_capacity_tokens: int) -> NodeEntry:
         previous = self._nodes.get(load.node_id)
         entry = NodeEntry(load, context_tokens, kv_capacity_tokens, self._clock())
         if previous is not None:
             entry.drained_by_operator = previous.drained_by_operator
+            self._unindex(previous.load)
         self._nodes[load.node_id] = entry
+        self._indexes.setdefault(load.pool, PoolIndex()).add(load)
         return entry
+
+    def _set_load(self, entry: NodeEntry, load: ReplicaLoad) -> None:
+        entry.load = load
+        self._indexes[load.pool].update(load.node_id, load)
+
+    def _unindex(self, load: ReplicaLoad) -> None:
+        index = self._indexes[load.pool]
+        index.remove(load.node_id)
+        if not len(index):
+            del self._indexes[load.pool]
+
+    def pick(
+        self,
+        pool: str,
+        conversation_id: str,
+        prompt_tokens: int,
+        reusable_prefix_tokens: int,
+        excluded: Collection[str] = (),
+    ) -> Pick:
+        index = self._indexes.get(pool) or PoolIndex()
+        if not excluded:
+            return index.pick(conversation_id, prompt_tokens, reusable_prefix_tokens)
+        # A retry away from a replica that just failed: rare, so the plain loop will do.
+        kept = [r for r in index.replicas if r.node_id not in excluded]
+        return pick_replica(conversation_id, prompt_tokens, reusable_prefix_tokens, kept)
 
     def report(self, node_id: str, **fields: object) -> None:
         entry = self._nodes.get(node_id)
@@ -44,13 +75,14 @@ class LoadTable:
         load = replace(entry.load, **fields)  # type: ignore[arg-type]
         if entry.drained_by_operator and load.state is NodeState.READY:
             load = replace(load, state=NodeState.DRAINING)
-        entry.load = load
+        self._set_load(entry, load)
         entry.last_report_at = self._clock()
 
     def leave(self, node_id: str, entry: NodeEntry) -> None:
         # A reconnect may already have replaced the entry; only the stream that owns it removes it.
         if self._nodes.get(node_id) is entry:
             del self._nodes[node_id]
+            self._unindex(entry.load)
 
     def expire(self) -> list[str]:
         """Marks nodes whose reports stopped as dead (never picked); returns their ids.
@@ -62,7 +94,7 @@ class LoadTable:
         dead = []
         for node_id, entry in self._nodes.items():
             if entry.last_report_at < cutoff and entry.load.state is not NodeState.DEAD:
-                entry.load = replace(entry.load, state=NodeState.DEAD)
+                self._set_load(entry, replace(entry.load, state=NodeState.DEAD))
                 dead.append(node_id)
         return dead
 
@@ -72,14 +104,19 @@ class LoadTable:
             return None
         entry.drained_by_operator = drained
         state = NodeState.DRAINING if drained else NodeState.READY
-        entry.load = replace(entry.load, state=state)
+        self._set_load(entry, replace(entry.load, state=state))
         return entry
+
+    def context_tokens(self, node_id: str) -> int:
+        entry = self._nodes.get(node_id)
+        return entry.context_tokens if entry else 0
 
     def entries(self) -> list[tuple[str, NodeEntry]]:
         return sorted(self._nodes.items())
 
     def pool(self, pool: str) -> list[ReplicaLoad]:
-        return [e.load for e in self._nodes.values() if e.load.pool == pool]
+        index = self._indexes.get(pool)
+        return list(index.replicas) if index else []
 
     def pools(self) -> set[str]:
-        return {e.load.pool for e in self._nodes.values()}
+        return set(self._indexes)

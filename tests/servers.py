@@ -96,30 +96,20 @@ class Etcd:
 
 
 @contextlib.contextmanager
-def run_etcd() -> Iterator[Etcd]:
-    client, peer = free_port(), free_port()
+def run_etcd(client: int | None = None) -> Iterator[Etcd]:
+    """etcd with an empty data directory; on a chosen client port when given (to restart one)."""
+    client = client or free_port()
+    peer = free_port()
+    client_url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
     with tempfile.TemporaryDirectory() as folder:
         process = subprocess.Popen(
-            [
-                "etcd",
-                "--name",
-                "test",
-                "--data-dir",
-                f"{folder}/data",
-                "--listen-client-urls",
-                f"http://127.0.0.1:{client}",
-                "--advertise-client-urls",
-                f"http://127.0.0.1:{client}",
-                "--listen-peer-urls",
-                f"http://127.0.0.1:{peer}",
-                "--initial-advertise-peer-urls",
-                f"http://127.0.0.1:{peer}",
-                "--initial-cluster",
-                f"test=http://127.0.0.1:{peer}",
-            ],
+            ["etcd", "--name", "test", "--data-dir", f"{folder}/data",
+             "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
+             "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+             "--initial-cluster", f"test={peer_url}"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-        )
+        )  # fmt: skip
         try:
             _wait_until(_port_open(client), process, "etcd")
             yield Etcd(f"127.0.0.1:{client}", "127.0.0.1", client, process)

@@ -18,6 +18,10 @@ async def _up(args: argparse.Namespace) -> int:
         edge_listen=args.listen,
         nodes=args.nodes,
         pool=args.pool,
+        schedulers=args.schedulers,
+        etcd_endpoint=args.etcd,
+        redis_url=args.redis,
+        store_url=args.store,
     )
     platform = LocalPlatform(settings)
     stop = asyncio.Event()
@@ -70,11 +74,29 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--nodes", type=int, default=1, help="nodeagents to start")
     up.add_argument("--pool", default="small", help="the model pool the nodes serve")
     up.add_argument("--state-dir", default=".chat", help="logs, database and dev tokens")
+    up.add_argument(
+        "--schedulers", type=int, default=1, help="schedulers (more than 1 needs --etcd)"
+    )
+    up.add_argument(
+        "--etcd",
+        default="",
+        metavar="HOST:PORT",
+        help="share membership and the ladder through this etcd",
+    )
+    up.add_argument("--redis", default="", metavar="URL", help="token buckets in this Redis")
+    up.add_argument(
+        "--store",
+        default="",
+        metavar="URL",
+        help="conversations in this store (postgresql://... or sqlite:///...)",
+    )
     up.add_argument("--json", action="store_true", help="print the addresses as JSON")
     args = parser.parse_args(argv)
     if args.command == "up":
-        if args.nodes < 1:
-            parser.error("--nodes must be at least 1")
+        if args.nodes < 1 or args.schedulers < 1:
+            parser.error("--nodes and --schedulers must be at least 1")
+        if args.schedulers > 1 and not args.etcd:
+            parser.error("more than one scheduler needs --etcd")
         return asyncio.run(_up(args))
     return 2
 

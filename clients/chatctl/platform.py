@@ -35,7 +35,17 @@ class PlatformSettings:
     slot_context_tokens: int = 8192
     parallel: int = 2
     startup_timeout_s: float = 120.0
+    # Several schedulers share membership and the ladder through etcd, so they need it.
+    schedulers: int = 1
+    # Empty: the embedded defaults (in-process membership and buckets, SQLite in state_dir).
+    etcd_endpoint: str = ""
+    redis_url: str = ""
+    store_url: str = ""
     extra_env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.schedulers > 1 and not self.etcd_endpoint:
+            raise PlatformError("more than one scheduler needs etcd (--etcd HOST:PORT)")
 
 
 @dataclass
@@ -73,57 +83,70 @@ class LocalPlatform:
                 return child
         raise PlatformError(f"{name} is not running")
 
-    async def start(self, on_progress: object = None) -> None:
-        state = self.settings.state_dir
-        state.mkdir(parents=True, exist_ok=True)
-        db = str(state / "chat.db")
-        await self._spawn(
-            "scheduler",
-            "scheduler.main",
-            {
-                "CHAT_SCHEDULER_GRPC_LISTEN": "127.0.0.1:0",
-                "CHAT_SCHEDULER_STORE_URL": f"sqlite:///{db}",
-                "CHAT_SCHEDULER_ADMIN_TOKEN": self.admin_token,
-            },
-        )
+    def scheduler_addresses(self) -> list[str]:
+        return [str(c.ready["grpc"]) for c in self.children if c.name.startswith("scheduler")]
+
+    async def start(self) -> None:
+        settings = self.settings
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
+        store_url = settings.store_url or f"sqlite:///{settings.state_dir / 'chat.db'}"
+        await asyncio.gather(
+            *(
+                self._spawn("scheduler" if i == 0 else f"scheduler-{i}", "scheduler.main",
+                            self._scheduler_env(store_url))
+                for i in range(settings.schedulers)
+            )
+        )  # fmt: skip
         starting = [
-            self._spawn(
-                f"nodeagent-{i}",
-                "nodeagent.main",
-                {
-                    "CHAT_NODEAGENT_NODE_ID": f"local-{self.settings.pool}-{i}",
-                    "CHAT_NODEAGENT_SCHEDULER_ADDRESSES": self.scheduler_address,
-                    "CHAT_NODEAGENT_POOL": self.settings.pool,
-                    "CHAT_NODEAGENT_SLOT_CONTEXT_TOKENS": str(self.settings.slot_context_tokens),
-                    "CHAT_NODEAGENT_PARALLEL": str(self.settings.parallel),
-                    "CHAT_NODEAGENT_THREADS": str(max(1, (os.cpu_count() or 2))),
-                },
-            )
-            for i in range(self.settings.nodes)
+            self._spawn(f"nodeagent-{i}", "nodeagent.main", self._node_env(i))
+            for i in range(settings.nodes)
         ]
-        starting.append(
-            self._spawn(
-                "gateway",
-                "gateway.main",
-                {
-                    "CHAT_GATEWAY_GRPC_LISTEN": "127.0.0.1:0",
-                    "CHAT_GATEWAY_SCHEDULER_ADDRESS": self.scheduler_address,
-                    "CHAT_GATEWAY_STORE_URL": f"sqlite:///{db}",
-                    "CHAT_GATEWAY_DEFAULT_POOL": self.settings.pool,
-                },
-            )
-        )
+        starting.append(self._spawn("gateway", "gateway.main", self._gateway_env(store_url)))
         await asyncio.gather(*starting)
         await self._spawn(
             "edge",
             "edge.main",
             {
-                "CHAT_EDGE_LISTEN": self.settings.edge_listen,
+                "CHAT_EDGE_LISTEN": settings.edge_listen,
                 "CHAT_EDGE_GATEWAY_ADDRESS": self.gateway_address,
             },
         )
         await self._wait_for_nodes()
         await self._provision_dev_users()
+
+    def _scheduler_env(self, store_url: str) -> dict[str, str]:
+        env = {
+            "CHAT_SCHEDULER_GRPC_LISTEN": "127.0.0.1:0",
+            "CHAT_SCHEDULER_STORE_URL": store_url,
+            "CHAT_SCHEDULER_ADMIN_TOKEN": self.admin_token,
+        }
+        if self.settings.etcd_endpoint:
+            env["CHAT_SCHEDULER_MEMBERSHIP"] = "etcd"
+            env["CHAT_SCHEDULER_ETCD_ENDPOINT"] = self.settings.etcd_endpoint
+        return env
+
+    def _node_env(self, index: int) -> dict[str, str]:
+        return {
+            "CHAT_NODEAGENT_NODE_ID": f"local-{self.settings.pool}-{index}",
+            # Every node reports to every scheduler: each holds the whole load table.
+            "CHAT_NODEAGENT_SCHEDULER_ADDRESSES": ",".join(self.scheduler_addresses()),
+            "CHAT_NODEAGENT_POOL": self.settings.pool,
+            "CHAT_NODEAGENT_SLOT_CONTEXT_TOKENS": str(self.settings.slot_context_tokens),
+            "CHAT_NODEAGENT_PARALLEL": str(self.settings.parallel),
+            "CHAT_NODEAGENT_THREADS": str(max(1, (os.cpu_count() or 2))),
+        }
+
+    def _gateway_env(self, store_url: str) -> dict[str, str]:
+        env = {
+            "CHAT_GATEWAY_GRPC_LISTEN": "127.0.0.1:0",
+            "CHAT_GATEWAY_SCHEDULER_ADDRESS": self.scheduler_address,
+            "CHAT_GATEWAY_STORE_URL": store_url,
+            "CHAT_GATEWAY_DEFAULT_POOL": self.settings.pool,
+        }
+        if self.settings.redis_url:
+            env["CHAT_GATEWAY_BUCKETS"] = "redis"
+            env["CHAT_GATEWAY_REDIS_URL"] = self.settings.redis_url
+        return env
 
     async def _spawn(self, name: str, module: str, env: dict[str, str]) -> None:
         ready_file = self.settings.state_dir / f"{name}.ready.json"

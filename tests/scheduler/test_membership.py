@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
-import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aetcd
 import pytest
@@ -20,7 +18,7 @@ from scheduler.membership import (
     MembershipChange,
     NodeRecord,
 )
-from tests.servers import Etcd, free_port
+from tests.servers import Etcd, free_port, run_etcd
 
 TTL_S = 2
 Factory = Callable[..., Awaitable[EtcdMembership]]
@@ -191,45 +189,11 @@ async def test_unreachable_etcd_never_raises_into_the_caller(memberships: Factor
     assert membership.members() == {"n1": record("n1")}
 
 
-@contextlib.contextmanager
-def etcd_on(port: int) -> Iterator[subprocess.Popen]:
-    """etcd with an empty data directory on a chosen client port (tests.servers picks its own)."""
-    peer = free_port()
-    with tempfile.TemporaryDirectory() as folder:
-        client, peer_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{peer}"
-        process = subprocess.Popen(
-            [
-                "etcd",
-                "--name",
-                "t",
-                "--data-dir",
-                f"{folder}/data",
-                "--listen-client-urls",
-                client,
-                "--advertise-client-urls",
-                client,
-                "--listen-peer-urls",
-                peer_url,
-                "--initial-advertise-peer-urls",
-                peer_url,
-                "--initial-cluster",
-                f"t={peer_url}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            yield process
-        finally:
-            process.terminate()
-            process.wait(15)
-
-
 async def test_nodes_are_registered_again_when_etcd_returns(
     memberships: Factory, prefix: str
 ) -> None:
     port = free_port()
-    with etcd_on(port):
+    with run_etcd(port):
         async with aetcd.Client(host="127.0.0.1", port=port) as client:
             await eventually(lambda: answers(client), 30.0)
             membership = await memberships(port=port)
@@ -239,7 +203,7 @@ async def test_nodes_are_registered_again_when_etcd_returns(
     await membership.register(record("n2"))
     await asyncio.sleep(TTL_S + 0.5)  # longer than a lease: every refresh fails meanwhile
     assert set(membership.members()) == {"n1", "n2"}
-    with etcd_on(port):  # a fresh etcd that knows no keys and no leases
+    with run_etcd(port):  # a fresh etcd that knows no keys and no leases
         async with aetcd.Client(host="127.0.0.1", port=port) as client:
 
             async def both_back() -> bool:

@@ -43,3 +43,20 @@ def test_only_the_stream_that_owns_an_entry_removes_it() -> None:
     table.join(load("a"), 4096, 8192)  # the node reconnected
     table.leave("a", old)
     assert [n for n, _ in table.entries()] == ["a"]
+
+
+def test_picks_follow_reports_drains_and_departures() -> None:
+    table = LoadTable(lambda: 0.0)
+    entries = {f"r{i}": table.join(load(f"r{i}"), 4096, 8192) for i in range(5)}
+    for node_id in entries:
+        table.report(node_id, state=NodeState.READY, free_kv_tokens=10_000)
+    favourite = table.pick("large", "conv", 100, 100).replica.node_id
+    table.set_drained(favourite, True)
+    moved = table.pick("large", "conv", 100, 100).replica.node_id
+    assert moved != favourite
+    table.set_drained(favourite, False)
+    assert table.pick("large", "conv", 100, 100).replica.node_id == favourite
+    assert table.pick("large", "conv", 100, 100, excluded={favourite}).replica.node_id != favourite
+    table.leave(favourite, entries[favourite])
+    assert table.pick("large", "conv", 100, 100).replica.node_id == moved
+    assert table.pick("small", "conv", 100, 100).replica is None

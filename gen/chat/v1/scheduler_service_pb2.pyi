@@ -111,20 +111,22 @@ class PickReplicaRequest(_message.Message):
     def __init__(self, conversation_id: _Optional[str] = ..., pool: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., prompt_tokens: _Optional[int] = ..., reusable_prefix_tokens: _Optional[int] = ..., exclude_node_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PickReplicaResponse(_message.Message):
-    __slots__ = ("node_id", "address", "reason", "expected_wait_seconds", "ladder_rung", "model")
+    __slots__ = ("node_id", "address", "reason", "expected_wait_seconds", "ladder_rung", "model", "context_tokens")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     LADDER_RUNG_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     address: str
     reason: PickReason
     expected_wait_seconds: float
     ladder_rung: int
     model: str
-    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., reason: _Optional[_Union[PickReason, str]] = ..., expected_wait_seconds: _Optional[float] = ..., ladder_rung: _Optional[int] = ..., model: _Optional[str] = ...) -> None: ...
+    context_tokens: int
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., reason: _Optional[_Union[PickReason, str]] = ..., expected_wait_seconds: _Optional[float] = ..., ladder_rung: _Optional[int] = ..., model: _Optional[str] = ..., context_tokens: _Optional[int] = ...) -> None: ...
 
 class NodeStatus(_message.Message):
     __slots__ = ("registration", "load", "last_report_at")

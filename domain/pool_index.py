@@ -1,0 +1,151 @@
+"""One pool's replicas laid out as columns, so a pick scores them all in a few numpy calls
+instead of hashing every replica in a Python loop.
+
+A pick gives exactly what `domain.picker.pick_replica` gives for `index.replicas`: the same
+rendezvous favourite, the same idlest replica (the first one on ties, as `min()` takes), the
+same escape, and the very ReplicaLoad objects. Load reports update one row in place; only
+membership changes rebuild. Pure policy, no I/O. Not thread-safe: a pick reuses scratch
+buffers, and one event loop owns the index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from domain.picker import Pick, PickReason, ReplicaLoad, fnv1a64, settle
+
+
+def _constant(value: int) -> np.ndarray:
+    # 0-d arrays: numpy converts them faster per call than numpy scalars or Python ints.
+    return np.array(value, dtype=np.uint64)
+
+
+_K1, _K2 = _constant(0xBF58476D1CE4E5B9), _constant(0x94D049BB133111EB)
+_S30, _S27, _S31 = _constant(30), _constant(27), _constant(31)
+# The queue key of a replica that cannot be picked: above any queue a node reports (uint32).
+_NOT_PICKABLE = np.iinfo(np.int64).max
+
+
+def mix64_inplace(x: np.ndarray, scratch: np.ndarray) -> np.ndarray:
+    """`domain.picker.mix64` over a uint64 array, in place. Array multiplies wrap modulo 2**64
+    silently (only numpy scalars warn), which is the & _MASK64 of the reference."""
+    np.right_shift(x, _S30, scratch)
+    np.bitwise_xor(x, scratch, x)
+    np.multiply(x, _K1, x)
+    np.right_shift(x, _S27, scratch)
+    np.bitwise_xor(x, scratch, x)
+    np.multiply(x, _K2, x)
+    np.right_shift(x, _S31, scratch)
+    return np.bitwise_xor(x, scratch, x)
+
+
+class PoolIndex:
+    def __init__(self, replicas: Iterable[ReplicaLoad] = ()) -> None:
+        loads = list(replicas)
+        self._build(loads, np.array([fnv1a64(r.node_id) for r in loads], dtype=np.uint64))
+
+    def _build(self, loads: list[ReplicaLoad], hashes: np.ndarray) -> None:
+        positions = {r.node_id: i for i, r in enumerate(loads)}
+        if len(positions) != len(loads):
+            raise ValueError("a pool lists each node_id once")
+        # The columns that can fail (a number past int64) before any attribute changes.
+        free_kv = np.array([r.free_kv_tokens for r in loads], dtype=np.int64)
+        queued = np.array([r.queued_prefill_tokens for r in loads], dtype=np.int64)
+        self._loads, self._positions = loads, positions
+        self._free_kv, self._queued = free_kv, queued
+        hashes.flags.writeable = False  # never changes until the next rebuild
+        self._hashes = hashes
+        self._pickable = np.array([r.pickable for r in loads], dtype=bool)
+        self._pickable_count = int(self._pickable.sum())
+        # The idlest is one argmin over this, no masking per pick.
+        self._queue_key = np.where(self._pickable, self._queued, _NOT_PICKABLE)
+        # The pickable column as uint64 1/0: multiplying by bools costs a cast on every pick.
+        self._score_mask = self._pickable.astype(np.uint64)
+        self._conversation = _constant(0)
+        self._scores = np.empty(len(loads), dtype=np.uint64)
+        self._scratch = np.empty(len(loads), dtype=np.uint64)
+
+    def __len__(self) -> int:
+        return len(self._loads)
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._positions
+
+    @property
+    def replicas(self) -> tuple[ReplicaLoad, ...]:
+        """The loads in index order: the order in which pick_replica would see them."""
+        return tuple(self._loads)
+
+    @property
+    def hashes(self) -> np.ndarray:
+        """fnv1a64 of each node_id, read-only; a new array only after add or remove."""
+        return self._hashes
+
+    @property
+    def columns(self) -> dict[str, np.ndarray]:
+        """Read-only views of the load columns, for vectorised reads by the scheduler."""
+        views = {
+            "pickable": self._pickable.view(),
+            "free_kv_tokens": self._free_kv.view(),
+            "queued_prefill_tokens": self._queued.view(),
+        }
+        for view in views.values():
+            view.flags.writeable = False
+        return views
+
+    def update(self, node_id: str, load: ReplicaLoad) -> None:
+        """One load report: overwrites one row in O(1). Unknown nodes raise KeyError; they
+        join through add()."""
+        if load.node_id != node_id:
+            raise ValueError(f"a load for {load.node_id!r} reported as {node_id!r}")
+        i = self._positions[node_id]
+        # Converted before any write: a number past int64 raises with the row left whole.
+        free_kv, queued = np.int64(load.free_kv_tokens), np.int64(load.queued_prefill_tokens)
+        self._free_kv[i] = free_kv
+        self._queued[i] = queued
+        self._queue_key[i] = queued if load.pickable else _NOT_PICKABLE
+        self._pickable_count += int(load.pickable) - int(self._pickable[i])
+        self._pickable[i] = load.pickable
+        self._score_mask[i] = load.pickable
+        self._loads[i] = load
+
+    def add(self, load: ReplicaLoad) -> None:
+        """A replica joins at the end; rebuilds the columns (membership changes are rare) but
+        hashes only the newcomer."""
+        if load.node_id in self._positions:
+            raise ValueError(f"{load.node_id!r} is already in the pool")
+        hashes = np.append(self._hashes, np.uint64(fnv1a64(load.node_id)))
+        self._build([*self._loads, load], hashes)
+
+    def remove(self, node_id: str) -> None:
+        """A replica leaves; the others keep their order, so ties still break the same way."""
+        i = self._positions[node_id]
+        self._build(self._loads[:i] + self._loads[i + 1 :], np.delete(self._hashes, i))
+
+    def pick(self, conversation_id: str, prompt_tokens: int, reusable_prefix_tokens: int) -> Pick:
+        if self._pickable_count == 0:
+            return Pick(None, PickReason.NO_REPLICA)
+        favourite = self._loads[self._favourite(fnv1a64(conversation_id))]
+        idlest = self._loads[self._idlest()]
+        return settle(favourite, idlest, prompt_tokens, reusable_prefix_tokens)
+
+    def _favourite(self, conversation_hash: int) -> int:
+        self._conversation[()] = conversation_hash
+        scores = np.bitwise_xor(self._hashes, self._conversation, self._scores)
+        mix64_inplace(scores, self._scratch)
+        np.multiply(scores, self._score_mask, scores)  # a replica we cannot pick scores 0
+        best = int(scores.argmax())
+        # argmax takes the first highest, as max() does. Landing on an unpickable replica
+        # means every pickable one scored 0 too, and then max() takes the first pickable.
+        return best if self._pickable[best] else self._first_pickable()
+
+    def _idlest(self) -> int:
+        idlest = int(self._queue_key.argmin())
+        # argmin takes the first lowest, as min() does. Landing on an unpickable replica means
+        # every pickable queue sits at _NOT_PICKABLE too, and then min() takes the first one.
+        return idlest if self._pickable[idlest] else self._first_pickable()
+
+    def _first_pickable(self) -> int:
+        return int(self._pickable.argmax())

@@ -1,0 +1,184 @@
+"""PoolIndex must pick exactly what the pure reference picks: same replica object, same reason,
+for any loads, states and sizes, before and after load reports and membership changes."""
+
+import random
+
+import numpy as np
+import pytest
+
+from domain.picker import Pick, PickReason, ReplicaLoad, pick_replica
+from domain.pool_index import PoolIndex
+from domain.types import NodeState
+
+STATES = list(NodeState)
+ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789-_é漢"
+
+
+def random_load(rng: random.Random, node_id: str) -> ReplicaLoad:
+    # Small queue ranges half the time, so that several replicas tie for the idlest.
+    queue_top = rng.choice([0, 3, 50, 40_000])
+    return ReplicaLoad(
+        node_id,
+        f"{node_id}:7000",
+        "large",
+        "m",
+        rng.choices(STATES, weights=[2, 6, 1, 1])[0],
+        rng.randint(0, 200_000),
+        rng.randint(0, queue_top),
+    )
+
+
+def random_conversation(rng: random.Random) -> str:
+    return "".join(rng.choices(ALPHABET, k=rng.randint(0, 24)))
+
+
+def assert_same_pick(rng: random.Random, index: PoolIndex, model: list[ReplicaLoad]) -> Pick:
+    conversation = random_conversation(rng)
+    prompt = rng.choice([0, 1, rng.randint(0, 250_000)])
+    reusable = rng.choice([0, prompt, rng.randint(0, 60_000)])
+    got = index.pick(conversation, prompt, reusable)
+    want = pick_replica(conversation, prompt, reusable, model)
+    assert got == want, (conversation, prompt, reusable)
+    assert got.replica is want.replica  # the very object, so the Pick carries its address
+    return got
+
+
+@pytest.mark.parametrize(("size", "picks"), [(1, 2000), (2, 2000), (7, 3000), (100, 3000)])
+def test_picks_like_the_reference(size: int, picks: int) -> None:
+    rng = random.Random(size)
+    reasons = set()
+    for _ in range(picks // 100):  # a fresh pool now and then: more mixes of states and loads
+        model = [random_load(rng, f"node-{i}") for i in range(size)]
+        index = PoolIndex(model)
+        reasons |= {assert_same_pick(rng, index, model).reason for _ in range(100)}
+    if size > 1:  # the random inputs reach every branch of a pool with a pickable replica
+        assert reasons >= set(PickReason) - {PickReason.NO_REPLICA}
+
+
+def test_picks_like_the_reference_at_fleet_size() -> None:
+    rng = random.Random(1000)
+    model = [random_load(rng, f"gpu-{i:05d}") for i in range(1000)]
+    index = PoolIndex(model)
+    for _ in range(1000):
+        assert_same_pick(rng, index, model)
+
+
+@pytest.mark.parametrize("size", [1, 2, 7, 100, 1000])
+def test_picks_like_the_reference_through_reports_and_membership_changes(size: int) -> None:
+    rng = random.Random(size + 1)
+    model = [random_load(rng, f"node-{i}") for i in range(size)]
+    index = PoolIndex(model)
+    joined = size
+    for step in range(600 if size < 1000 else 300):
+        roll = rng.random()
+        if roll < 0.03 and model:
+            leaving = model.pop(rng.randrange(len(model)))
+            index.remove(leaving.node_id)
+        elif roll < 0.06 or not model:
+            model.append(random_load(rng, f"node-{joined}"))
+            joined += 1
+            index.add(model[-1])
+        else:
+            i = rng.randrange(len(model))
+            model[i] = random_load(rng, model[i].node_id)
+            index.update(model[i].node_id, model[i])
+        assert index.replicas == tuple(model), step
+        for _ in range(3):
+            assert_same_pick(rng, index, model)
+
+
+def test_no_replica_when_none_is_pickable() -> None:
+    assert PoolIndex().pick("c1", 10, 0) == Pick(None, PickReason.NO_REPLICA)
+    rng = random.Random(7)
+    states = [NodeState.STARTING, NodeState.DRAINING, NodeState.DEAD] * 3
+    model = [ReplicaLoad(f"n{i}", "a", "p", "m", state, 1000, 0) for i, state in enumerate(states)]
+    index = PoolIndex(model)
+    for _ in range(50):
+        assert assert_same_pick(rng, index, model).reason is PickReason.NO_REPLICA
+    ready = ReplicaLoad("n4", "a", "p", "m", NodeState.READY, 1000, 0)
+    index.update("n4", ready)
+    assert index.pick("c1", 10, 0).replica is ready
+    index.update("n4", model[4])
+    assert index.pick("c1", 10, 0) == Pick(None, PickReason.NO_REPLICA)
+
+
+def test_a_pickable_replica_scoring_zero_still_wins_alone() -> None:
+    # A conversation id equal to a node id hashes the same: that replica's score is mix64(0),
+    # 0, the score the index gives replicas it cannot pick.
+    model = [
+        ReplicaLoad("a", "a", "p", "m", NodeState.DEAD, 1000, 5),
+        ReplicaLoad("b", "b", "p", "m", NodeState.DRAINING, 1000, 0),
+        ReplicaLoad("c", "c", "p", "m", NodeState.READY, 1000, 9),
+    ]
+    pick = PoolIndex(model).pick("c", 10, 0)
+    assert pick == pick_replica("c", 10, 0, model)
+    assert pick.replica is model[2] and pick.reason is PickReason.AFFINITY
+
+
+def test_a_queue_at_the_int64_limit_is_still_the_idlest() -> None:
+    # The index keys unpickable replicas with the int64 maximum; a pickable one there must win.
+    top = 2**63 - 1
+    model = [
+        ReplicaLoad("a", "a", "p", "m", NodeState.DEAD, 1000, 0),
+        ReplicaLoad("b", "b", "p", "m", NodeState.READY, 0, top),
+        ReplicaLoad("c", "c", "p", "m", NodeState.READY, 0, top),
+    ]
+    pick = PoolIndex(model).pick("c1", 10, 0)
+    assert pick == pick_replica("c1", 10, 0, model)
+    assert pick.replica is model[1] and pick.reason is PickReason.ESCAPED_KV_ROOM
+
+
+def test_update_changes_one_row_in_place() -> None:
+    rng = random.Random(3)
+    model = [random_load(rng, f"node-{i}") for i in range(100)]
+    index = PoolIndex(model)
+    hashes, columns = index.hashes, index.columns
+    for _ in range(200):
+        i = rng.randrange(len(model))
+        model[i] = random_load(rng, model[i].node_id)
+        index.update(model[i].node_id, model[i])
+    assert index.hashes is hashes  # not rebuilt
+    for name, column in index.columns.items():
+        assert np.shares_memory(column, columns[name]), name
+    assert list(columns["pickable"]) == [r.pickable for r in model]
+    assert list(columns["free_kv_tokens"]) == [r.free_kv_tokens for r in model]
+    assert list(columns["queued_prefill_tokens"]) == [r.queued_prefill_tokens for r in model]
+    assert not hashes.flags.writeable and not columns["pickable"].flags.writeable
+
+
+def test_membership_changes_rebuild_and_keep_order() -> None:
+    loads = [ReplicaLoad(f"n{i}", "a", "p", "m", NodeState.READY, 1000, 0) for i in range(4)]
+    index = PoolIndex(loads)
+    hashes = index.hashes
+    index.remove("n1")
+    assert index.hashes is not hashes and len(index) == 3 and "n1" not in index
+    index.add(loads[1])
+    assert [r.node_id for r in index.replicas] == ["n0", "n2", "n3", "n1"]
+    assert list(index.hashes) == [hashes[0], hashes[2], hashes[3], hashes[1]]
+
+
+def test_rejects_what_would_corrupt_the_index() -> None:
+    load = ReplicaLoad("n0", "a", "p", "m", NodeState.READY, 1000, 0)
+    with pytest.raises(ValueError, match="once"):
+        PoolIndex([load, load])
+    index = PoolIndex([load])
+    with pytest.raises(ValueError, match="already"):
+        index.add(load)
+    with pytest.raises(ValueError, match="reported as"):
+        index.update("n9", load)
+    with pytest.raises(KeyError):
+        index.update("n9", ReplicaLoad("n9", "a", "p", "m", NodeState.READY, 1000, 0))
+    with pytest.raises(KeyError):
+        index.remove("n9")
+
+
+def test_a_report_past_int64_raises_and_leaves_the_index_whole() -> None:
+    load = ReplicaLoad("n0", "a", "p", "m", NodeState.READY, 1000, 7)
+    index = PoolIndex([load])
+    too_big = ReplicaLoad("n0", "a", "p", "m", NodeState.DEAD, 5, 2**64)
+    with pytest.raises(OverflowError):
+        index.update("n0", too_big)
+    with pytest.raises(OverflowError):
+        index.add(ReplicaLoad("n1", "a", "p", "m", NodeState.READY, 2**63, 0))
+    assert index.replicas == (load,) and index.pick("c1", 10, 0).replica is load
+    assert list(index.columns["queued_prefill_tokens"]) == [7]
