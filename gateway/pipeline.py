@@ -13,7 +13,7 @@ import hashlib
 import re
 import uuid
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -30,6 +30,7 @@ from domain.errors import (
     ResourceExhausted,
     Unavailable,
 )
+from domain.shedding import SheddingPolicy, refuse_at_door, shed
 from domain.types import Finish, Role, Tier, Turn, Usage, User
 from gateway.buckets import Buckets
 from gateway.runs import Delta, Done, Event, Failed, MessageRun, Meta, RunRegistry
@@ -66,6 +67,11 @@ class PipelinePolicy:
     system_prompt: str
     tiers: dict[Tier, TierPolicy]
     default_pool: str = "small"
+    shedding: SheddingPolicy = field(default_factory=SheddingPolicy)
+    # A node silent this long mid-answer counts as lost, like one whose stream broke.
+    node_stall_timeout_s: float = 10.0
+    # Other replicas tried, one after another, when the serving one is lost mid-answer.
+    max_failovers: int = 2
     max_message_chars: int = 32_000
     max_open_streams_per_user: int = 4
 
@@ -85,6 +91,30 @@ class _Plan:
     pick: scheduler_service_pb2.PickReplicaResponse
     max_answer_tokens: int
     reserved: float
+    pool: str
+    tier: Tier
+
+
+@dataclass(slots=True)
+class _Answer:
+    """An answer as it is being written: its text so far and who is writing it."""
+
+    served_by: scheduler_service_pb2.PickReplicaResponse
+    pieces: list[str] = field(default_factory=list)
+    finish: Finish = Finish.ERROR
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(slots=True)
+class _StopRelay:
+    """A user's stop, and whether it has been passed on to the node yet."""
+
+    asked: asyncio.Task[bool]
+    relayed: bool = False
+
+
+class NodeLost(Exception):
+    """The serving replica stopped answering mid-answer: dead, cut off, or silent too long."""
 
 
 def _fitted(tier: TierPolicy, context_tokens: int) -> TierPolicy:
@@ -254,8 +284,7 @@ class ChatPipeline:
     async def _plan(
         self, user: User, request: SendRequest, history: list[Turn], pool: str
     ) -> _Plan:
-        first_pick = await self._pick(request.conversation_id, pool, user.tier, 0, 0)
-        tier = _fitted(self._policy.tiers[user.tier], first_pick.context_tokens)
+        first_pick, tier, pool = await self._shed(user, request.conversation_id, pool)
         system_tokens, message_tokens = await self._count(first_pick, request.content)
         builder = ContextBuilder(
             Turn(Role.SYSTEM, self._policy.system_prompt, system_tokens),
@@ -278,12 +307,39 @@ class ChatPipeline:
             )
         try:
             pick = await self._pick(
-                request.conversation_id, pool, user.tier, prompt.tokens, prompt.tokens - new.tokens
+                request.conversation_id,
+                pool,
+                user.tier,
+                prompt.tokens,
+                prompt.tokens - new.tokens,
             )
+            self._refuse_if_busy(user, pick)
         except BaseException:
             await self._buckets.settle(user.user_id, user.tier, reserved, 0.0)
             raise
-        return _Plan(prompt, pick, tier.max_answer_tokens, reserved)
+        return _Plan(prompt, pick, tier.max_answer_tokens, reserved, pool, user.tier)
+
+    async def _shed(
+        self, user: User, conversation_id: str, pool: str
+    ) -> tuple[scheduler_service_pb2.PickReplicaResponse, TierPolicy, str]:
+        """The ladder's rung decides the pool and the answer cap; rung 3 may refuse at once."""
+        pick = await self._pick(conversation_id, pool, user.tier, 0, 0)
+        tier = self._policy.tiers[user.tier]
+        decided = shed(user.tier, pick.ladder_rung, pool, tier.max_answer_tokens,
+                       self._policy.shedding)  # fmt: skip
+        self._refuse_if_busy(user, pick)
+        if decided.pool != pool:
+            pick = await self._pick(conversation_id, decided.pool, user.tier, 0, 0)
+        capped = TierPolicy(tier.window_tokens, decided.max_answer_tokens, tier.limit)
+        return pick, _fitted(capped, pick.context_tokens), decided.pool
+
+    def _refuse_if_busy(self, user: User, pick: scheduler_service_pb2.PickReplicaResponse) -> None:
+        wait = pick.expected_wait_seconds
+        if refuse_at_door(user.tier, pick.ladder_rung, wait, self._policy.shedding):
+            raise ResourceExhausted(
+                f"busy: the {user.tier.value} tier would wait about {wait:.0f} s to start",
+                max(1.0, wait),
+            )
 
     async def _pick(
         self, conversation_id: str, pool: str, tier: Tier, prompt_tokens: int, reusable: int
@@ -332,39 +388,28 @@ class ChatPipeline:
     ) -> None:
         pick = plan.pick
         await run.append(Meta(run.message_id, run.conversation_id, pick.model, pick.node_id))
-        pieces: list[str] = []
+        answer = _Answer(served_by=pick)
         ending: Event
-        usage = Usage()
         try:
-            finish, usage = await self._generate(run, plan, pieces)
-            ending = Done(finish, usage)
+            await self._generate(run, plan, answer)
+            ending = Done(answer.finish, answer.usage)
         except Unavailable as error:
-            finish = Finish.ERROR
             ending = Failed(grpc.StatusCode.UNAVAILABLE.value[0], error.reason)
         if store_answer:
             try:
-                await self._save_answer(
-                    run, user, plan, answer_parent_seq, "".join(pieces), finish, usage
-                )
+                await self._save_answer(run, user, answer_parent_seq, answer)
             except Exception:
                 # Whatever the store did, the client's stream must still end; the answer it
                 # read is logged as unsaved for the operator.
                 self._log.exception("answer not saved", message_id=run.message_id)
         await self._buckets.settle(
-            user.user_id, user.tier, plan.reserved, limiter.usage_cost(usage)
+            user.user_id, user.tier, plan.reserved, limiter.usage_cost(answer.usage)
         )
         await run.append(ending)
         self._runs.mark_ended(run)
 
     async def _save_answer(
-        self,
-        run: MessageRun,
-        user: User,
-        plan: _Plan,
-        parent_seq: int | None,
-        text: str,
-        finish: Finish,
-        usage: Usage,
+        self, run: MessageRun, user: User, parent_seq: int | None, answer: _Answer
     ) -> None:
         await self._store.add_message(
             user.user_id,
@@ -372,60 +417,119 @@ class ChatPipeline:
             NewMessage(
                 message_id=run.message_id + ANSWER_SUFFIX,
                 role=Role.ASSISTANT,
-                content=text,
-                tokens=usage.output_tokens,
+                content="".join(answer.pieces),
+                tokens=answer.usage.output_tokens,
                 parent_seq=parent_seq,
-                model=plan.pick.model,
-                replica_id=plan.pick.node_id,
-                finish=finish.value,
+                model=answer.served_by.model,
+                # The replica that finished the answer; a failover is in the gateway's log.
+                replica_id=answer.served_by.node_id,
+                finish=answer.finish.value,
             ),
         )
 
-    async def _generate(
-        self, run: MessageRun, plan: _Plan, pieces: list[str]
+    async def _generate(self, run: MessageRun, plan: _Plan, answer: _Answer) -> None:
+        """Streams the answer; if the replica is lost mid-answer, another one of the pool
+        continues from the text already sent, so the user sees a pause, not an error."""
+        lost: list[str] = []
+        for _ in range(self._policy.max_failovers + 1):
+            sent_before = len(answer.pieces)
+            try:
+                finish, usage = await self._stream(run, plan, answer.served_by, answer.pieces)
+            except NodeLost as error:
+                lost.append(answer.served_by.node_id)
+                self._log.warning("replica lost mid-answer; failing over",
+                                  node=answer.served_by.node_id, reason=str(error),
+                                  message_id=run.message_id)  # fmt: skip
+                answer.served_by = await self._failover_pick(run, plan, lost)
+                continue
+            answer.finish = finish
+            # After a failover the continuation re-read the prompt and the partial answer:
+            # nothing was cached for the user, who got every chunk of every attempt.
+            answer.usage = (
+                Usage(plan.prompt.tokens, 0, sent_before + usage.output_tokens) if lost else usage
+            )
+            return
+        raise Unavailable(f"the answer lost {len(lost)} replicas in a row; try again")
+
+    async def _failover_pick(
+        self, run: MessageRun, plan: _Plan, lost: list[str]
+    ) -> scheduler_service_pb2.PickReplicaResponse:
+        ask = scheduler_service_pb2.PickReplicaRequest(
+            conversation_id=run.conversation_id,
+            pool=plan.pool,
+            tier=_TIER_TO_PB[plan.tier],
+            prompt_tokens=plan.prompt.tokens,
+            exclude_node_ids=lost,
+        )
+        return await self._upstreams.pick(ask)
+
+    async def _stream(
+        self,
+        run: MessageRun,
+        plan: _Plan,
+        pick: scheduler_service_pb2.PickReplicaResponse,
+        pieces: list[str],
     ) -> tuple[Finish, Usage]:
         start = node_service_pb2.GenerateStart(
             request_id=f"{run.user_id}/{run.message_id}/{uuid.uuid4().hex[:8]}",
             turns=[
                 common_pb2.Turn(role=_ROLE_TO_PB[t.role], content=t.text) for t in plan.prompt.turns
             ],
-            max_tokens=plan.max_answer_tokens,
+            max_tokens=max(1, plan.max_answer_tokens - len(pieces)),
+            tier=_TIER_TO_PB[plan.tier],
+            continue_from="".join(pieces),
             prompt_tokens=plan.prompt.tokens,
             temperature=0.7,
         )
-        call = self._upstreams.node(plan.pick.address).Generate()
-        stop_wait = asyncio.create_task(run.stop_requested.wait())
+        call = self._upstreams.node(pick.address).Generate()
+        stop = _StopRelay(asyncio.create_task(run.stop_requested.wait()))
         try:
             await call.write(node_service_pb2.GenerateRequest(start=start))
             while True:
-                read = asyncio.create_task(call.read())
-                await asyncio.wait({read, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-                if stop_wait.done() and not read.done():
-                    await call.write(
-                        node_service_pb2.GenerateRequest(cancel=node_service_pb2.GenerateCancel())
-                    )
-                    stop_wait = asyncio.create_task(asyncio.Event().wait())
-                response = await read
-                if response is grpc.aio.EOF:
-                    raise Unavailable("the node ended the answer without finishing it")
+                response = await self._next(call, stop)
                 if response.HasField("chunk"):
                     pieces.append(response.chunk.text)
                     await run.append(Delta(response.chunk.text))
-                else:
-                    finish = response.finish
-                    usage = Usage(
-                        finish.usage.input_tokens,
-                        finish.usage.cached_tokens,
-                        finish.usage.output_tokens,
-                    )
-                    return _FINISH_FROM_PB.get(finish.finish, Finish.ERROR), usage
+                    continue
+                finish = response.finish
+                usage = Usage(
+                    finish.usage.input_tokens,
+                    finish.usage.cached_tokens,
+                    finish.usage.output_tokens,
+                )
+                return _FINISH_FROM_PB.get(finish.finish, Finish.ERROR), usage
         except grpc.aio.AioRpcError as error:
-            # UNFINISHED: failover to another replica (continue from the text so far) is the
-            # gateway issue's; the answer ends here with an in-band error.
-            raise Unavailable(f"the node failed mid-answer: {error.code().name}") from error
+            if error.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                raise Unavailable(f"the node refused the request: {error.details()}") from error
+            raise NodeLost(error.code().name) from error
         finally:
-            stop_wait.cancel()
+            stop.asked.cancel()
             call.cancel()
+
+    async def _next(
+        self, call: grpc.aio.StreamStreamCall, stop: _StopRelay
+    ) -> node_service_pb2.GenerateResponse:
+        """The node's next message; a stop asked meanwhile is sent up as a cancel, once."""
+        read = asyncio.ensure_future(call.read())
+        try:
+            waiting = {read} if stop.relayed else {read, stop.asked}
+            done, _ = await asyncio.wait(
+                waiting, timeout=self._policy.node_stall_timeout_s,
+                return_when=asyncio.FIRST_COMPLETED,
+            )  # fmt: skip
+            if stop.asked in done and read not in done:
+                stop.relayed = True
+                cancel = node_service_pb2.GenerateCancel()
+                await call.write(node_service_pb2.GenerateRequest(cancel=cancel))
+                done, _ = await asyncio.wait({read}, timeout=self._policy.node_stall_timeout_s)
+            if read not in done:
+                raise NodeLost(f"silent for {self._policy.node_stall_timeout_s} s")
+            response = read.result()
+        finally:
+            read.cancel()
+        if response is grpc.aio.EOF:
+            raise NodeLost("the stream ended without a finish")
+        return response
 
     # Reading ------------------------------------------------------------------------------------
 

@@ -1,0 +1,85 @@
+"""A node killed mid-answer: the answer pauses, then continues on another replica; the user
+gets one complete answer, no error, nothing lost or repeated at the seam."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import signal
+import time
+import uuid
+
+import aiohttp
+import pytest
+
+from clients.chatctl.platform import LocalPlatform, PlatformSettings
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+async def two_nodes(tmp_path_factory):
+    platform = LocalPlatform(
+        PlatformSettings(
+            state_dir=tmp_path_factory.mktemp("failover"),
+            edge_listen="127.0.0.1:0",
+            nodes=2,
+            slot_context_tokens=2048,
+            parallel=1,
+            extra_env={"CHAT_GATEWAY_PLUS_MAX_ANSWER_TOKENS": "160"},
+        )
+    )
+    await platform.start()
+    yield platform
+    await platform.stop()
+
+
+async def test_a_node_killed_mid_answer_hands_the_answer_to_another(two_nodes) -> None:
+    platform = two_nodes
+    token = platform.tokens["plus"]
+    conversation, message = f"c_{uuid.uuid4().hex[:8]}", f"m_{uuid.uuid4().hex[:8]}"
+    events: list[tuple[float, str, str]] = []
+    async with aiohttp.ClientSession() as http:
+        async with http.post(
+            f"{platform.edge_url}/v1/conversations/{conversation}/messages",
+            json={"content": "Write a long story about a fox who learns to sail."},
+            headers={"Authorization": f"Bearer {token}", "Idempotency-Key": message},
+        ) as response:
+            assert response.status == 200
+            killed = None
+            name = data = ""
+            async for raw in response.content:
+                line = raw.decode().rstrip("\n")
+                if line.startswith("event: "):
+                    name = line[7:]
+                elif line.startswith("data: "):
+                    data = line[6:]
+                elif not line and name:
+                    events.append((time.monotonic(), name, data))
+                    deltas = sum(1 for e in events if e[1] == "delta")
+                    if deltas == 5 and killed is None:
+                        replica = events[0][2].split('"replica":"')[1].split('"')[0]
+                        killed = next(
+                            c
+                            for c in platform.children
+                            if c.name == f"nodeagent-{replica.rsplit('-', 1)[1]}"
+                        )
+                        killed.process.send_signal(signal.SIGKILL)
+                    name = ""
+        async with http.get(
+            f"{platform.edge_url}/v1/conversations/{conversation}/messages",
+            headers={"Authorization": f"Bearer {token}"},
+        ) as response:
+            stored = (await response.json())["messages"][-1]
+
+    names = [e[1] for e in events]
+    assert names[0] == "meta" and names[-1] == "done", names[-3:]
+    assert "error" not in names
+    texts = [json.loads(e[2])["text"] for e in events if e[1] == "delta"]
+    assert stored["content"] == "".join(texts)  # nothing lost, nothing repeated
+    assert stored["replicaId"] != json.loads(events[0][2])["replica"]
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(events)]
+    assert max(gaps) < 10, f"the answer paused {max(gaps):.1f} s"
+    assert json.loads(events[-1][2])["usage"]["output"] >= len(texts) - 1
+    await asyncio.sleep(0)
