@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 
 from chat.v1 import chat_service_pb2, chat_service_pb2_grpc
 from domain.limiter import Limit
+from domain.shedding import SheddingPolicy
 from domain.types import Tier
 from gateway.auth import Authenticator
 from gateway.buckets import Buckets, InProcessBuckets
@@ -50,6 +51,12 @@ class GatewayConfig:
     plus_fail_open: bool = True
     max_message_chars: int = 32_000
     max_open_streams_per_user: int = 4
+    # The ladder: Free answers are capped at rung 2; at rung 3 Free waits over this are refused.
+    shed_answer_tokens: int = 300
+    shed_max_wait_s: float = 2.0
+    node_first_token_timeout_s: float = 120.0
+    node_stall_timeout_s: float = 10.0
+    max_failovers: int = 2
     keep_ended_runs_s: float = 600.0
     shutdown_grace_s: float = 30.0
     ready_file: str = ""
@@ -74,6 +81,10 @@ def build_policy(config: GatewayConfig) -> PipelinePolicy:
         default_pool=config.default_pool,
         max_message_chars=config.max_message_chars,
         max_open_streams_per_user=config.max_open_streams_per_user,
+        shedding=SheddingPolicy(config.shed_answer_tokens, config.shed_max_wait_s),
+        node_first_token_timeout_s=config.node_first_token_timeout_s,
+        node_stall_timeout_s=config.node_stall_timeout_s,
+        max_failovers=config.max_failovers,
     )
 
 

@@ -68,7 +68,9 @@ class PipelinePolicy:
     tiers: dict[Tier, TierPolicy]
     default_pool: str = "small"
     shedding: SheddingPolicy = field(default_factory=SheddingPolicy)
-    # A node silent this long mid-answer counts as lost, like one whose stream broke.
+    # A node silent this long counts as lost, like one whose stream broke. Before the first
+    # token the answer may be queued behind others, so that wait is allowed to be longer.
+    node_first_token_timeout_s: float = 120.0
     node_stall_timeout_s: float = 10.0
     # Other replicas tried, one after another, when the serving one is lost mid-answer.
     max_failovers: int = 2
@@ -481,12 +483,18 @@ class ChatPipeline:
             prompt_tokens=plan.prompt.tokens,
             temperature=0.7,
         )
+        sent_at_start = len(pieces)
         call = self._upstreams.node(pick.address).Generate()
         stop = _StopRelay(asyncio.create_task(run.stop_requested.wait()))
         try:
             await call.write(node_service_pb2.GenerateRequest(start=start))
             while True:
-                response = await self._next(call, stop)
+                silence_s = (
+                    self._policy.node_stall_timeout_s
+                    if len(pieces) > sent_at_start
+                    else self._policy.node_first_token_timeout_s
+                )
+                response = await self._next(call, stop, silence_s)
                 if response.HasField("chunk"):
                     pieces.append(response.chunk.text)
                     await run.append(Delta(response.chunk.text))
@@ -507,23 +515,23 @@ class ChatPipeline:
             call.cancel()
 
     async def _next(
-        self, call: grpc.aio.StreamStreamCall, stop: _StopRelay
+        self, call: grpc.aio.StreamStreamCall, stop: _StopRelay, silence_s: float
     ) -> node_service_pb2.GenerateResponse:
         """The node's next message; a stop asked meanwhile is sent up as a cancel, once."""
         read = asyncio.ensure_future(call.read())
         try:
             waiting = {read} if stop.relayed else {read, stop.asked}
             done, _ = await asyncio.wait(
-                waiting, timeout=self._policy.node_stall_timeout_s,
+                waiting, timeout=silence_s,
                 return_when=asyncio.FIRST_COMPLETED,
             )  # fmt: skip
             if stop.asked in done and read not in done:
                 stop.relayed = True
                 cancel = node_service_pb2.GenerateCancel()
                 await call.write(node_service_pb2.GenerateRequest(cancel=cancel))
-                done, _ = await asyncio.wait({read}, timeout=self._policy.node_stall_timeout_s)
+                done, _ = await asyncio.wait({read}, timeout=silence_s)
             if read not in done:
-                raise NodeLost(f"silent for {self._policy.node_stall_timeout_s} s")
+                raise NodeLost(f"silent for {silence_s} s")
             response = read.result()
         finally:
             read.cancel()

@@ -1,0 +1,95 @@
+"""The ladder's rungs as users meet them, through the edge, with an operator's pin."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import aiohttp
+import grpc
+import pytest
+
+from chat.v1 import scheduler_service_pb2 as pb
+from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
+from clients.chatctl.platform import LocalPlatform, PlatformSettings
+from tests.sse import read_events
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+async def one_slot(tmp_path_factory):
+    # One node with one slot, and a prefill speed so low that any queued prompt means a long
+    # expected wait: a second answer queued behind a first makes the node "busy".
+    platform = LocalPlatform(
+        PlatformSettings(
+            state_dir=tmp_path_factory.mktemp("rungs"),
+            edge_listen="127.0.0.1:0",
+            nodes=1,
+            slot_context_tokens=2048,
+            parallel=1,
+            extra_env={
+                "CHAT_SCHEDULER_PREFILL_TOKENS_PER_S": "1",
+                "CHAT_GATEWAY_PLUS_MAX_ANSWER_TOKENS": "200",
+                "CHAT_GATEWAY_MAX_OPEN_STREAMS_PER_USER": "10",
+            },
+        )
+    )
+    await platform.start()
+    yield platform
+    await platform.stop()
+
+
+async def pin(platform: LocalPlatform, rung: int | None) -> None:
+    async with grpc.aio.insecure_channel(platform.scheduler_address) as channel:
+        ask = pb.PinLadderRequest() if rung is None else pb.PinLadderRequest(rung=rung)
+        await pb_grpc.SchedulerServiceStub(channel).PinLadder(
+            ask, metadata=(("authorization", f"Bearer {platform.admin_token}"),)
+        )
+
+
+async def post(http, platform: LocalPlatform, tier: str, content: str):
+    return http.post(
+        f"{platform.edge_url}/v1/conversations/c_{uuid.uuid4().hex[:8]}/messages",
+        json={"content": content},
+        headers={
+            "Authorization": f"Bearer {platform.tokens[tier]}",
+            "Idempotency-Key": uuid.uuid4().hex,
+        },
+    )
+
+
+async def test_rung_two_caps_free_answers_and_leaves_plus_alone(one_slot) -> None:
+    await pin(one_slot, 2)
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with await post(http, one_slot, "free", "Tell me a long tale.") as response:
+                done = (await read_events(response))[-1]
+        assert done.data["usage"]["output"] <= 300
+    finally:
+        await pin(one_slot, None)
+
+
+async def test_rung_three_refuses_a_waiting_free_message_at_once(one_slot) -> None:
+    await pin(one_slot, 3)
+    try:
+        async with aiohttp.ClientSession() as http:
+            long_one = await post(http, one_slot, "plus", "Write a long story about whales.")
+            queued = await post(http, one_slot, "plus", "Write a long story about owls.")
+            async with long_one as first, queued as second:
+                assert first.status == second.status == 200
+                await asyncio.sleep(0.6)  # a load report shows the queued prompt
+                started = time.perf_counter()
+                async with await post(http, one_slot, "free", "Hi!") as refused:
+                    elapsed = time.perf_counter() - started
+                    body = await refused.json()
+                    assert refused.status == 429, body
+                    assert int(refused.headers["Retry-After"]) >= 2
+                assert "busy" in body["error"]["message"]
+                assert elapsed < 0.5  # goal 100 ms; generous on a shared 2-core machine
+                # Plus is never shed: it queues and gets its answer.
+                assert (await read_events(second))[-1].event == "done"
+                await read_events(first)
+    finally:
+        await pin(one_slot, None)
