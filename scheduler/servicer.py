@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 
 import grpc
@@ -245,8 +246,8 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
             load = entry.load
             if request.pool and load.pool != request.pool:
                 continue
-            at = timestamp_pb2.Timestamp()
-            at.FromNanoseconds(int(entry.last_report_at * 1e9))
+            # The table's clock is monotonic; operators read wall-clock times.
+            at = _timestamp(time.time() - self._table.report_age_s(entry))
             nodes.append(
                 pb.NodeStatus(
                     registration=pb.NodeRegistration(

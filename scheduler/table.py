@@ -107,6 +107,9 @@ class LoadTable:
         self._set_load(entry, replace(entry.load, state=state))
         return entry
 
+    def report_age_s(self, entry: NodeEntry) -> float:
+        return max(0.0, self._clock() - entry.last_report_at)
+
     def context_tokens(self, node_id: str) -> int:
         entry = self._nodes.get(node_id)
         return entry.context_tokens if entry else 0
