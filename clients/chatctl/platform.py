@@ -21,6 +21,11 @@ from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from infra.bearer import new_token
 
+# Written into the state dir once the platform is up; removed when it stops.
+PLATFORM_FILE = "platform.json"
+ADMIN_TOKEN_FILE = "admin-token"
+DEV_TOKENS_FILE = "dev-tokens.json"
+
 
 class PlatformError(RuntimeError):
     pass
@@ -61,6 +66,7 @@ class LocalPlatform:
         self.children: list[Child] = []
         self.admin_token = new_token("admin")
         self.tokens: dict[str, str] = {}
+        self._wrote_state_files = False
 
     @property
     def edge_url(self) -> str:
@@ -113,6 +119,29 @@ class LocalPlatform:
         )
         await self._wait_for_nodes()
         await self._provision_dev_users()
+        self._write_state_files()
+
+    def _write_state_files(self) -> None:
+        """Where chatctl's other commands find this platform when no flag or env var names it."""
+        state = {
+            "edge": self.edge_url,
+            "gateway": self.gateway_address,
+            "scheduler": self.scheduler_address,
+            "schedulers": self.scheduler_addresses(),
+            "nodes": self.node_addresses(),
+        }
+        # Created 0600 rather than chmod-ed after: the token is never readable by others.
+        admin_file = self.settings.state_dir / ADMIN_TOKEN_FILE
+        admin_file.unlink(missing_ok=True)
+        fd = os.open(admin_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(self.admin_token + "\n")
+        # Written last and renamed into place: whoever sees platform.json sees it whole, and
+        # the admin token is already there.
+        partial = self.settings.state_dir / (PLATFORM_FILE + ".partial")
+        partial.write_text(json.dumps(state, indent=2) + "\n")
+        partial.replace(self.settings.state_dir / PLATFORM_FILE)
+        self._wrote_state_files = True
 
     def _scheduler_env(self, store_url: str) -> dict[str, str]:
         env = {
@@ -210,7 +239,7 @@ class LocalPlatform:
                         pb.RotateUserTokenRequest(user_id=user_id), metadata=self._admin()
                     )
                     self.tokens[name] = rotated.token
-        tokens_file = self.settings.state_dir / "dev-tokens.json"
+        tokens_file = self.settings.state_dir / DEV_TOKENS_FILE
         tokens_file.write_text(json.dumps(self.tokens, indent=2) + "\n")
         tokens_file.chmod(0o600)
 
@@ -225,3 +254,9 @@ class LocalPlatform:
                     child.process.kill()
                     await child.process.wait()
         self.children.clear()
+        # A stopped platform leaves no addresses behind for chatctl to call in vain (only its
+        # own: a failed start must not remove those of another platform in the same dir).
+        if self._wrote_state_files:
+            for name in (PLATFORM_FILE, ADMIN_TOKEN_FILE):
+                (self.settings.state_dir / name).unlink(missing_ok=True)
+            self._wrote_state_files = False
