@@ -8,6 +8,7 @@ import contextlib
 import socket
 from dataclasses import dataclass, field
 
+import structlog
 from prometheus_client import CollectorRegistry, Gauge
 
 from chat.v1 import node_service_pb2, node_service_pb2_grpc
@@ -41,6 +42,9 @@ class NodeAgentConfig:
     report_interval_s: float = 0.25
     shutdown_grace_s: float = 30.0
     keep_after_finish_s: float = 60.0
+    # A request whose gateway vanished waits this long for another to re-attach.
+    reattach_grace_s: float = 5.0
+    health_interval_s: float = 1.0
     ready_file: str = ""
     log_level: str = "info"
 
@@ -57,18 +61,35 @@ def build_engine(config: NodeAgentConfig) -> Engine:
     raise ValueError(f"unknown engine {config.engine!r}; this build has: llamacpp")
 
 
+async def _watch_engine(
+    engine: Engine, engine_ok: asyncio.Event, interval_s: float, log: structlog.BoundLogger
+) -> None:
+    """Keeps engine_ok true while the engine answers its health check."""
+    while True:
+        await asyncio.sleep(interval_s)
+        healthy = await engine.healthy()
+        if healthy != engine_ok.is_set():
+            log.warning("engine health changed", healthy=healthy)
+        if healthy:
+            engine_ok.set()
+        else:
+            engine_ok.clear()
+
+
 async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
     log = configure_logging("nodeagent", config.log_level).bind(node=config.node_id)
     engine = build_engine(config)
     await engine.start()
-    registry = RequestRegistry(engine, config.keep_after_finish_s)
+    registry = RequestRegistry(engine, config.keep_after_finish_s, config.reattach_grace_s)
+    engine_ok = asyncio.Event()
+    engine_ok.set()
     accepting = asyncio.Event()
     accepting.set()
     server = GrpcServer(
         config.grpc_listen, [node_service_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name]
     )
     node_service_pb2_grpc.add_NodeServiceServicer_to_server(
-        NodeServicer(engine, registry, accepting), server.server
+        NodeServicer(engine, registry, accepting, engine_ok), server.server
     )
     metrics_registry = CollectorRegistry()
     running = Gauge("nodeagent_running_requests", "requests generating", registry=metrics_registry)
@@ -79,9 +100,15 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
     await metrics.start()
     identity = NodeIdentity(config.node_id, config.advertise_address or server.address, config.pool)
     reporter = LoadReporter(
-        identity, engine, config.scheduler_addresses, accepting, config.report_interval_s
+        identity,
+        engine,
+        config.scheduler_addresses,
+        accepting,
+        config.report_interval_s,
+        engine_ok,
     )
     reporting = asyncio.create_task(reporter.run())
+    watching = asyncio.create_task(_watch_engine(engine, engine_ok, config.health_interval_s, log))
     write_ready_file(
         config.ready_file,
         {
@@ -96,9 +123,10 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
     # Drain: refuse new answers (the scheduler sees DRAINING), let running ones finish.
     accepting.clear()
     await registry.wait_idle(config.shutdown_grace_s)
-    reporting.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await reporting
+    for task in (reporting, watching):
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
     await server.stop(grace_s=2.0)
     await registry.close()
     await metrics.stop()

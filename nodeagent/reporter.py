@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -29,12 +30,14 @@ class LoadReporter:
         scheduler_addresses: list[str],
         accepting: asyncio.Event,
         interval_s: float = 0.25,
+        engine_ok: asyncio.Event | None = None,
     ) -> None:
         self._identity = identity
         self._engine = engine
         self._addresses = scheduler_addresses
         self._accepting = accepting
         self._interval_s = interval_s
+        self._engine_ok = engine_ok
         self._draining_by_operator = False
         self._log = structlog.get_logger(component="reporter", node=identity.node_id)
 
@@ -58,7 +61,8 @@ class LoadReporter:
                 self._log.warning(
                     "scheduler stream lost", scheduler=address, code=error.code().name
                 )
-            await asyncio.sleep(backoff_s)
+            # Jitter: after a scheduler restart, a fleet's nodes must not reconnect in lockstep.
+            await asyncio.sleep(backoff_s * random.uniform(0.5, 1.5))
             backoff_s = min(2.0, backoff_s * 2)
 
     def _obey(self, command: int) -> None:
@@ -86,7 +90,12 @@ class LoadReporter:
 
     async def snapshot(self) -> pb.LoadReport:
         load = await self._engine.load()
-        state = pb.NODE_STATE_READY if self._accepting.is_set() else pb.NODE_STATE_DRAINING
+        if self._engine_ok is not None and not self._engine_ok.is_set():
+            state = pb.NODE_STATE_DEAD
+        elif self._accepting.is_set():
+            state = pb.NODE_STATE_READY
+        else:
+            state = pb.NODE_STATE_DRAINING
         return pb.LoadReport(
             kv_usage=load.kv_usage,
             free_kv_tokens=load.free_kv_tokens,

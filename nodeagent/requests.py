@@ -19,6 +19,9 @@ class RunningRequest:
     finished: Finished | None = None
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     task: asyncio.Task[None] | None = None
+    followers: int = 0
+    # Started when the last follower leaves without a cancel; a re-attach stops it.
+    orphan_timer: asyncio.Task[None] | None = None
 
     async def follow(self, after_index: int = 0) -> AsyncIterator[tuple[int, str] | Finished]:
         """Chunks numbered from 1 after after_index, then the Finished."""
@@ -43,11 +46,19 @@ class RunningRequest:
 
 
 class RequestRegistry:
-    """Owns every running request of this node; evicts each a grace period after it ends."""
+    """Owns every running request of this node; evicts each a grace period after it ends.
 
-    def __init__(self, engine: Engine, keep_after_finish_s: float = 60.0) -> None:
+    A request whose gateway vanished keeps generating for reattach_grace_s, so another
+    gateway can pick it up by id and lose nothing; unclaimed, it is cancelled in the engine
+    so its slot and KV blocks go back to paying work.
+    """
+
+    def __init__(
+        self, engine: Engine, keep_after_finish_s: float = 60.0, reattach_grace_s: float = 5.0
+    ) -> None:
         self._engine = engine
         self._keep_after_finish_s = keep_after_finish_s
+        self._reattach_grace_s = reattach_grace_s
         self._requests: dict[str, RunningRequest] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -92,6 +103,22 @@ class RequestRegistry:
         self._tasks.add(evict)
         evict.add_done_callback(self._tasks.discard)
 
+    def follow_started(self, running: RunningRequest) -> None:
+        running.followers += 1
+        if running.orphan_timer is not None:
+            running.orphan_timer.cancel()
+            running.orphan_timer = None
+
+    def follow_ended(self, running: RunningRequest) -> None:
+        running.followers -= 1
+        if running.followers == 0 and running.finished is None:
+            running.orphan_timer = asyncio.create_task(self._cancel_unclaimed(running))
+
+    async def _cancel_unclaimed(self, running: RunningRequest) -> None:
+        await asyncio.sleep(self._reattach_grace_s)
+        if running.followers == 0:
+            running.cancel()
+
     async def _evict_later(self, request_id: str) -> None:
         await asyncio.sleep(self._keep_after_finish_s)
         self._requests.pop(request_id, None)
@@ -104,6 +131,8 @@ class RequestRegistry:
     async def close(self) -> None:
         for running in self._requests.values():
             running.cancel()
+            if running.orphan_timer is not None:
+                running.orphan_timer.cancel()
         for task in [*self._tasks, *(r.task for r in self._requests.values() if r.task)]:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -27,13 +27,25 @@ def _validate_start(start: node_service_pb2.GenerateStart, context_tokens: int) 
         raise InvalidArgument("every turn needs a role")
     if not 0 < start.max_tokens <= context_tokens:
         raise InvalidArgument(f"start.max_tokens must be within 1..{context_tokens}")
+    if start.prompt_tokens + start.max_tokens > context_tokens:
+        raise InvalidArgument(
+            f"{start.prompt_tokens} prompt tokens and {start.max_tokens} answer tokens do not "
+            f"fit this node's window of {context_tokens} tokens"
+        )
 
 
 class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
-    def __init__(self, engine: Engine, registry: RequestRegistry, accepting: asyncio.Event) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        registry: RequestRegistry,
+        accepting: asyncio.Event,
+        engine_ok: asyncio.Event | None = None,
+    ) -> None:
         self._engine = engine
         self._registry = registry
         self._accepting = accepting
+        self._engine_ok = engine_ok or _set_event()
 
     async def _open(self, first: node_service_pb2.GenerateRequest) -> tuple[RunningRequest, int]:
         kind = first.WhichOneof("kind")
@@ -41,6 +53,8 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
             _validate_start(first.start, self._engine.context_tokens)
             if not self._accepting.is_set():
                 raise Unavailable("this node is draining; pick another replica")
+            if not self._engine_ok.is_set():
+                raise Unavailable("this node's engine is not answering; pick another replica")
             return self._registry.start(request_from_pb(first.start)), 0
         if kind == "attach":
             running = self._registry.get(first.attach.request_id)
@@ -60,6 +74,7 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
             raise InvalidArgument("the Generate stream closed before its first message")
         running, after = await self._open(first)
         watcher = asyncio.create_task(_watch_cancel(request_iterator, running))
+        self._registry.follow_started(running)
         try:
             async for item in running.follow(after):
                 if isinstance(item, tuple):
@@ -69,6 +84,7 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
                 else:
                     yield finish_to_pb(item, self._engine.model)
         finally:
+            self._registry.follow_ended(running)
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
@@ -84,6 +100,12 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
         except EngineError as exc:
             raise Unavailable(f"the engine could not tokenize: {exc}") from exc
         return node_service_pb2.TokenizeResponse(token_counts=counts, model=self._engine.model)
+
+
+def _set_event() -> asyncio.Event:
+    event = asyncio.Event()
+    event.set()
+    return event
 
 
 async def _watch_cancel(

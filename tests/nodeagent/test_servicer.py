@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 
@@ -111,3 +113,43 @@ async def test_tokenize_over_grpc(node: NodeUnderTest) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await node.stub.Tokenize(pb.TokenizeRequest(texts=["x"] * 300))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_an_unclaimed_answer_is_cancelled_after_the_grace(
+    node: NodeUnderTest, engine
+) -> None:
+    call = node.stub.Generate()
+    await call.write(start("orphan", "Write a very long essay about rivers.", 400))
+    assert (await call.read()).HasField("chunk")
+    call.cancel()  # the gateway vanished and nobody re-attaches
+    running = node.registry.get("orphan")
+    for _ in range(60):  # the grace is 1 s here
+        if running.finished is not None:
+            break
+        await asyncio.sleep(0.1)
+    assert running.finished.finish.value == "cancelled"
+    assert (await engine.load()).running_requests == 0
+
+
+async def test_a_prompt_over_the_window_is_invalid(node: NodeUnderTest) -> None:
+    too_long = start("w1", "hi", max_tokens=100)
+    too_long.start.prompt_tokens = 2000  # the window here is 2,048
+    call = node.stub.Generate()
+    await call.write(too_long)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await read_all(call)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "do not fit" in caught.value.details()
+
+
+async def test_a_node_whose_engine_is_down_answers_unavailable(node: NodeUnderTest) -> None:
+    node.engine_ok.clear()
+    try:
+        call = node.stub.Generate()
+        await call.write(start("e1", "hi"))
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await read_all(call)
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "engine" in caught.value.details()
+    finally:
+        node.engine_ok.set()
