@@ -99,6 +99,17 @@ async def test_nodes_lists_the_node_as_a_table_and_as_json(platform: LocalPlatfo
     assert node["free_kv_tokens"] > 0 and "queued_prefill_tokens" in node
 
 
+async def test_nodes_json_gives_a_recent_report_age(platform: LocalPlatform) -> None:
+    # The scheduler stamps reports with wall-clock time; a monotonic stamp (a 1970 date) made
+    # the age null.
+    run = await chatctl("nodes", "--json", *admin_flags(platform))
+    assert run.code == 0, run.err
+    (node,) = run.json()
+    age = node["last_report_age_s"]
+    assert isinstance(age, int | float) and not isinstance(age, bool), age
+    assert 0 <= age < 5
+
+
 async def test_addresses_come_from_env_or_from_the_state_dir(platform: LocalPlatform) -> None:
     env = clean_env(
         CHAT_SCHEDULER=platform.scheduler_address, CHAT_ADMIN_TOKEN=platform.admin_token

@@ -1,0 +1,91 @@
+"""Where the platform is and who calls it: addresses and tokens for each command.
+
+Each comes from its flag, else the environment (CHAT_SCHEDULER, CHAT_GATEWAY, CHAT_ADMIN_TOKEN,
+CHAT_TOKEN), else the files `chatctl up` leaves in its state dir (platform.json, admin-token,
+dev-tokens.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from clients.chat_client import AdminClient, ChatClient
+from clients.chatctl.output import CtlError
+from clients.chatctl.platform import ADMIN_TOKEN_FILE, DEV_TOKENS_FILE, PLATFORM_FILE
+
+
+def state_dir(args: argparse.Namespace) -> Path:
+    return Path(args.state_dir)
+
+
+def read_state_json(path: Path) -> dict[str, Any]:
+    """A JSON file of the state dir; {} where `chatctl up` has not written it (yet)."""
+    try:
+        return dict(json.loads(path.read_text()))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as error:
+        raise CtlError(f"cannot read {path}: {error}") from error
+
+
+def read_secret(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
+def resolve(flag: str | None, env: str, fallback: Callable[[], str], what: str) -> str:
+    value = flag or os.environ.get(env) or fallback()
+    if not value:
+        option = "--" + what.replace(" address", "").replace(" ", "-")
+        raise CtlError(
+            f"no {what}: pass {option}, set {env}, or start a platform with `chatctl up`"
+        )
+    return value
+
+
+def service_address(args: argparse.Namespace, service: str) -> str:
+    """--scheduler or --gateway, CHAT_SCHEDULER or CHAT_GATEWAY, else platform.json's entry."""
+    return resolve(
+        getattr(args, service),
+        f"CHAT_{service.upper()}",
+        lambda: str(read_state_json(state_dir(args) / PLATFORM_FILE).get(service, "")),
+        f"{service} address",
+    )
+
+
+def admin_token(args: argparse.Namespace) -> str:
+    return resolve(
+        args.admin_token,
+        "CHAT_ADMIN_TOKEN",
+        lambda: read_secret(state_dir(args) / ADMIN_TOKEN_FILE),
+        "admin token",
+    )
+
+
+def dev_token(args: argparse.Namespace, user: str) -> str:
+    return str(read_state_json(state_dir(args) / DEV_TOKENS_FILE).get(user, ""))
+
+
+def user_token(args: argparse.Namespace) -> str:
+    """--token, else --user's dev token, else CHAT_TOKEN, else the dev Free user's token."""
+    if args.user:
+        token = dev_token(args, args.user)
+        if not token:
+            raise CtlError(f"no {args.user} token in {state_dir(args) / DEV_TOKENS_FILE}")
+        return token
+    return resolve(args.token, "CHAT_TOKEN", lambda: dev_token(args, "free"), "token")
+
+
+def admin_client(args: argparse.Namespace) -> AdminClient:
+    return AdminClient(service_address(args, "scheduler"), admin_token(args))
+
+
+def chat_client(args: argparse.Namespace) -> ChatClient:
+    return ChatClient(service_address(args, "gateway"), user_token(args))
