@@ -96,12 +96,19 @@ async def up_foreground(args: argparse.Namespace) -> int:
 
 
 async def serve_platform(args: argparse.Namespace, settings: PlatformSettings) -> int:
-    platform = LocalPlatform(settings)
+    quiet = args.json
+    platform = LocalPlatform(
+        settings,
+        on_ready=None
+        if quiet
+        else lambda name, s: print(f"  {name:<12} ready ({s:4.1f} s)", flush=True),
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    print(f"starting the local platform ({args.nodes} node(s), llama.cpp + SmolLM2-135M)...")
+    if not quiet:
+        print(f"starting the local platform ({args.nodes} node(s), llama.cpp + SmolLM2-135M)...")
     try:
         await platform.start()
     except PlatformError as error:

@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,8 +62,13 @@ class Child:
 
 
 class LocalPlatform:
-    def __init__(self, settings: PlatformSettings) -> None:
+    def __init__(
+        self, settings: PlatformSettings, on_ready: Callable[[str, float], None] | None = None
+    ) -> None:
         self.settings = settings
+        # Told each service's name and seconds since start as it comes up: a progress display.
+        self._on_ready = on_ready or (lambda name, seconds: None)
+        self._started_at = time.monotonic()
         self.children: list[Child] = []
         self.admin_token = new_token("admin")
         self.tokens: dict[str, str] = {}
@@ -205,6 +211,7 @@ class LocalPlatform:
                 raise PlatformError(f"{name} was not ready in {self.settings.startup_timeout_s} s")
             await asyncio.sleep(0.05)
         child.ready = json.loads(ready_file.read_text())
+        self._on_ready(name, time.monotonic() - self._started_at)
 
     def _admin(self) -> tuple[tuple[str, str]]:
         return (("authorization", f"Bearer {self.admin_token}"),)
