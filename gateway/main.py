@@ -14,6 +14,7 @@ from chat.v1 import chat_service_pb2, chat_service_pb2_grpc
 from domain.limiter import Limit
 from domain.shedding import SheddingPolicy
 from domain.types import Tier
+from gateway.answers import StreamTimeouts
 from gateway.auth import Authenticator
 from gateway.buckets import Buckets, InProcessBuckets
 from gateway.pipeline import ChatPipeline, PipelinePolicy, TierPolicy
@@ -82,9 +83,9 @@ def build_policy(config: GatewayConfig) -> PipelinePolicy:
         max_message_chars=config.max_message_chars,
         max_open_streams_per_user=config.max_open_streams_per_user,
         shedding=SheddingPolicy(config.shed_answer_tokens, config.shed_max_wait_s),
-        node_first_token_timeout_s=config.node_first_token_timeout_s,
-        node_stall_timeout_s=config.node_stall_timeout_s,
-        max_failovers=config.max_failovers,
+        streaming=StreamTimeouts(
+            config.node_first_token_timeout_s, config.node_stall_timeout_s, config.max_failovers
+        ),
     )
 
 

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import hashlib
 import re
-import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,9 +18,9 @@ from typing import Any
 import grpc
 import structlog
 
-from chat.v1 import common_pb2, node_service_pb2, scheduler_service_pb2
+from chat.v1 import node_service_pb2, scheduler_service_pb2
 from domain import limiter
-from domain.context import ContextBuilder, Prompt
+from domain.context import ContextBuilder
 from domain.errors import (
     Conflict,
     InvalidArgument,
@@ -32,6 +31,7 @@ from domain.errors import (
 )
 from domain.shedding import SheddingPolicy, refuse_at_door, shed
 from domain.types import Finish, Role, Tier, Turn, Usage, User
+from gateway.answers import TIER_TO_PB, Answer, AnswerWriter, Plan, StreamTimeouts
 from gateway.buckets import Buckets
 from gateway.runs import Delta, Done, Event, Failed, MessageRun, Meta, RunRegistry
 from gateway.upstream import Upstreams
@@ -40,19 +40,6 @@ from store.records import MessageRecord, NewMessage
 
 ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 ANSWER_SUFFIX = ".answer"
-_ROLE_TO_PB = {
-    Role.SYSTEM: common_pb2.ROLE_SYSTEM,
-    Role.USER: common_pb2.ROLE_USER,
-    Role.ASSISTANT: common_pb2.ROLE_ASSISTANT,
-}
-_TIER_TO_PB = {Tier.FREE: common_pb2.TIER_FREE, Tier.PLUS: common_pb2.TIER_PLUS}
-_FINISH_FROM_PB = {
-    common_pb2.FINISH_REASON_STOP: Finish.STOP,
-    common_pb2.FINISH_REASON_LENGTH: Finish.LENGTH,
-    common_pb2.FINISH_REASON_CANCELLED: Finish.CANCELLED,
-    common_pb2.FINISH_REASON_REFUSED: Finish.REFUSED,
-    common_pb2.FINISH_REASON_ERROR: Finish.ERROR,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +55,7 @@ class PipelinePolicy:
     tiers: dict[Tier, TierPolicy]
     default_pool: str = "small"
     shedding: SheddingPolicy = field(default_factory=SheddingPolicy)
-    # A node silent this long counts as lost, like one whose stream broke. Before the first
-    # token the answer may be queued behind others, so that wait is allowed to be longer.
-    node_first_token_timeout_s: float = 120.0
-    node_stall_timeout_s: float = 10.0
-    # Other replicas tried, one after another, when the serving one is lost mid-answer.
-    max_failovers: int = 2
+    streaming: StreamTimeouts = field(default_factory=StreamTimeouts)
     max_message_chars: int = 32_000
     max_open_streams_per_user: int = 4
 
@@ -85,38 +67,6 @@ class SendRequest:
     parent_id: str
     content: str
     pool: str | None  # None: the router decides
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    prompt: Prompt
-    pick: scheduler_service_pb2.PickReplicaResponse
-    max_answer_tokens: int
-    reserved: float
-    pool: str
-    tier: Tier
-
-
-@dataclass(slots=True)
-class _Answer:
-    """An answer as it is being written: its text so far and who is writing it."""
-
-    served_by: scheduler_service_pb2.PickReplicaResponse
-    pieces: list[str] = field(default_factory=list)
-    finish: Finish = Finish.ERROR
-    usage: Usage = field(default_factory=Usage)
-
-
-@dataclass(slots=True)
-class _StopRelay:
-    """A user's stop, and whether it has been passed on to the node yet."""
-
-    asked: asyncio.Task[bool]
-    relayed: bool = False
-
-
-class NodeLost(Exception):
-    """The serving replica stopped answering mid-answer: dead, cut off, or silent too long."""
 
 
 def _fitted(tier: TierPolicy, context_tokens: int) -> TierPolicy:
@@ -145,6 +95,7 @@ class ChatPipeline:
     ) -> None:
         self._store = store
         self._upstreams = upstreams
+        self._writer = AnswerWriter(upstreams, policy.streaming)
         self._runs = runs
         self._buckets = buckets
         self._policy = policy
@@ -283,9 +234,7 @@ class ChatPipeline:
         chain.reverse()
         return chain
 
-    async def _plan(
-        self, user: User, request: SendRequest, history: list[Turn], pool: str
-    ) -> _Plan:
+    async def _plan(self, user: User, request: SendRequest, history: list[Turn], pool: str) -> Plan:
         first_pick, tier, pool = await self._shed(user, request.conversation_id, pool)
         system_tokens, message_tokens = await self._count(first_pick, request.content)
         builder = ContextBuilder(
@@ -319,7 +268,7 @@ class ChatPipeline:
         except BaseException:
             await self._buckets.settle(user.user_id, user.tier, reserved, 0.0)
             raise
-        return _Plan(prompt, pick, tier.max_answer_tokens, reserved, pool, user.tier)
+        return Plan(prompt, pick, tier.max_answer_tokens, reserved, pool, user.tier)
 
     async def _shed(
         self, user: User, conversation_id: str, pool: str
@@ -350,7 +299,7 @@ class ChatPipeline:
             scheduler_service_pb2.PickReplicaRequest(
                 conversation_id=conversation_id,
                 pool=pool,
-                tier=_TIER_TO_PB[tier],
+                tier=TIER_TO_PB[tier],
                 prompt_tokens=prompt_tokens,
                 reusable_prefix_tokens=max(0, reusable),
             )
@@ -384,16 +333,16 @@ class ChatPipeline:
         self,
         run: MessageRun,
         user: User,
-        plan: _Plan,
+        plan: Plan,
         answer_parent_seq: int | None,
         store_answer: bool = True,
     ) -> None:
         pick = plan.pick
         await run.append(Meta(run.message_id, run.conversation_id, pick.model, pick.node_id))
-        answer = _Answer(served_by=pick)
+        answer = Answer(served_by=pick)
         ending: Event
         try:
-            await self._generate(run, plan, answer)
+            await self._writer.write(run, plan, answer)
             ending = Done(answer.finish, answer.usage)
         except Unavailable as error:
             ending = Failed(grpc.StatusCode.UNAVAILABLE.value[0], error.reason)
@@ -411,7 +360,7 @@ class ChatPipeline:
         self._runs.mark_ended(run)
 
     async def _save_answer(
-        self, run: MessageRun, user: User, parent_seq: int | None, answer: _Answer
+        self, run: MessageRun, user: User, parent_seq: int | None, answer: Answer
     ) -> None:
         await self._store.add_message(
             user.user_id,
@@ -428,116 +377,6 @@ class ChatPipeline:
                 finish=answer.finish.value,
             ),
         )
-
-    async def _generate(self, run: MessageRun, plan: _Plan, answer: _Answer) -> None:
-        """Streams the answer; if the replica is lost mid-answer, another one of the pool
-        continues from the text already sent, so the user sees a pause, not an error."""
-        lost: list[str] = []
-        for _ in range(self._policy.max_failovers + 1):
-            sent_before = len(answer.pieces)
-            try:
-                finish, usage = await self._stream(run, plan, answer.served_by, answer.pieces)
-            except NodeLost as error:
-                lost.append(answer.served_by.node_id)
-                self._log.warning("replica lost mid-answer; failing over",
-                                  node=answer.served_by.node_id, reason=str(error),
-                                  message_id=run.message_id)  # fmt: skip
-                answer.served_by = await self._failover_pick(run, plan, lost)
-                continue
-            answer.finish = finish
-            # After a failover the continuation re-read the prompt and the partial answer:
-            # nothing was cached for the user, who got every chunk of every attempt.
-            answer.usage = (
-                Usage(plan.prompt.tokens, 0, sent_before + usage.output_tokens) if lost else usage
-            )
-            return
-        raise Unavailable(f"the answer lost {len(lost)} replicas in a row; try again")
-
-    async def _failover_pick(
-        self, run: MessageRun, plan: _Plan, lost: list[str]
-    ) -> scheduler_service_pb2.PickReplicaResponse:
-        ask = scheduler_service_pb2.PickReplicaRequest(
-            conversation_id=run.conversation_id,
-            pool=plan.pool,
-            tier=_TIER_TO_PB[plan.tier],
-            prompt_tokens=plan.prompt.tokens,
-            exclude_node_ids=lost,
-        )
-        return await self._upstreams.pick(ask)
-
-    async def _stream(
-        self,
-        run: MessageRun,
-        plan: _Plan,
-        pick: scheduler_service_pb2.PickReplicaResponse,
-        pieces: list[str],
-    ) -> tuple[Finish, Usage]:
-        start = node_service_pb2.GenerateStart(
-            request_id=f"{run.user_id}/{run.message_id}/{uuid.uuid4().hex[:8]}",
-            turns=[
-                common_pb2.Turn(role=_ROLE_TO_PB[t.role], content=t.text) for t in plan.prompt.turns
-            ],
-            max_tokens=max(1, plan.max_answer_tokens - len(pieces)),
-            tier=_TIER_TO_PB[plan.tier],
-            continue_from="".join(pieces),
-            prompt_tokens=plan.prompt.tokens,
-            temperature=0.7,
-        )
-        sent_at_start = len(pieces)
-        call = self._upstreams.node(pick.address).Generate()
-        stop = _StopRelay(asyncio.create_task(run.stop_requested.wait()))
-        try:
-            await call.write(node_service_pb2.GenerateRequest(start=start))
-            while True:
-                silence_s = (
-                    self._policy.node_stall_timeout_s
-                    if len(pieces) > sent_at_start
-                    else self._policy.node_first_token_timeout_s
-                )
-                response = await self._next(call, stop, silence_s)
-                if response.HasField("chunk"):
-                    pieces.append(response.chunk.text)
-                    await run.append(Delta(response.chunk.text))
-                    continue
-                finish = response.finish
-                usage = Usage(
-                    finish.usage.input_tokens,
-                    finish.usage.cached_tokens,
-                    finish.usage.output_tokens,
-                )
-                return _FINISH_FROM_PB.get(finish.finish, Finish.ERROR), usage
-        except grpc.aio.AioRpcError as error:
-            if error.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                raise Unavailable(f"the node refused the request: {error.details()}") from error
-            raise NodeLost(error.code().name) from error
-        finally:
-            stop.asked.cancel()
-            call.cancel()
-
-    async def _next(
-        self, call: grpc.aio.StreamStreamCall, stop: _StopRelay, silence_s: float
-    ) -> node_service_pb2.GenerateResponse:
-        """The node's next message; a stop asked meanwhile is sent up as a cancel, once."""
-        read = asyncio.ensure_future(call.read())
-        try:
-            waiting = {read} if stop.relayed else {read, stop.asked}
-            done, _ = await asyncio.wait(
-                waiting, timeout=silence_s,
-                return_when=asyncio.FIRST_COMPLETED,
-            )  # fmt: skip
-            if stop.asked in done and read not in done:
-                stop.relayed = True
-                cancel = node_service_pb2.GenerateCancel()
-                await call.write(node_service_pb2.GenerateRequest(cancel=cancel))
-                done, _ = await asyncio.wait({read}, timeout=silence_s)
-            if read not in done:
-                raise NodeLost(f"silent for {silence_s} s")
-            response = read.result()
-        finally:
-            read.cancel()
-        if response is grpc.aio.EOF:
-            raise NodeLost("the stream ended without a finish")
-        return response
 
     # Reading ------------------------------------------------------------------------------------
 

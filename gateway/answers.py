@@ -1,0 +1,191 @@
+"""Writes one answer from the engines into its run: the gRPC stream to a node, a user's stop
+passed on as a cancel, and failover to another replica when the serving one is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass, field
+
+import grpc
+import structlog
+
+from chat.v1 import common_pb2, node_service_pb2, scheduler_service_pb2
+from domain.context import Prompt
+from domain.errors import Unavailable
+from domain.types import Finish, Role, Tier, Usage
+from gateway.runs import Delta, MessageRun
+from gateway.upstream import Upstreams
+
+ROLE_TO_PB = {
+    Role.SYSTEM: common_pb2.ROLE_SYSTEM,
+    Role.USER: common_pb2.ROLE_USER,
+    Role.ASSISTANT: common_pb2.ROLE_ASSISTANT,
+}
+TIER_TO_PB = {Tier.FREE: common_pb2.TIER_FREE, Tier.PLUS: common_pb2.TIER_PLUS}
+_FINISH_FROM_PB = {
+    common_pb2.FINISH_REASON_STOP: Finish.STOP,
+    common_pb2.FINISH_REASON_LENGTH: Finish.LENGTH,
+    common_pb2.FINISH_REASON_CANCELLED: Finish.CANCELLED,
+    common_pb2.FINISH_REASON_REFUSED: Finish.REFUSED,
+    common_pb2.FINISH_REASON_ERROR: Finish.ERROR,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class StreamTimeouts:
+    # A node silent this long counts as lost, like one whose stream broke. Before the first
+    # token the answer may be queued behind others, so that wait is allowed to be longer.
+    first_token_s: float = 120.0
+    stall_s: float = 10.0
+    # Other replicas tried, one after another, when the serving one is lost mid-answer.
+    max_failovers: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    prompt: Prompt
+    pick: scheduler_service_pb2.PickReplicaResponse
+    max_answer_tokens: int
+    reserved: float
+    pool: str
+    tier: Tier
+
+
+@dataclass(slots=True)
+class Answer:
+    """An answer as it is being written: its text so far and who is writing it."""
+
+    served_by: scheduler_service_pb2.PickReplicaResponse
+    pieces: list[str] = field(default_factory=list)
+    finish: Finish = Finish.ERROR
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(slots=True)
+class _StopRelay:
+    """A user's stop, and whether it has been passed on to the node yet."""
+
+    asked: asyncio.Task[bool]
+    relayed: bool = False
+
+
+class NodeLost(Exception):
+    """The serving replica stopped answering mid-answer: dead, cut off, or silent too long."""
+
+
+class AnswerWriter:
+    def __init__(self, upstreams: Upstreams, timeouts: StreamTimeouts) -> None:
+        self._upstreams = upstreams
+        self._timeouts = timeouts
+        self._log = structlog.get_logger(component="answer-writer")
+
+    async def write(self, run: MessageRun, plan: Plan, answer: Answer) -> None:
+        """Streams the answer; if the replica is lost mid-answer, another one of the pool
+        continues from the text already sent, so the user sees a pause, not an error."""
+        lost: list[str] = []
+        for _ in range(self._timeouts.max_failovers + 1):
+            sent_before = len(answer.pieces)
+            try:
+                finish, usage = await self._stream(run, plan, answer.served_by, answer.pieces)
+            except NodeLost as error:
+                lost.append(answer.served_by.node_id)
+                self._log.warning("replica lost mid-answer; failing over",
+                                  node=answer.served_by.node_id, reason=str(error),
+                                  message_id=run.message_id)  # fmt: skip
+                answer.served_by = await self._failover_pick(run, plan, lost)
+                continue
+            answer.finish = finish
+            # After a failover the continuation re-read the prompt and the partial answer:
+            # nothing was cached for the user, who got every chunk of every attempt.
+            answer.usage = (
+                Usage(plan.prompt.tokens, 0, sent_before + usage.output_tokens) if lost else usage
+            )
+            return
+        raise Unavailable(f"the answer lost {len(lost)} replicas in a row; try again")
+
+    async def _failover_pick(
+        self, run: MessageRun, plan: Plan, lost: list[str]
+    ) -> scheduler_service_pb2.PickReplicaResponse:
+        ask = scheduler_service_pb2.PickReplicaRequest(
+            conversation_id=run.conversation_id,
+            pool=plan.pool,
+            tier=TIER_TO_PB[plan.tier],
+            prompt_tokens=plan.prompt.tokens,
+            exclude_node_ids=lost,
+        )
+        return await self._upstreams.pick(ask)
+
+    async def _stream(
+        self,
+        run: MessageRun,
+        plan: Plan,
+        pick: scheduler_service_pb2.PickReplicaResponse,
+        pieces: list[str],
+    ) -> tuple[Finish, Usage]:
+        start = node_service_pb2.GenerateStart(
+            request_id=f"{run.user_id}/{run.message_id}/{uuid.uuid4().hex[:8]}",
+            turns=[
+                common_pb2.Turn(role=ROLE_TO_PB[t.role], content=t.text) for t in plan.prompt.turns
+            ],
+            max_tokens=max(1, plan.max_answer_tokens - len(pieces)),
+            tier=TIER_TO_PB[plan.tier],
+            continue_from="".join(pieces),
+            prompt_tokens=plan.prompt.tokens,
+            temperature=0.7,
+        )
+        sent_at_start = len(pieces)
+        call = self._upstreams.node(pick.address).Generate()
+        stop = _StopRelay(asyncio.create_task(run.stop_requested.wait()))
+        try:
+            await call.write(node_service_pb2.GenerateRequest(start=start))
+            while True:
+                silence_s = (
+                    self._timeouts.stall_s
+                    if len(pieces) > sent_at_start
+                    else self._timeouts.first_token_s
+                )
+                response = await self._next(call, stop, silence_s)
+                if response.HasField("chunk"):
+                    pieces.append(response.chunk.text)
+                    await run.append(Delta(response.chunk.text))
+                    continue
+                finish = response.finish
+                usage = Usage(
+                    finish.usage.input_tokens,
+                    finish.usage.cached_tokens,
+                    finish.usage.output_tokens,
+                )
+                return _FINISH_FROM_PB.get(finish.finish, Finish.ERROR), usage
+        except grpc.aio.AioRpcError as error:
+            if error.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                raise Unavailable(f"the node refused the request: {error.details()}") from error
+            raise NodeLost(error.code().name) from error
+        finally:
+            stop.asked.cancel()
+            call.cancel()
+
+    async def _next(
+        self, call: grpc.aio.StreamStreamCall, stop: _StopRelay, silence_s: float
+    ) -> node_service_pb2.GenerateResponse:
+        """The node's next message; a stop asked meanwhile is sent up as a cancel, once."""
+        read = asyncio.ensure_future(call.read())
+        try:
+            waiting = {read} if stop.relayed else {read, stop.asked}
+            done, _ = await asyncio.wait(
+                waiting, timeout=silence_s,
+                return_when=asyncio.FIRST_COMPLETED,
+            )  # fmt: skip
+            if stop.asked in done and read not in done:
+                stop.relayed = True
+                cancel = node_service_pb2.GenerateCancel()
+                await call.write(node_service_pb2.GenerateRequest(cancel=cancel))
+                done, _ = await asyncio.wait({read}, timeout=silence_s)
+            if read not in done:
+                raise NodeLost(f"silent for {silence_s} s")
+            response = read.result()
+        finally:
+            read.cancel()
+        if response is grpc.aio.EOF:
+            raise NodeLost("the stream ended without a finish")
+        return response
