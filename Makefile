@@ -29,6 +29,7 @@ proto-check: setup
 
 bench: setup
 	.venv/bin/python bench/picker.py
+	.venv/bin/python bench/sim.py
 	.venv/bin/python bench/hops.py
 
 clean:

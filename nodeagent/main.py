@@ -12,6 +12,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Gauge
 
 from chat.v1 import node_service_pb2, node_service_pb2_grpc
+from domain.replica_sim import PRESETS
 from infra.config import load_config
 from infra.grpcserver import GrpcServer
 from infra.logs import configure_logging
@@ -22,6 +23,7 @@ from nodeagent.llamacpp import LlamaCppEngine
 from nodeagent.reporter import LoadReporter, NodeIdentity
 from nodeagent.requests import RequestRegistry
 from nodeagent.servicer import NodeServicer
+from nodeagent.sim import SimEngine
 
 
 @dataclass
@@ -45,6 +47,10 @@ class NodeAgentConfig:
     # A request whose gateway vanished waits this long for another to re-attach.
     reattach_grace_s: float = 5.0
     health_interval_s: float = 1.0
+    # engine "sim": the simulated replica's hardware and model (see domain.replica_sim.PRESETS)
+    # and how many times faster than real time it runs.
+    sim_preset: str = "70b-4xh100"
+    sim_speed: float = 1.0
     ready_file: str = ""
     log_level: str = "info"
 
@@ -58,7 +64,13 @@ def build_engine(config: NodeAgentConfig) -> Engine:
             parallel=config.parallel,
             threads=config.threads,
         )
-    raise ValueError(f"unknown engine {config.engine!r}; this build has: llamacpp")
+    if config.engine == "sim":
+        if config.sim_preset not in PRESETS:
+            raise ValueError(
+                f"unknown sim_preset {config.sim_preset!r}; presets: {', '.join(PRESETS)}"
+            )
+        return SimEngine(PRESETS[config.sim_preset], speed=config.sim_speed)
+    raise ValueError(f"unknown engine {config.engine!r}; this build has: llamacpp, sim")
 
 
 async def _watch_engine(

@@ -1,0 +1,274 @@
+"""The replica simulator against spec 000: its step loop, its memory, and its single-server case."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+from domain.replica_sim import (
+    BLOCK_TOKENS,
+    H100_8B,
+    PRESETS,
+    H100x4_70B,
+    ReplicaPreset,
+    ReplicaSim,
+    StepResult,
+    step_seconds,
+)
+
+WITHIN = 0.20  # the done-when: the spec's figures within 20 %
+
+
+def tiny(blocks: int, host_blocks: int = 0) -> ReplicaPreset:
+    """The 70B with room for only `blocks` KV blocks on the GPUs, to make memory run out."""
+    block_bytes = BLOCK_TOKENS * H100x4_70B.kv_bytes_per_token
+    return dataclasses.replace(
+        H100x4_70B, kv_cache_bytes=blocks * block_bytes, host_kv_bytes=host_blocks * block_bytes
+    )
+
+
+def run_until(sim: ReplicaSim, done, limit: int = 100_000) -> list[StepResult]:
+    results = []
+    for _ in range(limit):
+        results.append(sim.step())
+        if done(results[-1]):
+            return results
+    raise AssertionError("the condition never came true")
+
+
+def finished_ids(result: StepResult) -> set[str]:
+    return {f.request_id for f in result.finished}
+
+
+def near(value: float, spec: float) -> bool:
+    return abs(value - spec) <= WITHIN * spec
+
+
+def test_presets_carry_the_spec_figures() -> None:
+    assert PRESETS == {"70b-4xh100": H100x4_70B, "8b-1xh100": H100_8B}
+    assert H100x4_70B.weight_bytes == 140e9 and H100x4_70B.gpus == 4
+    assert H100x4_70B.hbm_bytes_per_s == 3.35e12
+    assert H100x4_70B.kv_bytes_per_token == 320 * 1024  # "about 320 KB per token"
+    assert H100x4_70B.step_tokens == 512
+    assert H100_8B.gpus == 1 and H100_8B.weight_bytes == 16e9
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        H100x4_70B.gpus = 8  # type: ignore[misc]
+
+
+def test_step_time_follows_the_spec_hardware_model() -> None:
+    # "100 x 1.1 GB ... at 3.35 TB a second per GPU, one step takes about 30 ms."
+    decode = step_seconds(H100x4_70B, batch_tokens=100, kv_tokens_read=100 * 3_400)
+    assert decode == pytest.approx(0.030, rel=0.05)
+    # "512 prompt tokens add about 45 ms on four GPUs": the step becomes compute-bound.
+    assert step_seconds(H100x4_70B, 512, 100 * 3_400) == pytest.approx(0.045, rel=0.05)
+    # Twice the answers double the KV read and drop everyone below reading speed (30 tok/s).
+    assert 1 / step_seconds(H100x4_70B, 200, 200 * 3_400) < 30
+    # "Reading 3,000 tokens takes 1.05 GPU-seconds": 6 full steps and a bit, on 4 GPUs.
+    prefill_gpu_s = 4 * 3_000 / 512 * step_seconds(H100x4_70B, 512, 0)
+    assert prefill_gpu_s == pytest.approx(1.05, rel=0.05)
+
+
+def test_the_single_server_case_of_spec_000() -> None:
+    """A 30,000-token prompt arrives at a server streaming 99 answers: about 70 chunks, the
+    others slow from about 30 to about 20 tokens/s but never stop, first token after ~3.5 s."""
+    sim = ReplicaSim(H100x4_70B)
+    others = {f"r{i}" for i in range(99)}
+    for request_id in sorted(others):
+        sim.submit(request_id, 3_000, 1_000)
+    run_until(sim, lambda r: not sim.load().queued_prefill_tokens and not r.prefilled)
+    steady = run_until(sim, lambda r: r.step % 40 == 0)
+    steady_rate = sum(len(r.decoded) for r in steady) / 99 / sum(r.duration_s for r in steady)
+
+    sim.submit("document", 30_000, 50)
+    during = run_until(sim, lambda r: "document" in r.started)
+    chunks = [tokens for r in during for rid, tokens in r.prefilled if rid == "document"]
+    elapsed = sum(r.duration_s for r in during)
+    slowed_rate = sum(len(r.decoded) for r in during) / 99 / elapsed
+
+    assert sum(chunks) == 30_000 and max(chunks) <= 512
+    assert near(len(chunks), 70), len(chunks)
+    assert near(steady_rate, 30), steady_rate
+    assert near(slowed_rate, 20), slowed_rate
+    assert all(set(r.decoded) == others for r in during)  # never stop
+    assert near(elapsed, 3.5), elapsed
+    finish = run_until(sim, lambda r: "document" in finished_ids(r))[-1].finished
+    record = next(f for f in finish if f.request_id == "document")
+    assert near(record.first_token_s - record.submitted_s, 3.5)
+
+
+def test_every_running_answer_gets_its_token_before_prompts_are_read() -> None:
+    sim = ReplicaSim(H100x4_70B)
+    for i in range(10):
+        sim.submit(f"a{i}", 20, 500)
+    run_until(sim, lambda r: len(r.decoded) == 10)
+    sim.submit("long", 5_000, 5)
+    result = sim.step()
+    assert len(result.decoded) == 10
+    assert result.prefilled == (("long", 512 - 10),)
+    assert result.duration_s == pytest.approx(step_seconds(H100x4_70B, 512, 10 * 30 + 502), 1e-3)
+
+
+def test_paid_requests_are_admitted_before_free_ones() -> None:
+    sim = ReplicaSim(tiny(blocks=64))
+    sim.submit("runner", 600, 10)  # 38 blocks
+    sim.step()
+    sim.submit("free", 500, 5)  # 32 blocks: does not fit beside the runner
+    sim.submit("paid", 600, 5, paid=True)  # 38 blocks, arrived later
+    admitted = [rid for r in run_until(sim, lambda r: r.admitted) for rid in r.admitted]
+    assert admitted == ["paid"]  # the free one, first in line by arrival, still waits
+    assert sim.load().waiting_requests == 1
+    results = run_until(sim, lambda r: "free" in r.admitted)
+    assert any("paid" in finished_ids(r) for r in results)
+
+
+def test_paid_prompts_are_read_first_when_both_fit() -> None:
+    sim = ReplicaSim(H100x4_70B)
+    sim.submit("free", 1_000, 5)
+    sim.submit("paid", 1_000, 5, paid=True)
+    result = sim.step()
+    assert result.admitted == ("paid", "free")
+    assert result.prefilled == (("paid", 512),)
+
+
+def test_a_head_that_does_not_fit_blocks_the_queue() -> None:
+    sim = ReplicaSim(tiny(blocks=64))
+    sim.submit("runner", 600, 30)  # 38 blocks
+    sim.step()
+    sim.submit("big", 800, 5)  # 51 blocks: waits for the runner
+    sim.submit("small", 100, 5)  # 7 blocks would fit now, but must not jump the queue
+    before_finish = run_until(sim, lambda r: "runner" in finished_ids(r))
+    assert not any(r.admitted for r in before_finish)
+    assert sim.load().waiting_requests == 2
+    assert sim.step().admitted == ("big", "small")
+
+
+def test_a_finished_answer_frees_its_blocks_at_once() -> None:
+    sim = ReplicaSim(tiny(blocks=64))
+    capacity = sim.load().kv_capacity_tokens
+    sim.submit("one", 700, 40)
+    run_until(sim, lambda r: bool(r.decoded))
+    busy = sim.load()
+    assert busy.kv_usage > 0.6 and busy.free_kv_tokens < capacity * 0.4
+    assert busy.running_requests == 1
+    last = run_until(sim, lambda r: bool(r.finished))[-1]
+    (record,) = last.finished
+    assert record.output_tokens == 40 and not record.cancelled
+    idle = sim.load()
+    assert idle.kv_usage == 0 and idle.free_kv_tokens == capacity
+    assert idle.running_requests == idle.waiting_requests == 0
+    assert sim.idle and sim.step().idle
+
+
+def test_cancel_frees_blocks_and_reports_the_tokens_written() -> None:
+    sim = ReplicaSim(tiny(blocks=64))
+    sim.submit("one", 300, 400)
+    run_until(sim, lambda r: r.step == 12)
+    assert sim.generated("one") == 12  # step 1 read the prompt and wrote the first token
+    record = sim.cancel("one")
+    assert record is not None and record.cancelled and record.output_tokens == 12
+    assert sim.load().kv_usage == 0 and sim.idle
+    assert sim.cancel("one") is None
+    sim.submit("waiting", 300, 10)
+    assert sim.cancel("waiting").output_tokens == 0
+    assert sim.idle and sim.load().queued_prefill_tokens == 0
+
+
+def test_a_repeated_conversation_prefix_is_read_from_cache() -> None:
+    sim = ReplicaSim(H100x4_70B)
+    sim.submit("turn1", 3_000, 400, conversation="c1")
+    run_until(sim, lambda r: bool(r.finished))
+    # The next turn: the whole first exchange, then 50 new tokens.
+    sim.submit("turn2", 3_450, 20, conversation="c1")
+    results = run_until(sim, lambda r: bool(r.finished))
+    read = sum(tokens for r in results for _, tokens in r.prefilled)
+    cached = (3_400 - 1) // BLOCK_TOKENS * BLOCK_TOKENS  # full blocks written by turn 1
+    assert results[-1].finished[0].cached_tokens == cached
+    assert read == 3_450 - cached
+    assert sim.load().prefix_hit_rate == pytest.approx(cached / (3_000 + 3_450))
+    # Another conversation shares nothing.
+    sim.submit("other", 3_450, 5, conversation="c2")
+    assert run_until(sim, lambda r: bool(r.finished))[-1].finished[0].cached_tokens == 0
+    # A prompt that differs from the cached turn after 1,000 tokens reuses only those.
+    sim.submit("turn3", 3_600, 5, conversation="c1", reusable_prefix_tokens=1_000)
+    record = run_until(sim, lambda r: bool(r.finished))[-1].finished[0]
+    assert record.cached_tokens == 1_000 // BLOCK_TOKENS * BLOCK_TOKENS
+
+
+def test_evicted_prefix_blocks_spill_to_host_ram_and_come_back() -> None:
+    sim = ReplicaSim(tiny(blocks=64, host_blocks=200))
+    sim.submit("c1-turn1", 600, 40, conversation="c1")
+    run_until(sim, lambda r: bool(r.finished))
+    assert sim.load().cached_kv_tokens == (640 - 1) // BLOCK_TOKENS * BLOCK_TOKENS
+    sim.submit("c2", 900, 10, conversation="c2")  # needs the room
+    run_until(sim, lambda r: bool(r.finished))
+    assert sim.load().host_kv_tokens > 0
+    sim.submit("c1-turn2", 660, 5, conversation="c1")
+    first = sim.step()
+    record = run_until(sim, lambda r: bool(r.finished))[-1].finished[0]
+    assert record.cached_tokens == 39 * BLOCK_TOKENS  # all of turn 1's full blocks
+    assert first.prefilled == (("c1-turn2", 660 - 39 * BLOCK_TOKENS),)
+    # Blocks that came back over PCIe cost their copy time in the step that loaded them.
+    gpu_only = step_seconds(sim.preset, 660 - 39 * 16, 660)
+    assert first.duration_s > gpu_only
+
+
+def test_without_a_host_tier_evicted_blocks_are_gone() -> None:
+    sim = ReplicaSim(tiny(blocks=64))
+    sim.submit("c1-turn1", 600, 40, conversation="c1")
+    run_until(sim, lambda r: bool(r.finished))
+    sim.submit("c2", 900, 10, conversation="c2")
+    run_until(sim, lambda r: bool(r.finished))
+    sim.submit("c1-turn2", 660, 5, conversation="c1")
+    # c2 needed 57 of 64 blocks: 32 of turn 1's 39 cached blocks went, from the tail first, so
+    # only its first 7 blocks are left to hit.
+    assert run_until(sim, lambda r: bool(r.finished))[-1].finished[0].cached_tokens == 7 * 16
+
+
+def test_answers_that_outgrow_memory_preempt_the_newest_free_request() -> None:
+    sim = ReplicaSim(tiny(blocks=40))
+    sim.submit("paid", 200, 300, paid=True)  # 13 blocks, grows to 32
+    sim.submit("free", 200, 300)
+    results = run_until(sim, lambda r: bool(r.preempted))
+    assert results[-1].preempted == ("free",)
+    done = run_until(sim, lambda r: "free" in finished_ids(r))
+    outputs = {f.request_id: f.output_tokens for r in done for f in r.finished}
+    assert outputs == {"paid": 300, "free": 300}  # the preempted answer resumed, losing nothing
+
+
+def test_random_traffic_keeps_the_books_balanced() -> None:
+    rng = random.Random(7)
+    sim = ReplicaSim(tiny(blocks=300, host_blocks=100))
+    capacity = sim.load().kv_capacity_tokens
+    expected, got = {}, {}
+    for step in range(4_000):
+        if rng.random() < 0.2:
+            rid, prompt, answer = f"q{step}", rng.randint(1, 2_000), rng.randint(1, 300)
+            conversation = f"c{rng.randint(0, 20)}"
+            sim.submit(rid, prompt, answer, paid=rng.random() < 0.3, conversation=conversation)
+            expected[rid] = answer
+        if rng.random() < 0.02 and expected:
+            victim = rng.choice(sorted(set(expected) - set(got)) or ["none"])
+            if (record := sim.cancel(victim)) is not None:
+                expected[victim] = got[victim] = record.output_tokens
+        result = sim.step()
+        if result.prefilled:  # the budget caps the step
+            assert len(result.decoded) + sum(t for _, t in result.prefilled) <= 512
+        for record in result.finished:
+            got[record.request_id] = record.output_tokens
+    for result in run_until(sim, lambda r: sim.idle):
+        got.update((f.request_id, f.output_tokens) for f in result.finished)
+    assert got == expected
+    load = sim.load()
+    assert load.free_kv_tokens == capacity and load.kv_usage == 0
+    assert load.queued_prefill_tokens == 0 and 0 < load.prefix_hit_rate < 1
+
+
+def test_submit_refuses_what_can_never_fit() -> None:
+    sim = ReplicaSim(tiny(blocks=10))
+    with pytest.raises(ValueError, match="do not fit"):
+        sim.submit("huge", 150, 20)
+    sim.submit("ok", 100, 10)
+    with pytest.raises(ValueError, match="already"):
+        sim.submit("ok", 100, 10)

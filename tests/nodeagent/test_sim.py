@@ -1,0 +1,247 @@
+"""The simulated engine through the Engine interface and over NodeService gRPC."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+
+from chat.v1 import common_pb2
+from chat.v1 import node_service_pb2 as pb
+from domain.replica_sim import BLOCK_TOKENS, H100_8B, H100x4_70B
+from domain.types import Finish, Role, Tier
+from nodeagent.engine import Chunk, EngineError, Finished, GenerationRequest, PromptTurn
+from nodeagent.main import NodeAgentConfig, build_engine
+from nodeagent.sim import SimEngine, count_tokens, prompt_tokens
+from tests.nodeagent.conftest import NodeUnderTest
+
+FAST = 200.0  # times real time: a 70B step of ~20 ms takes 0.1 ms here
+
+
+def ask(rid: str, text: str, max_tokens: int = 1_000, **fields) -> GenerationRequest:
+    turns = (PromptTurn(Role.SYSTEM, "You are brief."), PromptTurn(Role.USER, text))
+    return GenerationRequest(rid, turns, max_tokens, **fields)
+
+
+async def answer(engine: SimEngine, request: GenerationRequest) -> tuple[list[str], Finished]:
+    chunks: list[str] = []
+    async for item in engine.generate(request):
+        if isinstance(item, Chunk):
+            chunks.append(item.text)
+        else:
+            return chunks, item
+    raise AssertionError("no Finished")
+
+
+@contextlib.asynccontextmanager
+async def started(engine: SimEngine) -> AsyncIterator[SimEngine]:
+    await engine.start()
+    try:
+        yield engine
+    finally:
+        await engine.stop()
+
+
+@pytest.fixture(scope="module")
+async def sim_engine() -> AsyncIterator[SimEngine]:
+    async with started(SimEngine(H100x4_70B, speed=FAST, answer_lengths=(20, 60))) as engine:
+        yield engine
+
+
+async def test_generates_deterministic_text_named_as_a_simulator(sim_engine: SimEngine) -> None:
+    chunks, finished = await answer(sim_engine, ask("g1", "Why is the sky blue?"))
+    again, _ = await answer(sim_engine, ask("g2", "Why is the sky blue?"))
+    other, _ = await answer(sim_engine, ask("g3", "Name two rivers."))
+    text = "".join(chunks)
+    assert 20 <= len(chunks) <= 60 and again == chunks and other != chunks
+    assert text[0].isupper() and text.endswith(".") and count_tokens(text) == len(chunks)
+    assert finished.finish == Finish.STOP
+    assert finished.usage.output_tokens == len(chunks)
+    assert finished.usage.input_tokens == len(prompt_tokens(ask("x", "Why is the sky blue?").turns))
+    assert sim_engine.model == "llama-70b-sim"
+    assert sim_engine.context_tokens == H100x4_70B.context_tokens
+
+
+async def test_max_tokens_cuts_the_answer(sim_engine: SimEngine) -> None:
+    chunks, finished = await answer(sim_engine, ask("m1", "Why is the sky blue?", max_tokens=5))
+    full, _ = await answer(sim_engine, ask("m2", "Why is the sky blue?"))
+    assert chunks == full[:5]
+    assert finished.finish == Finish.LENGTH and finished.usage.output_tokens == 5
+
+
+async def test_continue_from_carries_on_the_same_answer(sim_engine: SimEngine) -> None:
+    full, _ = await answer(sim_engine, ask("c1", "Tell me about tides."))
+    partial = "".join(full[:7])
+    rest, finished = await answer(
+        sim_engine, ask("c2", "Tell me about tides.", continue_from=partial)
+    )
+    assert rest == full[7:] and rest[0].startswith(" ")
+    assert finished.usage.output_tokens == len(full) - 7
+    assert (
+        finished.usage.input_tokens
+        == len(prompt_tokens(ask("x", "Tell me about tides.").turns)) + 7
+    )
+
+
+async def test_a_next_turn_reads_its_history_from_the_prefix_cache(sim_engine: SimEngine) -> None:
+    first = ask("t1", "Describe a long river in many words. " * 8)
+    chunks, turn1 = await answer(sim_engine, first)
+    turns = (
+        *first.turns,
+        PromptTurn(Role.ASSISTANT, "".join(chunks)),
+        PromptTurn(Role.USER, "Why?"),
+    )
+    _, turn2 = await answer(sim_engine, GenerationRequest("t2", turns, 100))
+    assert turn1.usage.cached_tokens == 0
+    written = turn1.usage.input_tokens + turn1.usage.output_tokens - 1  # the last token's KV
+    assert turn2.usage.cached_tokens == written // BLOCK_TOKENS * BLOCK_TOKENS
+
+
+async def test_cancel_frees_the_requests_blocks(sim_engine: SimEngine) -> None:
+    engine = SimEngine(H100x4_70B, speed=5.0, answer_lengths=(500, 500))
+    async with started(engine):
+        stream = engine.generate(ask("x1", "Write a very long essay about mountains."))
+        assert isinstance(await anext(stream), Chunk)
+        busy = await engine.load()
+        assert busy.running_requests == 1 and busy.kv_usage > 0
+        await stream.aclose()
+        idle = await engine.load()
+        assert idle.running_requests == idle.waiting_requests == 0
+        assert idle.kv_usage == 0 and idle.free_kv_tokens == idle.kv_capacity_tokens
+
+
+async def test_tokenize_counts_words_and_punctuation(sim_engine: SimEngine) -> None:
+    assert await sim_engine.tokenize(["hello world", "Hi, there!", ""]) == [2, 4, 0]
+
+
+async def test_load_reports_the_simulated_replica(sim_engine: SimEngine) -> None:
+    load = await sim_engine.load()
+    assert load.kv_capacity_tokens == H100x4_70B.kv_blocks * BLOCK_TOKENS
+    assert 0 <= load.kv_usage <= 1 and load.free_kv_tokens <= load.kv_capacity_tokens
+    assert load.queued_prefill_tokens >= 0 and 0 <= load.prefix_hit_rate <= 1
+    assert await sim_engine.healthy()
+
+
+async def test_paid_requests_go_first_when_memory_is_short() -> None:
+    # Room for 8 blocks (128 tokens): the runner fills it; then only one of the others fits.
+    block = BLOCK_TOKENS * H100x4_70B.kv_bytes_per_token
+    small = dataclasses.replace(H100x4_70B, kv_cache_bytes=8 * block)
+    engine = SimEngine(small, speed=FAST, answer_lengths=(20, 20))
+    async with started(engine):
+        runner = engine.generate(ask("runner", "word " * 100))
+        assert isinstance(await anext(runner), Chunk)
+        order: list[str] = []
+
+        async def follow(rid: str, tier: Tier) -> None:
+            async for item in engine.generate(ask(rid, "word " * 70, tier=tier)):
+                order.append(f"{rid} {'done' if isinstance(item, Finished) else 'chunk'}")
+
+        free = asyncio.create_task(follow("free", Tier.FREE))
+        await asyncio.sleep(0)
+        paid = asyncio.create_task(follow("paid", Tier.PLUS))
+        async for _ in runner:
+            pass
+        await asyncio.gather(free, paid)
+    assert order.index("paid done") < order.index("free chunk")
+
+
+async def test_it_runs_at_the_simulated_pace() -> None:
+    engine = SimEngine(H100x4_70B, speed=10.0, answer_lengths=(30, 30))
+    async with started(engine):
+        began = time.perf_counter()
+        chunks, _ = await answer(engine, ask("p1", "Why?"))
+        wall = time.perf_counter() - began
+    assert len(chunks) == 30
+    assert wall >= 0.9 * engine.simulated_s / 10.0  # ~17 ms a step on an idle 70B replica
+
+
+async def test_a_stopped_engine_fails_its_answers() -> None:
+    engine = SimEngine(H100x4_70B, speed=1.0, answer_lengths=(500, 500))
+    await engine.start()
+    stream = engine.generate(ask("s1", "Why?"))
+    assert isinstance(await anext(stream), Chunk)
+    await engine.stop()
+    with pytest.raises(EngineError, match="stopped"):
+        await anext(stream)
+    assert not await engine.healthy()
+    with pytest.raises(EngineError, match="not started"):
+        await anext(engine.generate(ask("s2", "Why?")))
+
+
+def test_build_engine_makes_a_sim_from_config() -> None:
+    engine = build_engine(NodeAgentConfig(engine="sim"))
+    assert isinstance(engine, SimEngine) and engine.model == "llama-70b-sim"
+    small = build_engine(NodeAgentConfig(engine="sim", sim_preset="8b-1xh100", sim_speed=50))
+    assert small.model == "llama-8b-sim" and small.preset is H100_8B
+    with pytest.raises(ValueError, match="70b-4xh100"):
+        build_engine(NodeAgentConfig(engine="sim", sim_preset="nope"))
+    with pytest.raises(ValueError, match="llamacpp, sim"):
+        build_engine(NodeAgentConfig(engine="nope"))
+
+
+# --- over NodeService gRPC ---
+
+
+@pytest.fixture(scope="module")
+async def grpc_engine() -> AsyncIterator[SimEngine]:
+    # Slower and longer-winded than sim_engine, so a cancel lands before the answer ends.
+    async with started(SimEngine(H100x4_70B, speed=20, answer_lengths=(200, 400))) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="module")
+async def sim_node(grpc_engine: SimEngine) -> AsyncIterator[NodeUnderTest]:
+    under_test = NodeUnderTest(grpc_engine)
+    await under_test.server.start()
+    yield under_test
+    await under_test.channel.close()
+    await under_test.server.stop(1)
+    await under_test.registry.close()
+
+
+def start(rid: str, text: str, max_tokens: int = 1_000) -> pb.GenerateRequest:
+    turn = common_pb2.Turn(role=common_pb2.ROLE_USER, content=text)
+    return pb.GenerateRequest(
+        start=pb.GenerateStart(
+            request_id=rid, max_tokens=max_tokens, prompt_tokens=count_tokens(text), turns=[turn]
+        )
+    )
+
+
+async def read_all(call) -> list[pb.GenerateResponse]:
+    responses = []
+    while (response := await call.read()) is not grpc.aio.EOF:
+        responses.append(response)
+    return responses
+
+
+async def test_generate_over_grpc(sim_node: NodeUnderTest) -> None:
+    call = sim_node.stub.Generate()
+    await call.write(start("rpc1", "Why is the sky blue?", max_tokens=12))
+    responses = await read_all(call)
+    chunks = [r.chunk for r in responses[:-1]]
+    assert [c.index for c in chunks] == list(range(1, 13))
+    finish = responses[-1].finish
+    assert finish.finish == common_pb2.FINISH_REASON_LENGTH
+    assert finish.usage.output_tokens == 12 and finish.model == "llama-70b-sim"
+
+
+async def test_cancel_over_grpc_frees_the_slot(sim_node: NodeUnderTest, grpc_engine) -> None:
+    call = sim_node.stub.Generate()
+    await call.write(start("rpc2", "Write a very long essay about mountains."))
+    assert (await call.read()).HasField("chunk")
+    await call.write(pb.GenerateRequest(cancel=pb.GenerateCancel()))
+    rest = await read_all(call)
+    assert rest[-1].finish.finish == common_pb2.FINISH_REASON_CANCELLED
+    load = await grpc_engine.load()
+    assert load.running_requests == 0 and load.kv_usage == 0
+
+
+async def test_tokenize_over_grpc(sim_node: NodeUnderTest) -> None:
+    answer = await sim_node.stub.Tokenize(pb.TokenizeRequest(texts=["hello world", "Hi, you!"]))
+    assert list(answer.token_counts) == [2, 4] and answer.model == "llama-70b-sim"
