@@ -1,0 +1,172 @@
+"""The sidecar's cost: the same prompts through NodeService.Generate (gRPC, the nodeagent
+process) and straight to llama-server's HTTP API, side by side in one run, at 1 and 8
+concurrent streams, alternating which goes first.
+
+    .venv/bin/python bench/sidecar.py [--rounds 6] [--max-tokens 24]
+
+Prints a table and ends with one JSON line. Results land in bench/results/sidecar.txt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import grpc
+
+from chat.v1 import common_pb2, node_service_pb2, node_service_pb2_grpc
+from nodeagent.llamacpp import free_port
+
+SYSTEM = "You are brief."
+
+
+def prompt(i: int) -> str:
+    return f"Question {i}: name three things that are blue, and why."
+
+
+async def via_sidecar(stub, i: int, max_tokens: int) -> tuple[float, int, float]:
+    start = time.perf_counter()
+    call = stub.Generate()
+    await call.write(node_service_pb2.GenerateRequest(start=node_service_pb2.GenerateStart(
+        request_id=f"b{i}-{time.monotonic_ns()}", max_tokens=max_tokens, prompt_tokens=30,
+        turns=[common_pb2.Turn(role=common_pb2.ROLE_SYSTEM, content=SYSTEM),
+               common_pb2.Turn(role=common_pb2.ROLE_USER, content=prompt(i))],
+    )))  # fmt: skip
+    first, chunks = None, 0
+    while (response := await call.read()) is not grpc.aio.EOF:
+        if response.HasField("chunk"):
+            chunks += 1
+            first = first or time.perf_counter()
+    return first - start, chunks, time.perf_counter() - first
+
+
+async def direct(http, url: str, i: int, max_tokens: int) -> tuple[float, int, float]:
+    body = {
+        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt(i)}],
+        "max_tokens": max_tokens, "temperature": 0.7, "stream": True, "cache_prompt": True,
+    }  # fmt: skip
+    start = time.perf_counter()
+    first, chunks = None, 0
+    async with http.post(f"{url}/v1/chat/completions", json=body) as response:
+        async for raw in response.content:
+            if raw.startswith(b"data: {") and b'"content":"' in raw:
+                chunks += 1
+                first = first or time.perf_counter()
+    return first - start, chunks, time.perf_counter() - first
+
+
+async def start_node(folder: str) -> tuple[asyncio.subprocess.Process, dict]:
+    ready = Path(folder) / "ready.json"
+    env = {
+        **os.environ,
+        "CHAT_NODEAGENT_READY_FILE": str(ready),
+        "CHAT_NODEAGENT_SCHEDULER_ADDRESSES": f"127.0.0.1:{free_port()}",  # none: not needed
+        "CHAT_NODEAGENT_PARALLEL": "8",
+        "CHAT_NODEAGENT_SLOT_CONTEXT_TOKENS": "1024",
+        "CHAT_NODEAGENT_LOG_LEVEL": "error",
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "nodeagent.main", env=env, stderr=asyncio.subprocess.DEVNULL
+    )
+    while not ready.exists():
+        if process.returncode is not None:
+            raise RuntimeError(f"the nodeagent exited with {process.returncode}")
+        await asyncio.sleep(0.05)
+    return process, json.loads(ready.read_text())
+
+
+async def run(rounds: int, max_tokens: int) -> dict:
+    with tempfile.TemporaryDirectory() as folder:
+        process, ready = await start_node(folder)
+        results: dict[str, dict[str, list]] = {}
+        try:
+            connector = aiohttp.TCPConnector(force_close=True)  # as the adapter does
+            async with (
+                grpc.aio.insecure_channel(ready["grpc"]) as channel,
+                aiohttp.ClientSession(connector=connector) as http,
+            ):
+                stub = node_service_pb2_grpc.NodeServiceStub(channel)
+                await direct(http, ready["engine_url"], 10_000, 4)  # warm up
+                for streams in (1, 8):
+                    paths = {"direct": [], "sidecar": []}
+                    for r in range(rounds):
+                        order = ["direct", "sidecar"] if r % 2 == 0 else ["sidecar", "direct"]
+                        for j, path in enumerate(order):
+                            base = (r * 2 + j) * streams
+                            if path == "direct":
+                                jobs = [direct(http, ready["engine_url"], base + k, max_tokens)
+                                        for k in range(streams)]  # fmt: skip
+                            else:
+                                jobs = [via_sidecar(stub, base + k, max_tokens)
+                                        for k in range(streams)]  # fmt: skip
+                            wall = time.perf_counter()
+                            samples = await asyncio.gather(*jobs)
+                            wall = time.perf_counter() - wall
+                            paths[path].append((samples, wall))
+                    results[str(streams)] = paths
+        finally:
+            process.terminate()
+            await process.wait()
+    return summarise(results)
+
+
+def summarise(results: dict) -> dict:
+    summary = {}
+    for streams, paths in results.items():
+        row = {}
+        for path, rounds in paths.items():
+            ttft = sorted(s[0] * 1000 for samples, _ in rounds for s in samples)
+            tokens = sum(s[1] for samples, _ in rounds for s in samples)
+            wall = sum(w for _, w in rounds)
+            row[path] = {
+                "ttft_p50_ms": statistics.median(ttft),
+                "ttft_p99_ms": ttft[min(len(ttft) - 1, round(0.99 * (len(ttft) - 1)))],
+                "tokens_per_s": tokens / wall,
+            }
+        summary[streams] = row
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--max-tokens", type=int, default=24)
+    args = parser.parse_args()
+    summary = asyncio.run(run(args.rounds, args.max_tokens))
+    lines = [
+        f"sidecar: {args.rounds} rounds per path and concurrency, {args.max_tokens} tokens max, "
+        "llama.cpp + SmolLM2-135M on this machine's CPU",
+        f"{'streams':>7} {'path':<8} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} {'tokens/s':>9}",
+    ]
+    result: dict = {"bench": "sidecar", "rounds": args.rounds, "streams": {}}
+    for streams, row in summary.items():
+        for path, figures in row.items():
+            lines.append(
+                f"{streams:>7} {path:<8} {figures['ttft_p50_ms']:>12.1f} "
+                f"{figures['ttft_p99_ms']:>12.1f} {figures['tokens_per_s']:>9.1f}"
+            )
+        added = row["sidecar"]["ttft_p50_ms"] - row["direct"]["ttft_p50_ms"]
+        ratio = row["sidecar"]["tokens_per_s"] / row["direct"]["tokens_per_s"]
+        result["streams"][streams] = {
+            "added_ttft_p50_ms": round(added, 2),
+            "throughput_ratio": round(ratio, 3),
+        }
+        lines.append(
+            f"{streams:>7} streams: added TTFT p50 {added:.2f} ms, throughput ratio {ratio:.3f}"
+        )
+    lines.append(json.dumps(result))
+    text = "\n".join(lines)
+    print(text)
+    (Path(__file__).parent / "results" / "sidecar.txt").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
