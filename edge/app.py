@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -294,6 +296,35 @@ class Edge:
         raise HttpError(404, "no such endpoint")
 
 
+# The web chat page: plain files from edge/static, no build step. ---------------------------------
+
+STATIC_DIR = Path(__file__).parent / "static"
+# One plain file name with a known type: no "/" and no "..", so nothing outside STATIC_DIR.
+STATIC_NAME = re.compile(r"[A-Za-z0-9_-]+\.(html|js|css)")
+STATIC_TYPES = {
+    "html": "text/html; charset=utf-8",
+    "js": "text/javascript; charset=utf-8",
+    "css": "text/css; charset=utf-8",
+}
+PAGE_POLICY = "default-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+
+async def static_file(request: web.Request) -> web.FileResponse:
+    name = request.match_info.get("name", "index.html")
+    match = STATIC_NAME.fullmatch(name)
+    path = STATIC_DIR / name
+    if match is None or not path.is_file():
+        raise HttpError(404, "no such file")
+    headers = {
+        "Content-Type": STATIC_TYPES[match.group(1)],
+        "Cache-Control": "no-cache",
+        "X-Content-Type-Options": "nosniff",
+    }
+    if match.group(1) == "html":
+        headers["Content-Security-Policy"] = PAGE_POLICY
+    return web.FileResponse(path, headers=headers)
+
+
 def build_app(
     channel: grpc.aio.Channel, settings: EdgeSettings, registry: CollectorRegistry
 ) -> web.Application:
@@ -316,4 +347,6 @@ def build_app(
     app.router.add_get("/healthz", edge.healthz)
     app.router.add_get("/readyz", edge.readyz)
     app.router.add_get("/metrics", metrics_handler(registry))
+    app.router.add_get("/", static_file)
+    app.router.add_get("/static/{name}", static_file)
     return app

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import math
 import re
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -40,6 +41,8 @@ from store.records import MessageRecord, NewMessage
 
 ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 ANSWER_SUFFIX = ".answer"
+# A message may follow a user's message or an answer, whose id is the question's plus a suffix.
+PARENT_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}(\.answer)?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,8 +172,8 @@ class ChatPipeline:
     def _validate(self, request: SendRequest) -> None:
         check_id("conversation id", request.conversation_id)
         check_id("message id", request.message_id)
-        if request.parent_id:
-            check_id("parent id", request.parent_id)
+        if request.parent_id and not PARENT_PATTERN.match(request.parent_id):
+            raise InvalidArgument("parent id must be a message id, or one followed by '.answer'")
         if not request.content.strip():
             raise InvalidArgument("content must not be empty")
         if len(request.content) > self._policy.max_message_chars:
@@ -251,6 +254,11 @@ class ChatPipeline:
         prompt = builder.build(None, history, new)
         reserved = limiter.worst_case_cost(prompt.tokens, tier.max_answer_tokens)
         decision = await self._buckets.reserve(user.user_id, user.tier, reserved)
+        if math.isinf(decision.retry_after_s):
+            raise MessageTooLarge(
+                f"this message and its answer would cost more than the {user.tier.value} tier's "
+                "whole token budget"
+            )
         if not decision.admitted:
             raise ResourceExhausted(
                 f"the {user.tier.value} tier's token budget is spent for now",

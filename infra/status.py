@@ -26,6 +26,7 @@ _CODES: list[tuple[type[errors.DomainError], grpc.StatusCode]] = [
 # Reasons carried in google.rpc.ErrorInfo where one gRPC code covers several HTTP answers.
 REASON_MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
 ERROR_DOMAIN = "chat.v1"
+MAX_RETRY_AFTER_S = 24 * 3600.0
 
 _HTTP: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
@@ -54,7 +55,8 @@ def to_rpc_status(error: errors.DomainError) -> grpc.Status:
     code = grpc_code_of(error)
     details: list[any_pb2.Any] = []
     if isinstance(error, errors.ResourceExhausted):
-        seconds = max(0.0, error.retry_after_s)
+        # Never "infinity": a client must get a number it can wait for.
+        seconds = min(max(0.0, error.retry_after_s), MAX_RETRY_AFTER_S)
         delay = duration_pb2.Duration(
             seconds=int(seconds), nanos=int((seconds - int(seconds)) * 1e9)
         )

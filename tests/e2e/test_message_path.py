@@ -95,6 +95,25 @@ async def test_two_messages_in_one_conversation_stream_and_carry_history(
         assert [m["role"] for m in stored] == ["ROLE_USER", "ROLE_ASSISTANT"] * 2
         assert stored[1]["content"] == answer
         assert stored[2]["parentId"] == stored[1]["messageId"]
+
+        # Regenerate the second answer: a new message with the same parent (the first answer).
+        status, again = await send(
+            http,
+            platform.edge_url,
+            token,
+            conversation,
+            "What is my name?",
+            parentId=stored[1]["messageId"],
+        )
+        assert status == 200 and again[-1].event == "done"
+        async with http.get(
+            f"{platform.edge_url}/v1/conversations/{conversation}/messages", headers=auth(token)
+        ) as response:
+            branches = (await response.json())["messages"]
+        assert len(branches) == 6
+        assert branches[4]["parentId"] == branches[2]["parentId"] == stored[1]["messageId"]
+        # The regenerated prompt held the first turn but not the answer it replaces.
+        assert again[-1].data["usage"]["input"] == usage2["input"]
         assert all(int(m["tokens"]) > 0 for m in stored)
 
 

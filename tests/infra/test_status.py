@@ -35,3 +35,13 @@ def test_resource_exhausted_carries_retry_info() -> None:
     info = error_details_pb2.RetryInfo()
     decoded.details[0].Unpack(info)
     assert info.retry_delay.seconds == 2 and info.retry_delay.nanos == 500_000_000
+
+
+def test_an_endless_wait_is_capped_to_a_number() -> None:
+    from google.rpc import status_pb2
+
+    status = to_rpc_status(errors.ResourceExhausted("never", float("inf")))
+    decoded = status_pb2.Status.FromString(status.trailing_metadata[0][1])
+    info = error_details_pb2.RetryInfo()
+    decoded.details[0].Unpack(info)
+    assert info.retry_delay.seconds == 24 * 3600

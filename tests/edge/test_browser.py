@@ -1,0 +1,265 @@
+"""The web chat page at `/`, clicked through in a real browser (Debian's Chromium, headless)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
+
+import aiohttp
+import grpc
+import pytest
+from aiohttp.test_utils import TestServer
+from playwright.async_api import Browser, Page, async_playwright, expect
+from prometheus_client import CollectorRegistry
+
+from clients.chatctl.platform import LocalPlatform, PlatformSettings
+from edge.app import EdgeSettings, build_app
+
+CHROMIUM = "/usr/bin/chromium"
+# The background-networking flags keep Chromium from calling out: this machine's network is
+# closed, and those connections would be refused.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+MODEL = "smollm2-135m-instruct"
+LONG = "Write a very long story about the sea, in many chapters."
+SLOW_S = 240  # a whole answer on a busy 2-core machine
+
+
+# Served as plain files ---------------------------------------------------------------------------
+
+
+async def raw_get(server: TestServer, target: str) -> tuple[int, str]:
+    """A GET of `target` exactly as written: clients would normalise the '..' away first."""
+    reader, writer = await asyncio.open_connection(server.host, server.port)
+    writer.write(f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    await writer.drain()
+    answer = (await reader.read()).decode(errors="replace")
+    writer.close()
+    await writer.wait_closed()
+    return int(answer.split(" ", 2)[1]), answer
+
+
+async def test_the_page_is_served_with_a_policy_and_nothing_else_is() -> None:
+    channel = grpc.aio.insecure_channel("127.0.0.1:1")  # never called by these routes
+    server = TestServer(build_app(channel, EdgeSettings(), CollectorRegistry()))
+    await server.start_server()
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(server.make_url("/")) as response:
+                assert response.status == 200
+                assert response.content_type == "text/html"
+                assert "default-src 'self'" in response.headers["Content-Security-Policy"]
+                page = await response.text()
+            assert '<script src="/static/chat.js"' in page
+            for name, kind in [("chat.js", "text/javascript"), ("chat.css", "text/css")]:
+                async with http.get(server.make_url(f"/static/{name}")) as response:
+                    assert (response.status, response.content_type) == (200, kind)
+        for target in [
+            "/static/../app.py",
+            "/static/..%2fapp.py",
+            "/static/%2e%2e%2fapp.py",
+            "/static/..%2F..%2Fpyproject.toml",
+            "/static/app.py",
+            "/static/missing.js",
+        ]:
+            status, answer = await raw_get(server, target)
+            assert status == 404, target
+            assert "Edge" not in answer  # no bit of app.py came back
+    finally:
+        await server.close()
+        await channel.close()
+
+
+# In the browser ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as driver:
+        launched = await driver.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
+        )
+        yield launched
+        await launched.close()
+
+
+@pytest.fixture
+async def page(browser: Browser) -> AsyncIterator[Page]:
+    context = await browser.new_context()  # its own storage: no token, nothing pending
+    opened = await context.new_page()
+    yield opened
+    await context.close()
+
+
+async def sign_in(page: Page, url: str, token: str) -> None:
+    await page.goto(f"{url}/")
+    await page.fill("#token", token)
+    await page.click("#save-token")
+    await expect(page.locator("#notice")).to_be_hidden()
+
+
+async def ask(page: Page, text: str) -> None:
+    await page.fill("#input", text)
+    await page.click("#send")
+
+
+async def stored_messages(platform: LocalPlatform, token: str, page: Page) -> list[dict]:
+    conversation = urlsplit(page.url).fragment
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(
+            f"{platform.edge_url}/v1/conversations/{conversation}/messages",
+            headers={"Authorization": f"Bearer {token}"},
+        ) as response,
+    ):
+        assert response.status == 200
+        return (await response.json())["messages"]
+
+
+async def see_it_stream(page: Page, answer_index: int) -> None:
+    """The answer's model is shown and its text grows while it is still streaming."""
+    answer = page.locator(".assistant").nth(answer_index)
+    await expect(answer.locator(".model")).to_contain_text(MODEL, timeout=60_000)
+    await expect(answer.locator(".text")).not_to_be_empty(timeout=60_000)
+    seen = len(await answer.locator(".text").text_content() or "")
+    await page.wait_for_function(
+        "([i, n]) => document.querySelectorAll('.assistant .text')[i].textContent.length > n",
+        arg=[answer_index, seen],
+        timeout=60_000,
+    )
+    await expect(answer).to_have_attribute("data-state", "streaming")
+
+
+@pytest.mark.slow
+async def test_an_answer_streams_with_its_model_stops_and_regenerates(
+    platform: LocalPlatform, page: Page
+) -> None:
+    token = platform.tokens["free"]
+    await sign_in(page, platform.edge_url, token)
+    await ask(page, LONG)
+    await see_it_stream(page, 0)
+    await page.click("#stop")
+    first = page.locator(".assistant").nth(0)
+    await expect(first).to_have_attribute("data-state", "cancelled", timeout=60_000)
+    await expect(first.locator(".finish")).to_have_text("stopped")
+    await expect(page.locator("#stop")).to_be_disabled()
+
+    # Regenerate: a second answer to the same question, in the same turn.
+    await first.locator(".regen").click()
+    await expect(page.locator(".turn")).to_have_count(1)
+    await expect(page.locator(".turn .assistant")).to_have_count(2)
+    await see_it_stream(page, 1)
+    await page.click("#stop")
+    second = page.locator(".assistant").nth(1)
+    await expect(second).to_have_attribute("data-state", "cancelled", timeout=60_000)
+
+    stored = await stored_messages(platform, token, page)
+    questions = [m for m in stored if m["role"] == "ROLE_USER"]
+    answers = [m for m in stored if m["role"] == "ROLE_ASSISTANT"]
+    assert [q["content"] for q in questions] == [LONG, LONG]
+    assert [a["parentId"] for a in answers] == [q["messageId"] for q in questions]
+    assert [a["finish"] for a in answers] == ["FINISH_REASON_CANCELLED"] * 2
+    on_page = await page.locator(".assistant .text").all_text_contents()
+    assert on_page == [a["content"] for a in answers]
+    # The conversation is listed (and marked as the one on screen).
+    listed = page.locator(f"#conversations button[data-cid='{urlsplit(page.url).fragment}']")
+    await expect(listed).to_have_class("current")
+
+
+@pytest.fixture(scope="module")
+async def short_answers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalPlatform]:
+    """Free answers of at most 200 tokens, so a whole one ends soon even on a busy machine, and
+    a small Free bucket: a message reserves its prompt + 4 x 200 answer tokens (about 840 for a
+    short question, 950 for the long one below), which 1,000 affords once, then a 429."""
+    short = LocalPlatform(
+        PlatformSettings(
+            state_dir=tmp_path_factory.mktemp("page"),
+            edge_listen="127.0.0.1:0",
+            slot_context_tokens=2048,
+            extra_env={
+                "CHAT_GATEWAY_FREE_MAX_ANSWER_TOKENS": "200",
+                "CHAT_GATEWAY_FREE_BUCKET_CAPACITY": "1000",
+            },
+        )
+    )
+    try:
+        await short.start()
+        yield short
+    finally:
+        await short.stop()
+
+
+@pytest.mark.slow
+async def test_a_reload_mid_answer_resumes_it_to_the_end(
+    short_answers: LocalPlatform, page: Page
+) -> None:
+    platform, token = short_answers, short_answers.tokens["free"]
+    await sign_in(page, platform.edge_url, token)
+    await ask(page, LONG)  # the model writes on to the 200 tokens: time to reload within
+    # What the page keeps for a resume, once a few deltas have arrived.
+    kept = await page.wait_for_function(
+        """() => {
+            const p = JSON.parse(sessionStorage.getItem('chat.pending') || 'null');
+            return p && p.lastEventId >= 4 ? p : null;
+        }""",
+        timeout=60_000,
+    )
+    pending = await kept.json_value()
+    async with page.expect_request(re.compile(r"/v1/messages/[^/]+/stream$")) as resumed:
+        await page.reload()
+    request = await resumed.value
+    assert request.url.endswith(f"/v1/messages/{pending['messageId']}/stream")
+    assert int(request.headers["last-event-id"]) >= pending["lastEventId"]
+    assert token not in request.url and token not in page.url
+
+    answer = page.locator(".assistant")
+    await expect(answer).to_have_count(1)
+    await expect(answer.locator(".model")).to_contain_text(MODEL)
+    await expect(answer).not_to_have_attribute("data-state", "streaming", timeout=SLOW_S * 1000)
+    text = await answer.locator(".text").text_content()
+    assert text is not None and text.startswith(pending["text"])
+    stored = await stored_messages(platform, token, page)
+    assert [m["role"] for m in stored] == ["ROLE_USER", "ROLE_ASSISTANT"]
+    assert stored[1]["parentId"] == stored[0]["messageId"] == pending["messageId"]
+    assert text == stored[1]["content"]
+    assert await page.evaluate("sessionStorage.getItem('chat.pending')") is None
+
+
+@pytest.mark.slow
+async def test_a_429_says_when_to_try_again(short_answers: LocalPlatform, page: Page) -> None:
+    question = "Give this one title: " + "the quick brown fox jumps over the lazy dog, " * 10
+    await sign_in(page, short_answers.edge_url, short_answers.tokens["free"])
+    refused = None
+    # Refused at once after the reload test's answer, or at the second try when run alone.
+    for _ in range(3):
+        await page.click("#new-chat")
+        async with page.expect_response(lambda r: r.request.method == "POST") as sent:
+            await ask(page, question)
+        response = await sent.value
+        if response.status == 429:
+            refused = response
+            break
+        assert response.status == 200
+        await expect(page.locator(".assistant").last).not_to_have_attribute(
+            "data-state", "streaming", timeout=SLOW_S * 1000
+        )
+    assert refused is not None
+    wait = int(await refused.header_value("retry-after") or "0")
+    assert wait >= 1
+    await expect(page.locator("#notice")).to_have_text(
+        f"You've reached your limit — try again in {wait} s."
+    )
+    # Nothing is left on the page of the refused question; it is back in the box.
+    await expect(page.locator(".turn")).to_have_count(0)
+    await expect(page.locator("#input")).to_have_value(question.strip())
+    await expect(page.locator("#send")).to_be_enabled()
