@@ -31,6 +31,7 @@ bench: setup
 	.venv/bin/python bench/picker.py
 	.venv/bin/python bench/sim.py
 	.venv/bin/python bench/hops.py
+	.venv/bin/python bench/sidecar.py
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache
