@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 from dataclasses import dataclass
 
@@ -11,9 +10,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from edge.app import EdgeSettings, build_app
-from infra.config import load_config
 from infra.logs import configure_logging
-from infra.runner import run_until_signalled, write_ready_file
+from infra.runner import run_service, write_ready_file
 
 
 @dataclass
@@ -47,11 +45,7 @@ async def serve(config: EdgeConfig, stop: asyncio.Event) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="HTTP and server-sent events in front of gateways")
-    parser.add_argument("--config", help="YAML file with an edge: section")
-    args = parser.parse_args()
-    config = load_config(EdgeConfig, "edge", args.config)
-    run_until_signalled(lambda stop: serve(config, stop))
+    run_service(EdgeConfig, "edge", serve, "HTTP and server-sent events in front of gateways")
 
 
 if __name__ == "__main__":

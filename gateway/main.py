@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import time
 from dataclasses import dataclass
@@ -22,11 +21,11 @@ from gateway.redis_buckets import RedisBuckets, connect
 from gateway.runs import RunRegistry
 from gateway.servicer import ChatServicer
 from gateway.upstream import Upstreams
-from infra.config import ConfigError, load_config
+from infra.config import ConfigError
 from infra.grpcserver import GrpcServer
 from infra.logs import configure_logging
 from infra.metrics import MetricsServer
-from infra.runner import run_until_signalled, write_ready_file
+from infra.runner import run_service, write_ready_file
 from store.factory import open_store
 
 
@@ -137,11 +136,7 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="the chat pipeline, over gRPC")
-    parser.add_argument("--config", help="YAML file with a gateway: section")
-    args = parser.parse_args()
-    config = load_config(GatewayConfig, "gateway", args.config)
-    run_until_signalled(lambda stop: serve(config, stop))
+    run_service(GatewayConfig, "gateway", serve, "the chat pipeline, over gRPC")
 
 
 if __name__ == "__main__":

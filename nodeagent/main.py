@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import socket
@@ -13,11 +12,10 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from chat.v1 import node_service_pb2, node_service_pb2_grpc
 from domain.replica_sim import PRESETS
-from infra.config import load_config
 from infra.grpcserver import GrpcServer
 from infra.logs import configure_logging
 from infra.metrics import MetricsServer
-from infra.runner import run_until_signalled, write_ready_file
+from infra.runner import run_service, write_ready_file
 from nodeagent.engine import Engine
 from nodeagent.llamacpp import LlamaCppEngine
 from nodeagent.reporter import LoadReporter, NodeIdentity
@@ -147,11 +145,7 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="the sidecar beside one engine")
-    parser.add_argument("--config", help="YAML file with a nodeagent: section")
-    args = parser.parse_args()
-    config = load_config(NodeAgentConfig, "nodeagent", args.config)
-    run_until_signalled(lambda stop: serve(config, stop))
+    run_service(NodeAgentConfig, "nodeagent", serve, "the sidecar beside one engine")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import os
@@ -16,11 +15,11 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from chat.v1 import scheduler_service_pb2, scheduler_service_pb2_grpc
 from domain.ladder import LadderPolicy
-from infra.config import ConfigError, load_config
+from infra.config import ConfigError
 from infra.grpcserver import GrpcServer
 from infra.logs import configure_logging
 from infra.metrics import MetricsServer
-from infra.runner import run_until_signalled, write_ready_file
+from infra.runner import run_service, write_ready_file
 from scheduler.ladder import EtcdLadderStore, InProcessLadderStore, LadderKeeper, LadderStore
 from scheduler.membership import EtcdMembership, InProcessMembership, Membership
 from scheduler.servicer import SchedulerServicer
@@ -144,11 +143,7 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="membership, load table and replica picking")
-    parser.add_argument("--config", help="YAML file with a scheduler: section")
-    args = parser.parse_args()
-    config = load_config(SchedulerConfig, "scheduler", args.config)
-    run_until_signalled(lambda stop: serve(config, stop))
+    run_service(SchedulerConfig, "scheduler", serve, "membership, load table and replica picking")
 
 
 if __name__ == "__main__":

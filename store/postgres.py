@@ -9,12 +9,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator
-from importlib import resources
 
 import asyncpg
 
 from domain.errors import AlreadyExists, InvalidArgument, NotFound
 from domain.types import Role, Tier
+from store import migrations
 from store.records import ConversationRecord, MessageRecord, NewMessage, UserRecord
 
 _CONVERSATION_COLUMNS = (
@@ -29,15 +29,6 @@ _USER_COLUMNS = "user_id, tier, token_hash, created_at"
 _MESSAGE_ID_CONSTRAINT = "messages_message_id_unique"  # named in 001_init.sql
 # Any fixed key will do; every process that migrates this database must use the same one.
 _MIGRATION_LOCK_KEY = 0x63686174_73746F72  # "chatstor"
-
-
-def _migrations() -> list[tuple[int, str]]:
-    folder = resources.files("store") / "migrations" / "postgres"
-    found = []
-    for item in folder.iterdir():
-        if item.name.endswith(".sql"):
-            found.append((int(item.name.split("_", 1)[0]), item.read_text()))
-    return sorted(found)
 
 
 def _user(row: asyncpg.Record) -> UserRecord:
@@ -111,7 +102,7 @@ class PostgresStore:
                 "(version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
             )
             applied = {row[0] for row in await conn.fetch("SELECT version FROM schema_migrations")}
-            for version, script in _migrations():
+            for version, script in migrations.load("postgres"):
                 if version in applied:
                     continue
                 await conn.execute(script)

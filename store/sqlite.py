@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from importlib import resources
 from pathlib import Path
 
 import aiosqlite
 
 from domain.errors import AlreadyExists, NotFound
 from domain.types import Role, Tier
+from store import migrations
 from store.records import ConversationRecord, MessageRecord, NewMessage, UserRecord
 
 _CONVERSATION_COLUMNS = (
@@ -25,15 +25,6 @@ _MESSAGE_COLUMNS = (
     "conversation_id, seq, message_id, parent_seq, role, content, tokens, model, replica_id, "
     "finish, created_at"
 )
-
-
-def _migrations() -> list[tuple[int, str]]:
-    folder = resources.files("store") / "migrations" / "sqlite"
-    found = []
-    for item in folder.iterdir():
-        if item.name.endswith(".sql"):
-            found.append((int(item.name.split("_", 1)[0]), item.read_text()))
-    return sorted(found)
 
 
 def _user(row: sqlite3.Row) -> UserRecord:
@@ -88,7 +79,7 @@ class SqliteStore:
         await self.db.commit()
         async with self.db.execute("SELECT version FROM schema_migrations") as cursor:
             applied = {row[0] async for row in cursor}
-        for version, script in _migrations():
+        for version, script in migrations.load("sqlite"):
             if version in applied:
                 continue
             # executescript commits on its own, so the version row goes in the same script.
