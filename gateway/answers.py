@@ -13,23 +13,10 @@ import structlog
 from chat.v1 import common_pb2, node_service_pb2, scheduler_service_pb2
 from domain.context import Prompt
 from domain.errors import Unavailable
-from domain.types import Finish, Role, Tier, Usage
+from domain.types import Finish, Tier, Usage
 from gateway.runs import Delta, MessageRun
 from gateway.upstream import Upstreams
-
-ROLE_TO_PB = {
-    Role.SYSTEM: common_pb2.ROLE_SYSTEM,
-    Role.USER: common_pb2.ROLE_USER,
-    Role.ASSISTANT: common_pb2.ROLE_ASSISTANT,
-}
-TIER_TO_PB = {Tier.FREE: common_pb2.TIER_FREE, Tier.PLUS: common_pb2.TIER_PLUS}
-_FINISH_FROM_PB = {
-    common_pb2.FINISH_REASON_STOP: Finish.STOP,
-    common_pb2.FINISH_REASON_LENGTH: Finish.LENGTH,
-    common_pb2.FINISH_REASON_CANCELLED: Finish.CANCELLED,
-    common_pb2.FINISH_REASON_REFUSED: Finish.REFUSED,
-    common_pb2.FINISH_REASON_ERROR: Finish.ERROR,
-}
+from infra.enums import FINISH_FROM_PB, ROLE_TO_PB, TIER_TO_PB
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +143,7 @@ class AnswerWriter:
                     finish.usage.cached_tokens,
                     finish.usage.output_tokens,
                 )
-                return _FINISH_FROM_PB.get(finish.finish, Finish.ERROR), usage
+                return FINISH_FROM_PB.get(finish.finish, Finish.ERROR), usage
         except grpc.aio.AioRpcError as error:
             if error.code() == grpc.StatusCode.INVALID_ARGUMENT:
                 raise Unavailable(f"the node refused the request: {error.details()}") from error

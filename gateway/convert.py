@@ -6,22 +6,11 @@ from google.protobuf import timestamp_pb2
 
 from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import common_pb2
-from domain.types import Finish, Role
+from domain.types import Finish
 from gateway.runs import Delta, Done, Event, Failed, Meta
+from infra.enums import FINISH_TO_PB, ROLE_TO_PB
 from store.records import ConversationRecord, MessageRecord
 
-ROLE_TO_PB = {
-    Role.SYSTEM: common_pb2.ROLE_SYSTEM,
-    Role.USER: common_pb2.ROLE_USER,
-    Role.ASSISTANT: common_pb2.ROLE_ASSISTANT,
-}
-FINISH_TO_PB = {
-    Finish.STOP: common_pb2.FINISH_REASON_STOP,
-    Finish.LENGTH: common_pb2.FINISH_REASON_LENGTH,
-    Finish.CANCELLED: common_pb2.FINISH_REASON_CANCELLED,
-    Finish.REFUSED: common_pb2.FINISH_REASON_REFUSED,
-    Finish.ERROR: common_pb2.FINISH_REASON_ERROR,
-}
 POOL_OF_CHOICE = {pb.MODEL_CHOICE_SMALL: "small", pb.MODEL_CHOICE_LARGE: "large"}
 
 

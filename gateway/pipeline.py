@@ -32,10 +32,11 @@ from domain.errors import (
 )
 from domain.shedding import SheddingPolicy, refuse_at_door, shed
 from domain.types import Finish, Role, Tier, Turn, Usage, User
-from gateway.answers import TIER_TO_PB, Answer, AnswerWriter, Plan, StreamTimeouts
+from gateway.answers import Answer, AnswerWriter, Plan, StreamTimeouts
 from gateway.buckets import Buckets
 from gateway.runs import Delta, Done, Event, Failed, MessageRun, Meta, RunRegistry
 from gateway.upstream import Upstreams
+from infra.enums import TIER_TO_PB
 from store.base import Store
 from store.records import MessageRecord, NewMessage
 

@@ -8,18 +8,16 @@ import grpc
 
 from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import chat_service_pb2_grpc as pb_grpc
-from chat.v1 import common_pb2
 from domain.errors import InvalidArgument, Unimplemented
-from domain.types import Tier
 from gateway.auth import Authenticator
 from gateway.buckets import Buckets
 from gateway.convert import POOL_OF_CHOICE, conversation_to_pb, event_to_pb, message_to_pb
 from gateway.pipeline import ChatPipeline, SendRequest, check_id
+from infra.enums import TIER_TO_PB
 from infra.grpcserver import maps_domain_errors
 from store.base import Store
 
 MAX_PAGE = 100
-_TIER_TO_PB = {Tier.FREE: common_pb2.TIER_FREE, Tier.PLUS: common_pb2.TIER_PLUS}
 
 
 class ChatServicer(pb_grpc.ChatServiceServicer):
@@ -155,7 +153,7 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         limit = self._buckets.limit(user.tier)
         bucket = await self._buckets.level(user.user_id, user.tier)
         return pb.GetLimitsResponse(
-            tier=_TIER_TO_PB[user.tier],
+            tier=TIER_TO_PB[user.tier],
             level=bucket.level,
             capacity=limit.capacity,
             refill_per_second=limit.refill_per_s,

@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 import grpc
 from google.protobuf import timestamp_pb2
 
-from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from domain.errors import (
@@ -24,6 +23,7 @@ from domain.ladder import MAX_RUNG, LadderState
 from domain.picker import PickReason, ReplicaLoad
 from domain.types import NodeState, Tier
 from infra.bearer import bearer_from_metadata, new_token, same_secret, token_hash
+from infra.enums import TIER_FROM_PB, TIER_TO_PB
 from infra.grpcserver import maps_domain_errors
 from scheduler.ladder import ETCD_ERRORS, LadderKeeper
 from scheduler.membership import Membership, NodeRecord
@@ -44,8 +44,6 @@ _REASON_TO_PB = {
     PickReason.ESCAPED_KV_ROOM: pb.PICK_REASON_ESCAPED_KV_ROOM,
     PickReason.NO_REPLICA: pb.PICK_REASON_NO_REPLICA,
 }
-_TIER_FROM_PB = {common_pb2.TIER_FREE: Tier.FREE, common_pb2.TIER_PLUS: Tier.PLUS}
-_TIER_TO_PB = {v: k for k, v in _TIER_FROM_PB.items()}
 MAX_ID_CHARS = 128
 
 
@@ -80,7 +78,7 @@ def _user_to_pb(user: UserRecord) -> pb.User:
     created.FromNanoseconds(int(user.created_at * 1e9))
     return pb.User(
         user_id=user.user_id,
-        tier=_TIER_TO_PB[user.tier],
+        tier=TIER_TO_PB[user.tier],
         created_at=created,
         has_token=user.has_token,
     )
@@ -113,9 +111,9 @@ def _ladder_to_pb(state: LadderState, leading: bool) -> pb.GetLadderResponse:
 
 
 def _tier(value: int) -> Tier:
-    if value not in _TIER_FROM_PB:
+    if value not in TIER_FROM_PB:
         raise InvalidArgument("tier must be TIER_FREE or TIER_PLUS")
-    return _TIER_FROM_PB[value]
+    return TIER_FROM_PB[value]
 
 
 class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
