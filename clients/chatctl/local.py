@@ -110,11 +110,22 @@ async def serve_platform(args: argparse.Namespace, settings: PlatformSettings) -
     if not quiet:
         print(f"starting the local platform ({args.nodes} node(s), llama.cpp + SmolLM2-135M)...")
     try:
-        await platform.start()
+        return await run_until_stopped(platform, args, settings, stop)
     except PlatformError as error:
         print(f"chatctl up: {error}", file=sys.stderr)
-        await platform.stop()
         return 1
+    finally:
+        # Whatever ended us (Ctrl-C, a failed start, a closed stdout), no child outlives us.
+        await platform.stop()
+
+
+async def run_until_stopped(
+    platform: LocalPlatform,
+    args: argparse.Namespace,
+    settings: PlatformSettings,
+    stop: asyncio.Event,
+) -> int:
+    await platform.start()
     summary = {
         "edge": platform.edge_url,
         "gateway": platform.gateway_address,
@@ -130,8 +141,6 @@ async def serve_platform(args: argparse.Namespace, settings: PlatformSettings) -
         print("Ctrl-C stops everything.", flush=True)
     await stop.wait()
     print("stopping...", flush=True)
-    await platform.stop()
-    print("stopped.")
     return 0
 
 
