@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 import aiohttp
+from benchkit import publish
 
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from gateway.main import GatewayConfig
@@ -164,9 +165,7 @@ def main() -> None:
     )
     lines.append(json.dumps(result))
     text = "\n".join(lines)
-    print(text)
-    out = Path(__file__).parent / "results" / "hops.txt"
-    out.write_text(text + "\n")
+    publish("hops", text)
 
 
 if __name__ == "__main__":

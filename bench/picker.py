@@ -15,14 +15,13 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import platform
 import random
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
+from benchkit import pin_to_one_core, publish
 
 from domain.picker import Pick, ReplicaLoad, pick_replica
 from domain.pool_index import PoolIndex
@@ -43,15 +42,6 @@ class Step:
     prompt_tokens: int
     reusable_prefix_tokens: int
     report: ReplicaLoad  # applied before the pick
-
-
-def pin_to_one_core() -> int | None:
-    try:
-        cpu = min(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {cpu})
-    except (AttributeError, OSError):  # not Linux, or not allowed: measure unpinned
-        return None
-    return cpu
 
 
 def load(rng: random.Random, node_id: str, state: NodeState | None = None) -> ReplicaLoad:
@@ -210,9 +200,7 @@ def main() -> None:
     }
     lines.append(json.dumps(result))
     text = "\n".join(lines)
-    print(text)
-    out = Path(__file__).parent / "results" / "picker.txt"
-    out.write_text(text + "\n")
+    publish("picker", text)
     if not identical:
         raise SystemExit("PoolIndex picked differently from the reference")
 

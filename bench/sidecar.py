@@ -21,6 +21,7 @@ from pathlib import Path
 
 import aiohttp
 import grpc
+from benchkit import publish
 
 from chat.v1 import common_pb2, node_service_pb2, node_service_pb2_grpc
 from nodeagent.llamacpp import free_port
@@ -164,8 +165,7 @@ def main() -> None:
         )
     lines.append(json.dumps(result))
     text = "\n".join(lines)
-    print(text)
-    (Path(__file__).parent / "results" / "sidecar.txt").write_text(text + "\n")
+    publish("sidecar", text)
 
 
 if __name__ == "__main__":

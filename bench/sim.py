@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import platform
 import random
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+
+from benchkit import pin_to_one_core, publish
 
 from domain.replica_sim import H100_8B, H100x4_70B, ReplicaPreset, ReplicaSim
 
@@ -44,15 +44,6 @@ WORKLOADS = (
     Workload("70B/4xH100, 100 + 30k prompt/5 s", 100, long_prompt_every_s=5.0),
     Workload("8B/1xH100, 100 answers", 100, preset=H100_8B),
 )
-
-
-def pin_to_one_core() -> int | None:
-    try:
-        cpu = min(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {cpu})
-    except (AttributeError, OSError):  # not Linux, or not allowed: measure unpinned
-        return None
-    return cpu
 
 
 @dataclass(slots=True)
@@ -173,9 +164,7 @@ def main() -> None:
     }
     lines.append(json.dumps(result))
     text = "\n".join(lines)
-    print(text)
-    out = Path(__file__).parent / "results" / "sim.txt"
-    out.write_text(text + "\n")
+    publish("sim", text)
 
 
 if __name__ == "__main__":
