@@ -71,6 +71,8 @@ class AnswerWriter:
         """Streams the answer; if the replica is lost mid-answer, another one of the pool
         continues from the text already sent, so the user sees a pause, not an error."""
         lost: list[str] = []
+        # An answer taken over from a dead gateway already has text: it is continued, too.
+        continued = bool(answer.pieces)
         for _ in range(self._timeouts.max_failovers + 1):
             sent_before = len(answer.pieces)
             try:
@@ -83,10 +85,12 @@ class AnswerWriter:
                 answer.served_by = await self._failover_pick(run, plan, lost)
                 continue
             answer.finish = finish
-            # After a failover the continuation re-read the prompt and the partial answer:
-            # nothing was cached for the user, who got every chunk of every attempt.
+            # After a failover or a takeover the continuation re-read the prompt and the partial
+            # answer: nothing was cached for the user, who got every chunk of every attempt.
             answer.usage = (
-                Usage(plan.prompt.tokens, 0, sent_before + usage.output_tokens) if lost else usage
+                Usage(plan.prompt.tokens, 0, sent_before + usage.output_tokens)
+                if lost or continued
+                else usage
             )
             return
         raise Unavailable(f"the answer lost {len(lost)} replicas in a row; try again")

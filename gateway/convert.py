@@ -6,12 +6,37 @@ from google.protobuf import timestamp_pb2
 
 from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import common_pb2
+from domain.errors import InvalidArgument
 from domain.types import Finish
+from gateway.completions import CallerTurn, CompleteRequest
 from gateway.runs import Delta, Done, Event, Failed, Meta
-from infra.enums import FINISH_TO_PB, ROLE_TO_PB
+from infra.enums import FINISH_TO_PB, ROLE_FROM_PB, ROLE_TO_PB
 from store.records import ConversationRecord, MessageRecord
 
 POOL_OF_CHOICE = {pb.MODEL_CHOICE_SMALL: "small", pb.MODEL_CHOICE_LARGE: "large"}
+ROUTED_CHOICES = (pb.MODEL_CHOICE_UNSPECIFIED, pb.MODEL_CHOICE_AUTO)
+
+
+def pool_of(choice: int) -> str | None:
+    """The pool a caller asked for; None lets the router decide."""
+    if choice not in ROUTED_CHOICES and choice not in POOL_OF_CHOICE:
+        raise InvalidArgument("model must be auto, small or large")
+    return POOL_OF_CHOICE.get(choice)
+
+
+def completion_from_pb(request: pb.CompleteRequest) -> CompleteRequest:
+    turns = []
+    for index, turn in enumerate(request.turns):
+        role = ROLE_FROM_PB.get(turn.role)
+        if role is None:
+            raise InvalidArgument(f"turn {index} must be a system, user or assistant turn")
+        turns.append(CallerTurn(role, turn.content))
+    return CompleteRequest(
+        turns=tuple(turns),
+        pool=pool_of(request.model),
+        max_tokens=request.max_tokens,
+        session_key=request.session_key,
+    )
 
 
 def _timestamp(seconds: float) -> timestamp_pb2.Timestamp:

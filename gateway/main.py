@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass
 
+import structlog
 from prometheus_client import CollectorRegistry, Gauge
 from redis.asyncio import Redis
 
@@ -17,9 +19,11 @@ from gateway.answers import StreamTimeouts
 from gateway.auth import Authenticator
 from gateway.buckets import Buckets, InProcessBuckets
 from gateway.pipeline import ChatPipeline, PipelinePolicy, TierPolicy
+from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
 from gateway.redis_buckets import RedisBuckets, connect
 from gateway.runs import RunRegistry
 from gateway.servicer import ChatServicer
+from gateway.shared_runs import SharedRuns, SharedRunsConfig
 from gateway.upstream import Upstreams
 from infra.config import ConfigError
 from infra.grpcserver import GrpcServer
@@ -58,6 +62,12 @@ class GatewayConfig:
     node_stall_timeout_s: float = 10.0
     max_failovers: int = 2
     keep_ended_runs_s: float = 600.0
+    # Where answers in flight live: "memory" (this gateway only) or "redis" (any gateway
+    # resumes any answer, retries never run the model twice, a dead gateway's answers are
+    # taken over by the others).
+    runs: str = "memory"
+    # A gateway silent this long (redis runs) is dead and its answers are taken over.
+    gateway_liveness_s: float = 3.0
     shutdown_grace_s: float = 30.0
     ready_file: str = ""
     log_level: str = "info"
@@ -88,16 +98,60 @@ def build_policy(config: GatewayConfig) -> PipelinePolicy:
     )
 
 
-def build_buckets(config: GatewayConfig, policy: PipelinePolicy) -> tuple[Buckets, Redis | None]:
-    """The token buckets, and the Redis client to close at shutdown when they live there."""
+def build_buckets(config: GatewayConfig, policy: PipelinePolicy, redis: Redis | None) -> Buckets:
     limits = {t: p.limit for t, p in policy.tiers.items()}
     if config.buckets == "memory":
-        return InProcessBuckets(limits, time.monotonic), None
-    if config.buckets != "redis":
-        raise ConfigError(f"buckets must be 'memory' or 'redis', not {config.buckets!r}")
-    client = connect(config.redis_url)
+        return InProcessBuckets(limits, time.monotonic)
+    assert redis is not None
     fail_open = {Tier.FREE: config.free_fail_open, Tier.PLUS: config.plus_fail_open}
-    return RedisBuckets(client, limits, fail_open), client
+    return RedisBuckets(redis, limits, fail_open)
+
+
+def connect_redis(config: GatewayConfig) -> Redis | None:
+    """One Redis client for whatever lives there; None when nothing does."""
+    for name, value in (("buckets", config.buckets), ("runs", config.runs)):
+        if value not in ("memory", "redis"):
+            raise ConfigError(f"{name} must be 'memory' or 'redis', not {value!r}")
+    if "redis" not in (config.buckets, config.runs):
+        return None
+    return connect(config.redis_url)
+
+
+def build_shared_runs(config: GatewayConfig, redis: Redis | None) -> SharedRuns | None:
+    if config.runs != "redis":
+        return None
+    assert redis is not None
+    settings = SharedRunsConfig(
+        liveness_s=config.gateway_liveness_s, keep_after_end_s=int(config.keep_ended_runs_s)
+    )
+    waiter = Redis.from_url(config.redis_url, socket_timeout=settings.follow_block_s + 5.0,
+                            socket_connect_timeout=0.5)  # fmt: skip
+    return SharedRuns(redis, settings, waiter=waiter)
+
+
+async def _sweep_forever(pipeline: ChatPipeline, interval_s: float) -> None:
+    log = structlog.get_logger(component="sweeper")
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await pipeline.sweep_orphans()
+        except REDIS_UNAVAILABLE as error:
+            log.warning("orphan sweep skipped: redis unreachable", error=str(error))
+
+
+def _shared_run_tasks(
+    pipeline: ChatPipeline, shared: SharedRuns | None
+) -> list[asyncio.Task[None]]:
+    """This gateway's liveness, stops asked elsewhere, and the sweep for dead gateways' runs."""
+    if shared is None:
+        return []
+    return [
+        asyncio.create_task(shared.keep_alive(), name="liveness"),
+        asyncio.create_task(shared.watch_stops(pipeline.relay_stop), name="stops"),
+        asyncio.create_task(
+            _sweep_forever(pipeline, shared.config.sweep_interval_s), name="sweeper"
+        ),
+    ]
 
 
 async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
@@ -106,8 +160,10 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
     store = await open_store(config.store_url)
     upstreams = Upstreams(config.scheduler_address)
     runs = RunRegistry(time.monotonic, config.keep_ended_runs_s)
-    buckets, redis_client = build_buckets(config, policy)
-    pipeline = ChatPipeline(store, upstreams, runs, buckets, policy, time.monotonic)
+    redis_client = connect_redis(config)
+    buckets = build_buckets(config, policy, redis_client)
+    shared = build_shared_runs(config, redis_client)
+    pipeline = ChatPipeline(store, upstreams, runs, buckets, policy, time.monotonic, shared)
     service_name = chat_service_pb2.DESCRIPTOR.services_by_name["ChatService"].full_name
     server = GrpcServer(config.grpc_listen, [service_name])
     chat_service_pb2_grpc.add_ChatServiceServicer_to_server(
@@ -120,12 +176,19 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
     await server.start()
     await server.set_serving(True)
     await metrics.start()
+    background = _shared_run_tasks(pipeline, shared)
     write_ready_file(config.ready_file, {"grpc": server.address, "metrics": metrics.port})
     log.info("gateway ready", grpc=server.address, metrics_port=metrics.port)
     await stop.wait()
     # New calls are refused from here; answers already running finish and are saved.
     await server.set_serving(False)
     await pipeline.close(config.shutdown_grace_s)
+    for task in background:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    if shared is not None:
+        await shared.retire()
     await server.stop(grace_s=2.0)
     await upstreams.close()
     if redis_client is not None:

@@ -12,7 +12,8 @@ import contextlib
 import hashlib
 import math
 import re
-from collections.abc import Callable, Coroutine
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +22,7 @@ import structlog
 
 from chat.v1 import node_service_pb2, scheduler_service_pb2
 from domain import limiter
-from domain.context import ContextBuilder
+from domain.context import ContextBuilder, Prompt
 from domain.errors import (
     Conflict,
     InvalidArgument,
@@ -32,9 +33,13 @@ from domain.errors import (
 )
 from domain.shedding import SheddingPolicy, refuse_at_door, shed
 from domain.types import Finish, Role, Tier, Turn, Usage, User
+from gateway import completions
 from gateway.answers import Answer, AnswerWriter, Plan, StreamTimeouts
 from gateway.buckets import Buckets
+from gateway.completions import CompleteRequest
+from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
 from gateway.runs import Delta, Done, Event, Failed, MessageRun, Meta, RunRegistry
+from gateway.shared_runs import OwnershipLost, RemoteRun, SharedRuns
 from gateway.upstream import Upstreams
 from infra.enums import TIER_TO_PB
 from store.base import Store
@@ -96,8 +101,11 @@ class ChatPipeline:
         buckets: Buckets,
         policy: PipelinePolicy,
         clock: Callable[[], float],
+        shared: SharedRuns | None = None,
     ) -> None:
         self._store = store
+        # None: runs live in this process only (the embedded default); else shared in Redis.
+        self._shared = shared
         self._upstreams = upstreams
         self._writer = AnswerWriter(upstreams, policy.streaming)
         self._runs = runs
@@ -106,12 +114,12 @@ class ChatPipeline:
         self._clock = clock
         self._system_tokens: dict[str, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._starting: dict[tuple[str, str], asyncio.Future[MessageRun]] = {}
+        self._starting: dict[tuple[str, str], asyncio.Future[MessageRun | RemoteRun]] = {}
         self._log = structlog.get_logger(component="pipeline")
 
     # Sending ------------------------------------------------------------------------------------
 
-    async def send(self, user: User, request: SendRequest) -> MessageRun:
+    async def send(self, user: User, request: SendRequest) -> MessageRun | RemoteRun:
         self._validate(request)
         fingerprint = _fingerprint(request)
         key = (user.user_id, request.message_id)
@@ -123,7 +131,9 @@ class ChatPipeline:
             if existing.fingerprint != fingerprint:
                 raise Conflict(f"message id {request.message_id!r} was used for another message")
             return existing
-        starting: asyncio.Future[MessageRun] = asyncio.get_running_loop().create_future()
+        starting: asyncio.Future[MessageRun | RemoteRun] = (
+            asyncio.get_running_loop().create_future()
+        )
         self._starting[key] = starting
         try:
             run = await self._begin(user, request, fingerprint)
@@ -137,12 +147,43 @@ class ChatPipeline:
         finally:
             del self._starting[key]
 
-    async def _begin(self, user: User, request: SendRequest, fingerprint: str) -> MessageRun:
-        replayed = await self._replay_stored(user, request, fingerprint)
-        if replayed is not None:
-            return replayed
-        if self._runs.open_for(user.user_id) >= self._policy.max_open_streams_per_user:
-            raise ResourceExhausted("too many answers streaming at once for this user", 1.0)
+    async def _begin(
+        self, user: User, request: SendRequest, fingerprint: str
+    ) -> MessageRun | RemoteRun:
+        shared = self._shared
+        if shared is not None:
+            try:
+                held = await shared.claim(
+                    user.user_id, request.message_id, fingerprint, request.conversation_id
+                )
+            except REDIS_UNAVAILABLE as error:
+                # Answering matters more than sharing: this run lives here only, as if Redis
+                # were not configured (a retry at another gateway could run the model again).
+                self._log.warning("runs not shared: redis unreachable", error=str(error))
+                shared = held = None
+            if held is not None:
+                if held.fingerprint != fingerprint:
+                    raise Conflict(
+                        f"message id {request.message_id!r} was used for another message"
+                    )
+                return self._remote(user.user_id, request.message_id)
+        try:
+            replayed = await self._replay_stored(user, request, fingerprint)
+            if replayed is None:
+                return await self._run(user, request, fingerprint, shared is not None)
+        except BaseException:
+            if shared is not None:
+                await shared.release(user.user_id, request.message_id)
+            raise
+        if shared is not None:
+            # Answered from the store without the model: nothing for other gateways to follow.
+            await shared.release(user.user_id, request.message_id)
+        return replayed
+
+    async def _run(
+        self, user: User, request: SendRequest, fingerprint: str, shared: bool
+    ) -> MessageRun:
+        self._check_open_streams(user)
         parent = await self._parent_of(user, request)
         history = await self._history(user, request.conversation_id, parent)
         pool = request.pool or self._policy.default_pool
@@ -167,8 +208,15 @@ class ChatPipeline:
             self._runs.discard(run)
             await self._buckets.settle(user.user_id, user.tier, plan.reserved, 0.0)
             raise
+        if shared and self._shared is not None:
+            await self._shared.record_plan(user.user_id, run.message_id, plan, user_turn.seq)
+            run.sink = self._sink(user.user_id, run.message_id)
         self._start(run, self._drive(run, user, plan, answer_parent_seq=user_turn.seq))
         return run
+
+    def _check_open_streams(self, user: User) -> None:
+        if self._runs.open_for(user.user_id) >= self._policy.max_open_streams_per_user:
+            raise ResourceExhausted("too many answers streaming at once for this user", 1.0)
 
     def _validate(self, request: SendRequest) -> None:
         check_id("conversation id", request.conversation_id)
@@ -182,6 +230,40 @@ class ChatPipeline:
                 f"content has {len(request.content)} characters; "
                 f"at most {self._policy.max_message_chars} are accepted"
             )
+
+    # Completing (stateless: the caller sends the history, nothing is stored) ---------------------
+
+    async def complete(self, user: User, request: CompleteRequest) -> MessageRun:
+        """Plans a completion like a message (ladder, limits, fitting, replica) and starts it.
+        The run is registered only while it streams, so it counts against the user's open
+        streams; nobody attaches to it later."""
+        completions.validate(request, self._policy.max_message_chars)
+        self._check_open_streams(user)
+        key = completions.affinity_key(user.user_id, request)
+        first_pick, tier, pool = await self._shed(
+            user, key, request.pool or self._policy.default_pool
+        )
+        answer = completions.answer_cap(tier.max_answer_tokens, request.max_tokens)
+        system, turns = completions.split_system(request, self._policy.system_prompt)
+        counts = await self._tokenize(first_pick, [system.text, *(t.text for t in turns)])
+        prompt = completions.fit(
+            Turn(system.role, system.text, counts[0]),
+            [Turn(t.role, t.text, n) for t, n in zip(turns, counts[1:], strict=True)],
+            tier.window_tokens,
+            answer,
+        )
+        capped = TierPolicy(tier.window_tokens, answer, tier.limit)
+        plan = await self._admit(user, key, pool, capped, prompt)
+        run = MessageRun(user.user_id, key, completions.completion_id(uuid.uuid4().hex), "")
+        self._runs.add(run)
+        self._start(run, self._drive_completion(run, user, plan))
+        return run
+
+    async def _drive_completion(self, run: MessageRun, user: User, plan: Plan) -> None:
+        try:
+            await self._drive(run, user, plan, answer_parent_seq=None, store_answer=False)
+        finally:
+            self._runs.discard(run)
 
     async def _replay_stored(
         self, user: User, request: SendRequest, fingerprint: str
@@ -253,6 +335,13 @@ class ChatPipeline:
                 f"{user.tier.value} tier's window of {tier.window_tokens} tokens cannot hold it"
             )
         prompt = builder.build(None, history, new)
+        return await self._admit(user, request.conversation_id, pool, tier, prompt)
+
+    async def _admit(
+        self, user: User, affinity_key: str, pool: str, tier: TierPolicy, prompt: Prompt
+    ) -> Plan:
+        """Reserves the worst case from the user's bucket, then picks the replica for the
+        whole prompt; the reserve is given back if no replica can take it."""
         reserved = limiter.worst_case_cost(prompt.tokens, tier.max_answer_tokens)
         decision = await self._buckets.reserve(user.user_id, user.tier, reserved)
         if math.isinf(decision.retry_after_s):
@@ -267,11 +356,11 @@ class ChatPipeline:
             )
         try:
             pick = await self._pick(
-                request.conversation_id,
+                affinity_key,
                 pool,
                 user.tier,
                 prompt.tokens,
-                prompt.tokens - new.tokens,
+                prompt.tokens - prompt.turns[-1].tokens,
             )
             self._refuse_if_busy(user, pick)
         except BaseException:
@@ -320,15 +409,21 @@ class ChatPipeline:
         """Token counts from the serving model's own tokenizer: (system prompt, message)."""
         known = self._system_tokens.get(pick.model)
         texts = [content] if known is not None else [content, self._policy.system_prompt]
+        counts = await self._tokenize(pick, texts)
+        if known is None:
+            known = self._system_tokens[pick.model] = counts[1]
+        return known, counts[0]
+
+    async def _tokenize(
+        self, pick: scheduler_service_pb2.PickReplicaResponse, texts: list[str]
+    ) -> list[int]:
         try:
             answer = await self._upstreams.node(pick.address).Tokenize(
                 node_service_pb2.TokenizeRequest(texts=texts), timeout=self._upstreams.rpc_timeout_s
             )
         except grpc.aio.AioRpcError as error:
             raise Unavailable(f"the node could not count tokens: {error.code().name}") from error
-        if known is None:
-            known = self._system_tokens[pick.model] = answer.token_counts[1]
-        return known, answer.token_counts[0]
+        return list(answer.token_counts)
 
     # Generating ---------------------------------------------------------------------------------
 
@@ -345,16 +440,27 @@ class ChatPipeline:
         plan: Plan,
         answer_parent_seq: int | None,
         store_answer: bool = True,
+        resumed: Answer | None = None,
     ) -> None:
+        """Writes the answer, saves it, settles the bucket, ends the run. A resumed answer
+        (taken over from a dead gateway) goes on from the text already in the log."""
         pick = plan.pick
-        await run.append(Meta(run.message_id, run.conversation_id, pick.model, pick.node_id))
-        answer = Answer(served_by=pick)
+        answer = resumed or Answer(served_by=pick)
         ending: Event
         try:
+            if resumed is None:
+                meta = Meta(run.message_id, run.conversation_id, pick.model, pick.node_id)
+                await run.append(meta)
             await self._writer.write(run, plan, answer)
             ending = Done(answer.finish, answer.usage)
         except Unavailable as error:
             ending = Failed(grpc.StatusCode.UNAVAILABLE.value[0], error.reason)
+        except OwnershipLost:
+            # Another gateway took this run over (this one was thought dead): it saves,
+            # settles and ends the answer; writing more here would only repeat it.
+            self._log.warning("run taken over by another gateway", message_id=run.message_id)
+            self._runs.discard(run)
+            return
         if store_answer:
             try:
                 await self._save_answer(run, user, answer_parent_seq, answer)
@@ -365,8 +471,14 @@ class ChatPipeline:
         await self._buckets.settle(
             user.user_id, user.tier, plan.reserved, limiter.usage_cost(answer.usage)
         )
-        await run.append(ending)
+        try:
+            await run.append(ending)
+        except OwnershipLost:
+            self._runs.discard(run)
+            return
         self._runs.mark_ended(run)
+        if run.sink is not None and self._shared is not None:
+            await self._shared.end(run.user_id, run.message_id)
 
     async def _save_answer(
         self, run: MessageRun, user: User, parent_seq: int | None, answer: Answer
@@ -389,23 +501,82 @@ class ChatPipeline:
 
     # Reading ------------------------------------------------------------------------------------
 
-    def attach(self, user: User, message_id: str) -> MessageRun:
+    async def attach(self, user: User, message_id: str) -> MessageRun | RemoteRun:
         check_id("message id", message_id)
         run = self._runs.get(user.user_id, message_id)
-        if run is None:
-            raise NotFound(f"no answer {message_id!r} is streaming or recently ended here")
-        return run
+        if run is not None:
+            return run
+        if self._shared is not None and await self._shared.exists(user.user_id, message_id):
+            return self._remote(user.user_id, message_id)
+        raise NotFound(f"no answer {message_id!r} is streaming or recently ended")
 
     async def stop(self, user: User, message_id: str) -> bool:
         check_id("message id", message_id)
         run = self._runs.get(user.user_id, message_id)
         if run is None:
+            if self._shared is not None and await self._shared.exists(user.user_id, message_id):
+                return await self._shared.ask_stop(user.user_id, message_id)
             await self._store.get_message(user.user_id, message_id)  # NotFound if it never was
             return False
         if run.ended:
             return False
         run.stop_requested.set()
         return True
+
+    # Shared runs ----------------------------------------------------------------------------------
+
+    def _sink(self, user_id: str, message_id: str) -> Callable[[int, Event], Awaitable[None]]:
+        shared = self._shared
+        assert shared is not None
+
+        async def write(event_id: int, event: Event) -> None:
+            await shared.append(user_id, message_id, event_id, event)
+
+        return write
+
+    def _remote(self, user_id: str, message_id: str) -> RemoteRun:
+        assert self._shared is not None
+        return RemoteRun(self._shared, user_id, message_id,
+                         lambda: self.take_over(user_id, message_id))  # fmt: skip
+
+    async def take_over(self, user_id: str, message_id: str) -> None:
+        """Continues a run whose gateway died, from the text in its log; does nothing when
+        the owner is alive, the run ended, or another gateway got there first."""
+        assert self._shared is not None
+        orphan = await self._shared.take_over(user_id, message_id)
+        if orphan is None:
+            return
+        events = await self._shared.read_all(user_id, message_id)
+        run = MessageRun(user_id, orphan.conversation_id, message_id, orphan.fingerprint, events)
+        if run.ended:
+            # The owner died after the answer's last event, which it writes after saving.
+            await self._shared.end(user_id, message_id)
+            return
+        run.sink = self._sink(user_id, message_id)
+        if orphan.stop_requested:
+            run.stop_requested.set()
+        self._runs.add(run)
+        pieces = [event.text for event in events if isinstance(event, Delta)]
+        answer = Answer(served_by=orphan.plan.pick, pieces=pieces)
+        self._log.info("took over a run whose gateway died", message_id=message_id,
+                       events=len(events))  # fmt: skip
+        user = User(user_id, orphan.plan.tier)
+        self._start(run, self._drive(run, user, orphan.plan, orphan.answer_parent_seq,
+                                     resumed=answer))  # fmt: skip
+
+    async def sweep_orphans(self) -> int:
+        """Takes over every run whose gateway died; how many were found."""
+        assert self._shared is not None
+        found = await self._shared.orphans()
+        for user_id, message_id in found:
+            await self.take_over(user_id, message_id)
+        return len(found)
+
+    async def relay_stop(self, user_id: str, message_id: str) -> None:
+        """A stop asked at another gateway for a run this one writes."""
+        run = self._runs.get(user_id, message_id)
+        if run is not None and not run.ended:
+            run.stop_requested.set()
 
     async def close(self, grace_s: float) -> None:
         """Lets running answers finish (and be saved), then cancels what is left."""

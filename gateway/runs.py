@@ -4,7 +4,7 @@ and comes back (or a retry with the same message id) reads the same answer, neve
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from domain.types import Finish, Usage
@@ -49,12 +49,17 @@ class MessageRun:
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+    # Where each event is written before local followers see it (the shared log in Redis),
+    # given the event's id; it raises when this gateway no longer owns the run.
+    sink: Callable[[int, Event], Awaitable[None]] | None = None
 
     @property
     def ended(self) -> bool:
         return bool(self.events) and isinstance(self.events[-1], Done | Failed)
 
     async def append(self, event: Event) -> None:
+        if self.sink is not None:
+            await self.sink(len(self.events) + 1, event)
         async with self.changed:
             self.events.append(event)
             self.changed.notify_all()

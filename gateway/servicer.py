@@ -8,10 +8,17 @@ import grpc
 
 from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import chat_service_pb2_grpc as pb_grpc
-from domain.errors import InvalidArgument, Unimplemented
+from domain.errors import InvalidArgument
 from gateway.auth import Authenticator
 from gateway.buckets import Buckets
-from gateway.convert import POOL_OF_CHOICE, conversation_to_pb, event_to_pb, message_to_pb
+from gateway.completions import closing_events
+from gateway.convert import (
+    completion_from_pb,
+    conversation_to_pb,
+    event_to_pb,
+    message_to_pb,
+    pool_of,
+)
 from gateway.pipeline import ChatPipeline, SendRequest, check_id
 from infra.enums import TIER_TO_PB
 from infra.grpcserver import maps_domain_errors
@@ -38,12 +45,6 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         self, request: pb.SendMessageRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.SendMessageResponse]:
         user = await self._auth.user_of(context)
-        if request.model not in (
-            pb.MODEL_CHOICE_UNSPECIFIED,
-            pb.MODEL_CHOICE_AUTO,
-            *POOL_OF_CHOICE,
-        ):
-            raise InvalidArgument("model must be auto, small or large")
         run = await self._pipeline.send(
             user,
             SendRequest(
@@ -51,7 +52,7 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
                 message_id=request.message_id,
                 parent_id=request.parent_id,
                 content=request.content,
-                pool=POOL_OF_CHOICE.get(request.model),
+                pool=pool_of(request.model),
             ),
         )
         async for event_id, event in run.follow(0):
@@ -62,7 +63,7 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         self, request: pb.AttachMessageRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.AttachMessageResponse]:
         user = await self._auth.user_of(context)
-        run = self._pipeline.attach(user, request.message_id)
+        run = await self._pipeline.attach(user, request.message_id)
         async for event_id, event in run.follow(request.after_event_id):
             yield pb.AttachMessageResponse(event=event_to_pb(event_id, event))
 
@@ -140,10 +141,11 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
     async def Complete(
         self, request: pb.CompleteRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.CompleteResponse]:
-        await self._auth.user_of(context)
-        # UNFINISHED: the stateless completion behind /v1/chat/completions is the edge issue's.
-        raise Unimplemented("Complete is not built yet; use SendMessage")
-        yield pb.CompleteResponse()  # pragma: no cover - makes this an async generator
+        user = await self._auth.user_of(context)
+        run = await self._pipeline.complete(user, completion_from_pb(request))
+        async with closing_events(run) as events:
+            async for event_id, event in events:
+                yield pb.CompleteResponse(event=event_to_pb(event_id, event))
 
     @maps_domain_errors
     async def GetLimits(

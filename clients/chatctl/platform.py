@@ -44,6 +44,8 @@ class PlatformSettings:
     startup_timeout_s: float = 120.0
     # Several schedulers share membership and the ladder through etcd, so they need it.
     schedulers: int = 1
+    # Several gateways share answers in flight (resume anywhere, takeover) through Redis.
+    gateways: int = 1
     # Empty: the embedded defaults (in-process membership and buckets, SQLite in state_dir).
     etcd_endpoint: str = ""
     redis_url: str = ""
@@ -53,6 +55,8 @@ class PlatformSettings:
     def __post_init__(self) -> None:
         if self.schedulers > 1 and not self.etcd_endpoint:
             raise PlatformError("more than one scheduler needs etcd (--etcd HOST:PORT)")
+        if self.gateways > 1 and not self.redis_url:
+            raise PlatformError("more than one gateway needs Redis (--redis URL)")
 
 
 @dataclass
@@ -87,6 +91,9 @@ class LocalPlatform:
     def gateway_address(self) -> str:
         return str(self._child("gateway").ready["grpc"])
 
+    def gateway_addresses(self) -> list[str]:
+        return [str(c.ready["grpc"]) for c in self.children if c.name.startswith("gateway")]
+
     def node_addresses(self) -> list[str]:
         return [str(c.ready["grpc"]) for c in self.children if c.name.startswith("nodeagent")]
 
@@ -114,7 +121,11 @@ class LocalPlatform:
             self._spawn(f"nodeagent-{i}", "nodeagent.main", self._node_env(i))
             for i in range(settings.nodes)
         ]
-        starting.append(self._spawn("gateway", "gateway.main", self._gateway_env(store_url)))
+        starting.extend(
+            self._spawn("gateway" if i == 0 else f"gateway-{i}", "gateway.main",
+                        self._gateway_env(store_url))
+            for i in range(settings.gateways)
+        )  # fmt: skip
         await asyncio.gather(*starting)
         await self._spawn(
             "edge",
@@ -181,6 +192,7 @@ class LocalPlatform:
         }
         if self.settings.redis_url:
             env["CHAT_GATEWAY_BUCKETS"] = "redis"
+            env["CHAT_GATEWAY_RUNS"] = "redis"
             env["CHAT_GATEWAY_REDIS_URL"] = self.settings.redis_url
         return env
 

@@ -1,0 +1,411 @@
+"""Answers in flight, shared by every gateway through Redis: idempotency, the event log, the
+owner of each run, and takeover when that owner dies.
+
+Keys, per run (member = user id + US + message id):
+- `chat:run:<member>`  hash: fp (the request's fingerprint), conv, owner (a gateway id),
+  plan (what a new owner needs to continue: prompt, pick, reservation), stop, ended.
+  Created with SET-NX semantics by `claim`: the first gateway to claim a message id runs the
+  model; every retry, on any gateway, follows the log instead.
+- `chat:events:<member>`  stream; entry ids are `0-<event id>`, so event ids count 1, 2, 3...
+  and a write with an id that is not the next one fails. That is the fence: a gateway that
+  lost its run (it was slow, not dead) cannot write into the new owner's log.
+- `chat:gateway:<id>`  a gateway's liveness, renewed every second, gone 3 s after it dies.
+- `chat:runs:active`  the runs not ended, which every gateway's sweeper scans for orphans.
+- channel `chat:stop`  a stop asked at one gateway for a run another one owns.
+
+The gateway key is computed inside two scripts, so this layout needs one Redis (or one
+cluster slot), not a cluster spread over slots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import structlog
+from redis.asyncio import Redis
+from redis.exceptions import RedisError, ResponseError
+
+from chat.v1 import scheduler_service_pb2
+from domain.context import Prompt
+from domain.errors import Unavailable
+from domain.types import Finish, Role, Tier, Turn, Usage
+from gateway.answers import Plan
+from gateway.runs import Delta, Done, Event, Failed, Meta
+
+RUN_PREFIX = "chat:run:"
+EVENTS_PREFIX = "chat:events:"
+GATEWAY_PREFIX = "chat:gateway:"
+ACTIVE_KEY = "chat:runs:active"
+STOP_CHANNEL = "chat:stop"
+SEPARATOR = "\x1f"
+
+# A claim whose owner died before it planned (no plan yet) is free to claim again.
+_CLAIM = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local owner = redis.call('HGET', KEYS[1], 'owner')
+  local planned = redis.call('HEXISTS', KEYS[1], 'plan') == 1
+  local ended = redis.call('HEXISTS', KEYS[1], 'ended') == 1
+  if planned or ended or redis.call('EXISTS', ARGV[5] .. owner) == 1 then
+    return redis.call('HMGET', KEYS[1], 'fp', 'conv', 'owner')
+  end
+  redis.call('DEL', KEYS[1])
+end
+redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'conv', ARGV[2], 'owner', ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+return false
+"""
+
+_APPEND = """
+if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
+  return 0
+end
+redis.call('XADD', KEYS[2], '0-' .. ARGV[2], 'e', ARGV[3])
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+return 1
+"""
+
+_TAKE_OVER = """
+local owner = redis.call('HGET', KEYS[1], 'owner')
+if not owner or owner == ARGV[1] then
+  return false
+end
+if redis.call('HEXISTS', KEYS[1], 'ended') == 1 or redis.call('HEXISTS', KEYS[1], 'plan') == 0 then
+  return false
+end
+if redis.call('EXISTS', ARGV[2] .. owner) == 1 then
+  return false
+end
+redis.call('HSET', KEYS[1], 'owner', ARGV[1])
+return redis.call('HMGET', KEYS[1], 'plan', 'stop', 'conv', 'fp')
+"""
+
+_ORPHANS = """
+local out = {}
+for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local owner = redis.call('HGET', ARGV[2] .. member, 'owner')
+  if not owner then
+    redis.call('ZREM', KEYS[1], member)
+  elseif redis.call('EXISTS', ARGV[1] .. owner) == 0 then
+    table.insert(out, member)
+    if #out >= tonumber(ARGV[3]) then
+      break
+    end
+  end
+end
+return out
+"""
+
+
+class OwnershipLost(Exception):
+    """Another gateway took this run over; this one must stop writing it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Existing:
+    """A claim another attempt holds: the same message, or another one under the same id."""
+
+    fingerprint: str
+    conversation_id: str
+    owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class Orphan:
+    """A run whose owner died, now owned by this gateway, with what it needs to go on."""
+
+    user_id: str
+    message_id: str
+    conversation_id: str
+    fingerprint: str
+    plan: Plan
+    answer_parent_seq: int | None
+    stop_requested: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SharedRunsConfig:
+    # A gateway silent this long is dead and its runs are taken over.
+    liveness_s: float = 3.0
+    # How long a run's keys live while it runs, and after it ended (for retries and resumes).
+    running_ttl_s: int = 3600
+    keep_after_end_s: int = 600
+    sweep_interval_s: float = 1.0
+    # How long one blocking read of a followed log waits before checking on the owner.
+    follow_block_s: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteRun:
+    """A run another gateway owns, followed through the shared log."""
+
+    shared: SharedRuns
+    user_id: str
+    message_id: str
+    # Checks on the owner when the log is quiet, and takes the run over if it died.
+    on_idle: Callable[[], Awaitable[None]]
+
+    def follow(self, after_event_id: int = 0) -> AsyncIterator[tuple[int, Event]]:
+        return self.shared.follow(self.user_id, self.message_id, after_event_id, self.on_idle)
+
+
+def _member(user_id: str, message_id: str) -> str:
+    return f"{user_id}{SEPARATOR}{message_id}"
+
+
+class SharedRuns:
+    def __init__(
+        self,
+        redis: Redis,
+        config: SharedRunsConfig,
+        gateway_id: str = "",
+        waiter: Redis | None = None,
+    ) -> None:
+        self._redis = redis
+        # Blocking reads and the stop subscription wait longer than the short timeout that
+        # keeps every other call fast when Redis is away, so they get a client of their own.
+        self._waiter = waiter or redis
+        self._config = config
+        self.gateway_id = gateway_id or uuid.uuid4().hex
+        self._claim = redis.register_script(_CLAIM)
+        self._append = redis.register_script(_APPEND)
+        self._take_over = redis.register_script(_TAKE_OVER)
+        self._orphans = redis.register_script(_ORPHANS)
+        self._log = structlog.get_logger(component="shared-runs")
+
+    @property
+    def config(self) -> SharedRunsConfig:
+        return self._config
+
+    # The owner's side ---------------------------------------------------------------------------
+
+    async def claim(
+        self, user_id: str, message_id: str, fingerprint: str, conversation_id: str
+    ) -> Existing | None:
+        """None when this gateway now owns the message id; else who holds it."""
+        member = _member(user_id, message_id)
+        held = await self._claim(
+            keys=[RUN_PREFIX + member],
+            args=[fingerprint, conversation_id, self.gateway_id, self._config.running_ttl_s,
+                  GATEWAY_PREFIX],
+        )  # fmt: skip
+        if held is None:
+            return None
+        fp, conv, owner = (value.decode() if value else "" for value in held)
+        return Existing(fp, conv, owner)
+
+    async def release(self, user_id: str, message_id: str) -> None:
+        """Gives a claim back when the message was refused before it ran."""
+        await self._redis.delete(RUN_PREFIX + _member(user_id, message_id))
+
+    async def record_plan(
+        self, user_id: str, message_id: str, plan: Plan, answer_parent_seq: int | None
+    ) -> None:
+        member = _member(user_id, message_id)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hset(RUN_PREFIX + member, "plan", _encode_plan(plan, answer_parent_seq))
+            pipe.zadd(ACTIVE_KEY, {member: 0})
+            await pipe.execute()
+
+    async def append(self, user_id: str, message_id: str, event_id: int, event: Event) -> None:
+        member = _member(user_id, message_id)
+        try:
+            written = await self._append(
+                keys=[RUN_PREFIX + member, EVENTS_PREFIX + member],
+                args=[self.gateway_id, event_id, encode_event(event), self._config.running_ttl_s],
+            )
+        except ResponseError as error:
+            raise OwnershipLost(f"event {event_id} is already in the log: {error}") from error
+        if not written:
+            raise OwnershipLost("another gateway owns this run now")
+
+    async def end(self, user_id: str, message_id: str) -> None:
+        member = _member(user_id, message_id)
+        keep = self._config.keep_after_end_s
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hset(RUN_PREFIX + member, "ended", 1)
+            pipe.expire(RUN_PREFIX + member, keep)
+            pipe.expire(EVENTS_PREFIX + member, keep)
+            pipe.zrem(ACTIVE_KEY, member)
+            await pipe.execute()
+
+    async def keep_alive(self) -> None:
+        """Renews this gateway's liveness until cancelled; its runs are taken over without it."""
+        ttl_ms = int(self._config.liveness_s * 1000)
+        while True:
+            try:
+                await self._redis.set(GATEWAY_PREFIX + self.gateway_id, 1, px=ttl_ms)
+            except (OSError, RedisError) as error:
+                self._log.warning("liveness not renewed", error=str(error))
+            await asyncio.sleep(self._config.liveness_s / 3)
+
+    async def retire(self) -> None:
+        """At shutdown, after every run ended: nothing is left to take over."""
+        with contextlib.suppress(OSError, RedisError):
+            await self._redis.delete(GATEWAY_PREFIX + self.gateway_id)
+        if self._waiter is not self._redis:
+            await self._waiter.aclose()
+
+    # Anyone's side ------------------------------------------------------------------------------
+
+    async def exists(self, user_id: str, message_id: str) -> Existing | None:
+        held = await self._redis.hmget(
+            RUN_PREFIX + _member(user_id, message_id), ["fp", "conv", "owner"]
+        )
+        if held[0] is None:
+            return None
+        fp, conv, owner = (value.decode() if value else "" for value in held)
+        return Existing(fp, conv, owner)
+
+    async def ask_stop(self, user_id: str, message_id: str) -> bool:
+        """Asks the owner, wherever it is, to stop. False when the answer had already ended."""
+        member = _member(user_id, message_id)
+        state = await self._redis.hmget(RUN_PREFIX + member, ["owner", "ended"])
+        if state[0] is None or state[1] is not None:
+            return False
+        # The owner writes the last event a moment before it marks the run ended.
+        last = await self._redis.xrevrange(EVENTS_PREFIX + member, count=1)
+        if last and isinstance(decode_event(last[0][1][b"e"]), Done | Failed):
+            return False
+        # Kept on the run too, so a gateway that takes it over later still stops it.
+        await self._redis.hset(RUN_PREFIX + member, "stop", 1)
+        await self._redis.publish(STOP_CHANNEL, member)
+        return True
+
+    async def watch_stops(self, on_stop: Callable[[str, str], Awaitable[None]]) -> None:
+        """Calls on_stop(user_id, message_id) for each stop asked anywhere, until cancelled."""
+        while True:
+            pubsub = self._waiter.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(STOP_CHANNEL)
+                async for message in pubsub.listen():
+                    user_id, _, message_id = message["data"].decode().rpartition(SEPARATOR)
+                    await on_stop(user_id, message_id)
+            except (OSError, RedisError) as error:
+                # A stop missed while Redis was away still reaches a run through its hash
+                # when the run is taken over; live runs miss it (UNFINISHED: re-check stop
+                # flags of local runs after a reconnect).
+                self._log.warning("stop subscription lost; resubscribing", error=str(error))
+                await asyncio.sleep(1.0)
+            finally:
+                with contextlib.suppress(OSError, RedisError):
+                    await pubsub.aclose()
+
+    async def follow(
+        self,
+        user_id: str,
+        message_id: str,
+        after_event_id: int,
+        on_idle: Callable[[], Awaitable[None]],
+    ) -> AsyncIterator[tuple[int, Event]]:
+        """A run's events after after_event_id, until it ends; on_idle runs whenever the log
+        has been quiet for a while (the caller checks whether the owner is still alive)."""
+        member = _member(user_id, message_id)
+        cursor = f"0-{after_event_id}"
+        block_ms = int(self._config.follow_block_s * 1000)
+        while True:
+            answer = await self._waiter.xread({EVENTS_PREFIX + member: cursor}, count=500,
+                                              block=block_ms)  # fmt: skip
+            if not answer:
+                if not await self._redis.exists(RUN_PREFIX + member):
+                    raise Unavailable("the answer expired before it ended")
+                await on_idle()
+                continue
+            for entry_id, fields in answer[0][1]:
+                cursor = entry_id.decode()
+                event = decode_event(fields[b"e"])
+                yield int(cursor.split("-")[1]), event
+                if isinstance(event, Done | Failed):
+                    return
+
+    async def read_all(self, user_id: str, message_id: str) -> list[Event]:
+        entries = await self._redis.xrange(EVENTS_PREFIX + _member(user_id, message_id))
+        return [decode_event(fields[b"e"]) for _, fields in entries]
+
+    async def take_over(self, user_id: str, message_id: str) -> Orphan | None:
+        """Makes this gateway the owner of a run whose owner died; None if it is not orphaned
+        (alive, ended, or another gateway won the race)."""
+        member = _member(user_id, message_id)
+        taken = await self._take_over(keys=[RUN_PREFIX + member],
+                                      args=[self.gateway_id, GATEWAY_PREFIX])  # fmt: skip
+        if not taken:
+            return None
+        plan, parent_seq = _decode_plan(taken[0])
+        conversation_id, fingerprint = taken[2].decode(), taken[3].decode()
+        stop_requested = taken[1] is not None
+        return Orphan(user_id, message_id, conversation_id, fingerprint, plan, parent_seq,
+                      stop_requested)  # fmt: skip
+
+    async def orphans(self, limit: int = 100) -> list[tuple[str, str]]:
+        members = await self._orphans(keys=[ACTIVE_KEY], args=[GATEWAY_PREFIX, RUN_PREFIX, limit])
+        found = []
+        for member in members:
+            user_id, _, message_id = member.decode().rpartition(SEPARATOR)
+            found.append((user_id, message_id))
+        return found
+
+
+# Codecs ---------------------------------------------------------------------------------------
+
+
+def encode_event(event: Event) -> str:
+    match event:
+        case Meta():
+            body = {"k": "meta", "message_id": event.message_id,
+                    "conversation_id": event.conversation_id, "model": event.model,
+                    "replica_id": event.replica_id}  # fmt: skip
+        case Delta():
+            body = {"k": "delta", "text": event.text}
+        case Done():
+            usage = event.usage
+            body = {"k": "done", "finish": event.finish.value, "input": usage.input_tokens,
+                    "cached": usage.cached_tokens, "output": usage.output_tokens}  # fmt: skip
+        case Failed():
+            body = {"k": "failed", "code": event.code, "message": event.message}
+    return json.dumps(body, separators=(",", ":"))
+
+
+def decode_event(raw: bytes | str) -> Event:
+    body = json.loads(raw)
+    match body["k"]:
+        case "meta":
+            return Meta(body["message_id"], body["conversation_id"], body["model"],
+                        body["replica_id"])  # fmt: skip
+        case "delta":
+            return Delta(body["text"])
+        case "done":
+            usage = Usage(body["input"], body["cached"], body["output"])
+            return Done(Finish(body["finish"]), usage)
+        case "failed":
+            return Failed(body["code"], body["message"])
+    raise ValueError(f"unknown event kind {body['k']!r}")
+
+
+def _encode_plan(plan: Plan, answer_parent_seq: int | None) -> str:
+    return json.dumps(
+        {
+            "turns": [[t.role.value, t.text, t.tokens] for t in plan.prompt.turns],
+            "dropped": plan.prompt.dropped_turns,
+            "pick": base64.b64encode(plan.pick.SerializeToString()).decode(),
+            "max_answer_tokens": plan.max_answer_tokens,
+            "reserved": plan.reserved,
+            "pool": plan.pool,
+            "tier": plan.tier.value,
+            "parent_seq": answer_parent_seq,
+        },
+        separators=(",", ":"),
+    )
+
+
+def _decode_plan(raw: bytes) -> tuple[Plan, int | None]:
+    body = json.loads(raw)
+    prompt = Prompt(tuple(Turn(Role(r), text, n) for r, text, n in body["turns"]), body["dropped"])
+    pick = scheduler_service_pb2.PickReplicaResponse.FromString(base64.b64decode(body["pick"]))
+    plan = Plan(prompt, pick, body["max_answer_tokens"], body["reserved"], body["pool"],
+                Tier(body["tier"]))  # fmt: skip
+    return plan, body["parent_seq"]

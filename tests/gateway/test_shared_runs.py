@@ -1,0 +1,179 @@
+"""Answers in flight shared through a real Redis: one claim per message id, a fenced event log
+any gateway can follow, and takeover only once the owner's liveness is gone."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+
+from chat.v1 import scheduler_service_pb2
+from domain.context import Prompt
+from domain.types import Finish, Role, Tier, Turn, Usage
+from gateway.answers import Plan
+from gateway.runs import Delta, Done, Meta
+from gateway.shared_runs import (
+    OwnershipLost,
+    SharedRuns,
+    SharedRunsConfig,
+    decode_event,
+    encode_event,
+)
+
+FAST = SharedRunsConfig(liveness_s=0.6, follow_block_s=0.1, keep_after_end_s=30)
+
+
+@pytest.fixture
+async def redis(redis_server) -> AsyncIterator[Redis]:
+    client = Redis.from_url(redis_server.url)
+    yield client
+    await client.aclose()
+
+
+def _plan() -> Plan:
+    prompt = Prompt((Turn(Role.SYSTEM, "Be brief.", 3), Turn(Role.USER, "Hi there", 2)), 0)
+    pick = scheduler_service_pb2.PickReplicaResponse(
+        node_id="node-a", address="127.0.0.1:1", model="m", context_tokens=2048
+    )
+    return Plan(prompt, pick, 64, 123.5, "small", Tier.PLUS)
+
+
+def _ids() -> tuple[str, str]:
+    return f"u_{uuid.uuid4().hex[:8]}", f"m_{uuid.uuid4().hex[:8]}"
+
+
+async def _alive(runs: SharedRuns) -> asyncio.Task[None]:
+    task = asyncio.create_task(runs.keep_alive())
+    await asyncio.sleep(0.05)
+    return task
+
+
+async def _stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+def test_events_survive_the_codec() -> None:
+    events = [
+        Meta("m1", "c1", "model", "node-1"),
+        Delta("héllo\n"),
+        Done(Finish.STOP, Usage(10, 4, 7)),
+    ]
+    assert [decode_event(encode_event(e)) for e in events] == events
+
+
+async def test_one_claim_per_message_id(redis) -> None:
+    a, b = SharedRuns(redis, FAST), SharedRuns(redis, FAST)
+    alive = await _alive(a)
+    user, message = _ids()
+    try:
+        assert await a.claim(user, message, "fp1", "c1") is None
+        held = await b.claim(user, message, "fp1", "c1")
+        assert held is not None and held.owner == a.gateway_id and held.fingerprint == "fp1"
+        # The same id with another body is told apart by its fingerprint.
+        other = await b.claim(user, message, "fp2", "c1")
+        assert other is not None and other.fingerprint == "fp1"
+        # A claim given back (the message was refused) can be claimed again.
+        await a.release(user, message)
+        assert await b.claim(user, message, "fp2", "c1") is None
+    finally:
+        await _stop(alive)
+
+
+async def test_a_claim_abandoned_before_planning_is_free_again(redis) -> None:
+    a, b = SharedRuns(redis, FAST), SharedRuns(redis, FAST)
+    user, message = _ids()
+    # a never renewed its liveness: it is dead, and it never recorded a plan.
+    assert await a.claim(user, message, "fp", "c1") is None
+    assert await b.claim(user, message, "fp", "c1") is None
+
+
+async def test_followers_read_the_log_from_any_event_and_live(redis) -> None:
+    owner, reader = SharedRuns(redis, FAST), SharedRuns(redis, FAST)
+    alive = await _alive(owner)
+    user, message = _ids()
+    try:
+        await owner.claim(user, message, "fp", "c1")
+        await owner.record_plan(user, message, _plan(), 4)
+        await owner.append(user, message, 1, Meta(message, "c1", "m", "node-a"))
+        await owner.append(user, message, 2, Delta("Hello"))
+
+        async def idle() -> None:
+            return None
+
+        async def read(after: int) -> list[tuple[int, object]]:
+            return [item async for item in reader.follow(user, message, after, idle)]
+
+        following = asyncio.create_task(read(1))
+        await asyncio.sleep(0.2)
+        await owner.append(user, message, 3, Delta(" world"))
+        await owner.append(user, message, 4, Done(Finish.STOP, Usage(5, 0, 2)))
+        await owner.end(user, message)
+        events = await asyncio.wait_for(following, 5)
+        assert [event_id for event_id, _ in events] == [2, 3, 4]
+        assert [e.text for _, e in events if isinstance(e, Delta)] == ["Hello", " world"]
+        assert await redis.zscore("chat:runs:active", f"{user}\x1f{message}") is None
+    finally:
+        await _stop(alive)
+
+
+async def test_the_log_is_fenced(redis) -> None:
+    owner, other = SharedRuns(redis, FAST), SharedRuns(redis, FAST)
+    user, message = _ids()
+    await owner.claim(user, message, "fp", "c1")
+    await owner.record_plan(user, message, _plan(), None)
+    await owner.append(user, message, 1, Meta(message, "c1", "m", "node-a"))
+    with pytest.raises(OwnershipLost):
+        await owner.append(user, message, 1, Delta("again"))  # an id already written
+    with pytest.raises(OwnershipLost):
+        await other.append(user, message, 2, Delta("not mine"))  # not the owner
+
+
+async def test_takeover_only_after_the_owner_stops_renewing(redis) -> None:
+    owner, heir = SharedRuns(redis, FAST), SharedRuns(redis, FAST)
+    alive = await _alive(owner)
+    heir_alive = await _alive(heir)
+    user, message = _ids()
+    try:
+        await owner.claim(user, message, "fp", "c1")
+        await owner.record_plan(user, message, _plan(), 7)
+        await owner.append(user, message, 1, Meta(message, "c1", "m", "node-a"))
+        assert await heir.take_over(user, message) is None  # the owner is alive
+        assert (user, message) not in await heir.orphans()
+        await _stop(alive)
+        await asyncio.sleep(FAST.liveness_s + 0.2)
+        assert (user, message) in await heir.orphans()
+        orphan = await heir.take_over(user, message)
+        assert orphan is not None
+        assert orphan.conversation_id == "c1" and orphan.answer_parent_seq == 7
+        assert orphan.plan == _plan()
+        assert await SharedRuns(redis, FAST).take_over(user, message) is None  # heir owns it
+        with pytest.raises(OwnershipLost):  # the old owner, back from a pause, is fenced out
+            await owner.append(user, message, 2, Delta("late"))
+        await heir.append(user, message, 2, Delta("go on"))
+    finally:
+        await _stop(heir_alive)
+
+
+async def test_a_stop_reaches_the_owner(redis) -> None:
+    owner, asker = SharedRuns(redis, FAST), SharedRuns(redis, FAST)
+    user, message = _ids()
+    await owner.claim(user, message, "fp", "c1")
+    await owner.record_plan(user, message, _plan(), None)
+    heard: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+
+    async def on_stop(user_id: str, message_id: str) -> None:
+        await heard.put((user_id, message_id))
+
+    watcher = asyncio.create_task(owner.watch_stops(on_stop))
+    try:
+        await asyncio.sleep(0.2)  # subscribed
+        assert await asker.ask_stop(user, message) is True
+        assert await asyncio.wait_for(heard.get(), 5) == (user, message)
+        await owner.end(user, message)
+        assert await asker.ask_stop(user, message) is False  # already ended
+    finally:
+        await _stop(watcher)
