@@ -14,6 +14,7 @@ from chat.v1 import common_pb2, node_service_pb2, scheduler_service_pb2
 from domain.context import Prompt
 from domain.errors import Unavailable
 from domain.types import Finish, Tier, Usage
+from gateway.metrics import GatewayMetrics
 from gateway.runs import Delta, MessageRun
 from gateway.upstream import Upstreams
 from infra.enums import FINISH_FROM_PB, ROLE_TO_PB, TIER_TO_PB
@@ -62,9 +63,12 @@ class NodeLost(Exception):
 
 
 class AnswerWriter:
-    def __init__(self, upstreams: Upstreams, timeouts: StreamTimeouts) -> None:
+    def __init__(
+        self, upstreams: Upstreams, timeouts: StreamTimeouts, metrics: GatewayMetrics
+    ) -> None:
         self._upstreams = upstreams
         self._timeouts = timeouts
+        self._metrics = metrics
         self._log = structlog.get_logger(component="answer-writer")
 
     async def write(self, run: MessageRun, plan: Plan, answer: Answer) -> None:
@@ -79,6 +83,7 @@ class AnswerWriter:
                 finish, usage = await self._stream(run, plan, answer.served_by, answer.pieces)
             except NodeLost as error:
                 lost.append(answer.served_by.node_id)
+                self._metrics.failovers.labels(plan.pool).inc()
                 self._log.warning("replica lost mid-answer; failing over",
                                   node=answer.served_by.node_id, reason=str(error),
                                   message_id=run.message_id)  # fmt: skip

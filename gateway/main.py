@@ -18,6 +18,7 @@ from domain.types import Tier
 from gateway.answers import StreamTimeouts
 from gateway.auth import Authenticator
 from gateway.buckets import Buckets, InProcessBuckets
+from gateway.metrics import GatewayMetrics
 from gateway.pipeline import ChatPipeline, PipelinePolicy, TierPolicy
 from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
 from gateway.redis_buckets import RedisBuckets, connect
@@ -163,13 +164,14 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
     redis_client = connect_redis(config)
     buckets = build_buckets(config, policy, redis_client)
     shared = build_shared_runs(config, redis_client)
-    pipeline = ChatPipeline(store, upstreams, runs, buckets, policy, time.monotonic, shared)
+    registry = CollectorRegistry()
+    pipeline = ChatPipeline(store, upstreams, runs, buckets, policy, time.monotonic, shared,
+                            GatewayMetrics(registry))  # fmt: skip
     service_name = chat_service_pb2.DESCRIPTOR.services_by_name["ChatService"].full_name
     server = GrpcServer(config.grpc_listen, [service_name])
     chat_service_pb2_grpc.add_ChatServiceServicer_to_server(
         ChatServicer(Authenticator(store), pipeline, store, buckets), server.server
     )
-    registry = CollectorRegistry()
     streaming = Gauge("gateway_answers_streaming", "answers being generated", registry=registry)
     streaming.set_function(lambda: len(runs.running()))
     metrics = MetricsServer(registry, config.metrics_listen)

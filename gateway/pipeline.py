@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import math
 import re
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import Any
 
 import grpc
 import structlog
+from prometheus_client import CollectorRegistry
 
 from chat.v1 import node_service_pb2, scheduler_service_pb2
 from domain import limiter
@@ -37,6 +39,7 @@ from gateway import completions
 from gateway.answers import Answer, AnswerWriter, Plan, StreamTimeouts
 from gateway.buckets import Buckets
 from gateway.completions import CompleteRequest
+from gateway.metrics import GatewayMetrics
 from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
 from gateway.runs import Delta, Done, Event, Failed, MessageRun, Meta, RunRegistry
 from gateway.shared_runs import OwnershipLost, RemoteRun, SharedRuns
@@ -102,12 +105,14 @@ class ChatPipeline:
         policy: PipelinePolicy,
         clock: Callable[[], float],
         shared: SharedRuns | None = None,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
+        self._metrics = metrics or GatewayMetrics(CollectorRegistry())
         self._store = store
         # None: runs live in this process only (the embedded default); else shared in Redis.
         self._shared = shared
         self._upstreams = upstreams
-        self._writer = AnswerWriter(upstreams, policy.streaming)
+        self._writer = AnswerWriter(upstreams, policy.streaming, self._metrics)
         self._runs = runs
         self._buckets = buckets
         self._policy = policy
@@ -183,12 +188,14 @@ class ChatPipeline:
     async def _run(
         self, user: User, request: SendRequest, fingerprint: str, shared: bool
     ) -> MessageRun:
+        arrived = time.monotonic()
         self._check_open_streams(user)
         parent = await self._parent_of(user, request)
         history = await self._history(user, request.conversation_id, parent)
         pool = request.pool or self._policy.default_pool
         plan = await self._plan(user, request, history, pool)
-        run = MessageRun(user.user_id, request.conversation_id, request.message_id, fingerprint)
+        run = MessageRun(user.user_id, request.conversation_id, request.message_id, fingerprint,
+                         started_at=arrived)  # fmt: skip
         self._runs.add(run)
         try:
             user_turn = await self._store.add_message(
@@ -350,6 +357,7 @@ class ChatPipeline:
                 "whole token budget"
             )
         if not decision.admitted:
+            self._metrics.limiter_refusals.labels(user.tier.value).inc()
             raise ResourceExhausted(
                 f"the {user.tier.value} tier's token budget is spent for now",
                 decision.retry_after_s,
@@ -366,6 +374,7 @@ class ChatPipeline:
         except BaseException:
             await self._buckets.settle(user.user_id, user.tier, reserved, 0.0)
             raise
+        self._metrics.queue_wait.labels(user.tier.value, pool).observe(pick.expected_wait_seconds)
         return Plan(prompt, pick, tier.max_answer_tokens, reserved, pool, user.tier)
 
     async def _shed(
@@ -378,13 +387,17 @@ class ChatPipeline:
                        self._policy.shedding)  # fmt: skip
         self._refuse_if_busy(user, pick)
         if decided.pool != pool:
+            self._metrics.sheds.labels(user.tier.value, "small_pool").inc()
             pick = await self._pick(conversation_id, decided.pool, user.tier, 0, 0)
+        if decided.max_answer_tokens < tier.max_answer_tokens:
+            self._metrics.sheds.labels(user.tier.value, "capped_answer").inc()
         capped = TierPolicy(tier.window_tokens, decided.max_answer_tokens, tier.limit)
         return pick, _fitted(capped, pick.context_tokens), decided.pool
 
     def _refuse_if_busy(self, user: User, pick: scheduler_service_pb2.PickReplicaResponse) -> None:
         wait = pick.expected_wait_seconds
         if refuse_at_door(user.tier, pick.ladder_rung, wait, self._policy.shedding):
+            self._metrics.refusals.labels(user.tier.value, "busy").inc()
             raise ResourceExhausted(
                 f"busy: the {user.tier.value} tier would wait about {wait:.0f} s to start",
                 max(1.0, wait),
@@ -471,6 +484,7 @@ class ChatPipeline:
         await self._buckets.settle(
             user.user_id, user.tier, plan.reserved, limiter.usage_cost(answer.usage)
         )
+        self._observe(run, user, answer)
         try:
             await run.append(ending)
         except OwnershipLost:
@@ -479,6 +493,13 @@ class ChatPipeline:
         self._runs.mark_ended(run)
         if run.sink is not None and self._shared is not None:
             await self._shared.end(run.user_id, run.message_id)
+
+    def _observe(self, run: MessageRun, user: User, answer: Answer) -> None:
+        first = run.first_text_at
+        ttft = None if first is None else first - run.started_at
+        stream_s = 0.0 if first is None else time.monotonic() - first
+        self._metrics.observe_answer(user.tier, answer.served_by.model, ttft, stream_s,
+                                     answer.usage, answer.finish.value)  # fmt: skip
 
     async def _save_answer(
         self, run: MessageRun, user: User, parent_seq: int | None, answer: Answer
@@ -558,6 +579,7 @@ class ChatPipeline:
         self._runs.add(run)
         pieces = [event.text for event in events if isinstance(event, Delta)]
         answer = Answer(served_by=orphan.plan.pick, pieces=pieces)
+        self._metrics.takeovers.inc()
         self._log.info("took over a run whose gateway died", message_id=message_id,
                        events=len(events))  # fmt: skip
         user = User(user_id, orphan.plan.tier)

@@ -4,6 +4,7 @@ and comes back (or a retry with the same message id) reads the same answer, neve
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -52,6 +53,9 @@ class MessageRun:
     # Where each event is written before local followers see it (the shared log in Redis),
     # given the event's id; it raises when this gateway no longer owns the run.
     sink: Callable[[int, Event], Awaitable[None]] | None = None
+    # When the message arrived and when its answer's first text was appended (monotonic s).
+    started_at: float = field(default_factory=time.monotonic)
+    first_text_at: float | None = None
 
     @property
     def ended(self) -> bool:
@@ -60,6 +64,8 @@ class MessageRun:
     async def append(self, event: Event) -> None:
         if self.sink is not None:
             await self.sink(len(self.events) + 1, event)
+        if self.first_text_at is None and isinstance(event, Delta):
+            self.first_text_at = time.monotonic()
         async with self.changed:
             self.events.append(event)
             self.changed.notify_all()

@@ -86,3 +86,38 @@ async def test_the_admin_api_refuses_user_tokens_and_anonymous_callers(platform)
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 await stub.ListUsers(pb.ListUsersRequest(), metadata=metadata)
             assert caught.value.code() == code
+
+
+async def test_gateway_metrics_describe_the_answers_it_served(platform) -> None:
+    """After one answer, its time to first token, token pace, prefill and finish are in the
+    gateway's Prometheus series, labelled by tier and model."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from clients.chat_client import ChatClient, Done, new_conversation_id
+
+    async with ChatClient(platform.gateway_address, platform.tokens["free"]) as client:
+        events = [e async for e in client.send(new_conversation_id(), "Say hello in French.")]
+    assert isinstance(events[-1], Done)
+    port = child(platform, "gateway")["metrics"]
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"http://127.0.0.1:{port}/metrics") as response:
+            text = await response.text()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+    def total(name: str, **labels: str) -> float:
+        return sum(
+            value
+            for (sample, sample_labels), value in samples.items()
+            if sample == name and set(labels.items()) <= set(sample_labels)
+        )
+
+    assert total("gateway_ttft_seconds_count", tier="free") >= 1
+    assert total("gateway_ttft_seconds_sum", tier="free") > 0
+    assert total("gateway_answers_total", tier="free") >= 1
+    assert total("gateway_prefill_tokens_count", tier="free") >= 1
+    assert total("gateway_expected_queue_wait_seconds_count", tier="free") >= 1
+    assert "gateway_limiter_refusals_total" in text and "gateway_failovers_total" in text

@@ -1,0 +1,78 @@
+"""The gateway's Prometheus series: how fast answers start and flow, what the prompts cost,
+and every way a message is refused, shed or moved. One object per gateway, on the registry
+its /metrics serves; labels are tier, model or pool, never a user or a message."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from domain.types import Tier, Usage
+
+_SECONDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0)
+_TOKEN_SECONDS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0)
+_TOKENS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768)
+_SHARES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 1.0)
+
+
+class GatewayMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.ttft = Histogram("gateway_ttft_seconds",
+                              "from a message's arrival to its answer's first text",
+                              ["tier", "model"], buckets=_SECONDS, registry=registry)  # fmt: skip
+        self.time_per_output_token = Histogram(
+            "gateway_time_per_output_token_seconds", "between output tokens, after the first",
+            ["tier", "model"], buckets=_TOKEN_SECONDS, registry=registry,
+        )  # fmt: skip
+        self.queue_wait = Histogram(
+            "gateway_expected_queue_wait_seconds",
+            "the scheduler's expected wait to start, for the replica it picked",
+            ["tier", "pool"], buckets=_SECONDS, registry=registry,
+        )  # fmt: skip
+        self.prefill_tokens = Histogram("gateway_prefill_tokens",
+                                        "prompt tokens the engine computed (not cached)",
+                                        ["tier", "model"], buckets=_TOKENS,
+                                        registry=registry)  # fmt: skip
+        self.cached_share = Histogram("gateway_cached_prompt_share",
+                                      "share of the prompt found in the prefix cache",
+                                      ["tier", "model"], buckets=_SHARES,
+                                      registry=registry)  # fmt: skip
+        self.answers = Counter("gateway_answers_total", "answers ended, by how",
+                               ["tier", "model", "finish"], registry=registry)  # fmt: skip
+        self.refusals = Counter("gateway_refusals_total",
+                                "messages refused before the model: busy (rung 3), safety",
+                                ["tier", "reason"], registry=registry)  # fmt: skip
+        self.sheds = Counter("gateway_sheds_total",
+                             "what the ladder took from a message: small_pool, capped_answer",
+                             ["tier", "what"], registry=registry)  # fmt: skip
+        self.limiter_refusals = Counter("gateway_limiter_refusals_total",
+                                        "messages refused because the token bucket was spent",
+                                        ["tier"], registry=registry)  # fmt: skip
+        self.failovers = Counter("gateway_failovers_total",
+                                 "answers moved to another replica mid-answer",
+                                 ["pool"], registry=registry)  # fmt: skip
+        self.fallbacks = Counter("gateway_fallbacks_total",
+                                 "messages sent past a failing pool down the fallback chain",
+                                 ["from_pool", "to"], registry=registry)  # fmt: skip
+        self.takeovers = Counter("gateway_takeovers_total",
+                                 "answers taken over from a gateway that died",
+                                 registry=registry)  # fmt: skip
+
+    def observe_answer(
+        self,
+        tier: Tier,
+        model: str,
+        ttft_s: float | None,
+        stream_s: float,
+        usage: Usage,
+        finish: str,
+    ) -> None:
+        labels = (tier.value, model)
+        self.answers.labels(*labels, finish).inc()
+        if ttft_s is not None:
+            self.ttft.labels(*labels).observe(ttft_s)
+            if usage.output_tokens > 1:
+                per_token = stream_s / (usage.output_tokens - 1)
+                self.time_per_output_token.labels(*labels).observe(per_token)
+        if usage.input_tokens:
+            self.prefill_tokens.labels(*labels).observe(usage.input_tokens - usage.cached_tokens)
+            self.cached_share.labels(*labels).observe(usage.cached_tokens / usage.input_tokens)
