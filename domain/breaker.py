@@ -38,7 +38,9 @@ class CircuitBreaker:
     clock: Callable[[], float]
     _failures: deque[float] = field(default_factory=deque)
     _opened_at: float | None = None
-    _trial_out: bool = False
+    # When the half-open trial went out. A trial that never reports (its message was refused
+    # for another reason before it ran) stops blocking others after one more cooldown.
+    _trial_at: float | None = None
 
     @property
     def state(self) -> BreakerState:
@@ -53,21 +55,24 @@ class CircuitBreaker:
         state = self.state
         if state is BreakerState.CLOSED:
             return True
-        if state is BreakerState.OPEN or self._trial_out:
+        now = self.clock()
+        if state is BreakerState.OPEN:
             return False
-        self._trial_out = True
+        if self._trial_at is not None and now - self._trial_at < self.policy.cooldown_s:
+            return False
+        self._trial_at = now
         return True
 
     def record_success(self) -> None:
         self._failures.clear()
         self._opened_at = None
-        self._trial_out = False
+        self._trial_at = None
 
     def record_failure(self) -> None:
         now = self.clock()
         if self._opened_at is not None:
             # A failed trial (or a late failure while open): cool down again from now.
-            self._opened_at, self._trial_out = now, False
+            self._opened_at, self._trial_at = now, None
             return
         self._failures.append(now)
         while self._failures and now - self._failures[0] > self.policy.window_s:

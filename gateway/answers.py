@@ -11,6 +11,7 @@ import grpc
 import structlog
 
 from chat.v1 import common_pb2, node_service_pb2, scheduler_service_pb2
+from domain.breaker import Breakers
 from domain.context import Prompt
 from domain.errors import Unavailable
 from domain.types import Finish, Tier, Usage
@@ -64,11 +65,16 @@ class NodeLost(Exception):
 
 class AnswerWriter:
     def __init__(
-        self, upstreams: Upstreams, timeouts: StreamTimeouts, metrics: GatewayMetrics
+        self,
+        upstreams: Upstreams,
+        timeouts: StreamTimeouts,
+        metrics: GatewayMetrics,
+        breakers: Breakers,
     ) -> None:
         self._upstreams = upstreams
         self._timeouts = timeouts
         self._metrics = metrics
+        self._breakers = breakers
         self._log = structlog.get_logger(component="answer-writer")
 
     async def write(self, run: MessageRun, plan: Plan, answer: Answer) -> None:
@@ -84,6 +90,7 @@ class AnswerWriter:
             except NodeLost as error:
                 lost.append(answer.served_by.node_id)
                 self._metrics.failovers.labels(plan.pool).inc()
+                self._breakers.of(plan.pool).record_failure()
                 self._log.warning("replica lost mid-answer; failing over",
                                   node=answer.served_by.node_id, reason=str(error),
                                   message_id=run.message_id)  # fmt: skip

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from redis.asyncio import Redis
 
 from chat.v1 import chat_service_pb2, chat_service_pb2_grpc
+from domain.breaker import BreakerPolicy
 from domain.limiter import Limit
 from domain.shedding import SheddingPolicy
 from domain.types import Tier
@@ -62,6 +63,11 @@ class GatewayConfig:
     node_first_token_timeout_s: float = 120.0
     node_stall_timeout_s: float = 10.0
     max_failovers: int = 2
+    # A pool with this many failures (no replica, replica lost) within the window is skipped
+    # for the cooldown: large falls to small, small to a composed "busy" answer.
+    breaker_failures_to_open: int = 5
+    breaker_window_s: float = 30.0
+    breaker_cooldown_s: float = 15.0
     keep_ended_runs_s: float = 600.0
     # Where answers in flight live: "memory" (this gateway only) or "redis" (any gateway
     # resumes any answer, retries never run the model twice, a dead gateway's answers are
@@ -95,6 +101,9 @@ def build_policy(config: GatewayConfig) -> PipelinePolicy:
         shedding=SheddingPolicy(config.shed_answer_tokens, config.shed_max_wait_s),
         streaming=StreamTimeouts(
             config.node_first_token_timeout_s, config.node_stall_timeout_s, config.max_failovers
+        ),
+        breaker=BreakerPolicy(
+            config.breaker_failures_to_open, config.breaker_window_s, config.breaker_cooldown_s
         ),
     )
 

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from chat.v1 import node_service_pb2, scheduler_service_pb2
 from domain import limiter
+from domain.breaker import BreakerPolicy, Breakers, fallback_chain
 from domain.context import ContextBuilder, Prompt
 from domain.errors import (
     Conflict,
@@ -43,15 +44,25 @@ from gateway.metrics import GatewayMetrics
 from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
 from gateway.runs import Delta, Done, Event, Failed, MessageRun, Meta, RunRegistry
 from gateway.shared_runs import OwnershipLost, RemoteRun, SharedRuns
-from gateway.upstream import Upstreams
+from gateway.upstream import NoReplica, Upstreams
 from infra.enums import TIER_TO_PB
 from store.base import Store
 from store.records import MessageRecord, NewMessage
 
+# The last hop of the fallback chain: what the user reads when no pool can answer.
+BUSY_MODEL = "busy"
+BUSY_TEXT = (
+    "Sorry, the assistant is overloaded right now and could not answer. "
+    "Please send your message again in a minute."
+)
 ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 ANSWER_SUFFIX = ".answer"
 # A message may follow a user's message or an answer, whose id is the question's plus a suffix.
 PARENT_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}(\.answer)?$")
+
+
+class PoolsDown(Unavailable):
+    """Every pool of a message's fallback chain is unavailable."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +81,7 @@ class PipelinePolicy:
     streaming: StreamTimeouts = field(default_factory=StreamTimeouts)
     max_message_chars: int = 32_000
     max_open_streams_per_user: int = 4
+    breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +124,8 @@ class ChatPipeline:
         # None: runs live in this process only (the embedded default); else shared in Redis.
         self._shared = shared
         self._upstreams = upstreams
-        self._writer = AnswerWriter(upstreams, policy.streaming, self._metrics)
+        self._breakers = Breakers(policy.breaker, clock)
+        self._writer = AnswerWriter(upstreams, policy.streaming, self._metrics, self._breakers)
         self._runs = runs
         self._buckets = buckets
         self._policy = policy
@@ -173,17 +186,18 @@ class ChatPipeline:
                     )
                 return self._remote(user.user_id, request.message_id)
         try:
-            replayed = await self._replay_stored(user, request, fingerprint)
-            if replayed is None:
-                return await self._run(user, request, fingerprint, shared is not None)
+            run = await self._replay_stored(user, request, fingerprint) or await self._run(
+                user, request, fingerprint, shared is not None
+            )
         except BaseException:
             if shared is not None:
                 await shared.release(user.user_id, request.message_id)
             raise
-        if shared is not None:
-            # Answered from the store without the model: nothing for other gateways to follow.
+        if shared is not None and run.sink is None:
+            # Answered without the model (from the store, or a composed "busy" answer):
+            # nothing for other gateways to follow, and a retry may yet run it for real.
             await shared.release(user.user_id, request.message_id)
-        return replayed
+        return run
 
     async def _run(
         self, user: User, request: SendRequest, fingerprint: str, shared: bool
@@ -193,7 +207,10 @@ class ChatPipeline:
         parent = await self._parent_of(user, request)
         history = await self._history(user, request.conversation_id, parent)
         pool = request.pool or self._policy.default_pool
-        plan = await self._plan(user, request, history, pool)
+        try:
+            plan = await self._plan(user, request, history, pool)
+        except PoolsDown as down:
+            return await self._busy_answer(user, request, fingerprint, down)
         run = MessageRun(user.user_id, request.conversation_id, request.message_id, fingerprint,
                          started_at=arrived)  # fmt: skip
         self._runs.add(run)
@@ -381,7 +398,7 @@ class ChatPipeline:
         self, user: User, conversation_id: str, pool: str
     ) -> tuple[scheduler_service_pb2.PickReplicaResponse, TierPolicy, str]:
         """The ladder's rung decides the pool and the answer cap; rung 3 may refuse at once."""
-        pick = await self._pick(conversation_id, pool, user.tier, 0, 0)
+        pick, pool = await self._first_pick(conversation_id, pool, user.tier)
         tier = self._policy.tiers[user.tier]
         decided = shed(user.tier, pick.ladder_rung, pool, tier.max_answer_tokens,
                        self._policy.shedding)  # fmt: skip
@@ -393,6 +410,36 @@ class ChatPipeline:
             self._metrics.sheds.labels(user.tier.value, "capped_answer").inc()
         capped = TierPolicy(tier.window_tokens, decided.max_answer_tokens, tier.limit)
         return pick, _fitted(capped, pick.context_tokens), decided.pool
+
+    async def _first_pick(
+        self, conversation_id: str, pool: str, tier: Tier
+    ) -> tuple[scheduler_service_pb2.PickReplicaResponse, str]:
+        """The first pool of the fallback chain that has a replica: large falls to small."""
+        chain = fallback_chain(pool)
+        for index, candidate in enumerate(chain):
+            try:
+                return await self._pick(conversation_id, candidate, tier, 0, 0), candidate
+            except NoReplica as error:
+                to = chain[index + 1] if index + 1 < len(chain) else "busy"
+                self._metrics.fallbacks.labels(candidate, to).inc()
+                self._log.warning("pool unavailable; falling back", pool=candidate, to=to,
+                                  reason=error.reason)  # fmt: skip
+        raise PoolsDown(f"no replica can answer: {', '.join(chain)} unavailable")
+
+    async def _busy_answer(
+        self, user: User, request: SendRequest, fingerprint: str, down: PoolsDown
+    ) -> MessageRun:
+        """The end of the fallback chain: a composed answer instead of a raw error. Nothing
+        is stored or charged, so the same message can be sent again later."""
+        run = MessageRun(user.user_id, request.conversation_id, request.message_id, fingerprint)
+        self._runs.add(run)
+        await run.append(Meta(run.message_id, run.conversation_id, BUSY_MODEL, ""))
+        await run.append(Delta(BUSY_TEXT))
+        await run.append(Done(Finish.ERROR, Usage()))
+        self._runs.mark_ended(run)
+        self._metrics.answers.labels(user.tier.value, BUSY_MODEL, Finish.ERROR.value).inc()
+        self._log.warning("composed a busy answer", reason=down.reason)
+        return run
 
     def _refuse_if_busy(self, user: User, pick: scheduler_service_pb2.PickReplicaResponse) -> None:
         wait = pick.expected_wait_seconds
@@ -406,15 +453,22 @@ class ChatPipeline:
     async def _pick(
         self, conversation_id: str, pool: str, tier: Tier, prompt_tokens: int, reusable: int
     ) -> scheduler_service_pb2.PickReplicaResponse:
-        return await self._upstreams.pick(
-            scheduler_service_pb2.PickReplicaRequest(
-                conversation_id=conversation_id,
-                pool=pool,
-                tier=TIER_TO_PB[tier],
-                prompt_tokens=prompt_tokens,
-                reusable_prefix_tokens=max(0, reusable),
+        breaker = self._breakers.of(pool)
+        if not breaker.allows():
+            raise NoReplica(f"pool {pool!r} failed repeatedly; cooling down")
+        try:
+            return await self._upstreams.pick(
+                scheduler_service_pb2.PickReplicaRequest(
+                    conversation_id=conversation_id,
+                    pool=pool,
+                    tier=TIER_TO_PB[tier],
+                    prompt_tokens=prompt_tokens,
+                    reusable_prefix_tokens=max(0, reusable),
+                )
             )
-        )
+        except NoReplica:
+            breaker.record_failure()
+            raise
 
     async def _count(
         self, pick: scheduler_service_pb2.PickReplicaResponse, content: str
@@ -485,6 +539,8 @@ class ChatPipeline:
             user.user_id, user.tier, plan.reserved, limiter.usage_cost(answer.usage)
         )
         self._observe(run, user, answer)
+        if answer.finish is not Finish.ERROR:
+            self._breakers.of(plan.pool).record_success()
         try:
             await run.append(ending)
         except OwnershipLost:

@@ -13,6 +13,10 @@ _CHANNEL_OPTIONS = [
 ]
 
 
+class NoReplica(Unavailable):
+    """The scheduler answered: no replica of the pool is ready (or its breaker is open)."""
+
+
 class Upstreams:
     def __init__(self, scheduler_address: str, rpc_timeout_s: float = 5.0) -> None:
         self._scheduler_channel = grpc.aio.insecure_channel(scheduler_address, _CHANNEL_OPTIONS)
@@ -42,7 +46,7 @@ class Upstreams:
                 ) from error
             if code == grpc.StatusCode.UNAVAILABLE and error.details():
                 # The scheduler answered: no replica is ready. Its reason says which pool.
-                raise Unavailable(error.details()) from error
+                raise NoReplica(error.details()) from error
             raise Unavailable(f"the scheduler is unreachable: {code.name}") from error
         return answer
 

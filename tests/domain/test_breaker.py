@@ -80,3 +80,16 @@ def test_one_breaker_per_pool() -> None:
     assert not breakers.of("large").allows()
     assert breakers.of("small").allows()
     assert breakers.states() == {"large": BreakerState.OPEN, "small": BreakerState.CLOSED}
+
+
+def test_a_trial_that_never_reports_does_not_block_the_pool_forever() -> None:
+    clock = Clock()
+    breaker = _breaker(clock)
+    for _ in range(3):
+        breaker.record_failure()
+    clock.now += 5
+    assert breaker.allows()  # the trial goes out and is never heard of again
+    clock.now += 1
+    assert not breaker.allows()
+    clock.now += 5
+    assert breaker.allows()  # another trial

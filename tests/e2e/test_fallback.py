@@ -1,0 +1,66 @@
+"""The fallback chain on real processes: a message for a pool with no replica falls to the
+small pool; with no pool left the user reads a composed "busy" answer, not a raw error, and
+nothing is stored or charged."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import pytest
+
+from clients.chat_client import AdminClient, ChatClient, ClientError, Delta, Done, Meta
+from clients.chat_client import new_conversation_id as new_id
+from clients.chatctl.platform import LocalPlatform, PlatformSettings
+from gateway.pipeline import BUSY_MODEL, BUSY_TEXT
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+async def small_only(tmp_path_factory):
+    platform = LocalPlatform(
+        PlatformSettings(
+            state_dir=tmp_path_factory.mktemp("fallback"),
+            edge_listen="127.0.0.1:0",
+            nodes=1,
+            pool="small",
+            slot_context_tokens=2048,
+            parallel=1,
+            extra_env={"CHAT_GATEWAY_PLUS_MAX_ANSWER_TOKENS": "24"},
+        )
+    )
+    await platform.start()
+    yield platform
+    await platform.stop()
+
+
+async def test_large_falls_to_small_then_to_a_busy_answer(small_only) -> None:
+    platform = small_only
+    async with ChatClient(platform.gateway_address, platform.tokens["plus"]) as chat:
+        # No large pool in this fleet: a Plus user's pick of large is served by small.
+        events = [e async for e in chat.send(new_id(), "Name a colour.", model="large")]
+        meta = events[0]
+        assert isinstance(meta, Meta) and meta.model not in ("", BUSY_MODEL)
+        assert isinstance(events[-1], Done) and events[-1].finish in ("stop", "length")
+
+        node = next(c for c in platform.children if c.name.startswith("nodeagent"))
+        node.process.send_signal(signal.SIGKILL)
+        await node.process.wait()
+        async with AdminClient(platform.scheduler_address, platform.admin_token) as admin:
+            for _ in range(100):
+                if all(n.state == "dead" for n in await admin.nodes()):
+                    break
+                await asyncio.sleep(0.1)
+
+        level_before = (await chat.limits()).level
+        conversation = new_id()
+        busy = [e async for e in chat.send(conversation, "Are you there?")]
+        assert isinstance(busy[0], Meta) and busy[0].model == BUSY_MODEL
+        assert [e.text for e in busy if isinstance(e, Delta)] == [BUSY_TEXT]
+        assert isinstance(busy[-1], Done) and busy[-1].finish == "error"
+        # Nothing stored, nothing charged.
+        with pytest.raises(ClientError) as missing:
+            await chat.conversation(conversation)
+        assert missing.value.code == "NOT_FOUND"
+        assert (await chat.limits()).level >= level_before
