@@ -19,7 +19,7 @@ from store.records import ConversationRecord, MessageRecord, NewMessage, UserRec
 
 _CONVERSATION_COLUMNS = (
     "user_id, conversation_id, title, model, summary, summary_upto_seq, total_tokens, "
-    "created_at, updated_at"
+    "created_at, updated_at, pool"
 )
 _MESSAGE_COLUMNS = (
     "conversation_id, seq, message_id, parent_seq, role, content, tokens, model, replica_id, "
@@ -252,13 +252,15 @@ class PostgresStore:
                 seq = await _insert_message(conn, user_id, conversation_id, message, now)
                 await conn.execute(
                     "UPDATE conversations SET updated_at = $1, total_tokens = total_tokens + $2, "
-                    "model = CASE WHEN $3 <> '' THEN $3 ELSE model END "
+                    "model = CASE WHEN $3 <> '' THEN $3 ELSE model END, "
+                    "pool = CASE WHEN $6 <> '' THEN $6 ELSE pool END "
                     "WHERE user_id = $4 AND conversation_id = $5",
                     now,
                     message.tokens,
                     message.model,
                     user_id,
                     conversation_id,
+                    message.pool,
                 )
         except asyncpg.UniqueViolationError as exc:
             # Only a reused id is the caller's doing; a clashing seq would be a bug here.

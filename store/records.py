@@ -26,6 +26,8 @@ class ConversationRecord:
     total_tokens: int
     created_at: float
     updated_at: float
+    # The model pool the router keeps it on; '' before its first routed message.
+    pool: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,3 +55,5 @@ class NewMessage:
     model: str = ""
     replica_id: str = ""
     finish: str = ""
+    # Moves the conversation to this pool when not empty (the router's decision).
+    pool: str = ""

@@ -19,7 +19,7 @@ from store.records import ConversationRecord, MessageRecord, NewMessage, UserRec
 
 _CONVERSATION_COLUMNS = (
     "user_id, conversation_id, title, model, summary, summary_upto_seq, total_tokens, "
-    "created_at, updated_at"
+    "created_at, updated_at, pool"
 )
 _MESSAGE_COLUMNS = (
     "conversation_id, seq, message_id, parent_seq, role, content, tokens, model, replica_id, "
@@ -236,10 +236,10 @@ class SqliteStore:
         try:
             await db.execute("BEGIN IMMEDIATE")
             await db.execute(
-                "INSERT INTO conversations (user_id, conversation_id, title, model, created_at, "
-                "updated_at) VALUES (?, ?, ?, ?, ?, ?) "
+                "INSERT INTO conversations (user_id, conversation_id, title, model, pool, "
+                "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (user_id, conversation_id) DO NOTHING",
-                (user_id, conversation_id, title, message.model, now, now),
+                (user_id, conversation_id, title, message.model, message.pool, now, now),
             )
             async with db.execute(
                 "SELECT coalesce(max(seq), 0) + 1 FROM messages "
@@ -268,9 +268,19 @@ class SqliteStore:
             )
             await db.execute(
                 "UPDATE conversations SET updated_at = ?, total_tokens = total_tokens + ?, "
-                "model = CASE WHEN ? != '' THEN ? ELSE model END "
+                "model = CASE WHEN ? != '' THEN ? ELSE model END, "
+                "pool = CASE WHEN ? != '' THEN ? ELSE pool END "
                 "WHERE user_id = ? AND conversation_id = ?",
-                (now, message.tokens, message.model, message.model, user_id, conversation_id),
+                (
+                    now,
+                    message.tokens,
+                    message.model,
+                    message.model,
+                    message.pool,
+                    message.pool,
+                    user_id,
+                    conversation_id,
+                ),
             )
             await db.commit()
         except sqlite3.IntegrityError as exc:

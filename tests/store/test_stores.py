@@ -41,8 +41,20 @@ def msg(mid: str, role: Role, parent: int | None, tokens: int = 5, model: str = 
 async def test_migrations_are_versioned_and_idempotent(url) -> None:
     for _ in range(2):
         s = await open_store(url)
-        assert await s.schema_version() == 1
+        assert await s.schema_version() == 2
         await s.close()
+
+
+async def test_a_conversation_keeps_the_pool_it_was_routed_to(store) -> None:
+    def turn(mid: str, pool: str) -> NewMessage:
+        return NewMessage(mid, Role.USER, "hi", 2, None, model="m", pool=pool)
+
+    await store.add_message("alice", "cp", turn("p1", "small"))
+    assert (await store.get_conversation("alice", "cp")).pool == "small"
+    await store.add_message("alice", "cp", turn("p2", ""))  # no decision: it stays
+    assert (await store.get_conversation("alice", "cp")).pool == "small"
+    await store.add_message("alice", "cp", turn("p3", "large"))  # escalated
+    assert (await store.get_conversation("alice", "cp")).pool == "large"
 
 
 async def test_first_message_creates_the_conversation_scoped_to_its_user(store) -> None:

@@ -1,0 +1,49 @@
+"""Safety checks outside the model: a narrow hard-block check on the user's message, and a
+streaming check on the answer that holds text back until it has been read (spec 002, "Safety").
+
+Compose once per service: `classifier = load_blocklist()`, then `InputGuard(classifier)` for
+messages and a fresh `OutputGuard(classifier, config)` for every answer:
+
+    decision = input_guard.check(message)        # before anything is queued
+    if not decision.allowed: ...                 # done, finish `refused`, decision.refusal_text
+    guard = OutputGuard(classifier, config)      # one per answer
+    for chunk in engine_chunks:
+        shown = guard.feed(chunk)                # often ""
+        if shown: append Delta(shown)
+        if guard.violated: cancel upstream; break
+    shown = guard.finish()                       # final pass over the whole answer
+    if shown: append Delta(shown)
+    if guard.violated: done, finish `refused`, guard.refusal_text (guard.verdict says why)"""
+
+from domain.safety.guards import (
+    InputDecision,
+    InputGuard,
+    OutputGuard,
+    Refusals,
+    StreamCheckConfig,
+)
+from domain.safety.rules import (
+    ALLOWED,
+    DEFAULT_BLOCKLIST,
+    BlocklistClassifier,
+    SafetyClassifier,
+    Verdict,
+    load_blocklist,
+)
+from domain.safety.text import Folded, Folder
+
+__all__ = [
+    "ALLOWED",
+    "DEFAULT_BLOCKLIST",
+    "BlocklistClassifier",
+    "Folded",
+    "Folder",
+    "InputDecision",
+    "InputGuard",
+    "OutputGuard",
+    "Refusals",
+    "SafetyClassifier",
+    "StreamCheckConfig",
+    "Verdict",
+    "load_blocklist",
+]
