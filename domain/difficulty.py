@@ -64,6 +64,9 @@ DENSE_FEATURES = (
     "hard_verbs",
 )
 
+# The classifier the project ships, trained by scripts/train_router.py.
+DEFAULT_DIFFICULTY_MODEL = Path(__file__).parent / "data" / "difficulty_model.json"
+
 
 def looks_like_code(text: str) -> bool:
     """A code fence or a line that reads like a program; the router's fallback uses it too."""

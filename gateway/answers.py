@@ -4,7 +4,9 @@ passed on as a cancel, and failover to another replica when the serving one is l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -14,6 +16,7 @@ from chat.v1 import common_pb2, node_service_pb2, scheduler_service_pb2
 from domain.breaker import Breakers
 from domain.context import Prompt
 from domain.errors import Unavailable
+from domain.safety import OutputGuard
 from domain.types import Finish, Tier, Usage
 from gateway.metrics import GatewayMetrics
 from gateway.runs import Delta, MessageRun
@@ -46,9 +49,14 @@ class Answer:
     """An answer as it is being written: its text so far and who is writing it."""
 
     served_by: scheduler_service_pb2.PickReplicaResponse
+    # Everything the engines wrote: what a continuation goes on from.
     pieces: list[str] = field(default_factory=list)
+    # What the user was shown (the output check holds text back and never shows flagged
+    # text): what is saved.
+    shown: list[str] = field(default_factory=list)
     finish: Finish = Finish.ERROR
     usage: Usage = field(default_factory=Usage)
+    guard: OutputGuard | None = None
 
 
 @dataclass(slots=True)
@@ -70,11 +78,14 @@ class AnswerWriter:
         timeouts: StreamTimeouts,
         metrics: GatewayMetrics,
         breakers: Breakers,
+        new_guard: Callable[[], OutputGuard] | None = None,
     ) -> None:
         self._upstreams = upstreams
         self._timeouts = timeouts
         self._metrics = metrics
         self._breakers = breakers
+        # One output check per answer; None shows the engine's text as it comes.
+        self._new_guard = new_guard
         self._log = structlog.get_logger(component="answer-writer")
 
     async def write(self, run: MessageRun, plan: Plan, answer: Answer) -> None:
@@ -83,10 +94,12 @@ class AnswerWriter:
         lost: list[str] = []
         # An answer taken over from a dead gateway already has text: it is continued, too.
         continued = bool(answer.pieces)
+        if answer.guard is None and self._new_guard is not None:
+            answer.guard = self._new_guard()
         for _ in range(self._timeouts.max_failovers + 1):
             sent_before = len(answer.pieces)
             try:
-                finish, usage = await self._stream(run, plan, answer.served_by, answer.pieces)
+                finish, usage = await self._stream(run, plan, answer.served_by, answer)
             except NodeLost as error:
                 lost.append(answer.served_by.node_id)
                 self._metrics.failovers.labels(plan.pool).inc()
@@ -96,7 +109,7 @@ class AnswerWriter:
                                   message_id=run.message_id)  # fmt: skip
                 answer.served_by = await self._failover_pick(run, plan, lost)
                 continue
-            answer.finish = finish
+            answer.finish = await self._final_check(run, plan, answer, finish)
             # After a failover or a takeover the continuation re-read the prompt and the partial
             # answer: nothing was cached for the user, who got every chunk of every attempt.
             answer.usage = (
@@ -106,6 +119,37 @@ class AnswerWriter:
             )
             return
         raise Unavailable(f"the answer lost {len(lost)} replicas in a row; try again")
+
+    async def _show(self, run: MessageRun, answer: Answer, text: str) -> None:
+        """Passes engine text through the output check; the user gets what it releases."""
+        if answer.guard is not None:
+            text = answer.guard.feed(text)
+        if text:
+            answer.shown.append(text)
+            await run.append(Delta(text))
+
+    async def _final_check(
+        self, run: MessageRun, plan: Plan, answer: Answer, finish: Finish
+    ) -> Finish:
+        """Reads the whole answer once more before `done`; a violation ends it as refused,
+        with the held-back text never shown."""
+        guard = answer.guard
+        if guard is None:
+            return finish
+        if not guard.violated:
+            rest = guard.finish()
+            if rest:
+                answer.shown.append(rest)
+                await run.append(Delta(rest))
+        if not guard.violated:
+            return finish
+        self._metrics.refusals.labels(plan.tier.value, "safety_output").inc()
+        self._log.warning("answer stopped by the output check", message_id=run.message_id,
+                          category=guard.verdict.category)  # fmt: skip
+        refusal = ("\n\n" if answer.shown else "") + guard.refusal_text
+        answer.shown.append(refusal)
+        await run.append(Delta(refusal))
+        return Finish.REFUSED
 
     async def _failover_pick(
         self, run: MessageRun, plan: Plan, lost: list[str]
@@ -124,8 +168,9 @@ class AnswerWriter:
         run: MessageRun,
         plan: Plan,
         pick: scheduler_service_pb2.PickReplicaResponse,
-        pieces: list[str],
+        answer: Answer,
     ) -> tuple[Finish, Usage]:
+        pieces = answer.pieces
         start = node_service_pb2.GenerateStart(
             request_id=f"{run.user_id}/{run.message_id}/{uuid.uuid4().hex[:8]}",
             turns=[
@@ -151,7 +196,13 @@ class AnswerWriter:
                 response = await self._next(call, stop, silence_s)
                 if response.HasField("chunk"):
                     pieces.append(response.chunk.text)
-                    await run.append(Delta(response.chunk.text))
+                    await self._show(run, answer, response.chunk.text)
+                    if answer.guard is not None and answer.guard.violated:
+                        # Flagged: the engine stops now, not after the node's re-attach grace.
+                        cancel = node_service_pb2.GenerateCancel()
+                        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                            await call.write(node_service_pb2.GenerateRequest(cancel=cancel))
+                        return Finish.REFUSED, Usage(plan.prompt.tokens, 0, len(pieces))
                     continue
                 finish = response.finish
                 usage = Usage(

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import structlog
 from prometheus_client import CollectorRegistry, Gauge
@@ -13,7 +14,16 @@ from redis.asyncio import Redis
 
 from chat.v1 import chat_service_pb2, chat_service_pb2_grpc
 from domain.breaker import BreakerPolicy
+from domain.difficulty import DEFAULT_DIFFICULTY_MODEL, DifficultyModel
 from domain.limiter import Limit
+from domain.router import Router
+from domain.safety import (
+    DEFAULT_BLOCKLIST,
+    InputGuard,
+    OutputGuard,
+    StreamCheckConfig,
+    load_blocklist,
+)
 from domain.shedding import SheddingPolicy
 from domain.types import Tier
 from gateway.answers import StreamTimeouts
@@ -21,6 +31,7 @@ from gateway.auth import Authenticator
 from gateway.buckets import Buckets, InProcessBuckets
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline import ChatPipeline, PipelinePolicy, TierPolicy
+from gateway.policies import MessagePolicies
 from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
 from gateway.redis_buckets import RedisBuckets, connect
 from gateway.runs import RunRegistry
@@ -69,6 +80,21 @@ class GatewayConfig:
     breaker_window_s: float = 30.0
     breaker_cooldown_s: float = 15.0
     keep_ended_runs_s: float = 600.0
+    # The router: each conversation starts on the pool its first message needs (the shipped
+    # difficulty classifier, or router_model), escalates small -> large at most once.
+    # Off: messages run on the pool they name, else default_pool.
+    router: bool = True
+    router_model: str = ""
+    # The safety checks outside the model: a hard-block check on each message, and a streaming
+    # check on each answer that holds back output_holdback_tokens behind the newest text.
+    safety: bool = True
+    safety_blocklist: str = ""
+    output_window_tokens: int = 200
+    output_lookback_tokens: int = 50
+    output_holdback_tokens: int = 50
+    # How often the output check reads its window: the user's view trails the newest text by
+    # holdback to holdback + this many tokens.
+    output_check_every_tokens: int = 16
     # Where answers in flight live: "memory" (this gateway only) or "redis" (any gateway
     # resumes any answer, retries never run the model twice, a dead gateway's answers are
     # taken over by the others).
@@ -105,6 +131,27 @@ def build_policy(config: GatewayConfig) -> PipelinePolicy:
         breaker=BreakerPolicy(
             config.breaker_failures_to_open, config.breaker_window_s, config.breaker_cooldown_s
         ),
+    )
+
+
+def build_policies(config: GatewayConfig) -> MessagePolicies:
+    router = difficulty = None
+    if config.router:
+        path = Path(config.router_model) if config.router_model else DEFAULT_DIFFICULTY_MODEL
+        difficulty = DifficultyModel.load(path)
+        router = Router(difficulty.threshold)
+    if not config.safety:
+        return MessagePolicies(router, difficulty)
+    blocklist = Path(config.safety_blocklist) if config.safety_blocklist else DEFAULT_BLOCKLIST
+    classifier = load_blocklist(blocklist)
+    stream = StreamCheckConfig(
+        window_tokens=config.output_window_tokens,
+        lookback_tokens=config.output_lookback_tokens,
+        holdback_tokens=config.output_holdback_tokens,
+        check_every_tokens=config.output_check_every_tokens,
+    )
+    return MessagePolicies(
+        router, difficulty, InputGuard(classifier), lambda: OutputGuard(classifier, stream)
     )
 
 
@@ -175,7 +222,7 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
     shared = build_shared_runs(config, redis_client)
     registry = CollectorRegistry()
     pipeline = ChatPipeline(store, upstreams, runs, buckets, policy, time.monotonic, shared,
-                            GatewayMetrics(registry))  # fmt: skip
+                            GatewayMetrics(registry), build_policies(config))  # fmt: skip
     service_name = chat_service_pb2.DESCRIPTOR.services_by_name["ChatService"].full_name
     server = GrpcServer(config.grpc_listen, [service_name])
     chat_service_pb2_grpc.add_ChatServiceServicer_to_server(

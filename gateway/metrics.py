@@ -53,6 +53,9 @@ class GatewayMetrics:
         self.fallbacks = Counter("gateway_fallbacks_total",
                                  "messages sent past a failing pool down the fallback chain",
                                  ["from_pool", "to"], registry=registry)  # fmt: skip
+        self.routes = Counter("gateway_routes_total",
+                              "where the router sent messages, and why",
+                              ["reason", "pool"], registry=registry)  # fmt: skip
         self.takeovers = Counter("gateway_takeovers_total",
                                  "answers taken over from a gateway that died",
                                  registry=registry)  # fmt: skip

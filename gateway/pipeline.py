@@ -34,6 +34,8 @@ from domain.errors import (
     ResourceExhausted,
     Unavailable,
 )
+from domain.router import RouteDecision
+from domain.safety import Verdict
 from domain.shedding import SheddingPolicy, refuse_at_door, shed
 from domain.types import Finish, Role, Tier, Turn, Usage, User
 from gateway import completions
@@ -41,6 +43,7 @@ from gateway.answers import Answer, AnswerWriter, Plan, StreamTimeouts
 from gateway.buckets import Buckets
 from gateway.completions import CompleteRequest
 from gateway.metrics import GatewayMetrics
+from gateway.policies import MessagePolicies
 from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
 from gateway.runs import Delta, Done, Event, Failed, MessageRun, Meta, RunRegistry
 from gateway.shared_runs import OwnershipLost, RemoteRun, SharedRuns
@@ -51,6 +54,8 @@ from store.records import MessageRecord, NewMessage
 
 # The last hop of the fallback chain: what the user reads when no pool can answer.
 BUSY_MODEL = "busy"
+# What the meta event names when the input check answered instead of a model.
+SAFETY_MODEL = "safety"
 BUSY_TEXT = (
     "Sorry, the assistant is overloaded right now and could not answer. "
     "Please send your message again in a minute."
@@ -118,14 +123,17 @@ class ChatPipeline:
         clock: Callable[[], float],
         shared: SharedRuns | None = None,
         metrics: GatewayMetrics | None = None,
+        policies: MessagePolicies | None = None,
     ) -> None:
         self._metrics = metrics or GatewayMetrics(CollectorRegistry())
+        self._policies = policies or MessagePolicies()
         self._store = store
         # None: runs live in this process only (the embedded default); else shared in Redis.
         self._shared = shared
         self._upstreams = upstreams
         self._breakers = Breakers(policy.breaker, clock)
-        self._writer = AnswerWriter(upstreams, policy.streaming, self._metrics, self._breakers)
+        self._writer = AnswerWriter(upstreams, policy.streaming, self._metrics, self._breakers,
+                                    self._policies.new_output_guard)  # fmt: skip
         self._runs = runs
         self._buckets = buckets
         self._policy = policy
@@ -205,10 +213,13 @@ class ChatPipeline:
         arrived = time.monotonic()
         self._check_open_streams(user)
         parent = await self._parent_of(user, request)
+        unsafe = self._policies.check_input(request.content)
+        if unsafe is not None:
+            return await self._refuse_input(user, request, fingerprint, parent, *unsafe)
         history = await self._history(user, request.conversation_id, parent)
-        pool = request.pool or self._policy.default_pool
+        route = await self._route(user, request)
         try:
-            plan = await self._plan(user, request, history, pool)
+            plan = await self._plan(user, request, history, route.pool)
         except PoolsDown as down:
             return await self._busy_answer(user, request, fingerprint, down)
         run = MessageRun(user.user_id, request.conversation_id, request.message_id, fingerprint,
@@ -225,6 +236,7 @@ class ChatPipeline:
                     tokens=plan.prompt.turns[-1].tokens,
                     parent_seq=parent.seq if parent else None,
                     model=plan.pick.model,
+                    pool=route.conversation_pool,
                 ),
                 title=request.content[:80],
             )
@@ -236,6 +248,46 @@ class ChatPipeline:
             await self._shared.record_plan(user.user_id, run.message_id, plan, user_turn.seq)
             run.sink = self._sink(user.user_id, run.message_id)
         self._start(run, self._drive(run, user, plan, answer_parent_seq=user_turn.seq))
+        return run
+
+    async def _route(self, user: User, request: SendRequest) -> RouteDecision:
+        try:
+            current = await self._store.get_conversation(user.user_id, request.conversation_id)
+        except NotFound:
+            current = None
+        route = self._policies.route(request.content, user.tier, current.pool if current else "",
+                                     request.pool, self._policy.default_pool)  # fmt: skip
+        self._metrics.routes.labels(route.reason.value, route.pool).inc()
+        return route
+
+    async def _refuse_input(
+        self,
+        user: User,
+        request: SendRequest,
+        fingerprint: str,
+        parent: MessageRecord | None,
+        verdict: Verdict,
+        refusal: str,
+    ) -> MessageRun:
+        """A message the input check blocks never reaches a model: it is recorded with its
+        refusal (both marked refused, so no later prompt includes them) and answered with it."""
+        self._metrics.refusals.labels(user.tier.value, "safety_input").inc()
+        self._log.warning("message refused by the input check", category=verdict.category,
+                          message_id=request.message_id)  # fmt: skip
+        parent_seq = parent.seq if parent else None
+        question = NewMessage(request.message_id, Role.USER, request.content, 0, parent_seq,
+                              finish=Finish.REFUSED.value)  # fmt: skip
+        saved = await self._store.add_message(user.user_id, request.conversation_id, question,
+                                              title=request.content[:80])  # fmt: skip
+        answer = NewMessage(request.message_id + ANSWER_SUFFIX, Role.ASSISTANT, refusal, 0,
+                            saved.seq, model=SAFETY_MODEL, finish=Finish.REFUSED.value)  # fmt: skip
+        await self._store.add_message(user.user_id, request.conversation_id, answer)
+        run = MessageRun(user.user_id, request.conversation_id, request.message_id, fingerprint)
+        self._runs.add(run)
+        await run.append(Meta(run.message_id, run.conversation_id, SAFETY_MODEL, ""))
+        await run.append(Delta(refusal))
+        await run.append(Done(Finish.REFUSED, Usage()))
+        self._runs.mark_ended(run)
         return run
 
     def _check_open_streams(self, user: User) -> None:
@@ -338,7 +390,8 @@ class ChatPipeline:
         chain: list[Turn] = []
         cursor: MessageRecord | None = parent
         while cursor is not None:
-            if cursor.content:
+            # Refused turns stay out of every prompt: the blocked text must not reach a model.
+            if cursor.content and cursor.finish != Finish.REFUSED.value:
                 chain.append(Turn(cursor.role, cursor.content, cursor.tokens))
             cursor = by_seq.get(cursor.parent_seq) if cursor.parent_seq else None
         chain.reverse()
@@ -566,7 +619,7 @@ class ChatPipeline:
             NewMessage(
                 message_id=run.message_id + ANSWER_SUFFIX,
                 role=Role.ASSISTANT,
-                content="".join(answer.pieces),
+                content="".join(answer.shown),
                 tokens=answer.usage.output_tokens,
                 parent_seq=parent_seq,
                 model=answer.served_by.model,
@@ -634,7 +687,7 @@ class ChatPipeline:
             run.stop_requested.set()
         self._runs.add(run)
         pieces = [event.text for event in events if isinstance(event, Delta)]
-        answer = Answer(served_by=orphan.plan.pick, pieces=pieces)
+        answer = Answer(served_by=orphan.plan.pick, pieces=pieces, shown=list(pieces))
         self._metrics.takeovers.inc()
         self._log.info("took over a run whose gateway died", message_id=message_id,
                        events=len(events))  # fmt: skip

@@ -27,7 +27,13 @@ async def two_nodes(tmp_path_factory):
             nodes=2,
             slot_context_tokens=2048,
             parallel=1,
-            extra_env={"CHAT_GATEWAY_PLUS_MAX_ANSWER_TOKENS": "160"},
+            extra_env={
+                "CHAT_GATEWAY_PLUS_MAX_ANSWER_TOKENS": "160",
+                # Text token by token (the output check still reads every token first), so
+                # the test can act after the first few deltas.
+                "CHAT_GATEWAY_OUTPUT_HOLDBACK_TOKENS": "0",
+                "CHAT_GATEWAY_OUTPUT_CHECK_EVERY_TOKENS": "1",
+            },
         )
     )
     await platform.start()

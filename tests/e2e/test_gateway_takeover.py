@@ -31,7 +31,13 @@ async def gateways(tmp_path_factory, redis_server):
             slot_context_tokens=2048,
             parallel=2,
             redis_url=redis_server.url,
-            extra_env={"CHAT_GATEWAY_PLUS_MAX_ANSWER_TOKENS": "160"},
+            extra_env={
+                "CHAT_GATEWAY_PLUS_MAX_ANSWER_TOKENS": "160",
+                # Text token by token (the output check still reads every token first), so
+                # the test can act after the first few deltas.
+                "CHAT_GATEWAY_OUTPUT_HOLDBACK_TOKENS": "0",
+                "CHAT_GATEWAY_OUTPUT_CHECK_EVERY_TOKENS": "1",
+            },
         )
     )
     await platform.start()
