@@ -64,3 +64,57 @@ async def test_large_falls_to_small_then_to_a_busy_answer(small_only) -> None:
             await chat.conversation(conversation)
         assert missing.value.code == "NOT_FOUND"
         assert (await chat.limits()).level >= level_before
+
+
+async def _routes(platform: LocalPlatform) -> dict[tuple[str, str], float]:
+    import aiohttp
+    from prometheus_client.parser import text_string_to_metric_families
+
+    port = next(c.ready for c in platform.children if c.name == "gateway")["metrics"]
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"http://127.0.0.1:{port}/metrics") as response:
+            text = await response.text()
+    return {
+        (s.labels["reason"], s.labels["pool"]): s.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "gateway_routes"
+        for s in family.samples
+        if s.name == "gateway_routes_total"
+    }
+
+
+@pytest.fixture(scope="module")
+async def routed(tmp_path_factory):
+    platform = LocalPlatform(
+        PlatformSettings(
+            state_dir=tmp_path_factory.mktemp("router"),
+            edge_listen="127.0.0.1:0",
+            nodes=1,
+            pool="small",
+            slot_context_tokens=2048,
+            parallel=1,
+            extra_env={"CHAT_GATEWAY_FREE_MAX_ANSWER_TOKENS": "8"},
+        )
+    )
+    await platform.start()
+    yield platform
+    await platform.stop()
+
+
+async def test_the_router_starts_easy_small_and_escalates_once(routed) -> None:
+    hard = (
+        "Write a Python function that parses RFC 3339 timestamps with time zones, "
+        "then prove its running time is linear and list the edge cases."
+    )
+    conversation = new_id()
+    async with ChatClient(routed.gateway_address, routed.tokens["free"]) as chat:
+        async for _ in chat.send(conversation, "hi, how are you?"):
+            pass
+        assert (await _routes(routed)).get(("classifier", "small")) == 1
+        async for _ in chat.send(conversation, hard):  # escalates small -> large
+            pass
+        async for _ in chat.send(conversation, "thanks!"):  # and stays large
+            pass
+    routes = await _routes(routed)
+    assert routes.get(("escalated", "large")) == 1
+    assert routes.get(("sticky", "large")) == 1
