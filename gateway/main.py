@@ -30,7 +30,8 @@ from gateway.answers import StreamTimeouts
 from gateway.auth import Authenticator
 from gateway.buckets import Buckets, InProcessBuckets
 from gateway.metrics import GatewayMetrics
-from gateway.pipeline import ChatPipeline, PipelinePolicy, TierPolicy
+from gateway.pipeline import ChatPipeline
+from gateway.planner import PipelinePolicy, TierPolicy
 from gateway.policies import MessagePolicies
 from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
 from gateway.redis_buckets import RedisBuckets, connect

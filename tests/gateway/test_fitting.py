@@ -1,5 +1,5 @@
 from domain.limiter import Limit
-from gateway.pipeline import TierPolicy, _fitted
+from gateway.planner import TierPolicy, _fitted
 
 PLUS = TierPolicy(window_tokens=32_000, max_answer_tokens=4_000, limit=Limit(1, 1))
 

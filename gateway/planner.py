@@ -1,0 +1,212 @@
+"""Planning one message before it runs: the ladder's decision (pool, answer cap, refusal at
+the door), the fallback chain past failing pools, token counts from the serving model, the
+prompt that fits the window, the bucket reservation, and the replica."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import grpc
+import structlog
+
+from chat.v1 import node_service_pb2, scheduler_service_pb2
+from domain import limiter
+from domain.breaker import BreakerPolicy, Breakers, fallback_chain
+from domain.context import ContextBuilder, Prompt
+from domain.errors import MessageTooLarge, ResourceExhausted, Unavailable
+from domain.shedding import SheddingPolicy, refuse_at_door, shed
+from domain.types import Role, Tier, Turn, User
+from gateway.answers import Plan, StreamTimeouts
+from gateway.buckets import Buckets
+from gateway.metrics import GatewayMetrics
+from gateway.upstream import NoReplica, Upstreams
+from infra.enums import TIER_TO_PB
+
+
+class PoolsDown(Unavailable):
+    """Every pool of a message's fallback chain is unavailable."""
+
+
+@dataclass(frozen=True, slots=True)
+class TierPolicy:
+    window_tokens: int
+    max_answer_tokens: int
+    limit: limiter.Limit
+
+
+@dataclass(frozen=True, slots=True)
+class PipelinePolicy:
+    system_prompt: str
+    tiers: dict[Tier, TierPolicy]
+    default_pool: str = "small"
+    shedding: SheddingPolicy = field(default_factory=SheddingPolicy)
+    streaming: StreamTimeouts = field(default_factory=StreamTimeouts)
+    max_message_chars: int = 32_000
+    max_open_streams_per_user: int = 4
+    breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
+
+
+def _fitted(tier: TierPolicy, context_tokens: int) -> TierPolicy:
+    """The tier's window, shrunk to what the serving model can hold: an engine given more
+    would cut the prompt itself, oldest first, system prompt included."""
+    if not context_tokens or context_tokens >= tier.window_tokens:
+        return tier
+    answer = min(tier.max_answer_tokens, context_tokens // 2)
+    return TierPolicy(context_tokens, answer, tier.limit)
+
+
+class Planner:
+    def __init__(
+        self,
+        upstreams: Upstreams,
+        buckets: Buckets,
+        policy: PipelinePolicy,
+        breakers: Breakers,
+        metrics: GatewayMetrics,
+    ) -> None:
+        self._upstreams = upstreams
+        self._buckets = buckets
+        self._policy = policy
+        self._breakers = breakers
+        self._metrics = metrics
+        # The system prompt's token count per model: counted once, never per message.
+        self._system_tokens: dict[str, int] = {}
+        self._log = structlog.get_logger(component="planner")
+
+    async def plan(
+        self, user: User, conversation_id: str, content: str, history: list[Turn], pool: str
+    ) -> Plan:
+        """The ladder's decision, the prompt that fits the window, the reservation and the
+        replica for one message of a stored conversation."""
+        first_pick, tier, pool = await self.shed(user, conversation_id, pool)
+        system_tokens, message_tokens = await self._count(first_pick, content)
+        builder = ContextBuilder(
+            Turn(Role.SYSTEM, self._policy.system_prompt, system_tokens),
+            tier.window_tokens,
+            tier.max_answer_tokens,
+        )
+        new = Turn(Role.USER, content, message_tokens)
+        if not builder.fits_alone(new):
+            raise MessageTooLarge(
+                f"the message has {message_tokens} tokens; with the answer reserve the "
+                f"{user.tier.value} tier's window of {tier.window_tokens} tokens cannot hold it"
+            )
+        prompt = builder.build(None, history, new)
+        return await self.admit(user, conversation_id, pool, tier, prompt)
+
+    async def shed(
+        self, user: User, conversation_id: str, pool: str
+    ) -> tuple[scheduler_service_pb2.PickReplicaResponse, TierPolicy, str]:
+        """The ladder's rung decides the pool and the answer cap; rung 3 may refuse at once."""
+        pick, pool = await self._first_pick(conversation_id, pool, user.tier)
+        tier = self._policy.tiers[user.tier]
+        decided = shed(user.tier, pick.ladder_rung, pool, tier.max_answer_tokens,
+                       self._policy.shedding)  # fmt: skip
+        self._refuse_if_busy(user, pick)
+        if decided.pool != pool:
+            self._metrics.sheds.labels(user.tier.value, "small_pool").inc()
+            pick = await self._pick(conversation_id, decided.pool, user.tier, 0, 0)
+        if decided.max_answer_tokens < tier.max_answer_tokens:
+            self._metrics.sheds.labels(user.tier.value, "capped_answer").inc()
+        capped = TierPolicy(tier.window_tokens, decided.max_answer_tokens, tier.limit)
+        return pick, _fitted(capped, pick.context_tokens), decided.pool
+
+    async def _first_pick(
+        self, conversation_id: str, pool: str, tier: Tier
+    ) -> tuple[scheduler_service_pb2.PickReplicaResponse, str]:
+        """The first pool of the fallback chain that has a replica: large falls to small."""
+        chain = fallback_chain(pool)
+        for index, candidate in enumerate(chain):
+            try:
+                return await self._pick(conversation_id, candidate, tier, 0, 0), candidate
+            except NoReplica as error:
+                to = chain[index + 1] if index + 1 < len(chain) else "busy"
+                self._metrics.fallbacks.labels(candidate, to).inc()
+                self._log.warning("pool unavailable; falling back", pool=candidate, to=to,
+                                  reason=error.reason)  # fmt: skip
+        raise PoolsDown(f"no replica can answer: {', '.join(chain)} unavailable")
+
+    def _refuse_if_busy(self, user: User, pick: scheduler_service_pb2.PickReplicaResponse) -> None:
+        wait = pick.expected_wait_seconds
+        if refuse_at_door(user.tier, pick.ladder_rung, wait, self._policy.shedding):
+            self._metrics.refusals.labels(user.tier.value, "busy").inc()
+            raise ResourceExhausted(
+                f"busy: the {user.tier.value} tier would wait about {wait:.0f} s to start",
+                max(1.0, wait),
+            )
+
+    async def admit(
+        self, user: User, affinity_key: str, pool: str, tier: TierPolicy, prompt: Prompt
+    ) -> Plan:
+        """Reserves the worst case from the user's bucket, then picks the replica for the
+        whole prompt; the reserve is given back if no replica can take it."""
+        reserved = limiter.worst_case_cost(prompt.tokens, tier.max_answer_tokens)
+        decision = await self._buckets.reserve(user.user_id, user.tier, reserved)
+        if math.isinf(decision.retry_after_s):
+            raise MessageTooLarge(
+                f"this message and its answer would cost more than the {user.tier.value} tier's "
+                "whole token budget"
+            )
+        if not decision.admitted:
+            self._metrics.limiter_refusals.labels(user.tier.value).inc()
+            raise ResourceExhausted(
+                f"the {user.tier.value} tier's token budget is spent for now",
+                decision.retry_after_s,
+            )
+        try:
+            pick = await self._pick(
+                affinity_key,
+                pool,
+                user.tier,
+                prompt.tokens,
+                prompt.tokens - prompt.turns[-1].tokens,
+            )
+            self._refuse_if_busy(user, pick)
+        except BaseException:
+            await self._buckets.settle(user.user_id, user.tier, reserved, 0.0)
+            raise
+        self._metrics.queue_wait.labels(user.tier.value, pool).observe(pick.expected_wait_seconds)
+        return Plan(prompt, pick, tier.max_answer_tokens, reserved, pool, user.tier)
+
+    async def _pick(
+        self, conversation_id: str, pool: str, tier: Tier, prompt_tokens: int, reusable: int
+    ) -> scheduler_service_pb2.PickReplicaResponse:
+        breaker = self._breakers.of(pool)
+        if not breaker.allows():
+            raise NoReplica(f"pool {pool!r} failed repeatedly; cooling down")
+        try:
+            return await self._upstreams.pick(
+                scheduler_service_pb2.PickReplicaRequest(
+                    conversation_id=conversation_id,
+                    pool=pool,
+                    tier=TIER_TO_PB[tier],
+                    prompt_tokens=prompt_tokens,
+                    reusable_prefix_tokens=max(0, reusable),
+                )
+            )
+        except NoReplica:
+            breaker.record_failure()
+            raise
+
+    async def _count(
+        self, pick: scheduler_service_pb2.PickReplicaResponse, content: str
+    ) -> tuple[int, int]:
+        """Token counts from the serving model's own tokenizer: (system prompt, message)."""
+        known = self._system_tokens.get(pick.model)
+        texts = [content] if known is not None else [content, self._policy.system_prompt]
+        counts = await self.tokenize(pick, texts)
+        if known is None:
+            known = self._system_tokens[pick.model] = counts[1]
+        return known, counts[0]
+
+    async def tokenize(
+        self, pick: scheduler_service_pb2.PickReplicaResponse, texts: list[str]
+    ) -> list[int]:
+        try:
+            answer = await self._upstreams.node(pick.address).Tokenize(
+                node_service_pb2.TokenizeRequest(texts=texts), timeout=self._upstreams.rpc_timeout_s
+            )
+        except grpc.aio.AioRpcError as error:
+            raise Unavailable(f"the node could not count tokens: {error.code().name}") from error
+        return list(answer.token_counts)
