@@ -281,9 +281,16 @@ class ChatPipeline:
         completions.validate(request, self._policy.max_message_chars)
         self._check_open_streams(user)
         key = completions.affinity_key(user.user_id, request)
-        first_pick, tier, pool = await self._planner.shed(
-            user, key, request.pool or self._policy.default_pool
-        )
+        newest = request.turns[-1].text
+        run = MessageRun(user.user_id, key, completions.completion_id(uuid.uuid4().hex), "")
+        unsafe = self._policies.check_input(newest)
+        if unsafe is not None:
+            return await self._refused_completion(run, user, *unsafe)
+        # Stateless: no stored pool, so each call is routed on its own newest message.
+        route = self._policies.route(newest, user.tier, "", request.pool,
+                                     self._policy.default_pool)  # fmt: skip
+        self._metrics.routes.labels(route.reason.value, route.pool).inc()
+        first_pick, tier, pool = await self._planner.shed(user, key, route.pool)
         answer = completions.answer_cap(tier.max_answer_tokens, request.max_tokens)
         system, turns = completions.split_system(request, self._policy.system_prompt)
         counts = await self._planner.tokenize(first_pick, [system.text, *(t.text for t in turns)])
@@ -295,9 +302,18 @@ class ChatPipeline:
         )
         capped = TierPolicy(tier.window_tokens, answer, tier.limit)
         plan = await self._planner.admit(user, key, pool, capped, prompt)
-        run = MessageRun(user.user_id, key, completions.completion_id(uuid.uuid4().hex), "")
         self._runs.add(run)
         self._start(run, self._drive_completion(run, user, plan))
+        return run
+
+    async def _refused_completion(
+        self, run: MessageRun, user: User, verdict: Verdict, refusal: str
+    ) -> MessageRun:
+        self._metrics.refusals.labels(user.tier.value, "safety_input").inc()
+        self._log.warning("completion refused by the input check", category=verdict.category)
+        await run.append(Meta(run.message_id, run.conversation_id, SAFETY_MODEL, ""))
+        await run.append(Delta(refusal))
+        await run.append(Done(Finish.REFUSED, Usage()))
         return run
 
     async def _drive_completion(self, run: MessageRun, user: User, plan: Plan) -> None:

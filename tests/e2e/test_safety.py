@@ -72,3 +72,22 @@ async def test_a_flagged_answer_is_stopped_and_the_flagged_text_never_shown(guar
     assert isinstance(events[-1], Done) and events[-1].finish == "refused"
     # What is saved is what the user saw: the flagged text is not kept either.
     assert stored[-1].content == shown and stored[-1].finish == "refused"
+
+
+async def test_a_stateless_completion_passes_the_same_input_check(guarded) -> None:
+    import grpc
+
+    from chat.v1 import chat_service_pb2 as pb
+    from chat.v1 import chat_service_pb2_grpc as pb_grpc
+    from chat.v1 import common_pb2
+
+    request = pb.CompleteRequest(
+        turns=[common_pb2.Turn(role=common_pb2.ROLE_USER, content="FORBIDDEN canary PHRASE")]
+    )
+    metadata = (("authorization", f"Bearer {guarded.tokens['free']}"),)
+    async with grpc.aio.insecure_channel(guarded.gateway_address) as channel:
+        stub = pb_grpc.ChatServiceStub(channel)
+        events = [r.event async for r in stub.Complete(request, metadata=metadata)]
+    assert events[0].meta.model == SAFETY_MODEL
+    assert [e.delta.text for e in events if e.HasField("delta")] == [Refusals().input]
+    assert events[-1].done.finish == common_pb2.FINISH_REASON_REFUSED
