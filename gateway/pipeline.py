@@ -39,14 +39,21 @@ from gateway.answers import Answer, AnswerWriter, Plan
 from gateway.buckets import Buckets
 from gateway.completions import CompleteRequest
 from gateway.metrics import GatewayMetrics
-from gateway.planner import PipelinePolicy, Planner, PoolsDown, TierPolicy
+from gateway.planner import (
+    PipelinePolicy,
+    Planner,
+    PoolsDown,
+    PromptSize,
+    TierPolicy,
+    estimate_tokens,
+)
 from gateway.policies import MessagePolicies
 from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
 from gateway.runs import Delta, Done, Event, Failed, MessageRun, Meta, RunRegistry
 from gateway.shared_runs import OwnershipLost, RemoteRun, SharedRuns
 from gateway.upstream import Upstreams
 from store.base import Store
-from store.records import MessageRecord, NewMessage
+from store.records import ConversationRecord, MessageRecord, NewMessage
 
 # The last hop of the fallback chain: what the user reads when no pool can answer.
 BUSY_MODEL = "busy"
@@ -175,12 +182,12 @@ class ChatPipeline:
     ) -> MessageRun:
         arrived = time.monotonic()
         self._check_open_streams(user)
-        parent = await self._parent_of(user, request)
+        conversation, parent = await self._parent_of(user, request)
         unsafe = self._policies.check_input(request.content)
         if unsafe is not None:
             return await self._refuse_input(user, request, fingerprint, parent, *unsafe)
         history = await self._history(user, request.conversation_id, parent)
-        route = await self._route(user, request)
+        route = self._route(user, request, conversation)
         try:
             plan = await self._planner.plan(
                 user, request.conversation_id, request.content, history, route.pool
@@ -215,11 +222,9 @@ class ChatPipeline:
         self._start(run, self._drive(run, user, plan, answer_parent_seq=user_turn.seq))
         return run
 
-    async def _route(self, user: User, request: SendRequest) -> RouteDecision:
-        try:
-            current = await self._store.get_conversation(user.user_id, request.conversation_id)
-        except NotFound:
-            current = None
+    def _route(
+        self, user: User, request: SendRequest, current: ConversationRecord | None
+    ) -> RouteDecision:
         route = self._policies.route(request.content, user.tier, current.pool if current else "",
                                      request.pool, self._policy.default_pool)  # fmt: skip
         self._metrics.routes.labels(route.reason.value, route.pool).inc()
@@ -290,10 +295,11 @@ class ChatPipeline:
         route = self._policies.route(newest, user.tier, "", request.pool,
                                      self._policy.default_pool)  # fmt: skip
         self._metrics.routes.labels(route.reason.value, route.pool).inc()
-        first_pick, tier, pool = await self._planner.shed(user, key, route.pool)
+        size = PromptSize(sum(estimate_tokens(t.text) for t in request.turns), 0)
+        pick, tier, pool = await self._planner.shed(user, key, route.pool, size)
         answer = completions.answer_cap(tier.max_answer_tokens, request.max_tokens)
         system, turns = completions.split_system(request, self._policy.system_prompt)
-        counts = await self._planner.tokenize(first_pick, [system.text, *(t.text for t in turns)])
+        counts = await self._planner.tokenize(pick, [system.text, *(t.text for t in turns)])
         prompt = completions.fit(
             Turn(system.role, system.text, counts[0]),
             [Turn(t.role, t.text, n) for t, n in zip(turns, counts[1:], strict=True)],
@@ -301,7 +307,7 @@ class ChatPipeline:
             answer,
         )
         capped = TierPolicy(tier.window_tokens, answer, tier.limit)
-        plan = await self._planner.admit(user, key, pool, capped, prompt)
+        plan = await self._planner.admit(user, pick, pool, capped, prompt)
         self._runs.add(run)
         self._start(run, self._drive_completion(run, user, plan))
         return run
@@ -349,17 +355,23 @@ class ChatPipeline:
         await run.append(Done(Finish(answer.finish or "stop"), Usage(output_tokens=answer.tokens)))
         return run
 
-    async def _parent_of(self, user: User, request: SendRequest) -> MessageRecord | None:
+    async def _parent_of(
+        self, user: User, request: SendRequest
+    ) -> tuple[ConversationRecord | None, MessageRecord | None]:
+        """The conversation (None when this message starts it) and the message answered."""
+        try:
+            conversation = await self._store.get_conversation(user.user_id, request.conversation_id)
+        except NotFound:
+            conversation = None
         if request.parent_id:
             parent = await self._store.get_message(user.user_id, request.parent_id)
             if parent.conversation_id != request.conversation_id:
                 raise NotFound(f"no message {request.parent_id!r} in this conversation")
-            return parent
-        try:
-            await self._store.get_conversation(user.user_id, request.conversation_id)
-        except NotFound:
-            return None
-        return await self._store.newest_message(user.user_id, request.conversation_id)
+            return conversation, parent
+        if conversation is None:
+            return None, None
+        newest = await self._store.newest_message(user.user_id, request.conversation_id)
+        return conversation, newest
 
     async def _history(
         self, user: User, conversation_id: str, parent: MessageRecord | None

@@ -56,6 +56,20 @@ def _fitted(tier: TierPolicy, context_tokens: int) -> TierPolicy:
     return TierPolicy(context_tokens, answer, tier.limit)
 
 
+@dataclass(frozen=True, slots=True)
+class PromptSize:
+    """A prompt's size before the serving model counted it, for the replica pick: the stored
+    turns' counts are exact, the new text is estimated."""
+
+    tokens: int
+    reusable_tokens: int
+
+
+def estimate_tokens(text: str) -> int:
+    # About four characters a token in English; the pick only weighs prefill against cache.
+    return len(text) // 4 + 1
+
+
 class Planner:
     def __init__(
         self,
@@ -79,8 +93,10 @@ class Planner:
     ) -> Plan:
         """The ladder's decision, the prompt that fits the window, the reservation and the
         replica for one message of a stored conversation."""
-        first_pick, tier, pool = await self.shed(user, conversation_id, pool)
-        system_tokens, message_tokens = await self._count(first_pick, content)
+        reusable = sum(turn.tokens for turn in history)
+        size = PromptSize(reusable + estimate_tokens(content), reusable)
+        pick, tier, pool = await self.shed(user, conversation_id, pool, size)
+        system_tokens, message_tokens = await self._count(pick, content)
         builder = ContextBuilder(
             Turn(Role.SYSTEM, self._policy.system_prompt, system_tokens),
             tier.window_tokens,
@@ -93,33 +109,36 @@ class Planner:
                 f"{user.tier.value} tier's window of {tier.window_tokens} tokens cannot hold it"
             )
         prompt = builder.build(None, history, new)
-        return await self.admit(user, conversation_id, pool, tier, prompt)
+        return await self.admit(user, pick, pool, tier, prompt)
 
     async def shed(
-        self, user: User, conversation_id: str, pool: str
+        self, user: User, conversation_id: str, pool: str, size: PromptSize
     ) -> tuple[scheduler_service_pb2.PickReplicaResponse, TierPolicy, str]:
-        """The ladder's rung decides the pool and the answer cap; rung 3 may refuse at once."""
-        pick, pool = await self._first_pick(conversation_id, pool, user.tier)
+        """Picks the replica, and the ladder's rung that came with it decides the pool and
+        the answer cap; rung 3 may refuse at once. One pick serves the whole message: the
+        prompt's size is estimated before the serving model's tokenizer has counted it."""
+        pick, pool = await self._first_pick(conversation_id, pool, user.tier, size)
         tier = self._policy.tiers[user.tier]
         decided = shed(user.tier, pick.ladder_rung, pool, tier.max_answer_tokens,
                        self._policy.shedding)  # fmt: skip
         self._refuse_if_busy(user, pick)
         if decided.pool != pool:
             self._metrics.sheds.labels(user.tier.value, "small_pool").inc()
-            pick = await self._pick(conversation_id, decided.pool, user.tier, 0, 0)
+            pick = await self._pick(conversation_id, decided.pool, user.tier, size)
+            self._refuse_if_busy(user, pick)
         if decided.max_answer_tokens < tier.max_answer_tokens:
             self._metrics.sheds.labels(user.tier.value, "capped_answer").inc()
         capped = TierPolicy(tier.window_tokens, decided.max_answer_tokens, tier.limit)
         return pick, _fitted(capped, pick.context_tokens), decided.pool
 
     async def _first_pick(
-        self, conversation_id: str, pool: str, tier: Tier
+        self, conversation_id: str, pool: str, tier: Tier, size: PromptSize
     ) -> tuple[scheduler_service_pb2.PickReplicaResponse, str]:
         """The first pool of the fallback chain that has a replica: large falls to small."""
         chain = fallback_chain(pool)
         for index, candidate in enumerate(chain):
             try:
-                return await self._pick(conversation_id, candidate, tier, 0, 0), candidate
+                return await self._pick(conversation_id, candidate, tier, size), candidate
             except NoReplica as error:
                 to = chain[index + 1] if index + 1 < len(chain) else "busy"
                 self._metrics.fallbacks.labels(candidate, to).inc()
@@ -137,10 +156,14 @@ class Planner:
             )
 
     async def admit(
-        self, user: User, affinity_key: str, pool: str, tier: TierPolicy, prompt: Prompt
+        self,
+        user: User,
+        pick: scheduler_service_pb2.PickReplicaResponse,
+        pool: str,
+        tier: TierPolicy,
+        prompt: Prompt,
     ) -> Plan:
-        """Reserves the worst case from the user's bucket, then picks the replica for the
-        whole prompt; the reserve is given back if no replica can take it."""
+        """Reserves the worst case (prompt + the answer cap) from the user's bucket."""
         reserved = limiter.worst_case_cost(prompt.tokens, tier.max_answer_tokens)
         decision = await self._buckets.reserve(user.user_id, user.tier, reserved)
         if math.isinf(decision.retry_after_s):
@@ -154,23 +177,11 @@ class Planner:
                 f"the {user.tier.value} tier's token budget is spent for now",
                 decision.retry_after_s,
             )
-        try:
-            pick = await self._pick(
-                affinity_key,
-                pool,
-                user.tier,
-                prompt.tokens,
-                prompt.tokens - prompt.turns[-1].tokens,
-            )
-            self._refuse_if_busy(user, pick)
-        except BaseException:
-            await self._buckets.settle(user.user_id, user.tier, reserved, 0.0)
-            raise
         self._metrics.queue_wait.labels(user.tier.value, pool).observe(pick.expected_wait_seconds)
         return Plan(prompt, pick, tier.max_answer_tokens, reserved, pool, user.tier)
 
     async def _pick(
-        self, conversation_id: str, pool: str, tier: Tier, prompt_tokens: int, reusable: int
+        self, conversation_id: str, pool: str, tier: Tier, size: PromptSize
     ) -> scheduler_service_pb2.PickReplicaResponse:
         breaker = self._breakers.of(pool)
         if not breaker.allows():
@@ -181,8 +192,8 @@ class Planner:
                     conversation_id=conversation_id,
                     pool=pool,
                     tier=TIER_TO_PB[tier],
-                    prompt_tokens=prompt_tokens,
-                    reusable_prefix_tokens=max(0, reusable),
+                    prompt_tokens=size.tokens,
+                    reusable_prefix_tokens=max(0, size.reusable_tokens),
                 )
             )
         except NoReplica:
