@@ -34,6 +34,7 @@ SETTINGS_FLAGS = {
     "nodes": "nodes",
     "pool": "pool",
     "schedulers": "schedulers",
+    "gateways": "gateways",
     "etcd": "etcd_endpoint",
     "redis": "redis_url",
     "store": "store_url",

@@ -1,5 +1,5 @@
 """chatctl: the operators' command line. This module is its parser and dispatch; each
-command lives in a module of its own (local, fleet, users, chat, plan).
+command lives in a module of its own (local, fleet, users, chat, plan, simulate).
 
 Every command takes --json (machine-readable output). Errors print `chatctl: <reason>` on stderr
 and exit 1; usage errors exit 2. Addresses and tokens come from flags (--scheduler, --gateway,
@@ -23,6 +23,7 @@ from clients.chatctl.fleet import drain, ladder, nodes, undrain
 from clients.chatctl.local import down, up
 from clients.chatctl.output import CtlError
 from clients.chatctl.plan import add_plan_parser, run_plan
+from clients.chatctl.simulate import add_simulate_parser, run_simulate
 from clients.chatctl.users import users
 
 # Flag types and the flags commands share --------------------------------------------------------
@@ -91,7 +92,18 @@ def add_up(commands: Any) -> None:
         metavar="HOST:PORT",
         help="share membership and the ladder through this etcd",
     )
-    up_parser.add_argument("--redis", default="", metavar="URL", help="token buckets in this Redis")
+    up_parser.add_argument(
+        "--gateways",
+        type=int,
+        default=1,
+        help="gateways (more than 1 needs --redis: they share answers in flight)",
+    )
+    up_parser.add_argument(
+        "--redis",
+        default="",
+        metavar="URL",
+        help="token buckets and answers in flight in this Redis",
+    )
     up_parser.add_argument(
         "--store",
         default="",
@@ -182,19 +194,34 @@ def add_plan(commands: Any) -> None:
     add_plan_parser(commands).set_defaults(handler=run_plan)
 
 
+def add_simulate(commands: Any) -> None:
+    add_simulate_parser(commands).set_defaults(handler=run_simulate)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chatctl", description="operate the chat platform")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (add_up, add_down, add_fleet, add_ladder, add_users, add_chat, add_plan):
+    for add in (
+        add_up,
+        add_down,
+        add_fleet,
+        add_ladder,
+        add_users,
+        add_chat,
+        add_plan,
+        add_simulate,
+    ):
         add(commands)
     return parser
 
 
 def check_up(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    if args.nodes < 1 or args.schedulers < 1:
-        parser.error("--nodes and --schedulers must be at least 1")
+    if min(args.nodes, args.schedulers, args.gateways) < 1:
+        parser.error("--nodes, --schedulers and --gateways must be at least 1")
     if args.schedulers > 1 and not args.etcd:
         parser.error("more than one scheduler needs --etcd")
+    if args.gateways > 1 and not args.redis:
+        parser.error("more than one gateway needs --redis")
 
 
 def dispatch(args: argparse.Namespace) -> int:

@@ -206,6 +206,8 @@ async def test_bad_input_is_a_usage_error(platform: LocalPlatform) -> None:
         ("ladder", "--pin", "9", *flags),
         ("ladder", "--pin", "1", "--unpin", *flags),
         ("nodes", "--watch", "-1", *flags),
+        ("up", "--gateways", "2"),  # several gateways share runs through Redis
+        ("up", "--gateways", "0"),
         ("users",),
         ("no-such-command",),
         (),
