@@ -1,0 +1,93 @@
+"""`chatctl simulate`: runs a named scenario of spec 000 on the fleet simulator (fleet/) and
+prints its figures against the spec; with --report, writes its tables and plots there."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from clients.chatctl.output import CtlError
+from fleet import SCENARIOS, run_scenario, write_report
+
+
+def add_simulate_parser(commands: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "simulate", help="simulate a region of replicas running a scenario of spec 000"
+    )
+    parser.add_argument("scenario", choices=sorted(SCENARIOS), help="the scenario to run")
+    parser.add_argument(
+        "--scale",
+        type=_share,
+        default=0.05,
+        help="the share of the region to build, fleet and traffic alike (default 0.05: 1/20)",
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="simulated seconds in all, warm-up included (default: the scenario's own)",
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write summary.md, CSV tables and PNG plots here",
+    )
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    return parser
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share of the region in (0, 1]")
+    return value
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    scenario = SCENARIOS[args.scenario]
+    if args.duration is not None and args.duration <= scenario.warmup_s:
+        raise CtlError(f"--duration must exceed the scenario's warm-up of {scenario.warmup_s} s")
+    result = run_scenario(args.scenario, scale=args.scale, seed=args.seed, duration_s=args.duration)
+    figures = result.figures()
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "scenario": args.scenario,
+                    "scale": result.scale,
+                    "seed": args.seed,
+                    "figures": [
+                        {
+                            "name": f.name,
+                            "spec": f.spec,
+                            "measured": _finite(f.measured),
+                            "within": f.ok,
+                        }
+                        for f in figures
+                    ],
+                }
+            )
+        )
+    else:
+        from fleet.report import summary_text
+
+        print(summary_text(result), end="")
+    if args.report is not None:
+        for path in write_report(result, args.report):
+            if not args.json:
+                print(f"wrote {path}")
+    return 0
+
+
+def _finite(value: float) -> float | None:
+    return None if math.isnan(value) else value

@@ -1,0 +1,37 @@
+"""`chatctl simulate` and the report it writes: tables, CSVs and PNG plots in the folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from clients.chatctl.main import main
+
+
+def test_simulate_prints_the_figures_and_writes_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "report"
+    argv = ["simulate", "replica-dies", "--scale", "0.01", "--duration", "100", "--json"]
+    assert main([*argv, "--report", str(folder)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["scenario"] == "replica-dies" and printed["figures"]
+    names = {f["name"] for f in printed["figures"]}
+    assert "answers lost" in names
+    written = sorted(p.name for p in folder.iterdir())
+    assert written == ["fleet.csv", "summary.md", "tiers.csv", "timeline.png", "ttft.png"]
+    assert (folder / "timeline.png").read_bytes().startswith(b"\x89PNG")
+    assert "# A replica dies" in (folder / "summary.md").read_text()
+
+
+def test_simulate_refuses_a_duration_inside_the_warm_up(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "cache-lost", "--duration", "10"]) == 1
+    assert "warm-up" in capsys.readouterr().err
+
+
+def test_simulate_refuses_a_scale_outside_the_region() -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["simulate", "cache-lost", "--scale", "2"])
+    assert exit_.value.code == 2
