@@ -34,6 +34,7 @@ left out as the spec leaves them out.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -354,6 +355,18 @@ class ReplicaSim:
         self._waiting_count += 1
         self._queued_prefill += seq.to_read
 
+    def warm_prefix(self, conversation: Hashable, tokens: int) -> int:
+        """Puts a conversation's first `tokens` in the prefix cache, as if its last request had
+        just ended here; returns the tokens kept (whole blocks, as much as the memory holds).
+        A simulation that starts mid-day starts with warm caches, not with every conversation
+        re-reading its history at once (that is the cache-flush scenario, not the normal day)."""
+        blocks = min(tokens // BLOCK_TOKENS, self._cache.available)
+        if blocks:
+            self._cache.claim(conversation, 0)  # an older run of it goes first
+            self._cache.take(blocks)
+            self._cache.keep(conversation, blocks, blocks)
+        return blocks * BLOCK_TOKENS
+
     def cancel(self, request_id: str) -> SimFinish | None:
         """Stops a request wherever it is; its blocks go back at once. None if unknown."""
         seq = self._seqs.get(request_id)
@@ -395,6 +408,46 @@ class ReplicaSim:
         return StepResult(
             t, started_s, duration, decoded, started, prefilled, admitted, finished, preempted
         )
+
+    def fast_forward(self, until_s: float) -> int:
+        """Takes, in one call, the steps before `until_s` in which nothing but decoding can
+        happen; returns how many. Each is exactly the step `step()` would take (same blocks
+        handed out, same duration, same clock), without building its result: nothing starts,
+        finishes or is admitted in them. It stops before a step that would finish an answer,
+        admit a request, read a prompt chunk or preempt; `step()` takes that one. An idle
+        replica waits: its clock moves to `until_s`. A fleet simulation calls this between its
+        events, so a replica's quiet stretches cost a few operations a step."""
+        if self.idle:
+            self.now_s = max(self.now_s, until_s)
+            return 0
+        decoders = len(self._decoders)
+        if self._prefilling or not decoders or self._head_would_be_admitted(decoders):
+            return 0
+        # A stale heap entry (a preempted or cancelled answer) only makes the stretch shorter.
+        next_finish = self._finishes[0][0] if self._finishes else math.inf
+        cache, phase, preset = self._cache, self._block_phase, self.preset
+        t, now, kv_read = self._step, self.now_s, self._decode_kv_tokens
+        # Growth only takes blocks, so a head that does not fit now will not fit later.
+        while now < until_s and t + 1 < next_finish:
+            grow = phase[-(t + 1) % BLOCK_TOKENS]
+            if grow > cache.available:
+                break  # a preemption: step() decides who goes
+            cache.take(grow)
+            now += step_seconds(preset, decoders, kv_read, 0)
+            kv_read += decoders
+            t += 1
+        taken = t - self._step
+        self._step, self.now_s, self._decode_kv_tokens = t, now, kv_read
+        return taken
+
+    def _head_would_be_admitted(self, decoders: int) -> bool:
+        """Whether the next step would admit (or clean up) the head of the waiting queue."""
+        if not self._waiting_count or self.preset.step_tokens - decoders <= 0:
+            return False
+        _, _, epoch, seq = self._waiting[0]
+        if seq.state != _WAITING or seq.queue_epoch != epoch:
+            return True  # a stale entry: step() pops it, and the next head may fit
+        return _blocks_for(seq.to_read + 1) <= self._cache.available
 
     def _decoding_ids(self) -> tuple[str, ...]:
         # Rebuilt only when the decoders change; most steps hand back the same tuple.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 
 import pytest
@@ -272,3 +273,68 @@ def test_submit_refuses_what_can_never_fit() -> None:
     sim.submit("ok", 100, 10)
     with pytest.raises(ValueError, match="already"):
         sim.submit("ok", 100, 10)
+
+
+def drive(sim: ReplicaSim, fast: bool, seed: int) -> tuple[list, list[float]]:
+    """Random arrivals and cancels at event times; between events the replica steps up to the
+    next one, one step at a time or with fast_forward taking the quiet stretches."""
+    rng = random.Random(seed)
+    records, clocks = [], []
+    now = 0.0
+    for event in range(600):
+        now += rng.expovariate(8.0)
+        while sim.now_s < now:
+            if fast and sim.fast_forward(now) and sim.now_s >= now:
+                break
+            if sim.idle:
+                sim.now_s = max(sim.now_s, now)  # what fast_forward does when idle
+                break
+            records.extend(sim.step().finished)
+        clocks.append(sim.now_s)
+        if rng.random() < 0.05 and (cancelled := sim.cancel(f"q{rng.randrange(event + 1)}")):
+            records.append(cancelled)
+        prompt, answer = rng.randint(1, 3_000), rng.randint(1, 400)
+        conversation = f"c{rng.randint(0, 30)}"
+        sim.submit(f"q{event}", prompt, answer, paid=rng.random() < 0.3, conversation=conversation)
+    while not sim.idle:
+        if not (fast and sim.fast_forward(math.inf)):
+            records.extend(sim.step().finished)
+    return records, clocks
+
+
+@pytest.mark.parametrize(
+    "preset",
+    # Roomy (long quiet stretches), and small enough that memory runs out: preemptions and
+    # blocked heads end the stretches.
+    [H100x4_70B, tiny(blocks=900, host_blocks=200)],
+    ids=["roomy", "tight"],
+)
+def test_fast_forward_equals_stepping_one_by_one(preset: ReplicaPreset) -> None:
+    slow, fast = ReplicaSim(preset), ReplicaSim(preset)
+    assert drive(fast, fast=True, seed=3) == drive(slow, fast=False, seed=3)
+    assert fast.now_s == slow.now_s and fast.load() == slow.load()
+
+
+def test_fast_forward_takes_whole_decode_stretches_and_waits_when_idle() -> None:
+    sim = ReplicaSim(H100x4_70B)
+    assert sim.fast_forward(5.0) == 0 and sim.now_s == 5.0  # idle: the clock moves on
+    sim.submit("a", 1_000, 300)
+    assert sim.fast_forward(6.0) == 0  # a prompt to read: step() does that
+    sim.step(), sim.step()  # two chunks of prompt; the second yields the first token
+    taken = sim.fast_forward(math.inf)
+    assert taken == 298  # every step up to the one that writes the last token
+    assert [f.output_tokens for f in sim.step().finished] == [300]
+    assert sim.idle
+
+
+def test_a_warmed_prefix_is_read_from_cache_like_a_finished_turn() -> None:
+    sim = ReplicaSim(tiny(blocks=400, host_blocks=100))
+    assert sim.warm_prefix("c1", 2_000) == 2_000  # 125 whole blocks
+    assert sim.warm_prefix("c2", 1_024 + 7) == 1_024  # a partial block is not kept
+    assert sim.load().cached_kv_tokens == 3_024
+    sim.submit("next", 2_100, 5, conversation="c1")
+    finished = run_until(sim, lambda r: bool(r.finished))[-1].finished
+    assert finished[0].cached_tokens == 2_000
+    # A warm-up bigger than the memory keeps what fits, spilling older runs to host RAM.
+    assert sim.warm_prefix("c3", 10_000) == 400 * BLOCK_TOKENS
+    assert sim.load().host_kv_tokens > 0
