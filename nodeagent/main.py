@@ -22,6 +22,7 @@ from nodeagent.reporter import LoadReporter, NodeIdentity
 from nodeagent.requests import RequestRegistry
 from nodeagent.servicer import NodeServicer
 from nodeagent.sim import SimEngine
+from nodeagent.vllm import VllmEngine, VllmLaunch
 
 
 @dataclass
@@ -34,6 +35,8 @@ class NodeAgentConfig:
     scheduler_addresses: list[str] = field(default_factory=lambda: ["127.0.0.1:50051"])
     engine: str = "llamacpp"
     model: str = "smollm2-135m-instruct"
+    # llamacpp: a GGUF file (empty: the bundled SmolLM2); vllm: a Hugging Face model folder
+    # (empty: .vllm/smollm2-135m-instruct, made by scripts/install_vllm.sh).
     model_path: str = ""
     pool: str = "small"
     slot_context_tokens: int = 8192
@@ -49,6 +52,18 @@ class NodeAgentConfig:
     # and how many times faster than real time it runs.
     sim_preset: str = "70b-4xh100"
     sim_speed: float = 1.0
+    # engine "vllm": attach to the vLLM server at vllm_url (a GPU pod runs it in its own
+    # container), or, when empty, start one with vllm_python (empty: .vllm/venv/bin/python).
+    # slot_context_tokens is its max model length; `model` is the name it serves.
+    vllm_url: str = ""
+    vllm_python: str = ""
+    vllm_max_num_seqs: int = 8
+    # vLLM's CPU build only: KV cache size in host memory and the cores its threads use.
+    vllm_kvcache_space_gib: int = 1
+    vllm_cpu_threads_bind: str = "0-1"
+    # Skip torch.compile / CUDA graphs: a CPU node starts in ~1 min instead of 5+.
+    vllm_enforce_eager: bool = False
+    vllm_startup_timeout_s: float = 300.0
     ready_file: str = ""
     log_level: str = "info"
 
@@ -68,7 +83,30 @@ def build_engine(config: NodeAgentConfig) -> Engine:
                 f"unknown sim_preset {config.sim_preset!r}; presets: {', '.join(PRESETS)}"
             )
         return SimEngine(PRESETS[config.sim_preset], speed=config.sim_speed)
-    raise ValueError(f"unknown engine {config.engine!r}; this build has: llamacpp, sim")
+    if config.engine == "vllm":
+        return _vllm_engine(config)
+    raise ValueError(f"unknown engine {config.engine!r}; this build has: llamacpp, sim, vllm")
+
+
+def _vllm_engine(config: NodeAgentConfig) -> VllmEngine:
+    if config.vllm_max_num_seqs < 1 or config.vllm_kvcache_space_gib < 1:
+        raise ValueError("vllm_max_num_seqs and vllm_kvcache_space_gib must be at least 1")
+    defaults = VllmLaunch()
+    launch = VllmLaunch(
+        python=config.vllm_python or defaults.python,
+        model_path=config.model_path or defaults.model_path,
+        kvcache_space_gib=config.vllm_kvcache_space_gib,
+        cpu_threads_bind=config.vllm_cpu_threads_bind,
+        max_num_seqs=config.vllm_max_num_seqs,
+        enforce_eager=config.vllm_enforce_eager,
+    )
+    return VllmEngine(
+        model=config.model,
+        context_tokens=config.slot_context_tokens,
+        base_url=config.vllm_url,
+        launch=launch,
+        startup_timeout_s=config.vllm_startup_timeout_s,
+    )
 
 
 async def _watch_engine(

@@ -1,0 +1,399 @@
+"""Engine adapter for vLLM's OpenAI-compatible server: the production engine.
+
+It either starts a local vLLM server as a child process or attaches to one already running (a
+GPU pod runs vLLM in its own container and the nodeagent beside it). Answers stream from
+`/v1/chat/completions`; closing that HTTP stream aborts the request inside vLLM, which frees its
+KV blocks at once. Plus is served ahead of Free through vLLM's priority scheduler (lower number
+first). Load comes from vLLM's own `/metrics`, read by the pure parser in vllm_metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import BinaryIO
+
+import aiohttp
+
+from domain.types import Finish, Tier, Usage
+from infra.process import die_with_parent
+from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
+from nodeagent.llamacpp import free_port
+from nodeagent.vllm_metrics import (
+    MetricsParseError,
+    VllmMetrics,
+    parse_vllm_metrics,
+    prefix_hit_rate,
+)
+
+# vLLM's priority scheduler serves the lowest number first.
+PRIORITY = {Tier.PLUS: 0, Tier.FREE: 10}
+# Any other reason vLLM gives (tool_calls, repetition) ended the answer normally: STOP.
+_FINISH = {
+    "stop": Finish.STOP,
+    "length": Finish.LENGTH,
+    "abort": Finish.CANCELLED,
+    "error": Finish.ERROR,
+}
+# Where scripts/install_vllm.sh puts vLLM's venv and the converted model, from the repo root.
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_HOME = REPO_ROOT / ".vllm"
+_PROBE_TIMEOUT = aiohttp.ClientTimeout(total=5)
+_LOG_TAIL_BYTES = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class VllmLaunch:
+    """How to start a local vLLM server (unused when attaching to a running one)."""
+
+    # vLLM's own Python (its separate venv); its pins never meet the project's.
+    python: str = str(DEFAULT_HOME / "venv" / "bin" / "python")
+    model_path: str = str(DEFAULT_HOME / "smollm2-135m-instruct")
+    # The CPU build's KV cache size in host memory; ignored by GPU builds.
+    kvcache_space_gib: int = 1
+    # Cores vLLM's CPU build pins its OpenMP threads to.
+    cpu_threads_bind: str = "0-1"
+    max_num_seqs: int = 8
+    # Skips torch.compile (and CUDA graphs on a GPU): the CPU build then starts in about a
+    # minute instead of compiling for 5+ minutes on 2 busy cores, at some decode speed. Tests
+    # and small CPU nodes want it; a GPU node does not.
+    enforce_eager: bool = False
+    # vLLM's compile and download caches stay inside the install folder, not in ~/.cache.
+    cache_root: str = str(DEFAULT_HOME / "cache")
+    # Takes the server's output; empty: .vllm/logs/vllm-PORT.log (one per server).
+    log_path: str = ""
+    extra_args: tuple[str, ...] = ()
+
+    def command(self, served_model: str, port: int, context_tokens: int) -> list[str]:
+        return [
+            self.python,
+            "-m",
+            # The `vllm` console script of the CPU wheel is broken; the module works.
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            self.model_path,
+            "--served-model-name",
+            served_model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--max-model-len",
+            str(context_tokens),
+            "--max-num-seqs",
+            str(self.max_num_seqs),
+            "--scheduling-policy",
+            "priority",
+            # Without it vLLM reports no cached tokens per request.
+            "--enable-prompt-tokens-details",
+            "--enable-prefix-caching",
+            "--disable-uvicorn-access-log",
+            *(["--enforce-eager"] if self.enforce_eager else []),
+            *self.extra_args,
+        ]
+
+    def environment(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            # Nothing may be downloaded at run time: the model folder is complete.
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            "VLLM_CPU_KVCACHE_SPACE": str(self.kvcache_space_gib),
+            "VLLM_CPU_OMP_THREADS_BIND": self.cpu_threads_bind,
+            "VLLM_CACHE_ROOT": self.cache_root,
+        }
+
+
+@dataclass(slots=True)
+class _Accounting:
+    # Prompt tokens of requests that have not produced their first token: vLLM's metrics count
+    # waiting requests but not the prefill work they hold, which the picker needs.
+    waiting_prompt_tokens: dict[str, int] = field(default_factory=dict)
+    last_metrics: VllmMetrics | None = None
+    last_hit_rate: float = 0.0
+
+
+class VllmEngine:
+    def __init__(
+        self,
+        model: str,
+        context_tokens: int = 8192,
+        base_url: str = "",
+        launch: VllmLaunch | None = None,
+        startup_timeout_s: float = 300.0,
+    ) -> None:
+        """With base_url, attaches to a running vLLM server; otherwise starts one with launch."""
+        self.model = model
+        self.context_tokens = context_tokens
+        self._base_url = base_url.rstrip("/")
+        self._launch = None if base_url else (launch or VllmLaunch())
+        self._startup_timeout_s = startup_timeout_s
+        self._process: asyncio.subprocess.Process | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._accounting = _Accounting()
+
+    @property
+    def base_url(self) -> str:
+        """vLLM's own HTTP address, for benchmarks that call the engine directly."""
+        return self._base_url
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    async def start(self) -> None:
+        if self._launch is not None:
+            await self._spawn(self._launch)
+        # No total timeout: an answer may queue behind others for long under load.
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5)
+        )
+        try:
+            await self._wait_ready()
+        except EngineError:
+            await self.stop()
+            raise
+
+    async def _spawn(self, launch: VllmLaunch) -> None:
+        port = free_port()
+        self._base_url = f"http://127.0.0.1:{port}"
+        if not launch.log_path:
+            launch = replace(launch, log_path=str(DEFAULT_HOME / "logs" / f"vllm-{port}.log"))
+            self._launch = launch
+        with _open_server_log(launch) as log:
+            self._process = await asyncio.create_subprocess_exec(
+                *launch.command(self.model, port, self.context_tokens),
+                env=launch.environment(),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                # Its own process group: vLLM runs its engine core in a child process, and stop()
+                # must end both.
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
+
+    async def _wait_ready(self) -> None:
+        deadline = asyncio.get_running_loop().time() + self._startup_timeout_s
+        while not await self.healthy():
+            if self._process and self._process.returncode is not None:
+                code = self._process.returncode
+                raise EngineError(f"vLLM exited with {code} while starting: {self._log_tail()}")
+            if asyncio.get_running_loop().time() > deadline:
+                raise EngineError(
+                    f"vLLM at {self._base_url} was not ready within {self._startup_timeout_s} s"
+                )
+            await asyncio.sleep(0.5)
+
+    def _log_tail(self) -> str:
+        if self._launch is None:
+            return ""
+        with contextlib.suppress(OSError), open(self._launch.log_path, "rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(0, log.tell() - _LOG_TAIL_BYTES))
+            return log.read().decode(errors="replace")
+        return "(no log)"
+
+    async def stop(self) -> None:
+        if self._session:
+            await self._session.close()
+            self._session = None
+        process, self._process = self._process, None
+        if process is None:
+            return
+        # The whole group, even when the API server already died: its engine core may not have.
+        _signal_group(process.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), 30)
+        except TimeoutError:
+            pass
+        _signal_group(process.pid, signal.SIGKILL)
+        await process.wait()
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise EngineError("the vLLM engine is not started")
+        return self._session
+
+    async def healthy(self) -> bool:
+        try:
+            async with self._http().get(
+                f"{self._base_url}/health", timeout=_PROBE_TIMEOUT
+            ) as response:
+                return response.status == 200
+        except (aiohttp.ClientError, TimeoutError):
+            return False
+
+    async def tokenize(self, texts: list[str]) -> list[int]:
+        return list(await asyncio.gather(*(self._count_tokens(text) for text in texts)))
+
+    async def _count_tokens(self, text: str) -> int:
+        # No special tokens: the count of the text itself, as stored with each turn.
+        body = {"model": self.model, "prompt": text, "add_special_tokens": False}
+        try:
+            async with self._http().post(f"{self._base_url}/tokenize", json=body) as response:
+                if response.status != 200:
+                    raise EngineError(f"vLLM tokenize: {await _error_reason(response)}")
+                return int((await response.json())["count"])
+        except aiohttp.ClientError as exc:
+            raise EngineError(f"vLLM tokenize failed: {exc}") from exc
+
+    async def metrics(self) -> VllmMetrics:
+        """One scrape of vLLM's /metrics, parsed."""
+        try:
+            async with self._http().get(
+                f"{self._base_url}/metrics", timeout=_PROBE_TIMEOUT
+            ) as response:
+                if response.status != 200:
+                    raise EngineError(f"vLLM /metrics answered {response.status}")
+                text = await response.text()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise EngineError(f"vLLM /metrics failed: {exc!r}") from exc
+        try:
+            return parse_vllm_metrics(text)
+        except MetricsParseError as exc:
+            raise EngineError(f"vLLM /metrics unreadable: {exc}") from exc
+
+    async def load(self) -> EngineLoad:
+        acc = self._accounting
+        current = await self.metrics()
+        rate = prefix_hit_rate(acc.last_metrics, current)
+        if rate is not None:
+            acc.last_hit_rate = rate
+        acc.last_metrics = current
+        return EngineLoad(
+            kv_usage=current.kv_usage,
+            free_kv_tokens=current.free_kv_tokens,
+            kv_capacity_tokens=current.kv_capacity_tokens,
+            queued_prefill_tokens=sum(acc.waiting_prompt_tokens.values()),
+            running_requests=current.running_requests,
+            waiting_requests=current.waiting_requests,
+            prefix_hit_rate=acc.last_hit_rate,
+        )
+
+    def _body(self, request: GenerationRequest) -> dict[str, object]:
+        messages = [{"role": turn.role.value, "content": turn.text} for turn in request.turns]
+        body: dict[str, object] = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "priority": PRIORITY[request.tier],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.continue_from:
+            # The answer so far goes in as an open assistant turn that vLLM extends; it streams
+            # only the new text.
+            messages.append({"role": "assistant", "content": request.continue_from})
+            body["continue_final_message"] = True
+            body["add_generation_prompt"] = False
+        return body
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[Chunk | Finished]:
+        waiting = self._accounting.waiting_prompt_tokens
+        waiting[request.request_id] = request.prompt_tokens
+        finish: Finish | None = None
+        usage = Usage()
+        try:
+            # Leaving this block (a finished answer, or the caller closing this generator)
+            # closes the HTTP stream, and vLLM aborts the request and frees its KV blocks.
+            async with self._http().post(
+                f"{self._base_url}/v1/chat/completions", json=self._body(request)
+            ) as response:
+                if response.status != 200:
+                    raise EngineError(f"vLLM refused the request: {await _error_reason(response)}")
+                async for event in _sse_data(response.content):
+                    _raise_on_error_event(event)
+                    choice = _first_choice(event)
+                    text = (choice.get("delta") or {}).get("content")
+                    if text:
+                        waiting.pop(request.request_id, None)
+                        yield Chunk(text)
+                    if choice.get("finish_reason"):
+                        finish = _FINISH.get(str(choice["finish_reason"]), Finish.STOP)
+                    if isinstance(event.get("usage"), dict):
+                        usage = _usage_of(event["usage"])
+        except aiohttp.ClientError as exc:
+            raise EngineError(f"vLLM stream failed: {exc!r}") from exc
+        finally:
+            waiting.pop(request.request_id, None)
+        if finish is None:
+            # A stream cut off cleanly (vLLM died between events) is not a finished answer.
+            raise EngineError("vLLM ended the stream without a finish reason")
+        yield Finished(finish, usage)
+
+
+def _open_server_log(launch: VllmLaunch) -> BinaryIO:
+    """Checks the install is there (a clear error, not vLLM's traceback) and opens the log that
+    takes the server's output: the reason a start failed is in its last lines."""
+    if not Path(launch.python).exists():
+        raise EngineError(f"no vLLM at {launch.python} (scripts/install_vllm.sh installs it)")
+    if not (Path(launch.model_path) / "config.json").exists():
+        raise EngineError(f"no model folder at {launch.model_path} (install_vllm.sh makes it)")
+    Path(launch.log_path).parent.mkdir(parents=True, exist_ok=True)
+    return open(launch.log_path, "wb")
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)
+
+
+def _first_choice(event: Mapping[str, object]) -> dict[str, object]:
+    choices = event.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return choices[0]
+    return {}
+
+
+def _raise_on_error_event(event: Mapping[str, object]) -> None:
+    """vLLM reports a failure after the stream began as an event with an "error" object."""
+    error = event.get("error")
+    if error is not None:
+        message = error.get("message") if isinstance(error, dict) else error
+        raise EngineError(f"vLLM failed the request mid-stream: {message}")
+
+
+def _usage_of(usage: Mapping[str, object]) -> Usage:
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else 0
+    return Usage(
+        input_tokens=int(usage.get("prompt_tokens") or 0),  # type: ignore[call-overload]
+        cached_tokens=int(cached or 0),
+        output_tokens=int(usage.get("completion_tokens") or 0),  # type: ignore[call-overload]
+    )
+
+
+async def _error_reason(response: aiohttp.ClientResponse) -> str:
+    """vLLM's error body names the reason ({"error": {"message": ...}}); keep it for the user."""
+    text = await response.text()
+    reason = text[:500]
+    with contextlib.suppress(ValueError):
+        body = json.loads(text)
+        error = body.get("error", body) if isinstance(body, dict) else body
+        if isinstance(error, dict) and error.get("message"):
+            reason = str(error["message"])
+    return f"{response.status}: {reason}"
+
+
+async def _sse_data(stream: aiohttp.StreamReader) -> AsyncIterator[dict[str, object]]:
+    async for raw in stream:
+        line = raw.decode().strip()
+        if not line.startswith("data:"):
+            continue
+        data = line.removeprefix("data:").strip()
+        if data == "[DONE]":
+            return
+        with contextlib.suppress(json.JSONDecodeError):
+            event = json.loads(data)
+            if isinstance(event, dict):
+                yield event

