@@ -16,11 +16,16 @@ import grpc
 from aiohttp import web
 from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry
 
 from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import chat_service_pb2_grpc as pb_grpc
 from edge import sse
+from edge.errors import HttpError, error_for, error_response
+from edge.metrics import EdgeMetrics
+from edge.openai_api import MAX_BODY_KEY, OpenAIApi
+from edge.openapi import openapi_handler
+from edge.ops import Cors, PerAddressLimit
 from infra.metrics import metrics_handler
 from infra.status import CallFailure
 
@@ -29,6 +34,8 @@ MODEL_CHOICES = {
     "small": pb.MODEL_CHOICE_SMALL,
     "large": pb.MODEL_CHOICE_LARGE,
 }
+EVENT_ID = re.compile(r"[0-9]{1,18}")
+PAGE_SIZE = re.compile(r"[1-9][0-9]?|100")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -37,34 +44,15 @@ class EdgeSettings:
     max_body_bytes: int = 64 * 1024
     keepalive_s: float = 15.0
     rpc_timeout_s: float = 10.0
-
-
-class HttpError(Exception):
-    def __init__(self, status: int, message: str, retry_after: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.retry_after = retry_after
-
-
-def error_response(status: int, message: str, retry_after: str | None = None) -> web.Response:
-    headers = {"Retry-After": retry_after} if retry_after else None
-    body = {"error": {"status": status, "message": message}}
-    return web.json_response(body, status=status, headers=headers)
+    # Web origins allowed to call cross-origin ("*": any); none by default.
+    cors_origins: tuple[str, ...] = ()
+    # Requests (streams included) one client address may hold open; 0: no limit.
+    max_requests_per_ip: int = 256
 
 
 def _from_rpc(error: grpc.aio.AioRpcError) -> HttpError:
     failure = CallFailure(error)
     return HttpError(failure.http_status, failure.message, failure.retry_after_header)
-
-
-class EdgeMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.responses = Counter(
-            "edge_responses", "HTTP responses by status", ["status"], registry=registry
-        )
-        self.open_streams = Gauge("edge_open_streams", "SSE streams open", registry=registry)
-        self.events = Counter("edge_sse_events", "SSE events written", registry=registry)
 
 
 class Edge:
@@ -87,16 +75,18 @@ class Edge:
         try:
             response = await handler(request)
         except HttpError as error:
-            response = error_response(error.status, error.message, error.retry_after)
+            response = error_for(request, error)
         except grpc.aio.AioRpcError as rpc_error:
-            error = _from_rpc(rpc_error)
-            response = error_response(error.status, error.message, error.retry_after)
+            response = error_for(request, _from_rpc(rpc_error))
         except web.HTTPRequestEntityTooLarge:
-            response = error_response(
-                413, f"the body is over {self._settings.max_body_bytes} bytes"
-            )
+            too_large = HttpError(413, f"the body is over {self._settings.max_body_bytes} bytes")
+            response = error_for(request, too_large)
         except web.HTTPException as http:
-            response = error_response(http.status, http.reason)
+            response = error_for(request, HttpError(http.status, http.reason))
+        except UnicodeEncodeError:
+            # A lone surrogate ("\ud800" in JSON, or percent-encoded in a path) is valid
+            # Python text but cannot go into a protobuf string.
+            response = error_for(request, HttpError(400, "text must be valid Unicode"))
         self._metrics.responses.labels(str(response.status)).inc()
         return response
 
@@ -134,13 +124,7 @@ class Edge:
             raise _from_rpc(error) from error
         except StopAsyncIteration as exc:
             raise HttpError(502, "the gateway closed the stream without an event") from exc
-        response = web.StreamResponse(
-            headers={
-                "Content-Type": "text/event-stream",
-                "Cache-Control": "no-cache",
-                "X-Accel-Buffering": "no",
-            }
-        )
+        response = web.StreamResponse(headers=sse.STREAM_HEADERS)
         await response.prepare(request)
         self._metrics.open_streams.inc()
         try:
@@ -158,29 +142,18 @@ class Edge:
     ) -> None:
         await response.write(sse.encode(first))
         self._metrics.events.inc()
-        pending = asyncio.ensure_future(anext(rest))
-        try:
-            while True:
-                done, _ = await asyncio.wait({pending}, timeout=self._settings.keepalive_s)
-                if not done:
-                    await response.write(sse.KEEPALIVE)
-                    continue
-                try:
-                    item = pending.result()
-                except StopAsyncIteration:
-                    return
-                except grpc.aio.AioRpcError as error:
-                    failure = CallFailure(error)
-                    lost = pb.ChatEvent(
-                        error=pb.ErrorEvent(code=failure.code.value[0], message=failure.message)
-                    )
-                    await response.write(sse.encode(lost))
-                    return
-                await response.write(sse.encode(item.event))
-                self._metrics.events.inc()
-                pending = asyncio.ensure_future(anext(rest))
-        finally:
-            pending.cancel()
+        async with sse.KeepAlive(response, self._settings.keepalive_s) as keepalive:
+            try:
+                async for item in rest:
+                    await response.write(sse.encode(item.event))
+                    keepalive.wrote()
+                    self._metrics.events.inc()
+            except grpc.aio.AioRpcError as error:
+                failure = CallFailure(error)
+                lost = pb.ChatEvent(
+                    error=pb.ErrorEvent(code=failure.code.value[0], message=failure.message)
+                )
+                await response.write(sse.encode(lost))
 
     # Routes -------------------------------------------------------------------------------------
 
@@ -212,7 +185,8 @@ class Edge:
     async def resume(self, request: web.Request) -> web.StreamResponse:
         metadata = self._metadata(request)
         raw = request.headers.get("Last-Event-ID") or request.query.get("lastEventId") or "0"
-        if not raw.isdigit():
+        # ASCII digits only ("²".isdigit() is true), and few enough to fit the uint64 field.
+        if not EVENT_ID.fullmatch(raw):
             raise HttpError(400, "Last-Event-ID must be a non-negative integer")
         call = self._chat.AttachMessage(
             pb.AttachMessageRequest(
@@ -231,8 +205,8 @@ class Edge:
 
     async def list_conversations(self, request: web.Request) -> web.Response:
         size = request.query.get("limit", "20")
-        if not size.isdigit():
-            raise HttpError(400, "limit must be a positive integer")
+        if not PAGE_SIZE.fullmatch(size):
+            raise HttpError(400, "limit must be an integer from 1 to 100")
         ask = pb.ListConversationsRequest(
             page_size=int(size), page_token=request.query.get("cursor", "")
         )
@@ -328,13 +302,17 @@ async def static_file(request: web.Request) -> web.FileResponse:
 def build_app(
     channel: grpc.aio.Channel, settings: EdgeSettings, registry: CollectorRegistry
 ) -> web.Application:
-    edge = Edge(
-        pb_grpc.ChatServiceStub(channel),
-        health_pb2_grpc.HealthStub(channel),
-        settings,
-        EdgeMetrics(registry),
+    metrics = EdgeMetrics(registry)
+    chat = pb_grpc.ChatServiceStub(channel)
+    edge = Edge(chat, health_pb2_grpc.HealthStub(channel), settings, metrics)
+    cors = Cors(settings.cors_origins)
+    per_address = PerAddressLimit(settings.max_requests_per_ip, metrics)
+    app = web.Application(
+        middlewares=[edge.errors, cors.preflight, per_address.middleware],
+        client_max_size=settings.max_body_bytes,
     )
-    app = web.Application(middlewares=[edge.errors], client_max_size=settings.max_body_bytes)
+    app[MAX_BODY_KEY] = settings.max_body_bytes
+    app.on_response_prepare.append(cors.on_prepare)
     app.router.add_post("/v1/conversations/{conversation_id}/messages", edge.send_message)
     app.router.add_get("/v1/conversations", edge.list_conversations)
     app.router.add_get("/v1/conversations/{conversation_id}", edge.get_conversation)
@@ -344,6 +322,8 @@ def build_app(
     app.router.add_get("/v1/messages/{message_id}/stream", edge.resume)
     app.router.add_post("/v1/messages/{message_id}/stop", edge.stop)
     app.router.add_get("/v1/limits", edge.limits)
+    OpenAIApi(chat, metrics, settings.keepalive_s, settings.rpc_timeout_s).register(app)
+    app.router.add_get("/openapi.json", openapi_handler)
     app.router.add_get("/healthz", edge.healthz)
     app.router.add_get("/readyz", edge.readyz)
     app.router.add_get("/metrics", metrics_handler(registry))

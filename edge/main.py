@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 from aiohttp import web
@@ -19,6 +19,14 @@ class EdgeConfig:
     listen: str = "127.0.0.1:8080"
     gateway_address: str = "127.0.0.1:50052"
     max_body_bytes: int = 64 * 1024
+    # One header line, and how many headers; over either is answered 400 before any handler.
+    max_header_bytes: int = 8190
+    max_headers: int = 64
+    # Web origins (scheme://host[:port]) allowed to call cross-origin, "*" for any; none by
+    # default, so only the page the edge serves itself can call it from a browser.
+    cors_origins: list[str] = field(default_factory=list)
+    # Requests (SSE streams included) one client address may hold open; 0 turns it off.
+    max_requests_per_ip: int = 256
     keepalive_s: float = 15.0
     shutdown_grace_s: float = 10.0
     ready_file: str = ""
@@ -28,9 +36,21 @@ class EdgeConfig:
 async def serve(config: EdgeConfig, stop: asyncio.Event) -> None:
     log = configure_logging("edge", config.log_level)
     channel = grpc.aio.insecure_channel(config.gateway_address)
-    settings = EdgeSettings(max_body_bytes=config.max_body_bytes, keepalive_s=config.keepalive_s)
+    settings = EdgeSettings(
+        max_body_bytes=config.max_body_bytes,
+        keepalive_s=config.keepalive_s,
+        cors_origins=tuple(config.cors_origins),
+        max_requests_per_ip=config.max_requests_per_ip,
+    )
     app = build_app(channel, settings, CollectorRegistry())
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=config.shutdown_grace_s)
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        shutdown_timeout=config.shutdown_grace_s,
+        max_line_size=config.max_header_bytes,
+        max_field_size=config.max_header_bytes,
+        max_headers=config.max_headers,
+    )
     await runner.setup()
     host, port = config.listen.rsplit(":", 1)
     await web.TCPSite(runner, host, int(port)).start()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 
+from aiohttp import web
 from google.protobuf import json_format
 
 from chat.v1 import chat_service_pb2 as pb
@@ -52,3 +55,45 @@ def encode(event: pb.ChatEvent) -> bytes:
 
 
 KEEPALIVE = b": keep-alive\n\n"
+STREAM_HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache",
+    # Proxies (nginx) would otherwise buffer the stream and the answer would arrive at once.
+    "X-Accel-Buffering": "no",
+}
+
+
+class KeepAlive:
+    """Writes a keep-alive comment whenever interval_s passes without a write, so proxies and
+    clients keep a stream open while the model is silent. It runs as a task of its own beside
+    the relay: relaying an event then costs one timestamp, not a timer per event."""
+
+    def __init__(self, response: web.StreamResponse, interval_s: float) -> None:
+        self._response = response
+        self._interval_s = interval_s
+        self._loop = asyncio.get_running_loop()
+        self._last_write = self._loop.time()
+        self._task: asyncio.Task[None] | None = None
+
+    def wrote(self) -> None:
+        self._last_write = self._loop.time()
+
+    async def __aenter__(self) -> KeepAlive:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            # A write that failed here failed for the relay too; the relay reports it.
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError, OSError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            idle_s = self._loop.time() - self._last_write
+            if idle_s < self._interval_s:
+                await asyncio.sleep(self._interval_s - idle_s)
+                continue
+            await self._response.write(KEEPALIVE)
+            self.wrote()

@@ -235,6 +235,8 @@ def _before_after(result: ScenarioResult, label: str) -> tuple[float, float]:
     start = int(at)
     before = float(prefill[max(0, start - 30) : start].mean())
     after = prefill[start : int(result.scenario.warmup_s + result.scenario.measure_s)]
+    if after.size < 10:  # the run ended before the event had 10 s to show
+        return before, math.nan
     peak = float(np.convolve(after, np.ones(10) / 10, mode="valid").max())
     return before, peak
 

@@ -97,8 +97,9 @@ def run_scenario(
             raise ValueError(f"{name} has no variant {sorted(unknown)}")
         chosen = tuple(v for v in scenario.variants if v.label in variants)
         scenario = dataclasses.replace(scenario, variants=chosen)
-    measure = duration_s - scenario.warmup_s if duration_s else scenario.measure_s
-    end = scenario.warmup_s + measure
+    if duration_s is not None:
+        scenario = dataclasses.replace(scenario, measure_s=duration_s - scenario.warmup_s)
+    end = scenario.warmup_s + scenario.measure_s
     summaries, recorders, walls = {}, {}, {}
     built = scale
     for variant in scenario.variants:

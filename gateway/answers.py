@@ -16,6 +16,7 @@ from chat.v1 import common_pb2, node_service_pb2, scheduler_service_pb2
 from domain.breaker import Breakers
 from domain.context import Prompt
 from domain.errors import Unavailable
+from domain.repetition import RepetitionGuard
 from domain.safety import OutputGuard
 from domain.types import Finish, Tier, Usage
 from gateway.metrics import GatewayMetrics
@@ -57,6 +58,7 @@ class Answer:
     finish: Finish = Finish.ERROR
     usage: Usage = field(default_factory=Usage)
     guard: OutputGuard | None = None
+    repetition: RepetitionGuard = field(default_factory=RepetitionGuard)
 
 
 @dataclass(slots=True)
@@ -198,11 +200,13 @@ class AnswerWriter:
                     pieces.append(response.chunk.text)
                     await self._show(run, answer, response.chunk.text)
                     if answer.guard is not None and answer.guard.violated:
-                        # Flagged: the engine stops now, not after the node's re-attach grace.
-                        cancel = node_service_pb2.GenerateCancel()
-                        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
-                            await call.write(node_service_pb2.GenerateRequest(cancel=cancel))
+                        await _cancel(call)
                         return Finish.REFUSED, Usage(plan.prompt.tokens, 0, len(pieces))
+                    if answer.repetition.feed(response.chunk.text):
+                        # A runaway: it would loop until the cap, holding the slot for nothing.
+                        self._metrics.runaways.labels(plan.pool).inc()
+                        await _cancel(call)
+                        return Finish.LENGTH, Usage(plan.prompt.tokens, 0, len(pieces))
                     continue
                 finish = response.finish
                 usage = Usage(
@@ -243,3 +247,10 @@ class AnswerWriter:
         if response is grpc.aio.EOF:
             raise NodeLost("the stream ended without a finish")
         return response
+
+
+async def _cancel(call: grpc.aio.StreamStreamCall) -> None:
+    """Stops the engine now, not after the node's re-attach grace for a vanished gateway."""
+    cancel = node_service_pb2.GenerateCancel()
+    with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+        await call.write(node_service_pb2.GenerateRequest(cancel=cancel))

@@ -1,10 +1,8 @@
 """Stateless completions (the OpenAI-compatible API): the caller sends the whole history and
 nothing is stored. The pipeline plans them like messages; what differs lives here as plain
 functions: validation, the affinity key, and fitting the given history into the window.
-
-UNFINISHED: ChatPipeline.complete applies identity, the ladder, limits, the per-user stream cap,
-fitting and replica affinity, but not yet the router (it takes the pool asked for, or the
-default pool for "auto") nor the input/output safety checks that SendMessage has."""
+Like a message, a completion passes the input check, the router, the ladder, the token bucket
+and the per-user stream cap, and its answer the output check."""
 
 from __future__ import annotations
 

@@ -56,6 +56,9 @@ class GatewayMetrics:
         self.routes = Counter("gateway_routes_total",
                               "where the router sent messages, and why",
                               ["reason", "pool"], registry=registry)  # fmt: skip
+        self.runaways = Counter("gateway_runaway_answers_total",
+                                "answers stopped because they kept repeating themselves",
+                                ["pool"], registry=registry)  # fmt: skip
         self.takeovers = Counter("gateway_takeovers_total",
                                  "answers taken over from a gateway that died",
                                  registry=registry)  # fmt: skip

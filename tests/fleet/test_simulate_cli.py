@@ -14,7 +14,7 @@ def test_simulate_prints_the_figures_and_writes_the_report(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     folder = tmp_path / "report"
-    argv = ["simulate", "replica-dies", "--scale", "0.01", "--duration", "100", "--json"]
+    argv = ["simulate", "replica-dies", "--scale", "0.01", "--duration", "130", "--json"]
     assert main([*argv, "--report", str(folder)]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["scenario"] == "replica-dies" and printed["figures"]

@@ -8,7 +8,7 @@
    nodeagent's Generate stream, alternating, one at a time.
 3. The limiter: reserve + settle pairs per second on one real Redis (one Lua script each).
 
-    .venv/bin/python bench/gateway.py [--messages 300] [--rounds 60] [--limiter-seconds 5]
+    .venv/bin/python bench/gateway_cost.py [--messages 300] [--rounds 60] [--limiter-seconds 5]
 
 Prints a table and ends with one JSON line; results land in bench/results/gateway.txt.
 Goals (issue 5): under 1 ms of gateway CPU per message; at least 10,000 pairs/s.

@@ -1,0 +1,127 @@
+"""How fast the fleet simulator runs a whole region, and how its cost grows with the fleet.
+
+    .venv/bin/python bench/sim_region.py [--duration 600] [--growth-duration 60] [--skip-full]
+
+Goal (issue 8): a region of 1,500 GPUs (226 replicas of 70B on 4 H100s, 566 of 8B on one) at
+7,000 messages/s (twice its planned peak: the "GPUs run out" scenario with every rung of the
+ladder) for 10 simulated minutes in under 10 real minutes, on one core. First the same scenario
+at 1/20, 1/10, 1/4, 1/2 and the full region for `--growth-duration` simulated seconds: real
+seconds per simulated second against the fleet's size, and the slope of log(cost) over
+log(size) (1.0: linear). Then the full run. Prints a table and ends with one JSON line;
+results land in bench/results/sim_region.txt. Not part of `make test`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import json
+import math
+import platform
+import time
+
+from benchkit import pin_to_one_core, publish
+
+from fleet.engine import FleetSim
+from fleet.scenarios import SCENARIOS, Variant, _scaled
+from fleet.workload import Workload
+
+GOAL_WALL_S = 600.0
+SCALES = (0.05, 0.1, 0.25, 0.5, 1.0)
+
+
+def region() -> Variant:
+    scenario = SCENARIOS["gpus-run-out"]
+    return next(v for v in scenario.variants if v.label == "rungs 1-3")
+
+
+def measure(scale: float, duration_s: float, seed: int) -> dict[str, float]:
+    variant = region()
+    pools = _scaled(variant.config.pools, scale)
+    config = dataclasses.replace(variant.config, pools=pools)
+    sim = FleetSim(config, Workload(variant.workload, seed, scale), duration_s)
+    gc.collect()
+    started = time.perf_counter()
+    recorder = sim.run()
+    wall = time.perf_counter() - started
+    return {
+        "scale": scale,
+        "replicas": sum(p.replicas for p in pools),
+        "gpus": sum(p.replicas * p.preset.gpus for p in pools),
+        "simulated_s": duration_s,
+        "wall_s": round(wall, 1),
+        "wall_per_simulated_s": round(wall / duration_s, 3),
+        "messages": len(recorder.outcome),
+        "us_per_message": round(wall / max(1, len(recorder.outcome)) * 1e6, 1),
+    }
+
+
+def slope(rows: list[dict[str, float]]) -> float:
+    """Least-squares slope of log(wall per simulated s) on log(GPUs)."""
+    xs = [math.log(r["gpus"]) for r in rows]
+    ys = [math.log(r["wall_per_simulated_s"]) for r in rows]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mx) ** 2 for x in xs
+    )
+
+
+def table(rows: list[dict[str, float]]) -> list[str]:
+    lines = [
+        f"{'scale':>6} {'replicas':>8} {'GPUs':>6} {'sim s':>6} {'wall s':>8} "
+        f"{'wall/sim s':>10} {'messages':>10} {'us/message':>10}"
+    ]
+    for r in rows:
+        lines.append(
+            f"{r['scale']:>6.2f} {r['replicas']:>8} {r['gpus']:>6} {r['simulated_s']:>6.0f} "
+            f"{r['wall_s']:>8.1f} {r['wall_per_simulated_s']:>10.3f} {r['messages']:>10,} "
+            f"{r['us_per_message']:>10.1f}"
+        )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=600.0)
+    parser.add_argument("--growth-duration", type=float, default=60.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--skip-full", action="store_true", help="only the growth series")
+    args = parser.parse_args()
+    cpu = pin_to_one_core()
+    growth = [measure(scale, args.growth_duration, args.seed) for scale in SCALES]
+    grows = slope(growth)
+    full = None if args.skip_full else measure(1.0, args.duration, args.seed)
+    projected = growth[-1]["wall_per_simulated_s"] * args.duration
+    met = full is not None and full["wall_s"] <= GOAL_WALL_S
+    lines = [
+        f"sim_region: fleet.FleetSim, 'gpus-run-out' with rungs 1-3 (7,000 messages/s at full "
+        f"scale); {'CPU ' + str(cpu) if cpu is not None else 'unpinned'}, "
+        f"Python {platform.python_version()}",
+        f"growth, {args.growth_duration:.0f} simulated s each:",
+        *table(growth),
+        f"cost grows as GPUs^{grows:.2f}; the full region projects to {projected:.0f} real s "
+        f"for {args.duration:.0f} simulated s",
+    ]
+    if full is not None:
+        lines += ["full region:", *table([full])]
+        lines.append(
+            f"goal ({args.duration:.0f} simulated s under {GOAL_WALL_S:.0f} real s): "
+            f"{'met' if met else 'NOT met'} in {full['wall_s']:.0f} s"
+        )
+    result = {
+        "bench": "sim_region",
+        "cpu": cpu,
+        "goal_wall_s": GOAL_WALL_S,
+        "goal_met": met,
+        "cost_exponent": round(grows, 3),
+        "projected_full_wall_s": round(projected),
+        "growth": growth,
+        "full": full,
+    }
+    lines.append(json.dumps(result))
+    publish("sim_region", "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,431 @@
+"""The OpenAI-compatible API: `/v1/chat/completions` and `/v1/models` over ChatService.Complete,
+so the official `openai` SDK, LangChain and curl work unchanged. Errors use OpenAI's shape
+(`{"error": {"message", "type", "param", "code"}}`), which those clients parse."""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from aiohttp import web
+
+from chat.v1 import chat_service_pb2 as pb
+from chat.v1 import chat_service_pb2_grpc as pb_grpc
+from chat.v1 import common_pb2
+from edge import sse
+from edge.metrics import EdgeMetrics
+from infra.status import REASON_MESSAGE_TOO_LARGE, CallFailure
+
+MODELS = {
+    "auto": pb.MODEL_CHOICE_AUTO,
+    "small": pb.MODEL_CHOICE_SMALL,
+    "large": pb.MODEL_CHOICE_LARGE,
+}
+# "developer" is what newer OpenAI clients send in place of "system".
+ROLES = {
+    "system": common_pb2.ROLE_SYSTEM,
+    "developer": common_pb2.ROLE_SYSTEM,
+    "user": common_pb2.ROLE_USER,
+    "assistant": common_pb2.ROLE_ASSISTANT,
+}
+FINISH = {
+    common_pb2.FINISH_REASON_STOP: "stop",
+    common_pb2.FINISH_REASON_LENGTH: "length",
+    common_pb2.FINISH_REASON_CANCELLED: "stop",
+    common_pb2.FINISH_REASON_REFUSED: "content_filter",
+}
+SESSION_HEADER = "X-Session-Id"
+REPLICA_HEADER = "X-Replica"
+ERROR_TYPES = {401: "invalid_request_error", 403: "permission_error", 429: "rate_limit_error"}
+DONE_LINE = b"data: [DONE]\n\n"
+MAX_BODY_KEY = web.AppKey("max_body_bytes", int)
+
+
+class OpenAIError(Exception):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        param: str | None = None,
+        retry_after: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.param = param
+        self.retry_after = retry_after
+
+    def body(self) -> dict[str, Any]:
+        kind = ERROR_TYPES.get(self.status)
+        if kind is None:
+            kind = "server_error" if self.status >= 500 else "invalid_request_error"
+        return {
+            "error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}
+        }
+
+    def response(self) -> web.Response:
+        headers = {"Retry-After": self.retry_after} if self.retry_after else None
+        return web.json_response(self.body(), status=self.status, headers=headers)
+
+
+def from_rpc(error: grpc.aio.AioRpcError) -> OpenAIError:
+    failure = CallFailure(error)
+    status = failure.http_status
+    if failure.reason == REASON_MESSAGE_TOO_LARGE:
+        # OpenAI answers a history the model cannot hold with a 400 of this code; 413 stays
+        # for a body over the edge's size limit.
+        return OpenAIError(400, failure.message, "context_length_exceeded", "messages")
+    codes = {401: "invalid_api_key", 404: "not_found", 429: "rate_limit_exceeded"}
+    return OpenAIError(status, failure.message, codes.get(status), None, failure.retry_after_header)
+
+
+Handler = Callable[[Any, web.Request], Awaitable[web.StreamResponse]]
+
+
+def openai_errors(handler: Handler) -> Handler:
+    """Answers every failure before the first byte in OpenAI's error shape."""
+
+    @functools.wraps(handler)
+    async def wrapped(self: Any, request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(self, request)
+        except OpenAIError as error:
+            return error.response()
+        except grpc.aio.AioRpcError as rpc_error:
+            return from_rpc(rpc_error).response()
+        except web.HTTPRequestEntityTooLarge:
+            limit = request.app[MAX_BODY_KEY]
+            too_large = OpenAIError(413, f"the body is over {limit} bytes", "request_too_large")
+            return too_large.response()
+
+    return wrapped
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A parsed /v1/chat/completions body."""
+
+    request: pb.CompleteRequest
+    model: str
+    stream: bool
+    include_usage: bool
+
+
+def bearer(request: web.Request) -> tuple[tuple[str, str], ...]:
+    header = request.headers.get("Authorization", "")
+    if not header.startswith("Bearer ") or not header.removeprefix("Bearer ").strip():
+        raise OpenAIError(
+            401, "send your API key as 'Authorization: Bearer <token>'", "invalid_api_key"
+        )
+    return (("authorization", header),)
+
+
+def _text_of(content: Any, index: int) -> str:
+    """A message's content: a string, or OpenAI's list of text parts joined."""
+    param = f"messages[{index}].content"
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list) or not content:
+        raise OpenAIError(400, f"'{param}' must be a string or a list of text parts", None, param)
+    texts = []
+    for part in content:
+        if not isinstance(part, dict) or part.get("type") != "text":
+            raise OpenAIError(400, f"'{param}' may hold only parts of type 'text'", None, param)
+        if not isinstance(part.get("text"), str):
+            raise OpenAIError(400, f"each part of '{param}' needs a string 'text'", None, param)
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def _turns(messages: Any) -> list[common_pb2.Turn]:
+    if not isinstance(messages, list) or not messages:
+        raise OpenAIError(400, "'messages' must be a non-empty list", None, "messages")
+    turns = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise OpenAIError(400, f"'messages[{index}]' must be an object", None, "messages")
+        role = message.get("role")
+        if role not in ROLES:
+            raise OpenAIError(
+                400,
+                f"'messages[{index}].role' must be one of system, developer, user, assistant",
+                None,
+                f"messages[{index}].role",
+            )
+        turns.append(
+            common_pb2.Turn(role=ROLES[role], content=_text_of(message.get("content"), index))
+        )
+    return turns
+
+
+def _max_tokens(body: dict[str, Any]) -> int:
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = body.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1_000_000:
+            raise OpenAIError(400, f"'{name}' must be an integer from 1", None, name)
+        return value
+    return 0
+
+
+def _stream_flags(body: dict[str, Any]) -> tuple[bool, bool]:
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise OpenAIError(400, "'stream' must be a boolean", None, "stream")
+    options = body.get("stream_options")
+    if options is None:
+        return stream, False
+    if not stream:
+        raise OpenAIError(
+            400, "'stream_options' is only allowed when 'stream' is true", None, "stream_options"
+        )
+    if not isinstance(options, dict) or not isinstance(options.get("include_usage", False), bool):
+        raise OpenAIError(
+            400, "'stream_options.include_usage' must be a boolean", None, "stream_options"
+        )
+    return stream, bool(options.get("include_usage", False))
+
+
+def parse_completion(body: dict[str, Any], session_key: str) -> Completion:
+    model = body.get("model")
+    if not isinstance(model, str):
+        raise OpenAIError(400, "'model' must be a string", None, "model")
+    if model not in MODELS:
+        raise OpenAIError(
+            404,
+            f"the model {model!r} does not exist; use auto, small or large",
+            "model_not_found",
+            "model",
+        )
+    n = body.get("n", 1)
+    if n not in (None, 1):
+        raise OpenAIError(400, "only n=1 is supported", None, "n")
+    if body.get("tools"):
+        raise OpenAIError(400, "tools are not supported", None, "tools")
+    stream, include_usage = _stream_flags(body)
+    ask = pb.CompleteRequest(
+        turns=_turns(body.get("messages")),
+        model=MODELS[model],
+        max_tokens=_max_tokens(body),
+        session_key=session_key,
+    )
+    return Completion(ask, model, stream, include_usage)
+
+
+def usage_of(done: pb.DoneEvent) -> dict[str, Any]:
+    u = done.usage
+    return {
+        "prompt_tokens": u.input_tokens,
+        "completion_tokens": u.output_tokens,
+        "total_tokens": u.input_tokens + u.output_tokens,
+        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
+    }
+
+
+class ChunkWriter:
+    """Writes chat.completion.chunk objects of one completion as `data:` lines."""
+
+    def __init__(self, response: web.StreamResponse, meta: pb.MetaEvent, metrics: EdgeMetrics):
+        self._response = response
+        self._metrics = metrics
+        self._head = {
+            "id": meta.message_id,
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": meta.model,
+            "system_fingerprint": meta.replica_id,
+        }
+
+    async def data(self, payload: dict[str, Any]) -> None:
+        line = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+        await self._response.write(f"data: {line}\n\n".encode())
+        self._metrics.events.inc()
+
+    async def choice(self, delta: dict[str, Any], finish: str | None = None) -> None:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        await self.data({**self._head, "choices": [choice]})
+
+    async def usage(self, done: pb.DoneEvent) -> None:
+        await self.data({**self._head, "choices": [], "usage": usage_of(done)})
+
+    async def error(self, code: int, message: str) -> None:
+        # The openai SDK raises an APIError for a chunk that carries "error".
+        await self.data(
+            {
+                "error": {
+                    "message": message,
+                    "type": "server_error",
+                    "param": None,
+                    "code": str(code),
+                }
+            }
+        )
+
+
+class OpenAIApi:
+    def __init__(
+        self,
+        chat: pb_grpc.ChatServiceStub,
+        metrics: EdgeMetrics,
+        keepalive_s: float,
+        rpc_timeout_s: float,
+    ) -> None:
+        self._chat = chat
+        self._metrics = metrics
+        self._keepalive_s = keepalive_s
+        self._rpc_timeout_s = rpc_timeout_s
+
+    def register(self, app: web.Application) -> None:
+        app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_get("/v1/models", self.list_models)
+        app.router.add_get("/v1/models/{model}", self.get_model)
+
+    @openai_errors
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        metadata = bearer(request)
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise OpenAIError(400, "the body is not valid JSON") from exc
+        if not isinstance(body, dict):
+            raise OpenAIError(400, "the body must be a JSON object")
+        completion = parse_completion(body, request.headers.get(SESSION_HEADER, ""))
+        call = self._chat.Complete(completion.request, metadata=metadata)
+        events = aiter(call)
+        first = await anext(events, None)
+        if first is None or first.event.WhichOneof("kind") != "meta":
+            call.cancel()
+            raise OpenAIError(502, "the gateway did not start the completion")
+        if completion.stream:
+            return await self._stream(request, call, first.event.meta, events, completion)
+        return await self._whole(first.event.meta, events)
+
+    async def _stream(
+        self,
+        request: web.Request,
+        call: grpc.aio.UnaryStreamCall,
+        meta: pb.MetaEvent,
+        events: AsyncIterator[pb.CompleteResponse],
+        completion: Completion,
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={**sse.STREAM_HEADERS, REPLICA_HEADER: meta.replica_id}
+        )
+        await response.prepare(request)
+        writer = ChunkWriter(response, meta, self._metrics)
+        self._metrics.open_streams.inc()
+        try:
+            await writer.choice({"role": "assistant", "content": ""})
+            await self._relay(response, writer, events, completion.include_usage)
+            await response.write(DONE_LINE)
+        finally:
+            # Also when the client went away: cancelling the call stops the completion
+            # upstream, since nobody can resume a stateless one.
+            call.cancel()
+            self._metrics.open_streams.dec()
+        return response
+
+    async def _relay(
+        self,
+        response: web.StreamResponse,
+        writer: ChunkWriter,
+        events: AsyncIterator[pb.CompleteResponse],
+        include_usage: bool,
+    ) -> None:
+        async with sse.KeepAlive(response, self._keepalive_s) as keepalive:
+            try:
+                async for item in events:
+                    if await self._write_event(writer, item.event, include_usage):
+                        return
+                    keepalive.wrote()
+            except grpc.aio.AioRpcError as error:
+                failure = CallFailure(error)
+                await writer.error(failure.code.value[0], failure.message)
+
+    async def _write_event(self, writer: ChunkWriter, event: pb.ChatEvent, usage: bool) -> bool:
+        """Writes one event as OpenAI chunks; True when it was the last."""
+        kind = event.WhichOneof("kind")
+        if kind == "delta":
+            await writer.choice({"content": event.delta.text})
+            return False
+        if kind == "error":
+            await writer.error(event.error.code, event.error.message)
+            return True
+        if kind != "done":
+            return False
+        if event.done.finish == common_pb2.FINISH_REASON_ERROR:
+            await writer.error(13, "the model failed while answering")
+            return True
+        await writer.choice({}, FINISH.get(event.done.finish, "stop"))
+        if usage:
+            await writer.usage(event.done)
+        return True
+
+    async def _whole(
+        self, meta: pb.MetaEvent, events: AsyncIterator[pb.CompleteResponse]
+    ) -> web.Response:
+        # UNFINISHED: aiohttp does not cancel a handler whose client left, so a non-streaming
+        # completion whose caller hung up runs to its end (a streaming one is stopped).
+        texts: list[str] = []
+        async for item in events:
+            event = item.event
+            kind = event.WhichOneof("kind")
+            if kind == "delta":
+                texts.append(event.delta.text)
+            elif kind == "error":
+                raise OpenAIError(502 if event.error.code != 14 else 503, event.error.message)
+            elif kind == "done":
+                if event.done.finish == common_pb2.FINISH_REASON_ERROR:
+                    raise OpenAIError(502, "the model failed while answering")
+                return web.json_response(
+                    _completion_body(meta, "".join(texts), event.done),
+                    headers={REPLICA_HEADER: meta.replica_id},
+                )
+        raise OpenAIError(502, "the gateway ended the completion without finishing it")
+
+    @openai_errors
+    async def list_models(self, request: web.Request) -> web.Response:
+        await self._check_key(request)
+        return web.json_response({"object": "list", "data": [_model(m) for m in MODELS]})
+
+    @openai_errors
+    async def get_model(self, request: web.Request) -> web.Response:
+        await self._check_key(request)
+        name = request.match_info["model"]
+        if name not in MODELS:
+            raise OpenAIError(404, f"the model {name!r} does not exist", "model_not_found")
+        return web.json_response(_model(name))
+
+    async def _check_key(self, request: web.Request) -> None:
+        """Only the gateway knows whether a token is valid; its cheapest call asks."""
+        await self._chat.GetLimits(
+            pb.GetLimitsRequest(), metadata=bearer(request), timeout=self._rpc_timeout_s
+        )
+
+
+def _model(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "chat-platform"}
+
+
+def _completion_body(meta: pb.MetaEvent, text: str, done: pb.DoneEvent) -> dict[str, Any]:
+    message = {"role": "assistant", "content": text, "refusal": None}
+    finish = FINISH.get(done.finish, "stop")
+    return {
+        "id": meta.message_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": meta.model,
+        "system_fingerprint": meta.replica_id,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+        "usage": usage_of(done),
+    }
