@@ -328,13 +328,15 @@ class ChatClient(_Client):
             call = open_call()
             try:
                 async for response in call:
-                    event = event_from_pb(response.event)
-                    if event.event_id <= last:
-                        continue  # a replay that overlaps what the caller already has
-                    last, breaks = event.event_id, 0
-                    yield event
-                    if isinstance(event, Done | Error):
-                        return
+                    # One event, or several when the gateway was ahead of this reader.
+                    for raw in (response.event, *response.more):
+                        event = event_from_pb(raw)
+                        if event.event_id <= last:
+                            continue  # a replay that overlaps what the caller already has
+                        last, breaks = event.event_id, 0
+                        yield event
+                        if isinstance(event, Done | Error):
+                            return
                 broken: ClientError | None = None
             except grpc.aio.AioRpcError as error:
                 broken = self._failure(error)

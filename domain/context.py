@@ -24,13 +24,26 @@ class ContextBuilder:
     window_tokens: int
     answer_reserve_tokens: int
 
-    def build(self, summary: Turn | None, history: list[Turn], new: Turn) -> Prompt:
-        fixed = [self.system, *([summary] if summary else [])]
+    def build(
+        self,
+        summary: Turn | None,
+        history: list[Turn],
+        new: Turn,
+        pinned: Turn | None = None,
+    ) -> Prompt:
+        """System prompt, summary, the newest turns that fit, pinned constraints, new message.
+
+        Pinned constraints sit just before the new message: recall is highest at the end of
+        a prompt, and the middle is where a turn-2 constraint gets lost (spec 002). They are
+        re-read every turn, which costs their few tokens of prefill each time.
+        """
+        summary, pinned = self._extras_that_fit(summary, pinned, new)
+        leading = [self.system, *([summary] if summary else [])]
+        trailing = [*([pinned] if pinned else []), new]
         budget = (
             self.window_tokens
             - self.answer_reserve_tokens
-            - new.tokens
-            - sum(turn.tokens for turn in fixed)
+            - sum(turn.tokens for turn in (*leading, *trailing))
         )
         first_kept = len(history)
         # Walk back from the newest turn and stop at the first that does not fit: keeping an
@@ -39,7 +52,20 @@ class ContextBuilder:
             first_kept -= 1
             budget -= history[first_kept].tokens
         # Stable parts lead so the replica's prefix cache keeps matching turn after turn.
-        return Prompt((*fixed, *history[first_kept:], new), dropped_turns=first_kept)
+        return Prompt((*leading, *history[first_kept:], *trailing), dropped_turns=first_kept)
+
+    def _extras_that_fit(
+        self, summary: Turn | None, pinned: Turn | None, new: Turn
+    ) -> tuple[Turn | None, Turn | None]:
+        """Summary and pinned turn, less what the window cannot hold beside the new message.
+        The summary goes first: it is a digest, while pinned turns are the user's own rules."""
+        room = self.window_tokens - self.answer_reserve_tokens - self.system.tokens - new.tokens
+        pinned_tokens = pinned.tokens if pinned else 0
+        if summary is not None and summary.tokens + pinned_tokens > room:
+            summary = None
+        if pinned is not None and pinned_tokens > room:
+            pinned = None
+        return summary, pinned
 
     def fits_alone(self, new: Turn) -> bool:
         """Whether a message fits the window with only the system prompt beside it."""

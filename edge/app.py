@@ -128,7 +128,7 @@ class Edge:
         await response.prepare(request)
         self._metrics.open_streams.inc()
         try:
-            await self._relay(response, first.event, responses)
+            await self._relay(response, first, responses)
         except (ConnectionResetError, asyncio.CancelledError):
             # The app went away; the gateway keeps writing the answer for a later resume.
             call.cancel()
@@ -138,22 +138,27 @@ class Edge:
         return response
 
     async def _relay(
-        self, response: web.StreamResponse, first: pb.ChatEvent, rest: AsyncIterator[Any]
+        self, response: web.StreamResponse, first: Any, rest: AsyncIterator[Any]
     ) -> None:
-        await response.write(sse.encode(first))
-        self._metrics.events.inc()
+        """Writes each gRPC message's events (one, or a batch when the gateway was ahead)
+        in one write."""
+        await self._write_events(response, first)
         async with sse.KeepAlive(response, self._settings.keepalive_s) as keepalive:
             try:
                 async for item in rest:
-                    await response.write(sse.encode(item.event))
+                    await self._write_events(response, item)
                     keepalive.wrote()
-                    self._metrics.events.inc()
             except grpc.aio.AioRpcError as error:
                 failure = CallFailure(error)
                 lost = pb.ChatEvent(
                     error=pb.ErrorEvent(code=failure.code.value[0], message=failure.message)
                 )
                 await response.write(sse.encode(lost))
+
+    async def _write_events(self, response: web.StreamResponse, item: Any) -> None:
+        events = [item.event, *item.more]
+        await response.write(b"".join(sse.encode(event) for event in events))
+        self._metrics.events.inc(len(events))
 
     # Routes -------------------------------------------------------------------------------------
 

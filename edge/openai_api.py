@@ -301,21 +301,21 @@ class OpenAIApi:
             raise OpenAIError(400, "the body must be a JSON object")
         completion = parse_completion(body, request.headers.get(SESSION_HEADER, ""))
         call = self._chat.Complete(completion.request, metadata=metadata)
-        events = aiter(call)
+        events = _events(call)
         first = await anext(events, None)
-        if first is None or first.event.WhichOneof("kind") != "meta":
+        if first is None or first.WhichOneof("kind") != "meta":
             call.cancel()
             raise OpenAIError(502, "the gateway did not start the completion")
         if completion.stream:
-            return await self._stream(request, call, first.event.meta, events, completion)
-        return await self._whole(first.event.meta, events)
+            return await self._stream(request, call, first.meta, events, completion)
+        return await self._whole(first.meta, events)
 
     async def _stream(
         self,
         request: web.Request,
         call: grpc.aio.UnaryStreamCall,
         meta: pb.MetaEvent,
-        events: AsyncIterator[pb.CompleteResponse],
+        events: AsyncIterator[pb.ChatEvent],
         completion: Completion,
     ) -> web.StreamResponse:
         response = web.StreamResponse(
@@ -339,13 +339,13 @@ class OpenAIApi:
         self,
         response: web.StreamResponse,
         writer: ChunkWriter,
-        events: AsyncIterator[pb.CompleteResponse],
+        events: AsyncIterator[pb.ChatEvent],
         include_usage: bool,
     ) -> None:
         async with sse.KeepAlive(response, self._keepalive_s) as keepalive:
             try:
-                async for item in events:
-                    if await self._write_event(writer, item.event, include_usage):
+                async for event in events:
+                    if await self._write_event(writer, event, include_usage):
                         return
                     keepalive.wrote()
             except grpc.aio.AioRpcError as error:
@@ -371,14 +371,11 @@ class OpenAIApi:
             await writer.usage(event.done)
         return True
 
-    async def _whole(
-        self, meta: pb.MetaEvent, events: AsyncIterator[pb.CompleteResponse]
-    ) -> web.Response:
+    async def _whole(self, meta: pb.MetaEvent, events: AsyncIterator[pb.ChatEvent]) -> web.Response:
         # UNFINISHED: aiohttp does not cancel a handler whose client left, so a non-streaming
         # completion whose caller hung up runs to its end (a streaming one is stopped).
         texts: list[str] = []
-        async for item in events:
-            event = item.event
+        async for event in events:
             kind = event.WhichOneof("kind")
             if kind == "delta":
                 texts.append(event.delta.text)
@@ -429,3 +426,11 @@ def _completion_body(meta: pb.MetaEvent, text: str, done: pb.DoneEvent) -> dict[
         "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
         "usage": usage_of(done),
     }
+
+
+async def _events(call: grpc.aio.UnaryStreamCall) -> AsyncIterator[pb.ChatEvent]:
+    """The completion's events one by one; the gateway may send several in one message."""
+    async for item in call:
+        yield item.event
+        for event in item.more:
+            yield event

@@ -43,6 +43,8 @@ class Plan:
     reserved: float
     pool: str
     tier: Tier
+    # The window the prompt was fitted into (the tier's, capped by the model's context).
+    window_tokens: int = 0
 
 
 @dataclass(slots=True)

@@ -106,12 +106,13 @@ def fit(system: Turn, turns: list[Turn], window_tokens: int, answer_reserve: int
     return prompt
 
 
-async def follow_then_stop(run: MessageRun) -> AsyncGenerator[tuple[int, Event]]:
-    """The run's events for its one caller. Nobody can resume a stateless completion, so a
-    caller that goes away stops it: the replica's slot is freed for someone who is there."""
+async def follow_then_stop(run: MessageRun) -> AsyncGenerator[list[tuple[int, Event]]]:
+    """The run's events for its one caller, in batches. Nobody can resume a stateless
+    completion, so a caller that goes away stops it: the replica's slot is freed for someone
+    who is there."""
     try:
-        async for item in run.follow(0):
-            yield item
+        async for batch in run.follow_batches(0):
+            yield batch
     finally:
         if not run.ended:
             run.stop_requested.set()
@@ -122,6 +123,8 @@ def answer_cap(tier_cap: int, asked: int) -> int:
     return min(tier_cap, asked) if asked else tier_cap
 
 
-def closing_events(run: MessageRun) -> contextlib.aclosing[AsyncGenerator[tuple[int, Event]]]:
+def closing_events(
+    run: MessageRun,
+) -> contextlib.aclosing[AsyncGenerator[list[tuple[int, Event]]]]:
     """follow_then_stop, closed (and so stopped) even when its reader is closed mid-way."""
     return contextlib.aclosing(follow_then_stop(run))

@@ -72,6 +72,10 @@ def event_to_pb(event_id: int, event: Event) -> pb.ChatEvent:
             return pb.ChatEvent(event_id=event_id, error=failed)
 
 
+def events_to_pb(batch: list[tuple[int, Event]]) -> list[pb.ChatEvent]:
+    return [event_to_pb(event_id, event) for event_id, event in batch]
+
+
 def conversation_to_pb(record: ConversationRecord) -> pb.Conversation:
     return pb.Conversation(
         conversation_id=record.conversation_id,

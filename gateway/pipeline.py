@@ -37,6 +37,7 @@ from domain.types import Finish, Role, Turn, Usage, User
 from gateway import completions
 from gateway.answers import Answer, AnswerWriter, Plan
 from gateway.buckets import Buckets
+from gateway.compactor import Compactor, ContextParts, branch, context_parts
 from gateway.completions import CompleteRequest
 from gateway.metrics import GatewayMetrics
 from gateway.planner import (
@@ -95,7 +96,10 @@ class ChatPipeline:
         shared: SharedRuns | None = None,
         metrics: GatewayMetrics | None = None,
         policies: MessagePolicies | None = None,
+        compactor: Compactor | None = None,
     ) -> None:
+        # None: conversations are never compacted; the oldest turns simply drop out.
+        self._compactor = compactor
         self._metrics = metrics or GatewayMetrics(CollectorRegistry())
         self._policies = policies or MessagePolicies()
         self._store = store
@@ -186,11 +190,11 @@ class ChatPipeline:
         unsafe = self._policies.check_input(request.content)
         if unsafe is not None:
             return await self._refuse_input(user, request, fingerprint, parent, *unsafe)
-        history = await self._history(user, request.conversation_id, parent)
+        parts = await self._context_parts(user, conversation, parent)
         route = self._route(user, request, conversation)
         try:
             plan = await self._planner.plan(
-                user, request.conversation_id, request.content, history, route.pool
+                user, request.conversation_id, request.content, parts, route.pool
             )
         except PoolsDown as down:
             return await self._busy_answer(user, request, fingerprint, down)
@@ -373,22 +377,16 @@ class ChatPipeline:
         newest = await self._store.newest_message(user.user_id, request.conversation_id)
         return conversation, newest
 
-    async def _history(
-        self, user: User, conversation_id: str, parent: MessageRecord | None
-    ) -> list[Turn]:
-        """The branch that ends at parent, oldest first (regenerations make other branches)."""
-        if parent is None:
-            return []
-        by_seq = {m.seq: m for m in await self._store.list_messages(user.user_id, conversation_id)}
-        chain: list[Turn] = []
-        cursor: MessageRecord | None = parent
-        while cursor is not None:
-            # Refused turns stay out of every prompt: the blocked text must not reach a model.
-            if cursor.content and cursor.finish != Finish.REFUSED.value:
-                chain.append(Turn(cursor.role, cursor.content, cursor.tokens))
-            cursor = by_seq.get(cursor.parent_seq) if cursor.parent_seq else None
-        chain.reverse()
-        return chain
+    async def _context_parts(
+        self, user: User, conversation: ConversationRecord | None, parent: MessageRecord | None
+    ) -> ContextParts:
+        """The conversation's summary, pinned constraints and the turns after the summary on
+        the branch that ends at parent (regenerations make other branches). Refused turns are
+        left out: blocked text must never reach a model."""
+        if conversation is None or parent is None:
+            return ContextParts(None, None, [])
+        messages = await self._store.list_messages(user.user_id, conversation.conversation_id)
+        return context_parts(conversation, branch(messages, parent))
 
     async def _busy_answer(
         self, user: User, request: SendRequest, fingerprint: str, down: PoolsDown
@@ -462,6 +460,11 @@ class ChatPipeline:
         self._runs.mark_ended(run)
         if run.sink is not None and self._shared is not None:
             await self._shared.end(run.user_id, run.message_id)
+        if store_answer and self._compactor is not None:
+            # After `done`: the user never waits for this; it reads one row when nothing is due.
+            system_tokens = plan.prompt.turns[0].tokens
+            await self._compactor.consider(user.user_id, run.conversation_id, plan.window_tokens,
+                                           plan.max_answer_tokens, system_tokens)  # fmt: skip
 
     def _observe(self, run: MessageRun, user: User, answer: Answer) -> None:
         first = run.first_text_at
@@ -577,6 +580,8 @@ class ChatPipeline:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self._compactor is not None:
+            await self._compactor.close()
 
 
 def _fingerprint(request: SendRequest) -> str:

@@ -19,6 +19,7 @@ from domain.shedding import SheddingPolicy, refuse_at_door, shed
 from domain.types import Role, Tier, Turn, User
 from gateway.answers import Plan, StreamTimeouts
 from gateway.buckets import Buckets
+from gateway.compactor import ContextParts
 from gateway.metrics import GatewayMetrics
 from gateway.upstream import NoReplica, Upstreams
 from infra.enums import TIER_TO_PB
@@ -89,11 +90,13 @@ class Planner:
         self._log = structlog.get_logger(component="planner")
 
     async def plan(
-        self, user: User, conversation_id: str, content: str, history: list[Turn], pool: str
+        self, user: User, conversation_id: str, content: str, parts: ContextParts, pool: str
     ) -> Plan:
         """The ladder's decision, the prompt that fits the window, the reservation and the
         replica for one message of a stored conversation."""
-        reusable = sum(turn.tokens for turn in history)
+        # The pinned turn moves with every message, so it is never in the prefix cache.
+        stable = [parts.summary] if parts.summary else []
+        reusable = sum(turn.tokens for turn in [*stable, *parts.history])
         size = PromptSize(reusable + estimate_tokens(content), reusable)
         pick, tier, pool = await self.shed(user, conversation_id, pool, size)
         system_tokens, message_tokens = await self._count(pick, content)
@@ -108,7 +111,7 @@ class Planner:
                 f"the message has {message_tokens} tokens; with the answer reserve the "
                 f"{user.tier.value} tier's window of {tier.window_tokens} tokens cannot hold it"
             )
-        prompt = builder.build(None, history, new)
+        prompt = builder.build(parts.summary, parts.history, new, parts.pinned)
         return await self.admit(user, pick, pool, tier, prompt)
 
     async def shed(
@@ -178,7 +181,8 @@ class Planner:
                 decision.retry_after_s,
             )
         self._metrics.queue_wait.labels(user.tier.value, pool).observe(pick.expected_wait_seconds)
-        return Plan(prompt, pick, tier.max_answer_tokens, reserved, pool, user.tier)
+        return Plan(prompt, pick, tier.max_answer_tokens, reserved, pool, user.tier,
+                    tier.window_tokens)  # fmt: skip
 
     async def _pick(
         self, conversation_id: str, pool: str, tier: Tier, size: PromptSize

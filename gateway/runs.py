@@ -72,16 +72,29 @@ class MessageRun:
 
     async def follow(self, after_event_id: int = 0) -> AsyncIterator[tuple[int, Event]]:
         """Events numbered from 1, after after_event_id, until the run ends."""
+        async for batch in self.follow_batches(after_event_id):
+            for item in batch:
+                yield item
+
+    async def follow_batches(
+        self, after_event_id: int = 0, most: int = 64
+    ) -> AsyncIterator[list[tuple[int, Event]]]:
+        """The same events, as many at a time as have piled up (at most `most`): a reader
+        that fell behind catches up in a few sends instead of one per event."""
         sent = after_event_id
         while True:
+            if self.ended and sent >= len(self.events):
+                return  # asked for what comes after the last event: nothing will
             async with self.changed:
                 await self.changed.wait_for(lambda seen=sent: len(self.events) > seen)
-                pending = self.events[sent:]
-            for event in pending:
-                sent += 1
-                yield sent, event
+                pending = self.events[sent : sent + most]
+            batch = list(enumerate(pending, start=sent + 1))
+            sent += len(batch)
+            for index, (_, event) in enumerate(batch):
                 if isinstance(event, Done | Failed):
+                    yield batch[: index + 1]
                     return
+            yield batch
 
 
 class RunRegistry:

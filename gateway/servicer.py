@@ -15,7 +15,7 @@ from gateway.completions import closing_events
 from gateway.convert import (
     completion_from_pb,
     conversation_to_pb,
-    event_to_pb,
+    events_to_pb,
     message_to_pb,
     pool_of,
 )
@@ -55,8 +55,9 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
                 pool=pool_of(request.model),
             ),
         )
-        async for event_id, event in run.follow(0):
-            yield pb.SendMessageResponse(event=event_to_pb(event_id, event))
+        async for batch in run.follow_batches(0):
+            first, *more = events_to_pb(batch)
+            yield pb.SendMessageResponse(event=first, more=more)
 
     @maps_domain_errors
     async def AttachMessage(
@@ -64,8 +65,9 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
     ) -> AsyncIterator[pb.AttachMessageResponse]:
         user = await self._auth.user_of(context)
         run = await self._pipeline.attach(user, request.message_id)
-        async for event_id, event in run.follow(request.after_event_id):
-            yield pb.AttachMessageResponse(event=event_to_pb(event_id, event))
+        async for batch in run.follow_batches(request.after_event_id):
+            first, *more = events_to_pb(batch)
+            yield pb.AttachMessageResponse(event=first, more=more)
 
     @maps_domain_errors
     async def StopMessage(
@@ -143,9 +145,10 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
     ) -> AsyncIterator[pb.CompleteResponse]:
         user = await self._auth.user_of(context)
         run = await self._pipeline.complete(user, completion_from_pb(request))
-        async with closing_events(run) as events:
-            async for event_id, event in events:
-                yield pb.CompleteResponse(event=event_to_pb(event_id, event))
+        async with closing_events(run) as batches:
+            async for batch in batches:
+                first, *more = events_to_pb(batch)
+                yield pb.CompleteResponse(event=first, more=more)
 
     @maps_domain_errors
     async def GetLimits(

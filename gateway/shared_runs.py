@@ -150,8 +150,15 @@ class RemoteRun:
     # Checks on the owner when the log is quiet, and takes the run over if it died.
     on_idle: Callable[[], Awaitable[None]]
 
-    def follow(self, after_event_id: int = 0) -> AsyncIterator[tuple[int, Event]]:
-        return self.shared.follow(self.user_id, self.message_id, after_event_id, self.on_idle)
+    def follow_batches(
+        self, after_event_id: int = 0, most: int = 64
+    ) -> AsyncIterator[list[tuple[int, Event]]]:
+        return self.shared.follow(self.user_id, self.message_id, after_event_id, self.on_idle, most)
+
+    async def follow(self, after_event_id: int = 0) -> AsyncIterator[tuple[int, Event]]:
+        async for batch in self.follow_batches(after_event_id):
+            for item in batch:
+                yield item
 
 
 def _member(user_id: str, message_id: str) -> str:
@@ -302,26 +309,35 @@ class SharedRuns:
         message_id: str,
         after_event_id: int,
         on_idle: Callable[[], Awaitable[None]],
-    ) -> AsyncIterator[tuple[int, Event]]:
-        """A run's events after after_event_id, until it ends; on_idle runs whenever the log
-        has been quiet for a while (the caller checks whether the owner is still alive)."""
+        most: int = 64,
+    ) -> AsyncIterator[list[tuple[int, Event]]]:
+        """A run's events after after_event_id, as many at a time as the log holds (at most
+        `most`), until it ends; on_idle runs whenever the log has been quiet for a while (the
+        caller checks whether the owner is still alive)."""
         member = _member(user_id, message_id)
         cursor = f"0-{after_event_id}"
         block_ms = int(self._config.follow_block_s * 1000)
         while True:
-            answer = await self._waiter.xread({EVENTS_PREFIX + member: cursor}, count=500,
+            answer = await self._waiter.xread({EVENTS_PREFIX + member: cursor}, count=most,
                                               block=block_ms)  # fmt: skip
             if not answer:
-                if not await self._redis.exists(RUN_PREFIX + member):
+                state = await self._redis.hmget(RUN_PREFIX + member, ["owner", "ended"])
+                if state[0] is None:
                     raise Unavailable("the answer expired before it ended")
+                if state[1] is not None:
+                    # Ended, and nothing after the cursor: the reader has it all already.
+                    return
                 await on_idle()
                 continue
+            batch = []
             for entry_id, fields in answer[0][1]:
                 cursor = entry_id.decode()
                 event = decode_event(fields[b"e"])
-                yield int(cursor.split("-")[1]), event
+                batch.append((int(cursor.split("-")[1]), event))
                 if isinstance(event, Done | Failed):
+                    yield batch
                     return
+            yield batch
 
     async def read_all(self, user_id: str, message_id: str) -> list[Event]:
         entries = await self._redis.xrange(EVENTS_PREFIX + _member(user_id, message_id))
@@ -396,6 +412,7 @@ def _encode_plan(plan: Plan, answer_parent_seq: int | None) -> str:
             "reserved": plan.reserved,
             "pool": plan.pool,
             "tier": plan.tier.value,
+            "window": plan.window_tokens,
             "parent_seq": answer_parent_seq,
         },
         separators=(",", ":"),
@@ -407,5 +424,5 @@ def _decode_plan(raw: bytes) -> tuple[Plan, int | None]:
     prompt = Prompt(tuple(Turn(Role(r), text, n) for r, text, n in body["turns"]), body["dropped"])
     pick = scheduler_service_pb2.PickReplicaResponse.FromString(base64.b64decode(body["pick"]))
     plan = Plan(prompt, pick, body["max_answer_tokens"], body["reserved"], body["pool"],
-                Tier(body["tier"]))  # fmt: skip
+                Tier(body["tier"]), body.get("window", 0))  # fmt: skip
     return plan, body["parent_seq"]

@@ -44,3 +44,19 @@ class Store(Protocol):
     async def add_message(
         self, user_id: str, conversation_id: str, message: NewMessage, title: str = ""
     ) -> MessageRecord: ...
+
+    async def set_summary(
+        self,
+        user_id: str,
+        conversation_id: str,
+        summary: str,
+        summary_tokens: int,
+        upto_seq: int,
+        pinned: str,
+        pinned_tokens: int,
+        expected_upto_seq: int,
+    ) -> bool:
+        """Replaces the summary and pinned constraints only while summary_upto_seq still
+        equals expected_upto_seq (compare-and-set: of two compactions of one conversation,
+        one wins). False when another got there first; NotFound for no such conversation."""
+        ...

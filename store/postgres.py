@@ -19,7 +19,7 @@ from store.records import ConversationRecord, MessageRecord, NewMessage, UserRec
 
 _CONVERSATION_COLUMNS = (
     "user_id, conversation_id, title, model, summary, summary_upto_seq, total_tokens, "
-    "created_at, updated_at, pool"
+    "created_at, updated_at, pool, summary_tokens, pinned, pinned_tokens"
 )
 _MESSAGE_COLUMNS = (
     "conversation_id, seq, message_id, parent_seq, role, content, tokens, model, replica_id, "
@@ -211,6 +211,31 @@ class PostgresStore:
         )
         if deleted == 0:
             raise NotFound(f"no conversation {conversation_id!r}")
+
+    async def set_summary(
+        self,
+        user_id: str,
+        conversation_id: str,
+        summary: str,
+        summary_tokens: int,
+        upto_seq: int,
+        pinned: str,
+        pinned_tokens: int,
+        expected_upto_seq: int,
+    ) -> bool:
+        """Compare-and-set on summary_upto_seq; updated_at stays: it orders the user's list by
+        what the user did, and a summary is background work."""
+        updated = await self._execute(
+            "UPDATE conversations SET summary = $1, summary_tokens = $2, summary_upto_seq = $3, "
+            "pinned = $4, pinned_tokens = $5 "
+            "WHERE user_id = $6 AND conversation_id = $7 AND summary_upto_seq = $8",
+            summary, summary_tokens, upto_seq, pinned, pinned_tokens, user_id, conversation_id,
+            expected_upto_seq,
+        )  # fmt: skip
+        if updated == 0:
+            await self.get_conversation(user_id, conversation_id)  # NotFound when not theirs
+            return False
+        return True
 
     async def get_message(self, user_id: str, message_id: str) -> MessageRecord:
         row = await self._fetchrow(

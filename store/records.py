@@ -28,6 +28,11 @@ class ConversationRecord:
     updated_at: float
     # The model pool the router keeps it on; '' before its first routed message.
     pool: str = ""
+    # The summary turn's tokens (summary is its whole text; summary_upto_seq the last folded
+    # message), and the pinned constraints' turn and its tokens ('' and 0 until compacted).
+    summary_tokens: int = 0
+    pinned: str = ""
+    pinned_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

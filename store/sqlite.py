@@ -19,7 +19,7 @@ from store.records import ConversationRecord, MessageRecord, NewMessage, UserRec
 
 _CONVERSATION_COLUMNS = (
     "user_id, conversation_id, title, model, summary, summary_upto_seq, total_tokens, "
-    "created_at, updated_at, pool"
+    "created_at, updated_at, pool, summary_tokens, pinned, pinned_tokens"
 )
 _MESSAGE_COLUMNS = (
     "conversation_id, seq, message_id, parent_seq, role, content, tokens, model, replica_id, "
@@ -192,6 +192,33 @@ class SqliteStore:
             await self.db.commit()
         if cursor.rowcount == 0:
             raise NotFound(f"no conversation {conversation_id!r}")
+
+    async def set_summary(
+        self,
+        user_id: str,
+        conversation_id: str,
+        summary: str,
+        summary_tokens: int,
+        upto_seq: int,
+        pinned: str,
+        pinned_tokens: int,
+        expected_upto_seq: int,
+    ) -> bool:
+        """Compare-and-set on summary_upto_seq; updated_at stays: it orders the user's list by
+        what the user did, and a summary is background work."""
+        async with self._writing:
+            cursor = await self.db.execute(
+                "UPDATE conversations SET summary = ?, summary_tokens = ?, summary_upto_seq = ?, "
+                "pinned = ?, pinned_tokens = ? "
+                "WHERE user_id = ? AND conversation_id = ? AND summary_upto_seq = ?",
+                (summary, summary_tokens, upto_seq, pinned, pinned_tokens, user_id,
+                 conversation_id, expected_upto_seq),
+            )  # fmt: skip
+            await self.db.commit()
+        if cursor.rowcount == 0:
+            await self.get_conversation(user_id, conversation_id)  # NotFound when not theirs
+            return False
+        return True
 
     async def get_message(self, user_id: str, message_id: str) -> MessageRecord:
         async with self.db.execute(

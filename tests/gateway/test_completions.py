@@ -91,6 +91,6 @@ async def test_a_reader_that_leaves_stops_the_run() -> None:
     run = MessageRun("ada", "k", "chatcmpl-1", "")
     await run.append(Delta("a"))
     async with completions.closing_events(run) as events:
-        assert (await anext(events))[0] == 1
+        assert (await anext(events))[0][0] == 1
     assert run.stop_requested.is_set()
     await asyncio.sleep(0)

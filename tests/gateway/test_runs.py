@@ -47,3 +47,31 @@ async def test_registry_forgets_ended_runs_after_their_time() -> None:
 
 async def _collect(r: MessageRun, after: int):
     return [item async for item in r.follow(after)]
+
+
+async def test_a_reader_behind_the_answer_gets_what_piled_up_in_one_batch() -> None:
+    from domain.types import Finish, Usage
+    from gateway.runs import Delta, Done, MessageRun
+
+    run = MessageRun("ada", "c1", "m1", "fp")
+    for text in ("a", "b", "c"):
+        await run.append(Delta(text))
+    batches = run.follow_batches(0, most=2)
+    assert [i for i, _ in await anext(batches)] == [1, 2]  # at most `most` at a time
+    assert [i for i, _ in await anext(batches)] == [3]
+    await run.append(Delta("d"))
+    await run.append(Done(Finish.STOP, Usage()))
+    await run.append(Delta("never"))  # nothing after the end is read
+    assert [i for i, _ in await anext(batches)] == [4, 5]
+    assert [i async for i, _ in run.follow(2)] == [3, 4, 5]
+
+
+async def test_following_from_after_the_last_event_of_an_ended_run_returns_at_once() -> None:
+    from domain.types import Finish, Usage
+    from gateway.runs import Done, MessageRun, Meta
+
+    run = MessageRun("ada", "c1", "m1", "fp")
+    await run.append(Meta("m1", "c1", "model", "node"))
+    await run.append(Done(Finish.STOP, Usage()))
+    assert [i async for i, _ in run.follow(2)] == []
+    assert [i async for i, _ in run.follow(1)] == [2]

@@ -105,7 +105,8 @@ async def test_followers_read_the_log_from_any_event_and_live(redis) -> None:
             return None
 
         async def read(after: int) -> list[tuple[int, object]]:
-            return [item async for item in reader.follow(user, message, after, idle)]
+            return [item async for batch in reader.follow(user, message, after, idle)
+                    for item in batch]  # fmt: skip
 
         following = asyncio.create_task(read(1))
         await asyncio.sleep(0.2)
@@ -114,6 +115,8 @@ async def test_followers_read_the_log_from_any_event_and_live(redis) -> None:
         await owner.end(user, message)
         events = await asyncio.wait_for(following, 5)
         assert [event_id for event_id, _ in events] == [2, 3, 4]
+        # From after the last event of an ended run: nothing, at once.
+        assert await asyncio.wait_for(read(4), 5) == []
         assert [e.text for _, e in events if isinstance(e, Delta)] == ["Hello", " world"]
         assert await redis.zscore("chat:runs:active", f"{user}\x1f{message}") is None
     finally:

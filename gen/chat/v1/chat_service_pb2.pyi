@@ -85,10 +85,12 @@ class SendMessageRequest(_message.Message):
     def __init__(self, conversation_id: _Optional[str] = ..., message_id: _Optional[str] = ..., parent_id: _Optional[str] = ..., content: _Optional[str] = ..., model: _Optional[_Union[ModelChoice, str]] = ...) -> None: ...
 
 class SendMessageResponse(_message.Message):
-    __slots__ = ("event",)
+    __slots__ = ("event", "more")
     EVENT_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
     event: ChatEvent
-    def __init__(self, event: _Optional[_Union[ChatEvent, _Mapping]] = ...) -> None: ...
+    more: _containers.RepeatedCompositeFieldContainer[ChatEvent]
+    def __init__(self, event: _Optional[_Union[ChatEvent, _Mapping]] = ..., more: _Optional[_Iterable[_Union[ChatEvent, _Mapping]]] = ...) -> None: ...
 
 class AttachMessageRequest(_message.Message):
     __slots__ = ("message_id", "after_event_id")
@@ -99,10 +101,12 @@ class AttachMessageRequest(_message.Message):
     def __init__(self, message_id: _Optional[str] = ..., after_event_id: _Optional[int] = ...) -> None: ...
 
 class AttachMessageResponse(_message.Message):
-    __slots__ = ("event",)
+    __slots__ = ("event", "more")
     EVENT_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
     event: ChatEvent
-    def __init__(self, event: _Optional[_Union[ChatEvent, _Mapping]] = ...) -> None: ...
+    more: _containers.RepeatedCompositeFieldContainer[ChatEvent]
+    def __init__(self, event: _Optional[_Union[ChatEvent, _Mapping]] = ..., more: _Optional[_Iterable[_Union[ChatEvent, _Mapping]]] = ...) -> None: ...
 
 class StopMessageRequest(_message.Message):
     __slots__ = ("message_id",)
@@ -233,10 +237,12 @@ class CompleteRequest(_message.Message):
     def __init__(self, turns: _Optional[_Iterable[_Union[_common_pb2.Turn, _Mapping]]] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., max_tokens: _Optional[int] = ..., session_key: _Optional[str] = ...) -> None: ...
 
 class CompleteResponse(_message.Message):
-    __slots__ = ("event",)
+    __slots__ = ("event", "more")
     EVENT_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
     event: ChatEvent
-    def __init__(self, event: _Optional[_Union[ChatEvent, _Mapping]] = ...) -> None: ...
+    more: _containers.RepeatedCompositeFieldContainer[ChatEvent]
+    def __init__(self, event: _Optional[_Union[ChatEvent, _Mapping]] = ..., more: _Optional[_Iterable[_Union[ChatEvent, _Mapping]]] = ...) -> None: ...
 
 class GetLimitsRequest(_message.Message):
     __slots__ = ()
