@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 
 from chat.v1 import chat_service_pb2, chat_service_pb2_grpc
 from domain.breaker import BreakerPolicy
+from domain.compaction import CompactionPolicy
 from domain.difficulty import DEFAULT_DIFFICULTY_MODEL, DifficultyModel
 from domain.limiter import Limit
 from domain.router import Router
@@ -29,6 +30,7 @@ from domain.types import Tier
 from gateway.answers import StreamTimeouts
 from gateway.auth import Authenticator
 from gateway.buckets import Buckets, InProcessBuckets
+from gateway.compactor import Compactor
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline import ChatPipeline
 from gateway.planner import PipelinePolicy, TierPolicy
@@ -44,6 +46,7 @@ from infra.grpcserver import GrpcServer
 from infra.logs import configure_logging
 from infra.metrics import MetricsServer
 from infra.runner import run_service, write_ready_file
+from store.base import Store
 from store.factory import open_store
 
 
@@ -88,6 +91,12 @@ class GatewayConfig:
     router_model: str = ""
     # The safety checks outside the model: a hard-block check on each message, and a streaming
     # check on each answer that holds back output_holdback_tokens behind the newest text.
+    # Compaction: at 70 % of the prompt budget the small model folds older turns into a
+    # summary (first message, last 6 turns and pinned constraints stay verbatim), at most once
+    # per compaction_min_tokens_between tokens.
+    compaction: bool = True
+    compaction_pool: str = "small"
+    compaction_min_tokens_between: int = 3000
     safety: bool = True
     safety_blocklist: str = ""
     output_window_tokens: int = 200
@@ -156,6 +165,13 @@ def build_policies(config: GatewayConfig) -> MessagePolicies:
     )
 
 
+def build_compactor(config: GatewayConfig, store: Store, upstreams: Upstreams) -> Compactor | None:
+    if not config.compaction:
+        return None
+    policy = CompactionPolicy(min_tokens_between=config.compaction_min_tokens_between)
+    return Compactor(store, upstreams, policy, summary_pool=config.compaction_pool)
+
+
 def build_buckets(config: GatewayConfig, policy: PipelinePolicy, redis: Redis | None) -> Buckets:
     limits = {t: p.limit for t, p in policy.tiers.items()}
     if config.buckets == "memory":
@@ -222,8 +238,18 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
     buckets = build_buckets(config, policy, redis_client)
     shared = build_shared_runs(config, redis_client)
     registry = CollectorRegistry()
-    pipeline = ChatPipeline(store, upstreams, runs, buckets, policy, time.monotonic, shared,
-                            GatewayMetrics(registry), build_policies(config))  # fmt: skip
+    pipeline = ChatPipeline(
+        store,
+        upstreams,
+        runs,
+        buckets,
+        policy,
+        time.monotonic,
+        shared,
+        GatewayMetrics(registry),
+        build_policies(config),
+        build_compactor(config, store, upstreams),
+    )
     service_name = chat_service_pb2.DESCRIPTOR.services_by_name["ChatService"].full_name
     server = GrpcServer(config.grpc_listen, [service_name])
     chat_service_pb2_grpc.add_ChatServiceServicer_to_server(
