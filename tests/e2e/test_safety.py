@@ -87,7 +87,9 @@ async def test_a_stateless_completion_passes_the_same_input_check(guarded) -> No
     metadata = (("authorization", f"Bearer {guarded.tokens['free']}"),)
     async with grpc.aio.insecure_channel(guarded.gateway_address) as channel:
         stub = pb_grpc.ChatServiceStub(channel)
-        events = [r.event async for r in stub.Complete(request, metadata=metadata)]
+        events = [
+            e async for r in stub.Complete(request, metadata=metadata) for e in (r.event, *r.more)
+        ]
     assert events[0].meta.model == SAFETY_MODEL
     assert [e.delta.text for e in events if e.HasField("delta")] == [Refusals().input]
     assert events[-1].done.finish == common_pb2.FINISH_REASON_REFUSED
