@@ -83,13 +83,23 @@ def pick_replica(
 
 
 def settle(
-    favourite: ReplicaLoad, idlest: ReplicaLoad, prompt_tokens: int, reusable_prefix_tokens: int
+    favourite: ReplicaLoad,
+    idlest: ReplicaLoad,
+    prompt_tokens: int,
+    reusable_prefix_tokens: int,
+    favourite_queue: int | None = None,
+    idlest_queue: int | None = None,
 ) -> Pick:
     """Stays on the favourite or escapes to the idlest; shared with PoolIndex so the two
-    pickers cannot drift apart."""
+    pickers cannot drift apart. The queues default to the replicas' last reports; a picker
+    that also counts its own picks since those reports passes its own figures."""
     if favourite.free_kv_tokens < prompt_tokens:
         return Pick(idlest, PickReason.ESCAPED_KV_ROOM)
-    extra_queue = favourite.queued_prefill_tokens - idlest.queued_prefill_tokens
+    if favourite_queue is None:
+        favourite_queue = favourite.queued_prefill_tokens
+    if idlest_queue is None:
+        idlest_queue = idlest.queued_prefill_tokens
+    extra_queue = favourite_queue - idlest_queue
     # Leaving the favourite throws its cached prefix away; only worth it when the extra queue
     # there is more prefill work than the cache would save.
     if extra_queue > reusable_prefix_tokens:

@@ -124,12 +124,33 @@ class PoolIndex:
         i = self._positions[node_id]
         self._build(self._loads[:i] + self._loads[i + 1 :], np.delete(self._hashes, i))
 
-    def pick(self, conversation_id: str, prompt_tokens: int, reusable_prefix_tokens: int) -> Pick:
+    def pick(
+        self,
+        conversation_id: str,
+        prompt_tokens: int,
+        reusable_prefix_tokens: int,
+        charge: bool = False,
+    ) -> Pick:
+        """The replica for a message. With charge, the prefill this pick sends there (the
+        uncached part of the prompt) joins that replica's queue until its next report, which
+        by then counts the message itself. Without it, every pick between two reports sees
+        the same idlest replica, and at a peak each escape of a tick herds onto it: the
+        fleet simulator showed the cached share of history collapsing from ~90 % to ~3 %."""
         if self._pickable_count == 0:
             return Pick(None, PickReason.NO_REPLICA)
-        favourite = self._loads[self._favourite(fnv1a64(conversation_id))]
-        idlest = self._loads[self._idlest()]
-        return settle(favourite, idlest, prompt_tokens, reusable_prefix_tokens)
+        f, i = self._favourite(fnv1a64(conversation_id)), self._idlest()
+        pick = settle(self._loads[f], self._loads[i], prompt_tokens, reusable_prefix_tokens,
+                      int(self._queued[f]), int(self._queued[i]))  # fmt: skip
+        if charge:
+            stayed = pick.reason is PickReason.AFFINITY
+            uncached = prompt_tokens - (reusable_prefix_tokens if stayed else 0)
+            self._charge(f if stayed else i, uncached)
+        return pick
+
+    def _charge(self, row: int, tokens: int) -> None:
+        self._queued[row] += max(0, tokens)
+        if self._pickable[row]:
+            self._queue_key[row] = self._queued[row]
 
     def _favourite(self, conversation_hash: int) -> int:
         self._conversation[()] = conversation_hash

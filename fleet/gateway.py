@@ -5,8 +5,8 @@ router, ladder rung (domain.shedding), context builder (domain.context), token b
 Mirrors gateway/pipeline.py in order: shed by rung, build the prompt inside the tier's window,
 reserve the worst case, pick, refuse at the door if the pick says the wait is too long, settle
 with the real usage at the end. What the simulation leaves out: safety checks, tokenizing (the
-workload draws token counts), compaction (no summaries: a conversation past its window drops
-its oldest turns, which changes its prefix; see the module note in fleet/engine.py).
+workload draws token counts), compaction (UNFINISHED: no summaries yet, so a conversation past
+its window drops its oldest turns every message, which changes its prefix and re-reads it).
 """
 
 from __future__ import annotations

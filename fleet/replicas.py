@@ -133,7 +133,7 @@ class Pool:
         self, conversation_id: str, prompt_tokens: int, reusable_tokens: int
     ) -> SimReplica | None:
         if self.strategy is Strategy.AFFINITY:
-            pick = self.index.pick(conversation_id, prompt_tokens, reusable_tokens)
+            pick = self.index.pick(conversation_id, prompt_tokens, reusable_tokens, charge=True)
             return None if pick.replica is None else self.by_node[pick.replica.node_id]
         if self.strategy is Strategy.FAVOURITE:
             # No queue is ever worth more than the cache: the same picker, escape never taken.

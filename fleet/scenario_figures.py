@@ -63,12 +63,15 @@ def _at_planned_peak(result: ScenarioResult, label: str, pool: str) -> float:
     return needed * PLANNED_PEAK / (summary.messages_per_s / result.scale)
 
 
-ESCAPE_COLLAPSE = (
-    "UNFINISHED: the platform picker's escape (domain/picker.py settle: leave the favourite "
-    "when its reported prefill queue exceeds the idlest's by more than the reusable prefix) "
-    "feeds on itself at the planned peak: an escape re-reads a whole prompt, which grows the "
-    "queues, which makes more escapes; with 250 ms-old reports every escape of a tick herds onto "
-    "one idlest replica. The same picker without the escape ('favourite') meets the spec."
+ESCAPE_COST = (
+    "The platform picker (domain/picker.py settle, through PoolIndex with charged picks) leaves "
+    "a conversation's favourite when its prefill queue beats the idlest's by more than the "
+    "cached prefix. Before picks were charged to their replica between load reports, every "
+    "escape of a 250 ms tick herded onto one idlest replica and the cached share collapsed to "
+    "about 3 % (prefill ~3,500 GPUs); charged, the share is back near 75 % (inside the band) but "
+    "the escapes that remain still re-read whole prompts: about 1,100 prefill GPUs at the peak "
+    "against 470. UNFINISHED: an escape rule that weighs the re-read against the wait it saves "
+    "over the next report interval, not one message's queue."
 )
 
 
@@ -121,7 +124,6 @@ def memory_matters(result: ScenarioResult) -> list[Figure]:
                 s["affinity"].history_cached_share,
                 0.90,
                 0.20,
-                ESCAPE_COLLAPSE,
             ),
             _relative(
                 "prefill GPUs at the peak, affinity (escape on)",
@@ -129,7 +131,7 @@ def memory_matters(result: ScenarioResult) -> list[Figure]:
                 _at_planned_peak(result, "affinity", LARGE_POOL),
                 470,
                 0.20,
-                ESCAPE_COLLAPSE,
+                ESCAPE_COST,
             ),
         ]
     return figures

@@ -63,7 +63,7 @@ class LoadTable:
     ) -> Pick:
         index = self._indexes.get(pool) or PoolIndex()
         if not excluded:
-            return index.pick(conversation_id, prompt_tokens, reusable_prefix_tokens)
+            return index.pick(conversation_id, prompt_tokens, reusable_prefix_tokens, charge=True)
         # A retry away from a replica that just failed: rare, so the plain loop will do.
         kept = [r for r in index.replicas if r.node_id not in excluded]
         return pick_replica(conversation_id, prompt_tokens, reusable_prefix_tokens, kept)

@@ -182,3 +182,41 @@ def test_a_report_past_int64_raises_and_leaves_the_index_whole() -> None:
         index.add(ReplicaLoad("n1", "a", "p", "m", NodeState.READY, 2**63, 0))
     assert index.replicas == (load,) and index.pick("c1", 10, 0).replica is load
     assert list(index.columns["queued_prefill_tokens"]) == [7]
+
+
+def _busy_pool() -> list[ReplicaLoad]:
+    # Replica r0 is everyone's favourite-to-escape-from: its queue dwarfs any cached prefix.
+    loads = [ReplicaLoad("r0", "a:1", "large", "m", NodeState.READY, 10**6, 50_000)]
+    loads += [
+        ReplicaLoad(f"r{i}", f"a:{i}", "large", "m", NodeState.READY, 10**6, 1_000)
+        for i in range(1, 8)
+    ]
+    return loads
+
+
+def test_charged_picks_spread_escapes_until_the_next_report() -> None:
+    """Between two load reports, escapes must not all herd onto the one replica that looked
+    idlest at the last report: each charged pick adds its prefill to its replica's queue."""
+    loads = _busy_pool()
+    conversations = [f"c{n}" for n in range(4000)]
+    escaping = [
+        c for c in conversations if PoolIndex(loads).pick(c, 2_000, 500).replica.node_id == "r1"
+    ]
+
+    herded = PoolIndex(loads)
+    uncharged = {herded.pick(c, 2_000, 500).replica.node_id for c in escaping[:40]}
+    charged_index = PoolIndex(loads)
+    charged = [charged_index.pick(c, 2_000, 500, charge=True) for c in escaping[:40]]
+    assert uncharged == {"r1"}  # the stale view sends every escape to one replica
+    assert len({p.replica.node_id for p in charged}) >= 4  # charged picks spread out
+    # A report overwrites the charges: the replica's own figure now includes those messages.
+    charged_index.update("r1", loads[1])
+    assert int(charged_index.columns["queued_prefill_tokens"][1]) == 1_000
+
+
+def test_a_charged_pick_that_stays_charges_only_the_uncached_part() -> None:
+    loads = [ReplicaLoad("only", "a:1", "large", "m", NodeState.READY, 10**6, 0)]
+    index = PoolIndex(loads)
+    pick = index.pick("c", 3_000, 2_500, charge=True)
+    assert pick.reason is PickReason.AFFINITY
+    assert int(index.columns["queued_prefill_tokens"][0]) == 500

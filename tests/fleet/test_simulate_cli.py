@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -24,6 +25,9 @@ def test_simulate_prints_the_figures_and_writes_the_report(
     assert written == ["fleet.csv", "summary.md", "tiers.csv", "timeline.png", "ttft.png"]
     assert (folder / "timeline.png").read_bytes().startswith(b"\x89PNG")
     assert "# A replica dies" in (folder / "summary.md").read_text()
+    for table in ("fleet.csv", "tiers.csv"):
+        header, *rows = list(csv.reader((folder / table).read_text().splitlines()))
+        assert rows and all(len(row) == len(header) for row in rows)
 
 
 def test_simulate_refuses_a_duration_inside_the_warm_up(capsys: pytest.CaptureFixture[str]) -> None:
