@@ -299,7 +299,10 @@ class ChatPipeline:
         route = self._policies.route(newest, user.tier, "", request.pool,
                                      self._policy.default_pool)  # fmt: skip
         self._metrics.routes.labels(route.reason.value, route.pool).inc()
-        size = PromptSize(sum(estimate_tokens(t.text) for t in request.turns), 0)
+        # The client resends its history each turn: all but the newest turn is what the
+        # favourite replica's prefix cache holds, exactly as for a stored conversation.
+        history = sum(estimate_tokens(t.text) for t in request.turns[:-1])
+        size = PromptSize(history + estimate_tokens(newest), history)
         pick, tier, pool = await self._planner.shed(user, key, route.pool, size)
         answer = completions.answer_cap(tier.max_answer_tokens, request.max_tokens)
         system, turns = completions.split_system(request, self._policy.system_prompt)
