@@ -131,20 +131,20 @@ class PoolIndex:
         reusable_prefix_tokens: int,
         charge: bool = False,
     ) -> Pick:
-        """The replica for a message. With charge, the prefill this pick sends there (the
-        uncached part of the prompt) joins that replica's queue until its next report, which
-        by then counts the message itself. Without it, every pick between two reports sees
-        the same idlest replica, and at a peak each escape of a tick herds onto it: the
-        fleet simulator showed the cached share of history collapsing from ~90 % to ~3 %."""
+        """The replica for a message. With charge, an escape's prefill (the whole prompt,
+        nothing is cached there) joins the idlest replica's queue until its next report,
+        which by then counts the message itself. Without it, every escape between two reports
+        sees the same idlest replica, and at a peak they all herd onto it: the fleet
+        simulator showed the cached share of history collapsing from ~90 % to ~3 %. A stay
+        is not charged: a conversation's next turn, sent before the next report, must not
+        find its own finished turn still queued on its favourite and leave."""
         if self._pickable_count == 0:
             return Pick(None, PickReason.NO_REPLICA)
         f, i = self._favourite(fnv1a64(conversation_id)), self._idlest()
         pick = settle(self._loads[f], self._loads[i], prompt_tokens, reusable_prefix_tokens,
                       int(self._queued[f]), int(self._queued[i]))  # fmt: skip
-        if charge:
-            stayed = pick.reason is PickReason.AFFINITY
-            uncached = prompt_tokens - (reusable_prefix_tokens if stayed else 0)
-            self._charge(f if stayed else i, uncached)
+        if charge and pick.reason is not PickReason.AFFINITY:
+            self._charge(i, prompt_tokens)
         return pick
 
     def _charge(self, row: int, tokens: int) -> None:

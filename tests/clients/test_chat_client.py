@@ -20,13 +20,38 @@ from clients.chat_client import (
     new_conversation_id,
     new_message_id,
 )
-from clients.chatctl.platform import LocalPlatform
+from clients.chatctl.platform import LocalPlatform, PlatformSettings
 
 pytestmark = pytest.mark.slow
 
 # Long enough to still be answering a few events in; short enough for a CPU model.
 COUNTING = "Count from one to thirty in words, one number per line."
 STORY = "Write a very long story about the sea, in many chapters."
+
+
+@pytest.fixture(scope="module")
+async def platform(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalPlatform]:
+    """The whole platform, sending text token by token: these tests act a few events into an
+    answer, and the output check's default hold-back would send a short answer as one event.
+    (The check still reads every token.)"""
+    local = LocalPlatform(
+        PlatformSettings(
+            state_dir=tmp_path_factory.mktemp("client"),
+            edge_listen="127.0.0.1:0",
+            nodes=1,
+            slot_context_tokens=4096,
+            parallel=2,
+            extra_env={
+                "CHAT_GATEWAY_OUTPUT_HOLDBACK_TOKENS": "0",
+                "CHAT_GATEWAY_OUTPUT_CHECK_EVERY_TOKENS": "1",
+            },
+        )
+    )
+    try:
+        await local.start()
+        yield local
+    finally:
+        await local.stop()
 
 
 def assert_well_formed(events: list[ChatEvent]) -> None:

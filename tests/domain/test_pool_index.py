@@ -214,9 +214,9 @@ def test_charged_picks_spread_escapes_until_the_next_report() -> None:
     assert int(charged_index.columns["queued_prefill_tokens"][1]) == 1_000
 
 
-def test_a_charged_pick_that_stays_charges_only_the_uncached_part() -> None:
+def test_a_charged_pick_that_stays_charges_nothing() -> None:
     loads = [ReplicaLoad("only", "a:1", "large", "m", NodeState.READY, 10**6, 0)]
     index = PoolIndex(loads)
     pick = index.pick("c", 3_000, 2_500, charge=True)
     assert pick.reason is PickReason.AFFINITY
-    assert int(index.columns["queued_prefill_tokens"][0]) == 500
+    assert int(index.columns["queued_prefill_tokens"][0]) == 0

@@ -107,7 +107,8 @@ async def test_a_gateway_killed_mid_answer_is_taken_over(gateways) -> None:
             if sum(isinstance(e, Delta) for e in events) == 5:
                 break
         killed_at = time.monotonic()
-        gateway = next(c for c in gateways.children if c.name == "gateway")
+        first_address = gateways.gateway_addresses()[0]
+        gateway = next(c for c in gateways.children if c.ready.get("grpc") == first_address)
         gateway.process.send_signal(signal.SIGKILL)
         await gateway.process.wait()
         await answer.aclose()

@@ -34,7 +34,9 @@ def test_a_fleet_within_its_capacity_answers_and_keeps_the_history_cached() -> N
     assert counts[Outcome.TIMED_OUT] == counts[Outcome.LOST] == 0
     cost = {p.name: prefill_gpu_s_per_token(p.preset) for p in (LARGE, SMALL)}
     summary = summarize(recorder, 1.0, 20, 50, {"large": 16, "small": 6}, cost)
-    assert summary.history_cached_share > 0.8  # the caches start warm and stay so
+    # The caches start warm and stay so; the picker's escapes (charged to their replica's
+    # queue between reports) give up a few percent of it.
+    assert summary.history_cached_share > 0.75
     assert summary.tiers["plus"].ttft_p95_s < 1.0
     assert 20 < summary.tiers["free"].tokens_per_s_p50 < 120
 
