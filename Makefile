@@ -35,6 +35,9 @@ bench: setup
 	.venv/bin/python bench/hops.py
 	.venv/bin/python bench/sidecar.py
 	.venv/bin/python bench/edge.py
+	.venv/bin/python bench/gateway_cost.py
+	.venv/bin/python bench/race.py
+	.venv/bin/python bench/sim_region.py
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache
