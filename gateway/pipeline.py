@@ -258,9 +258,7 @@ class ChatPipeline:
         await self._store.add_message(user.user_id, request.conversation_id, answer)
         run = MessageRun(user.user_id, request.conversation_id, request.message_id, fingerprint)
         self._runs.add(run)
-        await run.append(Meta(run.message_id, run.conversation_id, SAFETY_MODEL, ""))
-        await run.append(Delta(refusal))
-        await run.append(Done(Finish.REFUSED, Usage()))
+        await _compose(run, SAFETY_MODEL, refusal, Finish.REFUSED)
         self._runs.mark_ended(run)
         return run
 
@@ -324,9 +322,7 @@ class ChatPipeline:
     ) -> MessageRun:
         self._metrics.refusals.labels(user.tier.value, "safety_input").inc()
         self._log.warning("completion refused by the input check", category=verdict.category)
-        await run.append(Meta(run.message_id, run.conversation_id, SAFETY_MODEL, ""))
-        await run.append(Delta(refusal))
-        await run.append(Done(Finish.REFUSED, Usage()))
+        await _compose(run, SAFETY_MODEL, refusal, Finish.REFUSED)
         return run
 
     async def _drive_completion(self, run: MessageRun, user: User, plan: Plan) -> None:
@@ -398,9 +394,7 @@ class ChatPipeline:
         is stored or charged, so the same message can be sent again later."""
         run = MessageRun(user.user_id, request.conversation_id, request.message_id, fingerprint)
         self._runs.add(run)
-        await run.append(Meta(run.message_id, run.conversation_id, BUSY_MODEL, ""))
-        await run.append(Delta(BUSY_TEXT))
-        await run.append(Done(Finish.ERROR, Usage()))
+        await _compose(run, BUSY_MODEL, BUSY_TEXT, Finish.ERROR)
         self._runs.mark_ended(run)
         self._metrics.answers.labels(user.tier.value, BUSY_MODEL, Finish.ERROR.value).inc()
         self._log.warning("composed a busy answer", reason=down.reason)
@@ -585,6 +579,13 @@ class ChatPipeline:
                 await task
         if self._compactor is not None:
             await self._compactor.close()
+
+
+async def _compose(run: MessageRun, model: str, text: str, finish: Finish) -> None:
+    """An answer no model wrote (a refusal, the fallback chain's "busy"): meta, text, done."""
+    await run.append(Meta(run.message_id, run.conversation_id, model, ""))
+    await run.append(Delta(text))
+    await run.append(Done(finish, Usage()))
 
 
 def _fingerprint(request: SendRequest) -> str:
