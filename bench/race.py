@@ -284,11 +284,11 @@ class Churn:
         self.events.append(f"killed {self.engine_url} at {at:.1f}s")
 
     async def restart(self, at: float) -> None:
-        from infra.process import die_with_parent
+        from infra.process import dies_with_parent
 
         log = await asyncio.to_thread(open, self._log_dir / "churn-llama-server.log", "ab")
         self._process = await asyncio.create_subprocess_exec(
-            *self._argv, env=self._env, stdout=log, stderr=log, preexec_fn=die_with_parent
+            *dies_with_parent(self._argv), env=self._env, stdout=log, stderr=log
         )
         log.close()
         started = time.perf_counter()
@@ -472,11 +472,11 @@ async def wait_healthy(
 
 
 async def spawn(argv: list[str], log: Path) -> asyncio.subprocess.Process:
-    from infra.process import die_with_parent
+    from infra.process import dies_with_parent
 
     out = await asyncio.to_thread(open, log, "ab")
     process = await asyncio.create_subprocess_exec(
-        *argv, stdout=out, stderr=out, preexec_fn=die_with_parent
+        *dies_with_parent(argv), stdout=out, stderr=out
     )
     out.close()
     return process

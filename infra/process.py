@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import signal
-
-_PR_SET_PDEATHSIG = 1
+import shutil
 
 
-def die_with_parent() -> None:
-    """Runs in a child between fork and exec (preexec_fn): when the parent dies, even by
-    SIGKILL, the kernel sends the child SIGTERM. An engine without its sidecar, or a service
-    without the chatctl that started it, would otherwise hold its port and memory forever."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+def dies_with_parent(argv: list[str]) -> list[str]:
+    """The command line that runs `argv` so that the kernel sends it SIGTERM when the process
+    that started it dies, even by SIGKILL. An engine without its sidecar, or a service without
+    the chatctl that started it, would otherwise hold its port and memory forever.
+
+    util-linux's `setpriv` sets the death signal and then execs `argv` in the same process, so
+    the child's pid is unchanged. Doing the same with a Python `preexec_fn` ran Python (and a
+    dlopen) between fork and exec in a parent full of gRPC threads, which aborted the child
+    now and then; without a preexec_fn, subprocess uses vfork and runs nothing in between.
+    Without `setpriv` (not Linux), the command runs as is."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return list(argv)
+    return [setpriv, "--pdeathsig", "TERM", "--", *argv]

@@ -19,7 +19,7 @@ from pathlib import Path
 import aiohttp
 
 from domain.types import Finish, Usage
-from infra.process import die_with_parent
+from infra.process import dies_with_parent
 from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
 
 _FINISH = {"stop": Finish.STOP, "length": Finish.LENGTH}
@@ -90,7 +90,7 @@ class LlamaCppEngine:
     async def start(self) -> None:
         port = free_port()
         self._base_url = f"http://127.0.0.1:{port}"
-        self._process = await asyncio.create_subprocess_exec(
+        argv = [
             str(llama_server_binary()),
             "-m",
             str(self._model_path),
@@ -106,9 +106,11 @@ class LlamaCppEngine:
             str(self._threads),
             "--metrics",
             "--no-webui",
+        ]
+        self._process = await asyncio.create_subprocess_exec(
+            *dies_with_parent(argv),
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
-            preexec_fn=die_with_parent,
         )
         # llama-server drops idle keep-alive connections after a few seconds, and a request
         # written into one that is closing fails; a fresh loopback connection costs ~0.1 ms.

@@ -22,7 +22,7 @@ from typing import BinaryIO
 import aiohttp
 
 from domain.types import Finish, Tier, Usage
-from infra.process import die_with_parent
+from infra.process import dies_with_parent
 from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
 from nodeagent.llamacpp import free_port
 from nodeagent.vllm_metrics import (
@@ -170,7 +170,7 @@ class VllmEngine:
             self._launch = launch
         with _open_server_log(launch) as log:
             self._process = await asyncio.create_subprocess_exec(
-                *launch.command(self.model, port, self.context_tokens),
+                *dies_with_parent(launch.command(self.model, port, self.context_tokens)),
                 env=launch.environment(),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log,
@@ -178,7 +178,6 @@ class VllmEngine:
                 # Its own process group: vLLM runs its engine core in a child process, and stop()
                 # must end both.
                 start_new_session=True,
-                preexec_fn=die_with_parent,
             )
 
     async def _wait_ready(self) -> None:

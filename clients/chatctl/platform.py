@@ -21,7 +21,7 @@ from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from infra.bearer import new_token
-from infra.process import die_with_parent
+from infra.process import dies_with_parent
 
 # Written into the state dir once the platform is up; removed when it stops.
 PLATFORM_FILE = "platform.json"
@@ -208,13 +208,10 @@ class LocalPlatform:
         }
         log = await asyncio.to_thread(open, self.settings.state_dir / f"{name}.log", "ab")
         process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            module,
+            *dies_with_parent([sys.executable, "-m", module]),
             env=full_env,
             stdout=log,
             stderr=log,
-            preexec_fn=die_with_parent,
         )
         log.close()
         child = Child(name, process, {})

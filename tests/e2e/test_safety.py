@@ -62,16 +62,26 @@ async def test_a_blocked_message_is_refused_recorded_and_never_reaches_a_model(g
 
 
 async def test_a_flagged_answer_is_stopped_and_the_flagged_text_never_shown(guarded) -> None:
-    conversation = new_conversation_id()
-    async with ChatClient(guarded.gateway_address, guarded.tokens["plus"]) as chat:
-        events = [
-            e async for e in chat.send(conversation, "Tell me a long story about a fox and a hen.")
-        ]
-        stored = await chat.messages(conversation)
-    shown = "".join(e.text for e in events if isinstance(e, Delta))
-    assert not FLAGGED_WORD.search(shown), shown
-    assert shown.endswith(Refusals().output)
-    assert isinstance(events[-1], Done) and events[-1].finish == "refused"
+    # The engine samples (temperature 0.7), so an answer may, rarely, hold no "the" at all and
+    # end normally; another conversation is tried then. (The prompt cannot hold "the": the
+    # input check would refuse it.) A flagged word that reaches the user fails at once.
+    for _ in range(3):
+        conversation = new_conversation_id()
+        async with ChatClient(guarded.gateway_address, guarded.tokens["plus"]) as chat:
+            events = [
+                e
+                async for e in chat.send(
+                    conversation, "Tell me a long story about a fox and a hen."
+                )
+            ]
+            stored = await chat.messages(conversation)
+        shown = "".join(e.text for e in events if isinstance(e, Delta))
+        assert not FLAGGED_WORD.search(shown), shown
+        assert isinstance(events[-1], Done), events[-1]
+        if events[-1].finish == "refused":
+            break
+    assert events[-1].finish == "refused", shown
+    assert shown.endswith(Refusals().output), shown
     # What is saved is what the user saw: the flagged text is not kept either.
     assert stored[-1].content == shown and stored[-1].finish == "refused"
 
