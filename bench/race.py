@@ -475,9 +475,7 @@ async def spawn(argv: list[str], log: Path) -> asyncio.subprocess.Process:
     from infra.process import dies_with_parent
 
     out = await asyncio.to_thread(open, log, "ab")
-    process = await asyncio.create_subprocess_exec(
-        *dies_with_parent(argv), stdout=out, stderr=out
-    )
+    process = await asyncio.create_subprocess_exec(*dies_with_parent(argv), stdout=out, stderr=out)
     out.close()
     return process
 
