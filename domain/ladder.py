@@ -1,4 +1,4 @@
-"""The shedding ladder: what Free users give up, rung by rung, when the large pool runs hot.
+"""The shedding ladder: what Free users give up, rung by rung, when the GPUs run hot.
 
 Rungs: 0 normal; 1 Free goes to the small model; 2 Free answers are capped; 3 Free messages
 that cannot start soon are refused at once. Plus is never shed. Pure: the caller ticks it.
@@ -6,7 +6,8 @@ that cannot start soon are refused at once. Plus is never shed. Pure: the caller
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from domain.picker import ReplicaLoad
@@ -81,18 +82,41 @@ def _move(state: LadderState, to: int, busy: float, now: float, reason: str) -> 
     return replace(state, rung=to, busy_share=busy, history=history)
 
 
-def busy_share(replicas: Sequence[ReplicaLoad]) -> float:
+def busy_share(replicas: Sequence[ReplicaLoad], saturated_queue_tokens: float = math.inf) -> float:
     """How busy a pool's GPUs are, 0..1, from the nodes' own reports.
 
     Continuous batching admits requests while KV blocks are free, so a replica's KV occupancy
     is how full its batch is, and decode time per step grows with it. Once requests wait, the
-    batch cannot grow: the replica is saturated, whatever its KV reads. The pool's share is the
-    mean over replicas that serve (ready or draining); dead ones serve nothing. A pool with no
-    serving replica counts as fully busy: it has no capacity at all.
+    batch cannot grow: the replica is saturated, whatever its KV reads. So is one whose admitted
+    prompts wait longer to be read than `saturated_queue_tokens` takes (the prompt tokens it
+    prefills in the rung-3 wait): its KV may read half empty while every new message waits
+    seconds for its first token. The pool's share is the mean over replicas that serve (ready or
+    draining); dead ones serve nothing. A pool with no serving replica counts as fully busy: it
+    has no capacity at all.
     """
     serving = [r for r in replicas if r.state in (NodeState.READY, NodeState.DRAINING)]
     if not serving:
         return 1.0 if replicas else 0.0
-    return sum(1.0 if r.waiting_requests > 0 else min(1.0, r.kv_usage) for r in serving) / len(
-        serving
-    )
+    return sum(
+        1.0
+        if r.waiting_requests > 0 or r.queued_prefill_tokens > saturated_queue_tokens
+        else min(1.0, r.kv_usage)
+        for r in serving
+    ) / len(serving)
+
+
+def ladder_busy(pool_busy: Mapping[str, float], rung: int, watched: str, shed_to: str) -> float:
+    """The busy share the ladder ticks on, from each pool's `busy_share`.
+
+    At rung 0 only the watched (large) pool counts: rung 1 sends Free to the shed-to (small)
+    pool, so a hot small pool must not be the reason to climb there. From rung 1 on, Free
+    traffic runs on the shed-to pool as well, and the hotter of the two decides. Reading the
+    large pool alone, rung 1 cools it below the next line and the ladder stays at rung 1 while
+    the small pool, now carrying every Free message, drowns unseen: capping and refusing at
+    the door would never come (the fleet simulation of spec 000's overload showed exactly
+    that). Coming down needs both pools calm, so Free is not sent back into a pool that is
+    still hot."""
+    busy = pool_busy.get(watched, 0.0)
+    if rung == 0 or shed_to not in pool_busy:
+        return busy
+    return max(busy, pool_busy[shed_to])

@@ -5,7 +5,8 @@ the system prompt changes) sit in a heap. Time moves in load-report ticks (250 m
 agents report): within a tick the events are handled in time order, each advancing only the
 replica it concerns; at the tick's end every replica catches up and reports its load to the
 pool's PoolIndex, which is all the picker sees until the next report, as in the real scheduler.
-Every 10 s the ladder ticks on the watched pool's busy share (domain.ladder).
+Every 10 s the ladder ticks on the watched pool's busy share, and from rung 1 on the small
+pool's too (domain.ladder.ladder_busy).
 
 A replica's steps are domain.replica_sim's own; quiet decode stretches go by in one
 fast_forward call (fleet.replicas), so the cost grows with messages and with steps in which
@@ -26,9 +27,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from domain import limiter
-from domain.ladder import LadderPolicy, LadderState, busy_share, tick
+from domain.ladder import LadderPolicy, LadderState, busy_share, ladder_busy, tick
 from domain.replica_sim import SimFinish, StepResult
-from domain.shedding import SheddingPolicy, refuse_at_door
+from domain.shedding import SMALL_POOL, SheddingPolicy, refuse_at_door
 from domain.types import NodeState, Tier
 from fleet.gateway import LARGE_POOL, Conversation, Plan, SimGateway, TierRules, route
 from fleet.metrics import Outcome, Recorder
@@ -402,7 +403,7 @@ class FleetSim:
                 prefilled += replica.prefilled
             # The share the ladder reads (KV use, or 1 with a queue), summed over the second's
             # ticks: its mean is what an operator's dashboard shows as the pool's busy share.
-            shares = busy_share([r.load for r in pool.replicas]) * tick_s
+            shares = self._pool_busy(pool) * tick_s
             record.add(f"ladder_busy:{name}", now - tick_s, shares)
             last_busy, last_prefilled = self._counted[name]
             self._counted[name] = (busy_s, prefilled)
@@ -415,9 +416,14 @@ class FleetSim:
             )
         record.put("rung", now - tick_s, self._rung())
 
+    def _pool_busy(self, pool: Pool) -> float:
+        # Saturated: prompts waiting longer than the rung-3 wait to be read, as the scheduler.
+        saturated = pool.prefill_tokens_per_s * self.config.shedding.max_wait_s
+        return busy_share([r.load for r in pool.replicas], saturated)
+
     def _tick_ladder(self, now: float) -> None:
-        watched = self.pools.get(self.config.watched_pool)
-        if watched is None:
+        if self.config.watched_pool not in self.pools:
             return
-        busy = busy_share([r.load for r in watched.replicas])
+        pool_busy = {name: self._pool_busy(pool) for name, pool in self.pools.items()}
+        busy = ladder_busy(pool_busy, self.ladder.rung, self.config.watched_pool, SMALL_POOL)
         self.ladder = tick(self.ladder, busy, now, self.config.ladder)

@@ -2,7 +2,8 @@
 
 The rung lives in a shared store (etcd in production) as one JSON document written only by
 compare-and-swap. One scheduler, elected through an etcd lease, ticks it every 10 s from the
-large pool's busy share; the others read it every second. Election rather than "everyone
+large pool's busy share (and, once Free is shed to it, the small pool's: domain.ladder.ladder_busy);
+the others read it every second. Election rather than "everyone
 computes the same": schedulers see the reports at slightly different moments and tick at
 different phases, so independent computations would disagree exactly at the lines that matter.
 """
@@ -21,7 +22,15 @@ import aetcd
 import grpc
 import structlog
 
-from domain.ladder import LadderChange, LadderPolicy, LadderState, busy_share, pin, tick
+from domain.ladder import (
+    LadderChange,
+    LadderPolicy,
+    LadderState,
+    busy_share,
+    ladder_busy,
+    pin,
+    tick,
+)
 from scheduler.table import LoadTable
 
 ETCD_ERRORS = (aetcd.ClientError, grpc.aio.AioRpcError, TimeoutError)
@@ -144,10 +153,14 @@ class LadderKeeper:
         clock: Callable[[], float],
         tick_s: float = 10.0,
         read_s: float = 1.0,
+        shed_to_pool: str = "small",
+        saturated_queue_tokens: float = math.inf,
     ) -> None:
         self._store = store
         self._table = table
         self._pool = pool
+        self._shed_to_pool = shed_to_pool
+        self._saturated_queue_tokens = saturated_queue_tokens
         self._policy = policy
         self._clock = clock
         self._tick_s = tick_s
@@ -157,7 +170,14 @@ class LadderKeeper:
         self._log = structlog.get_logger(component="ladder")
 
     def busy_share(self) -> float:
-        return busy_share(self._table.pool(self._pool))
+        pools = {self._pool, self._shed_to_pool}
+        busy = {
+            name: busy_share(self._table.pool(name), self._saturated_queue_tokens) for name in pools
+        }
+        # A shed-to pool with no node at all is not a pool to shed to: it is left out.
+        if not self._table.pool(self._shed_to_pool):
+            busy.pop(self._shed_to_pool, None)
+        return ladder_busy(busy, self.state.rung, self._pool, self._shed_to_pool)
 
     async def run(self) -> None:
         next_tick = self._clock() + self._tick_s

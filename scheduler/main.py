@@ -43,8 +43,13 @@ class SchedulerConfig:
     admin_token: str = ""
     # Pools a node may register in and a pick may ask for.
     pools: list[str] = field(default_factory=lambda: ["large", "small"])
-    # The ladder follows this pool's busy share; it lives in etcd when membership does.
+    # The ladder follows this pool's busy share, and from rung 1 on also that of the pool
+    # Free is shed to; it lives in etcd when membership does.
     ladder_pool: str = "large"
+    ladder_shed_to_pool: str = "small"
+    # A replica whose admitted prompts wait longer than this to be read counts as saturated
+    # (the gateway's rung-3 wait, shed_max_wait_s).
+    ladder_saturated_wait_s: float = 2.0
     ladder_tick_s: float = 10.0
     ladder_up_at: list[float] = field(default_factory=lambda: [0.85, 0.92, 0.97])
     ladder_down_gap: float = 0.07
@@ -100,6 +105,8 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
         LadderPolicy(tuple(config.ladder_up_at), config.ladder_down_gap),
         time.time,
         tick_s=config.ladder_tick_s,
+        shed_to_pool=config.ladder_shed_to_pool,
+        saturated_queue_tokens=config.prefill_tokens_per_s * config.ladder_saturated_wait_s,
     )
     service_name = scheduler_service_pb2.DESCRIPTOR.services_by_name["SchedulerService"].full_name
     server = GrpcServer(config.grpc_listen, [service_name])

@@ -1,6 +1,6 @@
 import pytest
 
-from domain.ladder import LadderPolicy, LadderState, busy_share, pin, tick
+from domain.ladder import LadderPolicy, LadderState, busy_share, ladder_busy, pin, tick
 from domain.picker import ReplicaLoad
 from domain.types import NodeState
 
@@ -64,3 +64,29 @@ def test_busy_share_is_kv_fill_or_saturated_when_requests_wait() -> None:
     assert busy_share([replica(0.5), replica(0.9, state=NodeState.DEAD)]) == pytest.approx(0.5)
     assert busy_share([replica(0.2, state=NodeState.DEAD)]) == 1.0
     assert busy_share([]) == 0.0
+
+
+def test_at_rung_0_a_hot_small_pool_does_not_move_the_ladder() -> None:
+    # Rung 1 would send Free to the small pool: climbing because it is hot would make it worse.
+    assert ladder_busy({"large": 0.5, "small": 0.99}, 0, "large", "small") == 0.5
+
+
+def test_once_free_is_shed_the_hotter_pool_decides() -> None:
+    pools = {"large": 0.80, "small": 0.95}
+    assert ladder_busy(pools, 1, "large", "small") == 0.95
+    assert ladder_busy({"large": 0.98, "small": 0.3}, 2, "large", "small") == 0.98
+    # The ladder then climbs past rung 1 though the large pool alone reads calm.
+    state = LadderState(rung=1)
+    state = tick(state, ladder_busy(pools, state.rung, "large", "small"), 10.0, LadderPolicy())
+    assert state.rung == 2
+
+
+def test_without_a_shed_to_pool_only_the_watched_pool_counts() -> None:
+    assert ladder_busy({"large": 0.6}, 2, "large", "small") == 0.6
+
+
+def test_a_replica_with_seconds_of_prompts_to_read_counts_as_saturated() -> None:
+    reading = ReplicaLoad("r", "a", "p", "m", NodeState.READY, 10, 9_000, kv_usage=0.4)
+    light = ReplicaLoad("q", "a", "p", "m", NodeState.READY, 10, 100, kv_usage=0.4)
+    assert busy_share([reading, light]) == pytest.approx(0.4)  # no limit: KV use only
+    assert busy_share([reading, light], saturated_queue_tokens=4_000) == pytest.approx(0.7)

@@ -19,14 +19,16 @@ def client(etcd_server) -> aetcd.Client:
     return aetcd.Client(host=etcd_server.host, port=etcd_server.port, timeout=1.0)
 
 
-def hot_table(kv_usage: float) -> LoadTable:
+def hot_table(kv_usage: float, small_kv_usage: float | None = None) -> LoadTable:
     table = LoadTable(lambda: 0.0)
-    for i in range(4):
-        table.join(
-            ReplicaLoad(f"r{i}", "a", "large", "m", NodeState.READY, 10, 0, kv_usage=kv_usage),
-            4096,
-            8192,
-        )
+    pools = [("large", kv_usage)] + ([] if small_kv_usage is None else [("small", small_kv_usage)])
+    for pool, usage in pools:
+        for i in range(4):
+            table.join(
+                ReplicaLoad(f"{pool}{i}", "a", pool, "m", NodeState.READY, 10, 0, kv_usage=usage),
+                4096,
+                8192,
+            )
     return table
 
 
@@ -132,6 +134,33 @@ async def test_in_process_store_ticks_on_its_own() -> None:
         await _eventually(moved, 5)
         await asyncio.sleep(0.2)
         assert keeper.state.rung == 1  # 90 % is under the next line (92 %)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_after_free_moves_to_the_small_pool_its_heat_climbs_the_ladder() -> None:
+    # The large pool reads 88 %: rung 1 and no further on its own. The small pool, where rung 1
+    # sends Free, reads 98 %: from rung 1 on the ladder reads it, and climbs to refusing.
+    keeper = LadderKeeper(
+        InProcessLadderStore(),
+        hot_table(0.88, small_kv_usage=0.98),
+        "large",
+        LadderPolicy(),
+        clock=asyncio.get_running_loop().time,
+        tick_s=0.05,
+        read_s=0.01,
+    )
+    task = asyncio.create_task(keeper.run())
+    try:
+
+        async def refusing() -> bool:
+            return keeper.state.rung == 3
+
+        await _eventually(refusing, 5)
+        assert [(c.from_rung, c.to_rung) for c in keeper.state.history] == [(0, 1), (1, 2), (2, 3)]
+        assert keeper.state.history[0].busy_share == pytest.approx(0.88)
+        assert keeper.state.history[-1].busy_share == pytest.approx(0.98)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
