@@ -4,6 +4,7 @@ so the official `openai` SDK, LangChain and curl work unchanged. Errors use Open
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import time
@@ -43,6 +44,9 @@ SESSION_HEADER = "X-Session-Id"
 REPLICA_HEADER = "X-Replica"
 ERROR_TYPES = {401: "invalid_request_error", 403: "permission_error", 429: "rate_limit_error"}
 DONE_LINE = b"data: [DONE]\n\n"
+# How often a non-streaming completion looks whether its caller is still connected.
+CLIENT_CHECK_S = 0.25
+CLIENT_CLOSED = 499  # nginx's status for a request its client gave up on; nobody reads it
 MAX_BODY_KEY = web.AppKey("max_body_bytes", int)
 
 
@@ -308,7 +312,7 @@ class OpenAIApi:
             raise OpenAIError(502, "the gateway did not start the completion")
         if completion.stream:
             return await self._stream(request, call, first.meta, events, completion)
-        return await self._whole(first.meta, events)
+        return await self._whole_unless_gone(request, call, first.meta, events)
 
     async def _stream(
         self,
@@ -371,9 +375,31 @@ class OpenAIApi:
             await writer.usage(event.done)
         return True
 
+    async def _whole_unless_gone(
+        self,
+        request: web.Request,
+        call: grpc.aio.UnaryStreamCall,
+        meta: pb.MetaEvent,
+        events: AsyncIterator[pb.ChatEvent],
+    ) -> web.Response:
+        """The whole completion, or, once its caller has hung up, its cancellation upstream:
+        nobody can read or resume a stateless answer, so its GPU time would be wasted. aiohttp
+        does not cancel a handler whose client left (a streaming one notices when a write
+        fails), so the connection is looked at while the answer is written."""
+        whole = asyncio.ensure_future(self._whole(meta, events))
+        try:
+            while not (await asyncio.wait({whole}, timeout=CLIENT_CHECK_S))[0]:
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    call.cancel()
+                    whole.cancel()
+                    return web.Response(status=CLIENT_CLOSED, text="client closed the request")
+            return whole.result()
+        finally:
+            if not whole.done():
+                whole.cancel()
+
     async def _whole(self, meta: pb.MetaEvent, events: AsyncIterator[pb.ChatEvent]) -> web.Response:
-        # UNFINISHED: aiohttp does not cancel a handler whose client left, so a non-streaming
-        # completion whose caller hung up runs to its end (a streaming one is stopped).
         texts: list[str] = []
         async for event in events:
             kind = event.WhichOneof("kind")

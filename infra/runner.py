@@ -7,6 +7,8 @@ import asyncio
 import json
 import os
 import signal
+import sys
+import traceback
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -39,7 +41,16 @@ def run_until_signalled(main: Callable[[asyncio.Event], Coroutine[Any, Any, None
             loop.add_signal_handler(sig, stop.set)
         await main(stop)
 
-    uvloop.run(supervise())
+    try:
+        uvloop.run(supervise())
+    except BaseException:
+        # A service that failed (at startup, most often) must end, and say so by its status.
+        # Left to the interpreter, a non-daemon thread of a client it had opened (aiosqlite
+        # runs one per connection) would keep the process alive forever, holding its ports,
+        # ignoring SIGTERM (its handler belonged to the closed loop) and never ready.
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
 
 
 def write_ready_file(path: str | None, payload: dict[str, Any]) -> None:

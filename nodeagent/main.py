@@ -52,6 +52,8 @@ class NodeAgentConfig:
     # and how many times faster than real time it runs.
     sim_preset: str = "70b-4xh100"
     sim_speed: float = 1.0
+    # The shortest and longest answer the simulated model writes (when max tokens allow).
+    sim_answer_tokens: list[int] = field(default_factory=lambda: [100, 700])
     # engine "vllm": attach to the vLLM server at vllm_url (a GPU pod runs it in its own
     # container), or, when empty, start one with vllm_python (empty: .vllm/venv/bin/python).
     # slot_context_tokens is its max model length; `model` is the name it serves.
@@ -68,6 +70,14 @@ class NodeAgentConfig:
     log_level: str = "info"
 
 
+def _answer_range(tokens: list[int]) -> tuple[int, int]:
+    if len(tokens) != 2 or not 1 <= tokens[0] <= tokens[1]:
+        raise ValueError(
+            f"sim_answer_tokens is [shortest, longest], 1 <= shortest <= longest: {tokens}"
+        )
+    return tokens[0], tokens[1]
+
+
 def build_engine(config: NodeAgentConfig) -> Engine:
     if config.engine == "llamacpp":
         return LlamaCppEngine(
@@ -82,7 +92,10 @@ def build_engine(config: NodeAgentConfig) -> Engine:
             raise ValueError(
                 f"unknown sim_preset {config.sim_preset!r}; presets: {', '.join(PRESETS)}"
             )
-        return SimEngine(PRESETS[config.sim_preset], speed=config.sim_speed)
+        shortest, longest = _answer_range(config.sim_answer_tokens)
+        return SimEngine(
+            PRESETS[config.sim_preset], speed=config.sim_speed, answer_lengths=(shortest, longest)
+        )
     if config.engine == "vllm":
         return _vllm_engine(config)
     raise ValueError(f"unknown engine {config.engine!r}; this build has: llamacpp, sim, vllm")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -321,6 +322,65 @@ async def test_open_streams_are_capped_per_user_and_a_gone_client_frees_its_slot
             await asyncio.sleep(0.1)
         assert again.status == 200
         assert (await again.content.read()).endswith(b"data: [DONE]\n\n")
+
+
+@pytest.fixture(scope="module")
+async def long_answers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalPlatform]:
+    """One simulated 8B replica whose every answer is 3,000 tokens: about 25 s each."""
+    platform = LocalPlatform(
+        PlatformSettings(
+            state_dir=tmp_path_factory.mktemp("openai-long"),
+            edge_listen="127.0.0.1:0",
+            nodes=1,
+            extra_env={
+                "CHAT_NODEAGENT_ENGINE": "sim",
+                "CHAT_NODEAGENT_SIM_PRESET": "8b-1xh100",
+                "CHAT_NODEAGENT_SIM_ANSWER_TOKENS": "3000,3000",
+            },
+        )
+    )
+    await platform.start()
+    yield platform
+    await platform.stop()
+
+
+async def test_a_whole_completion_whose_caller_hung_up_is_stopped(
+    long_answers: LocalPlatform,
+) -> None:
+    # Plus may run 4 answers at once. Four long non-streaming completions take every slot;
+    # their callers hang up; the slots must come back long before the answers would end.
+    token = await new_user(long_answers, common_pb2.TIER_PLUS)
+    body = {"model": "auto", "messages": user_says("A very long essay."), "max_tokens": 3000}
+    headers = {"Authorization": f"Bearer {token}"}
+
+    async def call() -> None:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(
+                f"{long_answers.edge_url}/v1/chat/completions", json=body, headers=headers
+            ) as response:
+                await response.read()
+
+    callers = [asyncio.create_task(call()) for _ in range(4)]
+    async with aiohttp.ClientSession() as http:
+        for _ in range(50):  # until all four run: a fifth is refused
+            refused = await open_stream(http, long_answers, token, "One more.")
+            refused.close()
+            if refused.status == 429:
+                break
+            await asyncio.sleep(0.1)
+        assert refused.status == 429
+        for caller in callers:
+            caller.cancel()  # closes each caller's connection
+        await asyncio.gather(*callers, return_exceptions=True)
+        hung_up_at = time.monotonic()
+        while time.monotonic() - hung_up_at < 5:
+            again = await open_stream(http, long_answers, token, "Now?")
+            if again.status == 200:
+                break
+            again.close()
+            await asyncio.sleep(0.1)
+        assert again.status == 200
+        again.close()
 
 
 async def test_the_ladder_caps_free_completions(fleet: LocalPlatform) -> None:

@@ -182,6 +182,9 @@ def test_build_engine_makes_a_sim_from_config() -> None:
         build_engine(NodeAgentConfig(engine="sim", sim_preset="nope"))
     with pytest.raises(ValueError, match="llamacpp, sim"):
         build_engine(NodeAgentConfig(engine="nope"))
+    for bad in ([0, 10], [50, 10], [100]):
+        with pytest.raises(ValueError, match="sim_answer_tokens"):
+            build_engine(NodeAgentConfig(engine="sim", sim_answer_tokens=bad))
 
 
 # --- over NodeService gRPC ---
