@@ -401,8 +401,9 @@ class FleetSim:
                     pool.refresh(replica, NodeState.READY)
                 busy_s += replica.busy_s
                 prefilled += replica.prefilled
-            # The share the ladder reads (KV use, or 1 with a queue), summed over the second's
-            # ticks: its mean is what an operator's dashboard shows as the pool's busy share.
+            # The share the ladder reads (KV use, or 1 with a queue or seconds of prompts to
+            # read), summed over the second's ticks: its mean is what an operator's dashboard
+            # shows as the pool's busy share.
             shares = self._pool_busy(pool) * tick_s
             record.add(f"ladder_busy:{name}", now - tick_s, shares)
             last_busy, last_prefilled = self._counted[name]
