@@ -5,10 +5,11 @@ from __future__ import annotations
 import shutil
 
 
-def dies_with_parent(argv: list[str]) -> list[str]:
-    """The command line that runs `argv` so that the kernel sends it SIGTERM when the process
-    that started it dies, even by SIGKILL. An engine without its sidecar, or a service without
-    the chatctl that started it, would otherwise hold its port and memory forever.
+def dies_with_parent(argv: list[str], signal_name: str = "TERM") -> list[str]:
+    """The command line that runs `argv` so that the kernel sends it `signal_name` (SIGTERM
+    by default) when the process that started it dies, even by SIGKILL. An engine without its
+    sidecar, or a service without the chatctl that started it, would otherwise hold its port
+    and memory forever.
 
     util-linux's `setpriv` sets the death signal and then execs `argv` in the same process, so
     the child's pid is unchanged. Doing the same with a Python `preexec_fn` ran Python (and a
@@ -18,4 +19,4 @@ def dies_with_parent(argv: list[str]) -> list[str]:
     setpriv = shutil.which("setpriv")
     if setpriv is None:
         return list(argv)
-    return [setpriv, "--pdeathsig", "TERM", "--", *argv]
+    return [setpriv, "--pdeathsig", signal_name, "--", *argv]

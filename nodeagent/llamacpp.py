@@ -108,7 +108,9 @@ class LlamaCppEngine:
             "--no-webui",
         ]
         self._process = await asyncio.create_subprocess_exec(
-            *dies_with_parent(argv),
+            # KILL: an orphaned llama-server has nothing to finish, and one still loading its
+            # model was seen to outlive a SIGTERM.
+            *dies_with_parent(argv, "KILL"),
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
         )

@@ -46,6 +46,7 @@ def test_the_child_is_killed_when_its_parent_is_sigkilled() -> None:
 def test_the_command_keeps_its_arguments_and_its_pid() -> None:
     argv = dies_with_parent([sys.executable, "-c", "import os; print(os.getpid())"])
     assert argv[-3:] == [sys.executable, "-c", "import os; print(os.getpid())"]
+    assert dies_with_parent(["true"], "KILL")[:3][-2:] == ["--pdeathsig", "KILL"]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as run:
         out, _ = run.communicate(timeout=10)
     assert int(out) == run.pid
