@@ -205,22 +205,31 @@ async def test_a_completion_stores_nothing(platform: LocalPlatform) -> None:
 # A simulated fleet: affinity, limits, open streams, the ladder ----------------------------------
 
 
-@pytest.fixture(scope="module")
-async def fleet(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalPlatform]:
-    """Three simulated replicas (the engine is not what these tests measure)."""
-    platform = LocalPlatform(
+def sim_platform(state_dir, nodes: int, **env: str) -> LocalPlatform:
+    """Simulated 8B replicas (the engine is not what these tests measure)."""
+    return LocalPlatform(
         PlatformSettings(
-            state_dir=tmp_path_factory.mktemp("openai-fleet"),
+            state_dir=state_dir,
             edge_listen="127.0.0.1:0",
-            nodes=3,
+            nodes=nodes,
             extra_env={
                 "CHAT_NODEAGENT_ENGINE": "sim",
                 "CHAT_NODEAGENT_SIM_PRESET": "8b-1xh100",
-                "CHAT_GATEWAY_FREE_MAX_ANSWER_TOKENS": "100",
-                "CHAT_GATEWAY_FREE_BUCKET_CAPACITY": "1000",
-                "CHAT_GATEWAY_SHED_ANSWER_TOKENS": "20",
+                **env,
             },
         )
+    )
+
+
+@pytest.fixture(scope="module")
+async def fleet(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalPlatform]:
+    """Three simulated replicas: affinity, limits, open streams, the ladder."""
+    platform = sim_platform(
+        tmp_path_factory.mktemp("openai-fleet"),
+        3,
+        CHAT_GATEWAY_FREE_MAX_ANSWER_TOKENS="100",
+        CHAT_GATEWAY_FREE_BUCKET_CAPACITY="1000",
+        CHAT_GATEWAY_SHED_ANSWER_TOKENS="20",
     )
     await platform.start()
     yield platform
@@ -327,17 +336,8 @@ async def test_open_streams_are_capped_per_user_and_a_gone_client_frees_its_slot
 @pytest.fixture(scope="module")
 async def long_answers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalPlatform]:
     """One simulated 8B replica whose every answer is 3,000 tokens: about 25 s each."""
-    platform = LocalPlatform(
-        PlatformSettings(
-            state_dir=tmp_path_factory.mktemp("openai-long"),
-            edge_listen="127.0.0.1:0",
-            nodes=1,
-            extra_env={
-                "CHAT_NODEAGENT_ENGINE": "sim",
-                "CHAT_NODEAGENT_SIM_PRESET": "8b-1xh100",
-                "CHAT_NODEAGENT_SIM_ANSWER_TOKENS": "3000,3000",
-            },
-        )
+    platform = sim_platform(
+        tmp_path_factory.mktemp("openai-long"), 1, CHAT_NODEAGENT_SIM_ANSWER_TOKENS="3000,3000"
     )
     await platform.start()
     yield platform
