@@ -12,6 +12,7 @@ import grpc
 import pytest
 from aiohttp.test_utils import TestServer
 from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 from prometheus_client import CollectorRegistry
 
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
@@ -140,6 +141,20 @@ async def see_it_stream(page: Page, answer_index: int) -> None:
     await expect(answer).to_have_attribute("data-state", "streaming")
 
 
+async def stopped_while_streaming(page: Page, answer_index: int) -> bool:
+    """Clicks Stop while the answer streams. False when the model ended the answer first: at
+    temperature 0.7 SmolLM sometimes closes even a 'very long story' after a few lines."""
+    await see_it_stream(page, answer_index)
+    answer = page.locator(".assistant").nth(answer_index)
+    try:
+        await page.click("#stop", timeout=5_000)
+    except PlaywrightTimeoutError:  # disabled: nothing streams any more
+        await expect(answer).not_to_have_attribute("data-state", "streaming")
+        return False
+    await expect(answer).not_to_have_attribute("data-state", "streaming", timeout=60_000)
+    return await answer.get_attribute("data-state") == "cancelled"
+
+
 @pytest.mark.slow
 async def test_an_answer_streams_with_its_model_stops_and_regenerates(
     platform: LocalPlatform, page: Page
@@ -147,28 +162,30 @@ async def test_an_answer_streams_with_its_model_stops_and_regenerates(
     token = platform.tokens["free"]
     await sign_in(page, platform.edge_url, token)
     await ask(page, LONG)
-    await see_it_stream(page, 0)
-    await page.click("#stop")
-    first = page.locator(".assistant").nth(0)
-    await expect(first).to_have_attribute("data-state", "cancelled", timeout=60_000)
-    await expect(first.locator(".finish")).to_have_text("stopped")
+    stopped = [await stopped_while_streaming(page, 0)]
+    # Regenerate (a new answer to the same question, in the same turn) until two answers were
+    # stopped mid-stream, at least one of them a regenerated one.
+    while stopped.count(True) < 2 and len(stopped) < 5:
+        await page.locator(".assistant").nth(0).locator(".regen").click()
+        await expect(page.locator(".turn")).to_have_count(1)
+        await expect(page.locator(".turn .assistant")).to_have_count(len(stopped) + 1)
+        stopped.append(await stopped_while_streaming(page, len(stopped)))
+    assert stopped.count(True) == 2, stopped
     await expect(page.locator("#stop")).to_be_disabled()
-
-    # Regenerate: a second answer to the same question, in the same turn.
-    await first.locator(".regen").click()
-    await expect(page.locator(".turn")).to_have_count(1)
-    await expect(page.locator(".turn .assistant")).to_have_count(2)
-    await see_it_stream(page, 1)
-    await page.click("#stop")
-    second = page.locator(".assistant").nth(1)
-    await expect(second).to_have_attribute("data-state", "cancelled", timeout=60_000)
+    ended_itself = re.compile(r"^(|cut at the length limit)$")  # the labels of stop, length
+    finishes = ["stopped" if was_stopped else ended_itself for was_stopped in stopped]
+    await expect(page.locator(".assistant .finish")).to_have_text(finishes)
 
     stored = await stored_messages(platform, token, page)
     questions = [m for m in stored if m["role"] == "ROLE_USER"]
     answers = [m for m in stored if m["role"] == "ROLE_ASSISTANT"]
-    assert [q["content"] for q in questions] == [LONG, LONG]
+    assert [q["content"] for q in questions] == [LONG] * len(stopped)
     assert [a["parentId"] for a in answers] == [q["messageId"] for q in questions]
-    assert [a["finish"] for a in answers] == ["FINISH_REASON_CANCELLED"] * 2
+    for answer, was_stopped in zip(answers, stopped, strict=True):
+        if was_stopped:
+            assert answer["finish"] == "FINISH_REASON_CANCELLED"
+        else:
+            assert answer["finish"] in ("FINISH_REASON_STOP", "FINISH_REASON_LENGTH")
     on_page = await page.locator(".assistant .text").all_text_contents()
     assert on_page == [a["content"] for a in answers]
     # The conversation is listed (and marked as the one on screen).

@@ -14,6 +14,7 @@ from chat.v1 import scheduler_service_pb2
 from domain.context import Prompt
 from domain.types import Finish, Role, Tier, Turn, Usage
 from gateway.answers import Plan
+from gateway.redis_buckets import connect
 from gateway.runs import Delta, Done, Meta
 from gateway.shared_runs import (
     OwnershipLost,
@@ -28,7 +29,9 @@ FAST = SharedRunsConfig(liveness_s=0.6, follow_block_s=0.1, keep_after_end_s=30)
 
 @pytest.fixture
 async def redis(redis_server) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_server.url)
+    # Timeouts as the gateway's own clients have them (generous here): a reply that never comes
+    # fails the test where it was awaited instead of hanging it (it hung once in CI, unexplained).
+    client = connect(redis_server.url, timeout_s=5.0)
     yield client
     await client.aclose()
 
@@ -96,29 +99,30 @@ async def test_followers_read_the_log_from_any_event_and_live(redis) -> None:
     alive = await _alive(owner)
     user, message = _ids()
     try:
-        await owner.claim(user, message, "fp", "c1")
-        await owner.record_plan(user, message, _plan(), 4)
-        await owner.append(user, message, 1, Meta(message, "c1", "m", "node-a"))
-        await owner.append(user, message, 2, Delta("Hello"))
+        async with asyncio.timeout(30):  # where it waits is in the traceback, if it hangs
+            await owner.claim(user, message, "fp", "c1")
+            await owner.record_plan(user, message, _plan(), 4)
+            await owner.append(user, message, 1, Meta(message, "c1", "m", "node-a"))
+            await owner.append(user, message, 2, Delta("Hello"))
 
-        async def idle() -> None:
-            return None
+            async def idle() -> None:
+                return None
 
-        async def read(after: int) -> list[tuple[int, object]]:
-            return [item async for batch in reader.follow(user, message, after, idle)
-                    for item in batch]  # fmt: skip
+            async def read(after: int) -> list[tuple[int, object]]:
+                return [item async for batch in reader.follow(user, message, after, idle)
+                        for item in batch]  # fmt: skip
 
-        following = asyncio.create_task(read(1))
-        await asyncio.sleep(0.2)
-        await owner.append(user, message, 3, Delta(" world"))
-        await owner.append(user, message, 4, Done(Finish.STOP, Usage(5, 0, 2)))
-        await owner.end(user, message)
-        events = await asyncio.wait_for(following, 5)
-        assert [event_id for event_id, _ in events] == [2, 3, 4]
-        # From after the last event of an ended run: nothing, at once.
-        assert await asyncio.wait_for(read(4), 5) == []
-        assert [e.text for _, e in events if isinstance(e, Delta)] == ["Hello", " world"]
-        assert await redis.zscore("chat:runs:active", f"{user}\x1f{message}") is None
+            following = asyncio.create_task(read(1))
+            await asyncio.sleep(0.2)
+            await owner.append(user, message, 3, Delta(" world"))
+            await owner.append(user, message, 4, Done(Finish.STOP, Usage(5, 0, 2)))
+            await owner.end(user, message)
+            events = await asyncio.wait_for(following, 5)
+            assert [event_id for event_id, _ in events] == [2, 3, 4]
+            # From after the last event of an ended run: nothing, at once.
+            assert await asyncio.wait_for(read(4), 5) == []
+            assert [e.text for _, e in events if isinstance(e, Delta)] == ["Hello", " world"]
+            assert await redis.zscore("chat:runs:active", f"{user}\x1f{message}") is None
     finally:
         await _stop(alive)
 
