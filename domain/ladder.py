@@ -85,8 +85,9 @@ def _move(state: LadderState, to: int, busy: float, now: float, reason: str) -> 
 def busy_share(replicas: Sequence[ReplicaLoad], saturated_queue_tokens: float = math.inf) -> float:
     """How busy a pool's GPUs are, 0..1, from the nodes' own reports.
 
-    Continuous batching admits requests while KV blocks are free, so a replica's KV occupancy
-    is how full its batch is, and decode time per step grows with it. Once requests wait, the
+    Continuous batching admits requests while KV blocks are free and the engine's cap on answers
+    at once allows, so a replica's KV occupancy or its share of places taken, whichever is
+    higher, is how full its batch is (`ReplicaLoad.batch_fill`). Once requests wait, the
     batch cannot grow: the replica is saturated, whatever its KV reads. So is one whose admitted
     prompts wait longer to be read than `saturated_queue_tokens` takes (the prompt tokens it
     prefills in the rung-3 wait): its KV may read half empty while every new message waits
@@ -100,7 +101,7 @@ def busy_share(replicas: Sequence[ReplicaLoad], saturated_queue_tokens: float = 
     return sum(
         1.0
         if r.waiting_requests > 0 or r.queued_prefill_tokens > saturated_queue_tokens
-        else min(1.0, r.kv_usage)
+        else r.batch_fill
         for r in serving
     ) / len(serving)
 

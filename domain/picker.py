@@ -53,6 +53,17 @@ class ReplicaLoad:
     waiting_requests: int = 0
     kv_usage: float = 0.0
     prefix_hit_rate: float = 0.0
+    # The most answers the engine batches at once (vLLM's max_num_seqs, llama.cpp's slots);
+    # 0 when the node does not say.
+    max_running_requests: int = 0
+
+    @property
+    def batch_fill(self) -> float:
+        """How full the batch is, 0..1: by memory, or by places when the engine caps them."""
+        fill = self.kv_usage
+        if self.max_running_requests > 0:
+            fill = max(fill, self.running_requests / self.max_running_requests)
+        return min(1.0, fill)
 
     @property
     def pickable(self) -> bool:

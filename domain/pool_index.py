@@ -63,6 +63,9 @@ class PoolIndex:
         self._queue_key = np.where(self._pickable, self._queued, _NOT_PICKABLE)
         # The pickable column as uint64 1/0: multiplying by bools costs a cast on every pick.
         self._score_mask = self._pickable.astype(np.uint64)
+        # Messages picked for each replica since its last report (which does not know them yet);
+        # a membership change starts the count again.
+        self._sent = np.zeros(len(loads), dtype=np.int64)
         self._conversation = _constant(0)
         self._scores = np.empty(len(loads), dtype=np.uint64)
         self._scratch = np.empty(len(loads), dtype=np.uint64)
@@ -105,6 +108,7 @@ class PoolIndex:
         free_kv, queued = np.int64(load.free_kv_tokens), np.int64(load.queued_prefill_tokens)
         self._free_kv[i] = free_kv
         self._queued[i] = queued
+        self._sent[i] = 0
         self._queue_key[i] = queued if load.pickable else _NOT_PICKABLE
         self._pickable_count += int(load.pickable) - int(self._pickable[i])
         self._pickable[i] = load.pickable
@@ -137,15 +141,26 @@ class PoolIndex:
         sees the same idlest replica, and at a peak they all herd onto it: the fleet
         simulator showed the cached share of history collapsing from ~90 % to ~3 %. A stay
         is not charged: a conversation's next turn, sent before the next report, must not
-        find its own finished turn still queued on its favourite and leave."""
+        find its own finished turn still queued on its favourite and leave. Either way a
+        charged pick counts as sent to its replica until that replica's next report
+        (`sent_since_report`), for the wait a message would have there."""
         if self._pickable_count == 0:
             return Pick(None, PickReason.NO_REPLICA)
         f, i = self._favourite(fnv1a64(conversation_id)), self._idlest()
         pick = settle(self._loads[f], self._loads[i], prompt_tokens, reusable_prefix_tokens,
                       int(self._queued[f]), int(self._queued[i]))  # fmt: skip
-        if charge and pick.reason is not PickReason.AFFINITY:
-            self._charge(i, prompt_tokens)
+        if charge:
+            if pick.reason is PickReason.AFFINITY:
+                self._sent[f] += 1
+            else:
+                self._charge(i, prompt_tokens)
+                self._sent[i] += 1
         return pick
+
+    def sent_since_report(self, node_id: str) -> int:
+        """Picks charged to the replica since its last report: requests on their way to it
+        that its report does not count yet. Unknown nodes raise KeyError."""
+        return int(self._sent[self._positions[node_id]])
 
     def _charge(self, row: int, tokens: int) -> None:
         self._queued[row] += max(0, tokens)

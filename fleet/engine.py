@@ -30,6 +30,7 @@ from domain import limiter
 from domain.ladder import LadderPolicy, LadderState, busy_share, ladder_busy, tick
 from domain.replica_sim import SimFinish, StepResult
 from domain.shedding import SMALL_POOL, SheddingPolicy, refuse_at_door
+from domain.start_wait import StartWaitModel
 from domain.types import NodeState, Tier
 from fleet.gateway import LARGE_POOL, Conversation, Plan, SimGateway, TierRules, route
 from fleet.metrics import Outcome, Recorder
@@ -103,6 +104,16 @@ class FleetSim:
         self.workload = workload
         self.duration_s = duration_s
         self.pools = {spec.name: Pool(spec, config.strategy) for spec in config.pools}
+        # What the scheduler is configured with: answers hold their place about as long as the
+        # workload's nominal answer streams, and Plus takes its share of the places that open.
+        self._wait_models = {
+            name: StartWaitModel(
+                pool.prefill_tokens_per_s,
+                workload.spec.nominal_stream_s,
+                workload.spec.plus_share if config.paid_first else 0.0,
+            )
+            for name, pool in self.pools.items()
+        }
         names = frozenset(self.pools)
         self.gateway = SimGateway(
             names, workload.spec.system_prompt_tokens, config.shedding, config.tiers
@@ -199,7 +210,9 @@ class FleetSim:
         if replica is None:
             self.gateway.settle(conversation, plan.reserved, 0.0, now)
             return self._refused(conversation, plan.pool, now, Outcome.NO_REPLICA, history)
-        wait = pool.expected_wait_s(replica)
+        wait = pool.expected_wait_s(
+            replica, self._wait_models[plan.pool], conversation.tier is Tier.PLUS
+        )
         if refuse_at_door(conversation.tier, rung, wait, self.config.shedding):
             self.gateway.settle(conversation, plan.reserved, 0.0, now)
             record.add("refused", now, 1)

@@ -19,6 +19,7 @@ import numpy as np
 from domain.picker import ReplicaLoad
 from domain.pool_index import PoolIndex
 from domain.replica_sim import ReplicaPreset, ReplicaSim, StepResult, step_seconds
+from domain.start_wait import StartWaitModel, start_wait_s
 from domain.types import NodeState
 
 
@@ -101,6 +102,7 @@ class SimReplica:
             waiting_requests=load.waiting_requests,
             kv_usage=load.kv_usage,
             prefix_hit_rate=load.prefix_hit_rate,
+            max_running_requests=self.sim.preset.max_running,
         )
 
 
@@ -137,7 +139,7 @@ class Pool:
             return None if pick.replica is None else self.by_node[pick.replica.node_id]
         if self.strategy is Strategy.FAVOURITE:
             # No queue is ever worth more than the cache: the same picker, escape never taken.
-            pick = self.index.pick(conversation_id, 0, _NEVER_ESCAPE)
+            pick = self.index.pick(conversation_id, 0, _NEVER_ESCAPE, charge=True)
             return None if pick.replica is None else self.by_node[pick.replica.node_id]
         if self.strategy is Strategy.ROUND_ROBIN:
             for _ in range(len(self.replicas)):
@@ -163,7 +165,16 @@ class Pool:
         counts = np.where(pickable, self.in_flight, np.iinfo(np.int64).max)
         return self.replicas[int(counts.argmin())]
 
-    def expected_wait_s(self, replica: SimReplica) -> float:
-        """What PickReplica tells the gateway: the replica's reported prefill queue over the
-        rate it reads prompts (scheduler/servicer.py)."""
-        return replica.load.queued_prefill_tokens / self.prefill_tokens_per_s
+    def expected_wait_s(self, replica: SimReplica, model: StartWaitModel, paid: bool) -> float:
+        """What PickReplica tells the gateway (scheduler/servicer.py): from the last report,
+        plus the messages sent to the replica since."""
+        load = replica.load
+        return start_wait_s(
+            model,
+            load.queued_prefill_tokens,
+            load.running_requests,
+            load.waiting_requests + self.index.sent_since_report(replica.node_id),
+            load.max_running_requests,
+            load.kv_usage,
+            paid=paid,
+        )

@@ -56,6 +56,7 @@ class EngineError(Exception):
 class Engine(Protocol):
     model: str
     context_tokens: int
+    max_running_requests: int  # answers the engine batches at once; 0 when not known
 
     async def start(self) -> None: ...
 

@@ -71,6 +71,7 @@ class LlamaCppEngine:
         self.context_tokens = slot_context_tokens
         self._model_path = Path(model_path) if model_path else bundled_model_path()
         self._parallel = parallel
+        self.max_running_requests = parallel  # one slot per answer
         self._threads = threads
         self._startup_timeout_s = startup_timeout_s
         self._process: asyncio.subprocess.Process | None = None

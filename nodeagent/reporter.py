@@ -82,6 +82,7 @@ class LoadReporter:
                 pool=self._identity.pool,
                 context_tokens=self._engine.context_tokens,
                 kv_capacity_tokens=(await self._engine.load()).kv_capacity_tokens,
+                max_running_requests=self._engine.max_running_requests,
             )
         )
         while True:

@@ -152,6 +152,7 @@ class SimEngine:
             raise ValueError("speed must be greater than 0")
         self.model = f"{preset.model}-sim"
         self.context_tokens = preset.context_tokens
+        self.max_running_requests = preset.max_running
         self.preset = preset
         self._speed = speed
         self._answer_lengths = answer_lengths

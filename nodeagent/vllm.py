@@ -135,6 +135,8 @@ class VllmEngine:
         self.context_tokens = context_tokens
         self._base_url = base_url.rstrip("/")
         self._launch = None if base_url else (launch or VllmLaunch())
+        # An attached server's --max-num-seqs is its own business: not known here.
+        self.max_running_requests = self._launch.max_num_seqs if self._launch else 0
         self._startup_timeout_s = startup_timeout_s
         self._process: asyncio.subprocess.Process | None = None
         self._session: aiohttp.ClientSession | None = None

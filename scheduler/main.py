@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from chat.v1 import scheduler_service_pb2, scheduler_service_pb2_grpc
 from domain.ladder import LadderPolicy
+from domain.start_wait import StartWaitModel
 from infra.config import ConfigError
 from infra.grpcserver import GrpcServer
 from infra.logs import configure_logging
@@ -37,8 +38,15 @@ class SchedulerConfig:
     # A node whose scheduler stops refreshing its lease leaves membership after this long.
     node_lease_ttl_s: float = 2.0
     report_timeout_s: float = 2.0
-    # Prefill speed used to turn queued prompt tokens into an expected wait.
+    # PickReplica's expected wait (domain/start_wait.py): a replica's prompt queue over this
+    # prefill speed, or, when its batch is full, the time for places to open, with answers
+    # holding theirs about answer_hold_s (400 tokens at 30 tokens/s) and Plus, queued first,
+    # taking paid_share of them (Plus sends 40 % of messages); a wait not exceeded with
+    # start_wait_confidence. Rung 3 refuses a Free message whose wait passes 2 s.
     prefill_tokens_per_s: float = 2000.0
+    answer_hold_s: float = 13.0
+    paid_share: float = 0.4
+    start_wait_confidence: float = 0.9
     store_url: str = "sqlite:///.chat/chat.db"
     admin_token: str = ""
     # Pools a node may register in and a pick may ask for.
@@ -98,6 +106,15 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
     membership = _build_membership(config)
     store = await open_store(config.store_url)
     table = LoadTable(time.monotonic, config.report_timeout_s)
+    try:
+        wait_model = StartWaitModel(
+            config.prefill_tokens_per_s,
+            config.answer_hold_s,
+            config.paid_share,
+            config.start_wait_confidence,
+        )
+    except ValueError as error:
+        raise ConfigError(f"start-wait settings: {error}") from error
     ladder = LadderKeeper(
         _build_ladder_store(config),
         table,
@@ -116,7 +133,7 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
             membership,
             store,
             config.admin_token,
-            config.prefill_tokens_per_s,
+            wait_model,
             ladder,
             frozenset(config.pools),
         ),

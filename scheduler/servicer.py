@@ -21,6 +21,7 @@ from domain.errors import (
 )
 from domain.ladder import MAX_RUNG, LadderState
 from domain.picker import PickReason, ReplicaLoad
+from domain.start_wait import StartWaitModel, start_wait_s
 from domain.types import NodeState, Tier
 from infra.bearer import bearer_from_metadata, new_token, same_secret, token_hash
 from infra.enums import TIER_FROM_PB, TIER_TO_PB
@@ -70,6 +71,7 @@ def _registration_to_load(reg: pb.NodeRegistration) -> ReplicaLoad:
         state=NodeState.STARTING,
         free_kv_tokens=reg.kv_capacity_tokens,
         queued_prefill_tokens=0,
+        max_running_requests=reg.max_running_requests,
     )
 
 
@@ -123,7 +125,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         membership: Membership,
         users: Store,
         admin_token: str,
-        prefill_tokens_per_s: float,
+        wait_model: StartWaitModel,
         ladder: LadderKeeper,
         pools: frozenset[str],
     ) -> None:
@@ -134,7 +136,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         self._node_streams: dict[str, NodeEntry] = {}
         self._users = users
         self._admin_token = admin_token
-        self._prefill_tokens_per_s = prefill_tokens_per_s
+        self._wait_model = wait_model
         self._ladder = ladder
         self._pools = pools
 
@@ -226,10 +228,23 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
             node_id=pick.replica.node_id,
             address=pick.replica.address,
             reason=_REASON_TO_PB[pick.reason],
-            expected_wait_seconds=pick.replica.queued_prefill_tokens / self._prefill_tokens_per_s,
+            expected_wait_seconds=self._start_wait_s(request.pool, pick.replica, request.tier),
             ladder_rung=self._ladder.state.effective_rung,
             model=pick.replica.model,
             context_tokens=self._table.context_tokens(pick.replica.node_id),
+        )
+
+    def _start_wait_s(self, pool: str, replica: ReplicaLoad, tier: int) -> float:
+        # The pick itself was counted as sent: the wait is that of a request behind it.
+        ahead = max(0, self._table.sent_since_report(pool, replica.node_id) - 1)
+        return start_wait_s(
+            self._wait_model,
+            replica.queued_prefill_tokens,
+            replica.running_requests,
+            replica.waiting_requests + ahead,
+            replica.max_running_requests,
+            replica.kv_usage,
+            paid=TIER_FROM_PB.get(tier) is Tier.PLUS,  # unset counts as Free: the longer wait
         )
 
     # Admin: fleet -------------------------------------------------------------------------------

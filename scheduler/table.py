@@ -68,6 +68,11 @@ class LoadTable:
         kept = [r for r in index.replicas if r.node_id not in excluded]
         return pick_replica(conversation_id, prompt_tokens, reusable_prefix_tokens, kept)
 
+    def sent_since_report(self, pool: str, node_id: str) -> int:
+        """Picks made for the node since its last report (0 for one no longer in the pool)."""
+        index = self._indexes.get(pool)
+        return index.sent_since_report(node_id) if index and node_id in index else 0
+
     def report(self, node_id: str, **fields: object) -> None:
         entry = self._nodes.get(node_id)
         if entry is None:

@@ -90,3 +90,16 @@ def test_a_replica_with_seconds_of_prompts_to_read_counts_as_saturated() -> None
     light = ReplicaLoad("q", "a", "p", "m", NodeState.READY, 10, 100, kv_usage=0.4)
     assert busy_share([reading, light]) == pytest.approx(0.4)  # no limit: KV use only
     assert busy_share([reading, light], saturated_queue_tokens=4_000) == pytest.approx(0.7)
+
+
+def test_a_batch_full_by_its_places_counts_as_busy_whatever_its_kv() -> None:
+    capped = ReplicaLoad(
+        "r", "a", "p", "m", NodeState.READY, 10, 0, 100, 0, kv_usage=0.6, max_running_requests=100
+    )
+    half = ReplicaLoad(
+        "q", "a", "p", "m", NodeState.READY, 10, 0, 50, 0, kv_usage=0.3, max_running_requests=100
+    )
+    unknown = ReplicaLoad("s", "a", "p", "m", NodeState.READY, 10, 0, 100, 0, kv_usage=0.6)
+    assert busy_share([capped]) == 1.0
+    assert busy_share([half]) == pytest.approx(0.5)
+    assert busy_share([unknown]) == pytest.approx(0.6)  # no limit reported: memory alone

@@ -220,3 +220,18 @@ def test_a_charged_pick_that_stays_charges_nothing() -> None:
     pick = index.pick("c", 3_000, 2_500, charge=True)
     assert pick.reason is PickReason.AFFINITY
     assert int(index.columns["queued_prefill_tokens"][0]) == 0
+
+
+def test_charged_picks_count_as_sent_until_their_replica_reports() -> None:
+    loads = _busy_pool()
+    index = PoolIndex(loads)
+    picks = [index.pick(f"c{n}", 2_000, 500, charge=True) for n in range(300)]
+    index.pick("uncharged", 2_000, 500)  # a pick that is not charged is not counted
+    for load in loads:
+        landed = sum(p.replica is not None and p.replica.node_id == load.node_id for p in picks)
+        assert index.sent_since_report(load.node_id) == landed
+    assert sum(index.sent_since_report(load.node_id) for load in loads) == 300
+    index.update("r1", loads[1])  # its report now counts what reached it
+    assert index.sent_since_report("r1") == 0
+    with pytest.raises(KeyError):
+        index.sent_since_report("nobody")

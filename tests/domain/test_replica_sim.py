@@ -145,6 +145,22 @@ def test_a_head_that_does_not_fit_blocks_the_queue() -> None:
     assert sim.step().admitted == ("big", "small")
 
 
+def test_no_more_answers_run_at_once_than_the_batch_limit() -> None:
+    sim = ReplicaSim(dataclasses.replace(H100x4_70B, max_running=2))
+    sim.submit("a", 100, 5)
+    sim.submit("b", 100, 50)
+    sim.submit("c", 100, 5, paid=True)  # paid goes first, but only two places exist
+    assert sim.step().admitted == ("c", "a")
+    assert sim.load().waiting_requests == 1  # b waits with memory to spare
+    results = run_until(sim, lambda r: "b" in r.admitted)
+    assert any(finished_ids(r) & {"a", "c"} for r in results)  # a place opened first
+    assert sim.load().running_requests <= 2
+    # Its quiet stretches jump ahead the same way: fast_forward admits nobody either.
+    sim.submit("d", 100, 5)
+    sim.fast_forward(sim.now_s + 0.05)
+    assert sim.load().running_requests <= 2
+
+
 def test_a_finished_answer_frees_its_blocks_at_once() -> None:
     sim = ReplicaSim(tiny(blocks=64))
     capacity = sim.load().kv_capacity_tokens

@@ -99,7 +99,8 @@ def test_rows_carry_the_prediction_and_the_ratio() -> None:
     batch, context = 8, 2048
     predicted = step_seconds(H200, batch_tokens=batch, kv_tokens_read=batch * context)
     assert predicted == pytest.approx(
-        (H200.weight_bytes + H200.kv_bytes_per_token * batch * context) / (4.8e12 * 0.62)
+        (H200.weight_bytes + H200.kv_bytes_per_token * batch * context)
+        / (4.8e12 * H200.bandwidth_efficiency)
     )
     timings = [StepTiming(batch, context, 2 * predicted), StepTiming(1, 1024, 0.01)]
     rows = calibrate(H200, timings).rows

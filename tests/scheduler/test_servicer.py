@@ -46,8 +46,16 @@ async def scheduler(tmp_path_factory) -> AsyncIterator[pb_grpc.SchedulerServiceS
 class FakeNode:
     """A node's side of ConnectNode: registration, then load reports while it is 'alive'."""
 
-    def __init__(self, stub, node_id: str, pool: str = "large") -> None:
+    def __init__(
+        self,
+        stub,
+        node_id: str,
+        pool: str = "large",
+        max_running_requests: int = 0,
+        load: pb.LoadReport | None = None,
+    ) -> None:
         self.node_id = node_id
+        self.load = load or pb.LoadReport(free_kv_tokens=90_000, state=pb.NODE_STATE_READY)
         self.reporting = True
         self.commands: list[int] = []
         self._outbox: asyncio.Queue = asyncio.Queue()
@@ -60,6 +68,7 @@ class FakeNode:
                     pool=pool,
                     context_tokens=4096,
                     kv_capacity_tokens=100_000,
+                    max_running_requests=max_running_requests,
                 )
             )
         )
@@ -73,11 +82,7 @@ class FakeNode:
     async def _report(self) -> None:
         while True:
             if self.reporting:
-                await self._outbox.put(
-                    pb.ConnectNodeRequest(
-                        load=pb.LoadReport(free_kv_tokens=90_000, state=pb.NODE_STATE_READY)
-                    )
-                )
+                await self._outbox.put(pb.ConnectNodeRequest(load=self.load))
             await asyncio.sleep(0.1)
 
     async def _listen(self) -> None:
@@ -271,3 +276,63 @@ async def test_an_operator_can_pin_the_ladder_and_picks_carry_the_rung(scheduler
         assert (await scheduler.PickReplica(ask)).ladder_rung == 0
     finally:
         await node.close()
+
+
+async def test_the_expected_wait_counts_a_full_batch_and_the_picks_since_the_report(
+    scheduler,
+) -> None:
+    # 8 places, all taken, 3 waiting: a new request waits for 4 places to open. Answers hold
+    # theirs about 13 s (answer_hold_s), so places open every 13 / 8 s; Plus takes 40 % of them.
+    full = pb.LoadReport(
+        free_kv_tokens=50_000,
+        kv_usage=0.5,
+        running_requests=8,
+        waiting_requests=3,
+        state=pb.NODE_STATE_READY,
+    )
+    roomy = pb.LoadReport(
+        free_kv_tokens=50_000,
+        kv_usage=0.5,
+        running_requests=2,
+        waiting_requests=1,
+        queued_prefill_tokens=1_000,
+        state=pb.NODE_STATE_READY,
+    )
+    nodes = [
+        FakeNode(scheduler, "full-node", pool="small", max_running_requests=8, load=full),
+        FakeNode(scheduler, "roomy-node", pool="small", max_running_requests=8, load=roomy),
+    ]
+    try:
+
+        async def ready() -> bool:
+            seen = await states(scheduler)
+            return all(seen.get(n.node_id) == pb.NODE_STATE_READY for n in nodes)
+
+        await eventually(ready)
+
+        async def wait_on(node_id: str, tier: int) -> float:
+            for i in range(200):  # a conversation whose favourite is that node
+                # A long cached prefix: never worth leaving the favourite for the other's queue.
+                ask = pb.PickReplicaRequest(
+                    conversation_id=f"w{i}", pool="small", tier=tier, reusable_prefix_tokens=9_999
+                )
+                picked = await scheduler.PickReplica(ask)
+                if picked.node_id == node_id:
+                    return picked.expected_wait_seconds
+            raise AssertionError(f"no conversation of 200 favours {node_id}")
+
+        # Room in the batch: only its prompt queue counts (1,000 tokens at 2,000 a second).
+        assert await wait_on("roomy-node", common_pb2.TIER_FREE) == pytest.approx(0.5)
+        await asyncio.sleep(0.3)  # reports forget the picks just made
+        for node in nodes:
+            node.reporting = False  # alive for report_timeout_s more: picks pile up unreported
+        plus = await wait_on("full-node", common_pb2.TIER_PLUS)
+        free = await wait_on("full-node", common_pb2.TIER_FREE)
+        again = await wait_on("full-node", common_pb2.TIER_FREE)
+        # 4 openings are 6.5 s on average; 9 times in 10 they come within about 10.7 s.
+        assert 6.5 < plus < 13
+        assert free > plus / 0.6  # Free sees 60 % of the openings, and one more pick is ahead
+        assert again > free  # each pick since the report is one more request ahead
+    finally:
+        for node in nodes:
+            await node.close()

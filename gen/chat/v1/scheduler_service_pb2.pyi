@@ -47,20 +47,22 @@ PICK_REASON_ESCAPED_KV_ROOM: PickReason
 PICK_REASON_NO_REPLICA: PickReason
 
 class NodeRegistration(_message.Message):
-    __slots__ = ("node_id", "address", "model", "pool", "context_tokens", "kv_capacity_tokens")
+    __slots__ = ("node_id", "address", "model", "pool", "context_tokens", "kv_capacity_tokens", "max_running_requests")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     KV_CAPACITY_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     address: str
     model: str
     pool: str
     context_tokens: int
     kv_capacity_tokens: int
-    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., model: _Optional[str] = ..., pool: _Optional[str] = ..., context_tokens: _Optional[int] = ..., kv_capacity_tokens: _Optional[int] = ...) -> None: ...
+    max_running_requests: int
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., model: _Optional[str] = ..., pool: _Optional[str] = ..., context_tokens: _Optional[int] = ..., kv_capacity_tokens: _Optional[int] = ..., max_running_requests: _Optional[int] = ...) -> None: ...
 
 class LoadReport(_message.Message):
     __slots__ = ("kv_usage", "free_kv_tokens", "queued_prefill_tokens", "running_requests", "waiting_requests", "prefix_hit_rate", "state")
