@@ -58,35 +58,43 @@ async def test_two_messages_in_one_conversation_stream_and_carry_history(
     platform: LocalPlatform,
 ) -> None:
     token = platform.tokens["free"]
-    conversation = new_id("c")
     async with aiohttp.ClientSession() as http:
-        status, first = await send(
-            http,
-            platform.edge_url,
-            token,
-            conversation,
-            "My name is Ada. Reply with one short sentence.",
-        )
-        assert status == 200
-        assert_well_formed(first)
-        meta = first[0].data
-        assert meta["model"] == "smollm2-135m-instruct" and meta["replica"].startswith("local-")
-        answer = "".join(e.data["text"] for e in first if e.event == "delta")
-        assert answer.strip()
-        usage1 = first[-1].data["usage"]
-        assert first[-1].data["finish"] in ("stop", "length")
-        assert usage1["input"] > 0 and usage1["output"] > 0
+        # llama-server keeps a prefix per slot and sometimes gives the second turn the other
+        # slot (no cache there): a fresh conversation then tries again, up to three.
+        for _ in range(3):
+            conversation = new_id("c")
+            status, first = await send(
+                http,
+                platform.edge_url,
+                token,
+                conversation,
+                "My name is Ada. Reply with one short sentence.",
+            )
+            assert status == 200
+            assert_well_formed(first)
+            meta = first[0].data
+            assert meta["model"] == "smollm2-135m-instruct"
+            assert meta["replica"].startswith("local-")
+            answer = "".join(e.data["text"] for e in first if e.event == "delta")
+            assert answer.strip()
+            usage1 = first[-1].data["usage"]
+            assert first[-1].data["finish"] in ("stop", "length")
+            assert usage1["input"] > 0 and usage1["output"] > 0
 
-        status, second = await send(
-            http, platform.edge_url, token, conversation, "What is my name?"
-        )
-        assert status == 200
-        assert_well_formed(second)
-        usage2 = second[-1].data["usage"]
-        # The second prompt holds the first turn and its answer, so it is longer by at least
-        # the answer's tokens, and the replica found the shared prefix in its cache.
-        assert usage2["input"] >= usage1["input"] + usage1["output"]
-        assert usage2["cached"] > 0
+            status, second = await send(
+                http, platform.edge_url, token, conversation, "What is my name?"
+            )
+            assert status == 200
+            assert_well_formed(second)
+            usage2 = second[-1].data["usage"]
+            # The second prompt holds the first turn and its answer. The answer's text read
+            # back can be fewer tokens than were generated (the model's token sequence is not
+            # always the tokenizer's own; 128 generated came back as about 110 once), so the
+            # prompt grows by most of the answer's tokens, not all of them.
+            assert usage2["input"] >= usage1["input"] + usage1["output"] * 3 // 4
+            if usage2["cached"] > 0:  # and the replica found the shared prefix in its cache
+                break
+        assert usage2["cached"] > 0, "no second turn found its prefix cached in three tries"
 
         async with http.get(
             f"{platform.edge_url}/v1/conversations/{conversation}/messages", headers=auth(token)
