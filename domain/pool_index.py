@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from domain.picker import Pick, PickReason, ReplicaLoad, fnv1a64, settle
+from domain.picker import DEFAULT_ESCAPE, EscapeRule, Pick, PickReason, ReplicaLoad, fnv1a64, settle
 
 
 def _constant(value: int) -> np.ndarray:
@@ -42,7 +42,10 @@ def mix64_inplace(x: np.ndarray, scratch: np.ndarray) -> np.ndarray:
 
 
 class PoolIndex:
-    def __init__(self, replicas: Iterable[ReplicaLoad] = ()) -> None:
+    def __init__(
+        self, replicas: Iterable[ReplicaLoad] = (), rule: EscapeRule = DEFAULT_ESCAPE
+    ) -> None:
+        self._rule = rule
         loads = list(replicas)
         self._build(loads, np.array([fnv1a64(r.node_id) for r in loads], dtype=np.uint64))
 
@@ -134,6 +137,7 @@ class PoolIndex:
         prompt_tokens: int,
         reusable_prefix_tokens: int,
         charge: bool = False,
+        rule: EscapeRule | None = None,
     ) -> Pick:
         """The replica for a message. With charge, an escape's prefill (the whole prompt,
         nothing is cached there) joins the idlest replica's queue until its next report,
@@ -143,12 +147,22 @@ class PoolIndex:
         is not charged: a conversation's next turn, sent before the next report, must not
         find its own finished turn still queued on its favourite and leave. Either way a
         charged pick counts as sent to its replica until that replica's next report
-        (`sent_since_report`), for the wait a message would have there."""
+        (`sent_since_report`), for the wait a message would have there. `rule` replaces the
+        index's escape rule for this pick."""
         if self._pickable_count == 0:
             return Pick(None, PickReason.NO_REPLICA)
         f, i = self._favourite(fnv1a64(conversation_id)), self._idlest()
-        pick = settle(self._loads[f], self._loads[i], prompt_tokens, reusable_prefix_tokens,
-                      int(self._queued[f]), int(self._queued[i]))  # fmt: skip
+        pick = settle(
+            self._loads[f],
+            self._loads[i],
+            prompt_tokens,
+            reusable_prefix_tokens,
+            int(self._queued[f]),
+            int(self._queued[i]),
+            rule=rule or self._rule,
+            favourite_sent=int(self._sent[f]),
+            idlest_sent=int(self._sent[i]),
+        )
         if charge:
             if pick.reason is PickReason.AFFINITY:
                 self._sent[f] += 1

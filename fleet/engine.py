@@ -34,7 +34,7 @@ from domain.start_wait import StartWaitModel
 from domain.types import NodeState, Tier
 from fleet.gateway import LARGE_POOL, Conversation, Plan, SimGateway, TierRules, route
 from fleet.metrics import Outcome, Recorder
-from fleet.replicas import Pool, PoolSpec, SimReplica, Strategy
+from fleet.replicas import Pool, PoolSpec, SimReplica, Strategy, prefill_tokens_per_s
 from fleet.workload import ConversationPlan, Workload
 
 _ARRIVE, _GIVE_UP, _KILL, _DETECT, _FLUSH = range(5)
@@ -103,16 +103,19 @@ class FleetSim:
         self.config = config
         self.workload = workload
         self.duration_s = duration_s
-        self.pools = {spec.name: Pool(spec, config.strategy) for spec in config.pools}
         # What the scheduler is configured with: answers hold their place about as long as the
         # workload's nominal answer streams, and Plus takes its share of the places that open.
-        self._wait_models = {
-            name: StartWaitModel(
-                pool.prefill_tokens_per_s,
-                workload.spec.nominal_stream_s,
-                workload.spec.plus_share if config.paid_first else 0.0,
+        self.pools = {
+            spec.name: Pool(
+                spec,
+                config.strategy,
+                StartWaitModel(
+                    prefill_tokens_per_s(spec.preset),
+                    workload.spec.nominal_stream_s,
+                    workload.spec.plus_share if config.paid_first else 0.0,
+                ),
             )
-            for name, pool in self.pools.items()
+            for spec in config.pools
         }
         names = frozenset(self.pools)
         self.gateway = SimGateway(
@@ -210,9 +213,7 @@ class FleetSim:
         if replica is None:
             self.gateway.settle(conversation, plan.reserved, 0.0, now)
             return self._refused(conversation, plan.pool, now, Outcome.NO_REPLICA, history)
-        wait = pool.expected_wait_s(
-            replica, self._wait_models[plan.pool], conversation.tier is Tier.PLUS
-        )
+        wait = pool.expected_wait_s(replica, conversation.tier is Tier.PLUS)
         if refuse_at_door(conversation.tier, rung, wait, self.config.shedding):
             self.gateway.settle(conversation, plan.reserved, 0.0, now)
             record.add("refused", now, 1)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from domain.picker import ReplicaLoad
+from domain.picker import NEVER_ESCAPE, EscapeRule, ReplicaLoad
 from domain.pool_index import PoolIndex
 from domain.replica_sim import ReplicaPreset, ReplicaSim, StepResult, step_seconds
 from domain.start_wait import StartWaitModel, start_wait_s
@@ -50,7 +50,6 @@ def prefill_tokens_per_s(preset: ReplicaPreset) -> float:
     return preset.step_tokens / step_seconds(preset, preset.step_tokens, 0)
 
 
-_NEVER_ESCAPE = 1 << 62
 OnStep = Callable[["SimReplica", StepResult], None]
 
 
@@ -110,14 +109,15 @@ class Pool:
     """One model's replicas, the scheduler's view of them (a PoolIndex fed by their reports),
     and the picking strategy under test."""
 
-    def __init__(self, spec: PoolSpec, strategy: Strategy) -> None:
+    def __init__(self, spec: PoolSpec, strategy: Strategy, wait: StartWaitModel) -> None:
         self.spec = spec
         self.strategy = strategy
+        self.wait = wait
         self.replicas = [
             SimReplica(f"{spec.name}-{i:04d}", spec.name, i, spec.preset)
             for i in range(spec.replicas)
         ]
-        self.index = PoolIndex(r.load for r in self.replicas)
+        self.index = PoolIndex((r.load for r in self.replicas), EscapeRule(wait))
         self.by_node = {r.node_id: r for r in self.replicas}
         self.prefill_tokens_per_s = prefill_tokens_per_s(spec.preset)
         self.prefill_gpu_s_per_token = prefill_gpu_s_per_token(spec.preset)
@@ -139,7 +139,7 @@ class Pool:
             return None if pick.replica is None else self.by_node[pick.replica.node_id]
         if self.strategy is Strategy.FAVOURITE:
             # No queue is ever worth more than the cache: the same picker, escape never taken.
-            pick = self.index.pick(conversation_id, 0, _NEVER_ESCAPE, charge=True)
+            pick = self.index.pick(conversation_id, 0, 0, charge=True, rule=NEVER_ESCAPE)
             return None if pick.replica is None else self.by_node[pick.replica.node_id]
         if self.strategy is Strategy.ROUND_ROBIN:
             for _ in range(len(self.replicas)):
@@ -153,7 +153,7 @@ class Pool:
         """Where a conversation's last turn ran before the simulation began: its favourite under
         affinity, anywhere (in turn) under the strategies that do not keep conversations."""
         if self.strategy in (Strategy.AFFINITY, Strategy.FAVOURITE):
-            pick = self.index.pick(conversation_id, 0, _NEVER_ESCAPE)
+            pick = self.index.pick(conversation_id, 0, 0, rule=NEVER_ESCAPE)
             if pick.replica is not None:
                 return self.by_node[pick.replica.node_id]
         return self.replicas[next(self._turn)]
@@ -165,12 +165,12 @@ class Pool:
         counts = np.where(pickable, self.in_flight, np.iinfo(np.int64).max)
         return self.replicas[int(counts.argmin())]
 
-    def expected_wait_s(self, replica: SimReplica, model: StartWaitModel, paid: bool) -> float:
+    def expected_wait_s(self, replica: SimReplica, paid: bool) -> float:
         """What PickReplica tells the gateway (scheduler/servicer.py): from the last report,
         plus the messages sent to the replica since."""
         load = replica.load
         return start_wait_s(
-            model,
+            self.wait,
             load.queued_prefill_tokens,
             load.running_requests,
             load.waiting_requests + self.index.sent_since_report(replica.node_id),

@@ -63,18 +63,6 @@ def _at_planned_peak(result: ScenarioResult, label: str, pool: str) -> float:
     return needed * PLANNED_PEAK / (summary.messages_per_s / result.scale)
 
 
-ESCAPE_COST = (
-    "The platform picker (domain/picker.py settle, through PoolIndex with charged picks) leaves "
-    "a conversation's favourite when its prefill queue beats the idlest's by more than the "
-    "cached prefix. Before picks were charged to their replica between load reports, every "
-    "escape of a 250 ms tick herded onto one idlest replica and the cached share collapsed to "
-    "about 3 % (prefill ~3,500 GPUs); charged, the share is back near 75 % (inside the band) but "
-    "the escapes that remain still re-read whole prompts: about 1,100 prefill GPUs at the peak "
-    "against 470. UNFINISHED: an escape rule that weighs the re-read against the wait it saves "
-    "over the next report interval, not one message's queue."
-)
-
-
 UNSHARED = (
     "Measured about 30 % over 470 (610 at seed 1). The spec's 390 uncached tokens a message "
     "take 90 % of every prompt's history as cached. In the simulation a conversation's first "
@@ -131,21 +119,12 @@ def memory_matters(result: ScenarioResult) -> list[Figure]:
                 _at_planned_peak(result, "affinity", LARGE_POOL),
                 470,
                 0.20,
-                ESCAPE_COST,
+                UNSHARED,
             ),
         ]
     return figures
 
 
-PREFILL_HIDDEN = (
-    "Spec 000 prices a 70B message at 0.67 GPU-seconds by adding prompt reading (0.14) to "
-    "answer writing (0.53); its own single-server figures (a 512-token chunk slows 99 answers "
-    "from 30 to 20 tokens/s) say a prompt chunk read beside the decode costs about half of "
-    "that. The simulated step follows those figures (a roofline: the longer of memory and "
-    "compute time), so a simulated 70B message costs about 0.51 GPU-seconds at a batch of "
-    "100, the region serves more than the spec's sizing says, and twice the planned traffic "
-    "is a smaller overload than 2 / 1.3."
-)
 FIXED_POOLS = (
     "The spec's arithmetic shares the region's GPUs between the two models. The simulated "
     "region, like a real one, has a fixed large pool and a fixed small pool: at twice the "
@@ -171,7 +150,6 @@ def gpus_run_out(result: ScenarioResult) -> list[Figure]:
                 off.timed_out_share,
                 0.34,
                 0.08,
-                PREFILL_HIDDEN,
             ),
             Figure(
                 "free minus paid time-outs, every rung off", "paid as often as free", gap, 0, 0.08

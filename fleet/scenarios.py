@@ -132,18 +132,12 @@ def _scaled(pools: tuple[PoolSpec, ...], scale: float) -> tuple[PoolSpec, ...]:
 # --- the scenarios ---------------------------------------------------------------------------
 
 _PEAK = WorkloadSpec(peak_messages_per_s=PLANNED_PEAK)
-# The scenarios about the ladder and failures run the platform's picker with its escape turned
-# off: at the planned peak its escape rule (leave the favourite when its reported queue exceeds
-# the idlest's by more than the reusable prefix) feeds on itself and throws the cache away
-# (memory-matters measures it), which would drown what these scenarios are about.
-# UNFINISHED: domain/picker.py's escape needs a fix before these can run on
-# `Strategy.AFFINITY`. Measured at twice the plan (gpus-run-out, seed 1) with it on: the cached
-# share of history falls to 29-40 % and only 82 % of the messages let in at rung 3 start within
-# 2 s (98 % with the favourite). A reported prefill queue counts waiting prompts whole, cached
-# parts included, so a full replica's queue beats any cached prefix; comparing the start waits
-# of domain/start_wait.py instead, and only the uncached part of queued prompts, is the likely
-# fix.
-FLEET_PICKER = Strategy.FAVOURITE
+# The scenarios about the ladder and failures run the platform's own picker, escape included
+# (domain.picker.EscapeRule: leave the favourite only past a 1 s start wait). Its earlier rule
+# (leave when the reported prompt queue beat the idlest's by the reusable prefix) fed on itself:
+# at twice the plan the cached share fell to 29-40 % and only 82 % of those let in at rung 3
+# started within 2 s, so these scenarios ran the favourite without escape until it was fixed.
+FLEET_PICKER = Strategy.AFFINITY
 _LARGE_ONLY = _pools(LARGE_ONLY, 0, 1.0)
 _ROUTED = _pools(ROUTED_LARGE, ROUTED_SMALL, 1.0)
 

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from chat.v1 import scheduler_service_pb2, scheduler_service_pb2_grpc
 from domain.ladder import LadderPolicy
+from domain.picker import EscapeRule
 from domain.start_wait import StartWaitModel
 from infra.config import ConfigError
 from infra.grpcserver import GrpcServer
@@ -47,6 +48,9 @@ class SchedulerConfig:
     answer_hold_s: float = 13.0
     paid_share: float = 0.4
     start_wait_confidence: float = 0.9
+    # A conversation leaves the replica holding its cache only when it would wait there longer
+    # than this to start (and longer than elsewhere by more than re-reading its prefix takes).
+    escape_min_wait_s: float = 1.0
     store_url: str = "sqlite:///.chat/chat.db"
     admin_token: str = ""
     # Pools a node may register in and a pick may ask for.
@@ -103,9 +107,6 @@ def _etcd_address(endpoint: str) -> tuple[str, int]:
 
 async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
     log = configure_logging("scheduler", config.log_level)
-    membership = _build_membership(config)
-    store = await open_store(config.store_url)
-    table = LoadTable(time.monotonic, config.report_timeout_s)
     try:
         wait_model = StartWaitModel(
             config.prefill_tokens_per_s,
@@ -115,6 +116,12 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
         )
     except ValueError as error:
         raise ConfigError(f"start-wait settings: {error}") from error
+    if not config.escape_min_wait_s >= 0:
+        raise ConfigError("escape_min_wait_s must be 0 or more")
+    escape = EscapeRule(wait_model, config.escape_min_wait_s)
+    membership = _build_membership(config)
+    store = await open_store(config.store_url)
+    table = LoadTable(time.monotonic, config.report_timeout_s, escape)
     ladder = LadderKeeper(
         _build_ladder_store(config),
         table,

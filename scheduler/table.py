@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 
-from domain.picker import Pick, ReplicaLoad, pick_replica
+from domain.picker import DEFAULT_ESCAPE, EscapeRule, Pick, ReplicaLoad, pick_replica
 from domain.pool_index import PoolIndex
 from domain.types import NodeState
 
@@ -27,8 +27,14 @@ class NodeEntry:
 
 
 class LoadTable:
-    def __init__(self, clock: Callable[[], float], report_timeout_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        report_timeout_s: float = 2.0,
+        escape: EscapeRule = DEFAULT_ESCAPE,
+    ) -> None:
         self._clock = clock
+        self._escape = escape
         self._report_timeout_s = report_timeout_s
         self._nodes: dict[str, NodeEntry] = {}
         self._indexes: dict[str, PoolIndex] = {}
@@ -40,7 +46,7 @@ class LoadTable:
             entry.drained_by_operator = previous.drained_by_operator
             self._unindex(previous.load)
         self._nodes[load.node_id] = entry
-        self._indexes.setdefault(load.pool, PoolIndex()).add(load)
+        self._indexes.setdefault(load.pool, PoolIndex(rule=self._escape)).add(load)
         return entry
 
     def _set_load(self, entry: NodeEntry, load: ReplicaLoad) -> None:
@@ -66,7 +72,8 @@ class LoadTable:
             return index.pick(conversation_id, prompt_tokens, reusable_prefix_tokens, charge=True)
         # A retry away from a replica that just failed: rare, so the plain loop will do.
         kept = [r for r in index.replicas if r.node_id not in excluded]
-        return pick_replica(conversation_id, prompt_tokens, reusable_prefix_tokens, kept)
+        return pick_replica(conversation_id, prompt_tokens, reusable_prefix_tokens, kept,
+                            self._escape)  # fmt: skip
 
     def sent_since_report(self, pool: str, node_id: str) -> int:
         """Picks made for the node since its last report (0 for one no longer in the pool)."""

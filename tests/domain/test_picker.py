@@ -1,6 +1,7 @@
+import dataclasses
 from collections import Counter
 
-from domain.picker import PickReason, ReplicaLoad, fnv1a64, pick_replica
+from domain.picker import NEVER_ESCAPE, PickReason, ReplicaLoad, fnv1a64, pick_replica
 from domain.types import NodeState
 
 
@@ -78,3 +79,46 @@ def test_draining_and_starting_replicas_are_never_picked() -> None:
         assert pick_replica(f"c{i}", 10, 0, replicas).replica.node_id == "c"
     none = pick_replica("c1", 10, 0, replicas[:2])
     assert none.replica is None and none.reason is PickReason.NO_REPLICA
+
+
+def test_a_favourite_that_starts_within_a_second_keeps_its_conversation() -> None:
+    """The default rule reads 2,000 prompt tokens a second and leaves a favourite only past a
+    1 s wait: a short queue is not worth re-reading any history elsewhere."""
+    replicas = [replica(f"r{i}") for i in range(4)]
+    favourite = pick_replica("c1", 300, 0, replicas).replica.node_id
+
+    def with_queue(queued: int) -> list[ReplicaLoad]:
+        return [
+            replica(r.node_id, queued=queued if r.node_id == favourite else 0) for r in replicas
+        ]
+
+    assert pick_replica("c1", 300, 0, with_queue(1_900)).reason is PickReason.AFFINITY
+    assert pick_replica("c1", 300, 0, with_queue(2_100)).reason is PickReason.ESCAPED_QUEUE
+
+
+def test_a_full_batch_is_a_wait_the_prompt_queue_does_not_show() -> None:
+    replicas = [replica(f"r{i}") for i in range(4)]
+    favourite = pick_replica("c1", 3000, 2600, replicas).replica.node_id
+
+    def full(r: ReplicaLoad) -> ReplicaLoad:
+        # All 10 places taken and 20 waiting: places open about every 1.3 s.
+        return dataclasses.replace(
+            r, running_requests=10, waiting_requests=20, max_running_requests=10
+        )
+
+    hot = [full(r) if r.node_id == favourite else r for r in replicas]
+    escaped = pick_replica("c1", 3000, 2600, hot)
+    assert escaped.reason is PickReason.ESCAPED_QUEUE and escaped.replica.node_id != favourite
+    # Every replica as full: nowhere starts sooner, so the cache wins.
+    assert pick_replica("c1", 3000, 2600, [full(r) for r in replicas]).replica.node_id == favourite
+
+
+def test_never_escape_keeps_the_favourite_unless_the_prompt_cannot_fit() -> None:
+    replicas = [replica(f"r{i}") for i in range(4)]
+    favourite = pick_replica("c1", 100, 0, replicas).replica.node_id
+    swamped = [replica(r.node_id, queued=10**9 if r.node_id == favourite else 0) for r in replicas]
+    assert pick_replica("c1", 100, 0, swamped, NEVER_ESCAPE).replica.node_id == favourite
+    no_room = [
+        replica(r.node_id, free_kv=10 if r.node_id == favourite else 10**6) for r in replicas
+    ]
+    assert pick_replica("c1", 100, 0, no_room, NEVER_ESCAPE).reason is PickReason.ESCAPED_KV_ROOM
