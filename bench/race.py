@@ -518,7 +518,7 @@ async def start_peers(
     return systems
 
 
-def make_platform(state: Path, engine_threads: int):
+def make_platform(state: Path, engine_threads: int, max_tokens: int):
     from clients.chatctl.platform import LocalPlatform, PlatformSettings
 
     class RacePlatform(LocalPlatform):
@@ -543,6 +543,10 @@ def make_platform(state: Path, engine_threads: int):
                 "CHAT_GATEWAY_PLUS_BUCKET_CAPACITY": "1e12",
                 "CHAT_GATEWAY_MAX_OPEN_STREAMS_PER_USER": "10000",
                 "CHAT_EDGE_MAX_REQUESTS_PER_IP": "0",
+                # As an operator sets it for this engine and workload: an answer holds its
+                # slot for about max_tokens at 25 tokens/s (the scheduler's default, 13 s, is a
+                # 400-token chat answer on a GPU).
+                "CHAT_SCHEDULER_ANSWER_HOLD_S": str(round(max_tokens / 25, 2)),
                 **quiet,
             },
         )
@@ -623,7 +627,7 @@ async def race(args: argparse.Namespace) -> dict:
     state = REPO / ".race" / "state"
     shutil.rmtree(state, ignore_errors=True)
     state.mkdir(parents=True)
-    platform = make_platform(state, args.engine_threads)
+    platform = make_platform(state, args.engine_threads, args.max_tokens)
     peers: list[asyncio.subprocess.Process] = []
     churn: Churn | None = None
     systems: dict[str, System] = {}
