@@ -1,5 +1,6 @@
-"""Chooses the replica for a message: the one that still holds the conversation's KV cache,
-unless waiting there costs more than prefilling the whole prompt somewhere else."""
+"""Chooses the replica for a message: the one that still holds the conversation's KV cache
+(its rendezvous favourite), unless a request would wait there over a second to start and
+longer than re-reading the cached prefix on the idlest replica takes (`EscapeRule`)."""
 
 from __future__ import annotations
 
