@@ -15,6 +15,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from domain.picker import DEFAULT_ESCAPE, EscapeRule, Pick, PickReason, ReplicaLoad, fnv1a64, settle
+from domain.start_wait import StartWaitModel, start_wait_s
 
 
 def _constant(value: int) -> np.ndarray:
@@ -170,6 +171,23 @@ class PoolIndex:
                 self._charge(i, prompt_tokens)
                 self._sent[i] += 1
         return pick
+
+    def start_wait_s(self, node_id: str, model: StartWaitModel, paid: bool) -> float:
+        """The wait before a request just picked for the node starts (domain/start_wait.py):
+        its last report, with the prompts charged and the requests sent to it since, less the
+        request itself. Unknown nodes raise KeyError."""
+        i = self._positions[node_id]
+        load = self._loads[i]
+        ahead = max(0, int(self._sent[i]) - 1)
+        return start_wait_s(
+            model,
+            int(self._queued[i]),
+            load.running_requests,
+            load.waiting_requests + ahead,
+            load.max_running_requests,
+            load.kv_usage,
+            paid=paid,
+        )
 
     def sent_since_report(self, node_id: str) -> int:
         """Picks charged to the replica since its last report: requests on their way to it

@@ -19,7 +19,7 @@ import numpy as np
 from domain.picker import NEVER_ESCAPE, EscapeRule, ReplicaLoad
 from domain.pool_index import PoolIndex
 from domain.replica_sim import ReplicaPreset, ReplicaSim, StepResult, step_seconds
-from domain.start_wait import StartWaitModel, start_wait_s
+from domain.start_wait import StartWaitModel
 from domain.types import NodeState
 
 
@@ -166,15 +166,5 @@ class Pool:
         return self.replicas[int(counts.argmin())]
 
     def expected_wait_s(self, replica: SimReplica, paid: bool) -> float:
-        """What PickReplica tells the gateway (scheduler/servicer.py): from the last report,
-        plus the messages sent to the replica since."""
-        load = replica.load
-        return start_wait_s(
-            self.wait,
-            load.queued_prefill_tokens,
-            load.running_requests,
-            load.waiting_requests + self.index.sent_since_report(replica.node_id),
-            load.max_running_requests,
-            load.kv_usage,
-            paid=paid,
-        )
+        """What PickReplica tells the gateway (scheduler/servicer.py)."""
+        return self.index.start_wait_s(replica.node_id, self.wait, paid)

@@ -21,7 +21,7 @@ from domain.errors import (
 )
 from domain.ladder import MAX_RUNG, LadderState
 from domain.picker import PickReason, ReplicaLoad
-from domain.start_wait import StartWaitModel, start_wait_s
+from domain.start_wait import StartWaitModel
 from domain.types import NodeState, Tier
 from infra.bearer import bearer_from_metadata, new_token, same_secret, token_hash
 from infra.enums import TIER_FROM_PB, TIER_TO_PB
@@ -235,17 +235,8 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         )
 
     def _start_wait_s(self, pool: str, replica: ReplicaLoad, tier: int) -> float:
-        # The pick itself was counted as sent: the wait is that of a request behind it.
-        ahead = max(0, self._table.sent_since_report(pool, replica.node_id) - 1)
-        return start_wait_s(
-            self._wait_model,
-            replica.queued_prefill_tokens,
-            replica.running_requests,
-            replica.waiting_requests + ahead,
-            replica.max_running_requests,
-            replica.kv_usage,
-            paid=TIER_FROM_PB.get(tier) is Tier.PLUS,  # unset counts as Free: the longer wait
-        )
+        paid = TIER_FROM_PB.get(tier) is Tier.PLUS  # unset counts as Free: the longer wait
+        return self._table.start_wait_s(pool, replica.node_id, self._wait_model, paid)
 
     # Admin: fleet -------------------------------------------------------------------------------
 

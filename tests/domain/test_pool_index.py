@@ -235,3 +235,23 @@ def test_charged_picks_count_as_sent_until_their_replica_reports() -> None:
     assert index.sent_since_report("r1") == 0
     with pytest.raises(KeyError):
         index.sent_since_report("nobody")
+
+
+def test_the_wait_of_a_pick_counts_the_picks_before_it_not_itself() -> None:
+    from domain.start_wait import StartWaitModel, gamma_quantile
+
+    model = StartWaitModel(prefill_tokens_per_s=1_000, answer_s=10.0)
+    full = ReplicaLoad(
+        "only", "a:1", "large", "m", NodeState.READY, 10**6, 0, 4, 0, max_running_requests=4
+    )
+    index = PoolIndex([full])
+    index.pick("c1", 100, 100, charge=True)
+    # Four places, all taken, nobody waiting: the request just picked is first in line.
+    first = index.start_wait_s("only", model, paid=True)
+    assert first == pytest.approx(gamma_quantile(1, 0.9) / 0.4)
+    index.pick("c2", 100, 100, charge=True)
+    assert index.start_wait_s("only", model, paid=True) == pytest.approx(
+        gamma_quantile(2, 0.9) / 0.4
+    )
+    index.update("only", full)  # the report now counts what reached it: nobody waits in it
+    assert index.start_wait_s("only", model, paid=True) == pytest.approx(first)
