@@ -25,7 +25,7 @@ not know them yet.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import NormalDist
 
 FULL_KV_USAGE = 0.95  # past this the engine admits nothing new: the batch is full by memory
@@ -39,6 +39,8 @@ class StartWaitModel:
     # so a free request sees only the rest.
     paid_share: float = 0.0
     confidence: float = 0.9
+    # The normal quantile of `confidence`: derived once, not on every pick.
+    _z: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not (self.prefill_tokens_per_s > 0 and self.answer_s > 0):
@@ -47,6 +49,7 @@ class StartWaitModel:
             raise ValueError("paid_share must be in [0, 1)")
         if not 0.0 < self.confidence < 1.0:
             raise ValueError("confidence must be in (0, 1)")
+        object.__setattr__(self, "_z", NormalDist().inv_cdf(self.confidence))
 
 
 def start_wait_s(
@@ -72,12 +75,16 @@ def start_wait_s(
     openings_per_s = running_requests / model.answer_s
     if not paid:
         openings_per_s *= 1.0 - model.paid_share
-    return max(reading, gamma_quantile(behind, model.confidence) / openings_per_s)
+    return max(reading, _wilson_hilferty(behind, model._z) / openings_per_s)
 
 
 def gamma_quantile(shape: float, p: float) -> float:
     """The p-quantile of Gamma(shape, 1): the time to the shape-th event of a unit-rate Poisson
-    process. Wilson-Hilferty: (X / k)^(1/3) is close to normal."""
-    z = NormalDist().inv_cdf(p)
+    process."""
+    return _wilson_hilferty(shape, NormalDist().inv_cdf(p))
+
+
+def _wilson_hilferty(shape: float, z: float) -> float:
+    # (X / k)^(1/3) is close to normal, with mean 1 - 1/(9k) and variance 1/(9k).
     c = 1.0 / (9.0 * shape)
     return shape * max(0.0, 1.0 - c + z * math.sqrt(c)) ** 3
