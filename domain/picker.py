@@ -89,8 +89,8 @@ class EscapeRule:
     min_wait_s: float = 1.0
 
 
-# The scheduler's defaults (scheduler/main.py): 2,000 prompt tokens a second, answers holding
-# their place about 13 s, Plus taking 40 % of the places.
+# The default rule, and the scheduler's configuration defaults (scheduler/main.py): 2,000
+# prompt tokens a second, answers holding their place about 13 s, Plus taking 40 % of them.
 DEFAULT_ESCAPE = EscapeRule(StartWaitModel(2000.0, 13.0, 0.4))
 # The favourite always (the fleet simulator's ceiling for pure affinity), unless the prompt
 # does not fit there at all.

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from chat.v1 import scheduler_service_pb2, scheduler_service_pb2_grpc
 from domain.ladder import LadderPolicy
-from domain.picker import EscapeRule
+from domain.picker import DEFAULT_ESCAPE, EscapeRule
 from domain.start_wait import StartWaitModel
 from infra.config import ConfigError
 from infra.grpcserver import GrpcServer
@@ -44,13 +44,13 @@ class SchedulerConfig:
     # holding theirs about answer_hold_s (400 tokens at 30 tokens/s) and Plus, queued first,
     # taking paid_share of them (Plus sends 40 % of messages); a wait not exceeded with
     # start_wait_confidence. Rung 3 refuses a Free message whose wait passes 2 s.
-    prefill_tokens_per_s: float = 2000.0
-    answer_hold_s: float = 13.0
-    paid_share: float = 0.4
-    start_wait_confidence: float = 0.9
+    prefill_tokens_per_s: float = DEFAULT_ESCAPE.wait.prefill_tokens_per_s  # 2,000
+    answer_hold_s: float = DEFAULT_ESCAPE.wait.answer_s  # 13
+    paid_share: float = DEFAULT_ESCAPE.wait.paid_share  # 0.4
+    start_wait_confidence: float = DEFAULT_ESCAPE.wait.confidence  # 0.9
     # A conversation leaves the replica holding its cache only when it would wait there longer
     # than this to start (and longer than elsewhere by more than re-reading its prefix takes).
-    escape_min_wait_s: float = 1.0
+    escape_min_wait_s: float = DEFAULT_ESCAPE.min_wait_s  # 1
     store_url: str = "sqlite:///.chat/chat.db"
     admin_token: str = ""
     # Pools a node may register in and a pick may ask for.

@@ -115,16 +115,21 @@ async def test_with_etcd_gone_the_last_rung_stays_and_nothing_crashes() -> None:
     await keeper.close()
 
 
-async def test_in_process_store_ticks_on_its_own() -> None:
-    keeper = LadderKeeper(
+def _fast_keeper(table: LoadTable) -> LadderKeeper:
+    """A keeper of its own in-process store that ticks every 50 ms."""
+    return LadderKeeper(
         InProcessLadderStore(),
-        hot_table(0.9),
+        table,
         "large",
         LadderPolicy(),
         clock=asyncio.get_running_loop().time,
         tick_s=0.05,
         read_s=0.01,
     )
+
+
+async def test_in_process_store_ticks_on_its_own() -> None:
+    keeper = _fast_keeper(hot_table(0.9))
     task = asyncio.create_task(keeper.run())
     try:
 
@@ -142,15 +147,7 @@ async def test_in_process_store_ticks_on_its_own() -> None:
 async def test_after_free_moves_to_the_small_pool_its_heat_climbs_the_ladder() -> None:
     # The large pool reads 88 %: rung 1 and no further on its own. The small pool, where rung 1
     # sends Free, reads 98 %: from rung 1 on the ladder reads it, and climbs to refusing.
-    keeper = LadderKeeper(
-        InProcessLadderStore(),
-        hot_table(0.88, small_kv_usage=0.98),
-        "large",
-        LadderPolicy(),
-        clock=asyncio.get_running_loop().time,
-        tick_s=0.05,
-        read_s=0.01,
-    )
+    keeper = _fast_keeper(hot_table(0.88, small_kv_usage=0.98))
     task = asyncio.create_task(keeper.run())
     try:
 
