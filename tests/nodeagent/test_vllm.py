@@ -171,12 +171,25 @@ async def test_closing_the_stream_aborts_and_frees_the_kv(vllm: VllmEngine) -> N
 
 async def test_plus_goes_ahead_of_free_requests_already_queued(vllm: VllmEngine) -> None:
     assert PRIORITY[Tier.PLUS] < PRIORITY[Tier.FREE]  # vLLM serves the lower number first
-    await until(lambda: idle(vllm))
+    # An answer may end by itself before the queue has formed (the small model sometimes stops
+    # counting early); that try proves nothing either way, so it is run again, at most 3 times.
+    for _ in range(3):
+        order = await _plus_behind_two_queued_free(vllm)
+        if order is not None:
+            break
+    assert order is not None, "the two busy answers never kept two Free requests queued"
+    assert order[2] == "plus", order
+
+
+async def _plus_behind_two_queued_free(vllm: VllmEngine) -> list[str] | None:
+    """The order of first tokens once Plus arrives behind two queued Free requests; None when
+    the queue did not form (an answer ended first)."""
+    await until(lambda: idle(vllm), timeout_s=60)
     long_text = "Count from 1 to 500, one number per line."
     first_token_order: list[str] = []
 
     async def run(name: str, tier: Tier, started: asyncio.Event | None = None) -> None:
-        async for item in vllm.generate(request(name, long_text, 300, 0.7, tier=tier)):
+        async for item in vllm.generate(request(name, long_text, 300, 0.0, tier=tier)):
             if isinstance(item, Chunk) and name not in first_token_order:
                 first_token_order.append(name)
                 if started:
@@ -184,19 +197,23 @@ async def test_plus_goes_ahead_of_free_requests_already_queued(vllm: VllmEngine)
 
     # Two Free answers fill both sequences, two more Free ones queue behind them.
     tasks = [asyncio.create_task(run(f"busy{i}", Tier.FREE)) for i in range(2)]
-    await until(lambda: _counts(vllm, running=2), timeout_s=60)
-    tasks += [asyncio.create_task(run(f"queued{i}", Tier.FREE)) for i in range(2)]
-    await until(lambda: _counts(vllm, running=2, waiting=2), timeout_s=60)
-    plus_started = asyncio.Event()
-    tasks.append(asyncio.create_task(run("plus", Tier.PLUS, plus_started)))
     try:
+        await until(lambda: _counts(vllm, running=2), timeout_s=60)
+        tasks += [asyncio.create_task(run(f"queued{i}", Tier.FREE)) for i in range(2)]
+        await until(lambda: _counts(vllm, running=2, waiting=2), timeout_s=30)
+        if len(first_token_order) > 2:
+            return None
+        plus_started = asyncio.Event()
+        tasks.append(asyncio.create_task(run("plus", Tier.PLUS, plus_started)))
         await asyncio.wait_for(plus_started.wait(), 60)
-        assert first_token_order[2] == "plus", first_token_order
+        return first_token_order
+    except AssertionError:
+        return None
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    await until(lambda: idle(vllm))
+        await until(lambda: idle(vllm), timeout_s=60)
 
 
 async def _counts(engine: VllmEngine, running: int, waiting: int = 0) -> bool:
