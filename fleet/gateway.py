@@ -11,6 +11,7 @@ its window drops its oldest turns every message, which changes its prefix and re
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from domain import limiter
@@ -88,6 +89,7 @@ class SimGateway:
         self.prompt_version = 0  # bumped when the system prompt changes
         self._buckets: dict[str, limiter.Bucket] = {}
         self._builders: dict[tuple[Tier, int], ContextBuilder] = {}
+        self._turn_cache: dict[tuple[Role, int], Turn] = {}
 
     def plan(
         self, conversation: Conversation, new_tokens: int, rung: int, now: float
@@ -99,7 +101,7 @@ class SimGateway:
         decided = shed(tier, rung, conversation.pool, rules.max_answer_tokens, self.shedding)
         pool = decided.pool if decided.pool in self.pools else conversation.pool
         cap = decided.max_answer_tokens
-        new = Turn(Role.USER, "", new_tokens)
+        new = self._turn(Role.USER, new_tokens)
         prompt = self._builder(tier, cap).build(None, conversation.history, new)
         tokens = prompt.tokens
         reserved = limiter.worst_case_cost(tokens, cap)
@@ -146,12 +148,29 @@ class SimGateway:
 
     def answered(self, conversation: Conversation, plan: Plan, answer_tokens: int) -> None:
         """The turn is saved: its question and answer join the history."""
-        self.remember(conversation, plan.new_tokens, answer_tokens)
+        self.remember(conversation, ((plan.new_tokens, answer_tokens),))
 
-    @staticmethod
-    def remember(conversation: Conversation, question_tokens: int, answer_tokens: int) -> None:
-        conversation.history.append(Turn(Role.USER, "", question_tokens))
-        conversation.history.append(Turn(Role.ASSISTANT, "", answer_tokens))
+    def remember(self, conversation: Conversation, turns: Iterable[tuple[int, int]]) -> None:
+        """Question and answer lengths of saved turns join the history, oldest first."""
+        cache = self._turn_cache
+        history = conversation.history
+        for question_tokens, answer_tokens in turns:
+            question = cache.get((Role.USER, question_tokens))
+            answer = cache.get((Role.ASSISTANT, answer_tokens))
+            if question is None:
+                question = self._turn(Role.USER, question_tokens)
+            if answer is None:
+                answer = self._turn(Role.ASSISTANT, answer_tokens)
+            history += (question, answer)
+
+    def _turn(self, role: Role, tokens: int) -> Turn:
+        """One shared Turn per role and length: the simulation's turns carry no text, and a
+        region holds millions of them (a frozen dataclass costs a microsecond or two to make)."""
+        key = (role, tokens)
+        turn = self._turn_cache.get(key)
+        if turn is None:
+            turn = self._turn_cache[key] = Turn(role, "", tokens)
+        return turn
 
     def sent(self, conversation: Conversation, plan: Plan) -> None:
         """The request is on a replica: its cache now holds this prompt's version."""

@@ -3,6 +3,7 @@ none is lost when a replica dies, and a system-prompt change throws the cache aw
 
 from __future__ import annotations
 
+import gc
 import math
 
 import numpy as np
@@ -96,3 +97,19 @@ def test_every_strategy_spreads_a_pool_and_loses_nothing(strategy: Strategy) -> 
     counts = outcomes(recorder)
     assert counts[Outcome.ANSWERED] > 0 and counts[Outcome.LOST] == 0
     assert not math.isnan(recorder.rows()["ttft_s"][0])
+
+
+def test_a_run_leaves_no_reference_cycles_and_the_collector_as_it_was() -> None:
+    # The run pauses the cycle collector (too slow over a region's millions of objects); that
+    # is only sound while everything it makes is freed by reference counting alone.
+    config = FleetConfig((LARGE, SMALL), failures=Failures(kill_at_s=(10.0,), flush_at_s=(15.0,)))
+    gc.collect()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        run(config, rate=30, duration_s=20)
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+    run(config, rate=5, duration_s=2)
+    assert gc.isenabled()
