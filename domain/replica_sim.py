@@ -39,6 +39,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 BLOCK_TOKENS = 16  # tokens per KV cache block: memory is handed out in pages
 PAID, FREE = 0, 1  # admission priority: lower goes first
@@ -130,8 +131,11 @@ def step_seconds(
     return max(memory_s, compute_s) + host_bytes / (preset.gpus * preset.host_link_bytes_per_s)
 
 
-@dataclass(frozen=True, slots=True)
-class SimFinish:
+# The records a step hands out are NamedTuples, not dataclasses: a fleet makes tens of
+# thousands a second, and a frozen dataclass costs several times as much to build.
+
+
+class SimFinish(NamedTuple):
     request_id: str
     prompt_tokens: int
     cached_tokens: int  # prompt tokens found in the prefix cache (GPU or host) at admission
@@ -142,12 +146,11 @@ class SimFinish:
     cancelled: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class StepResult:
+class StepResult(NamedTuple):
     step: int
     started_s: float
     duration_s: float
-    decoded: tuple[str, ...]  # answers that got their next token
+    decoded: tuple[str, ...]  # answers that got their next token (empty unless named)
     started: tuple[str, ...]  # prompts read to the end: each got its first token
     prefilled: tuple[tuple[str, int], ...]  # (request, prompt tokens read this step)
     admitted: tuple[str, ...]
@@ -159,8 +162,7 @@ class StepResult:
         return self.duration_s == 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class SimLoad:
+class SimLoad(NamedTuple):
     kv_usage: float  # share of KV blocks held by admitted requests
     free_kv_tokens: int  # free blocks plus evictable cached ones, in tokens
     kv_capacity_tokens: int
@@ -295,8 +297,11 @@ class _PrefixCache:
 class ReplicaSim:
     """One replica's continuous batching in virtual time: `submit`, then `step` repeatedly."""
 
-    def __init__(self, preset: ReplicaPreset = H100x4_70B) -> None:
+    def __init__(self, preset: ReplicaPreset = H100x4_70B, *, name_decoders: bool = True) -> None:
+        """`name_decoders`: whether each step lists the answers that got a token (a node
+        agent streams them); a fleet simulation only needs the starts and finishes."""
         self.preset = preset
+        self._name_decoders = name_decoders
         self.now_s = 0.0
         self._step = 0  # the last step taken
         self._total_blocks = preset.kv_blocks
@@ -399,23 +404,36 @@ class ReplicaSim:
             return StepResult(self._step, self.now_s, 0.0, (), (), (), (), ())
         t = self._step + 1
         preempted = self._grow_answers(t)
-        decoded = self._decoding_ids()
-        budget = self.preset.step_tokens - len(decoded)
+        decoders = len(self._decoders)
+        decoded = self._decoding_ids() if self._name_decoders else ()
+        budget = self.preset.step_tokens - decoders
         kv_read = self._decode_kv_tokens
-        admitted, host_loaded = self._admit(budget)
+        admitted, host_loaded = self._admit(budget) if self._waiting_count else ((), 0)
         prefilled, started, chunk_kv = self._prefill(budget, t)
-        prefill_tokens = sum(tokens for _, tokens in prefilled)
+        prefill_tokens = 0
+        for _, tokens in prefilled:
+            prefill_tokens += tokens
         duration = step_seconds(
-            self.preset, len(decoded) + prefill_tokens, kv_read + chunk_kv, host_loaded
+            self.preset, decoders + prefill_tokens, kv_read + chunk_kv, host_loaded
         )
         started_s = self.now_s
         self.now_s += duration
         self._step = t
-        self._decode_kv_tokens += len(decoded)
-        self._stamp_first_tokens(started)
-        finished = self._finish_due(t)
+        self._decode_kv_tokens += decoders
+        for seq in started:  # at the end of the step that read the prompt's last chunk
+            if seq.first_token_s < 0:
+                seq.first_token_s = self.now_s
+        finished = self._finish_due(t) if self._finishes and self._finishes[0][0] <= t else ()
         return StepResult(
-            t, started_s, duration, decoded, started, prefilled, admitted, finished, preempted
+            t,
+            started_s,
+            duration,
+            decoded,
+            tuple(seq.request_id for seq in started),
+            prefilled,
+            admitted,
+            finished,
+            preempted,
         )
 
     def fast_forward(self, until_s: float) -> int:
@@ -470,6 +488,8 @@ class ReplicaSim:
         """Gives a new block to every answer that fills its last one this step. With no room,
         the newest admission (Free before Plus) is preempted and queued again, as vLLM does."""
         bucket = -t % BLOCK_TOKENS
+        if not self._block_phase[bucket]:
+            return ()
         preempted: list[str] = []
         while self._block_phase[bucket] > self._cache.available:
             preempted.append(self._preempt(t - 1))
@@ -528,30 +548,30 @@ class ReplicaSim:
         self._prefilling.append(seq)
         return in_host
 
-    def _prefill(
-        self, budget: int, t: int
-    ) -> tuple[tuple[tuple[str, int], ...], tuple[str, ...], int]:
-        """Spends what is left of the budget on prompts, oldest admission first (chunked)."""
+    def _prefill(self, budget: int, t: int) -> tuple[tuple[tuple[str, int], ...], list[_Seq], int]:
+        """Spends what is left of the budget on prompts, oldest admission first (chunked);
+        returns the chunks read, the requests whose prompt ended, and the KV the chunks read."""
         if budget <= 0 or not self._prefilling:
-            return (), (), 0
+            return (), [], 0
         chunks: list[tuple[str, int]] = []
-        started: list[str] = []
-        kv_read = 0
+        started: list[_Seq] = []
+        kv_read = read = 0
         for seq in self._prefilling:
             if budget <= 0:
                 break
             chunk = min(seq.left, budget)
             budget -= chunk
+            read += chunk
             seq.left -= chunk
             kv_read += seq.to_read - seq.left
             chunks.append((seq.request_id, chunk))
             if seq.left == 0:
                 self._start_decoding(seq, t)
-                started.append(seq.request_id)
-        self._queued_prefill -= sum(chunk for _, chunk in chunks)
+                started.append(seq)
+        self._queued_prefill -= read
         if started:
             self._prefilling = [s for s in self._prefilling if s.state == _PREFILLING]
-        return tuple(chunks), tuple(started), kv_read
+        return tuple(chunks), started, kv_read
 
     def _start_decoding(self, seq: _Seq, t: int) -> None:
         """The last prompt chunk yields the first token; from the next step on it decodes."""
@@ -562,12 +582,6 @@ class ReplicaSim:
         self._decoders[seq.request_id] = seq
         self._decoder_ids = None
         self._decode_kv_tokens += seq.to_read + 1
-
-    def _stamp_first_tokens(self, started: tuple[str, ...]) -> None:
-        for request_id in started:  # at the end of the step that read the prompt's last chunk
-            seq = self._seqs[request_id]
-            if seq.first_token_s < 0:
-                seq.first_token_s = self.now_s
 
     def _finish_due(self, t: int) -> tuple[SimFinish, ...]:
         finished: list[SimFinish] = []

@@ -62,7 +62,7 @@ class SimReplica:
         self.node_id = node_id
         self.pool = pool
         self.position = position  # its row in the pool
-        self.sim = ReplicaSim(preset)
+        self.sim = ReplicaSim(preset, name_decoders=False)
         self.alive = True
         self.busy_s = 0.0  # seconds spent stepping
         self.prefilled = 0  # prompt tokens read
