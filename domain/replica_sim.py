@@ -454,15 +454,31 @@ class ReplicaSim:
         next_finish = self._finishes[0][0] if self._finishes else math.inf
         cache, phase, preset = self._cache, self._block_phase, self.preset
         t, now, kv_read = self._step, self.now_s, self._decode_kv_tokens
+        # step_seconds() for a decode-only step, its terms hoisted out of the loop but summed
+        # in the same order, so every duration is the very float step() would compute.
+        weight_bytes, kv_bytes = preset.weight_bytes, preset.kv_bytes_per_token
+        bandwidth = preset.gpus * preset.hbm_bytes_per_s * preset.bandwidth_efficiency
+        compute_s = (
+            2.0
+            * preset.params
+            * decoders
+            / (preset.gpus * preset.peak_flops * preset.flops_efficiency)
+        )
+        # Blocks are taken once at the end: taking a then b evicts and spills exactly what
+        # taking a + b does (least recently used first, a run's tail before its head).
+        room, taking = cache.available, 0
         # Growth only takes blocks, so a head that does not fit now will not fit later.
         while now < until_s and t + 1 < next_finish:
             grow = phase[-(t + 1) % BLOCK_TOKENS]
-            if grow > cache.available:
+            if taking + grow > room:
                 break  # a preemption: step() decides who goes
-            cache.take(grow)
-            now += step_seconds(preset, decoders, kv_read, 0)
+            taking += grow
+            memory_s = (weight_bytes + kv_bytes * kv_read) / bandwidth
+            now += (memory_s if memory_s > compute_s else compute_s) + 0.0
             kv_read += decoders
             t += 1
+        if taking:
+            cache.take(taking)
         taken = t - self._step
         self._step, self.now_s, self._decode_kv_tokens = t, now, kv_read
         return taken
