@@ -44,9 +44,17 @@ def mix64_inplace(x: np.ndarray, scratch: np.ndarray) -> np.ndarray:
 
 class PoolIndex:
     def __init__(
-        self, replicas: Iterable[ReplicaLoad] = (), rule: EscapeRule = DEFAULT_ESCAPE
+        self,
+        replicas: Iterable[ReplicaLoad] = (),
+        rule: EscapeRule = DEFAULT_ESCAPE,
+        remembered_favourites: int = 65_536,
     ) -> None:
+        """`remembered_favourites`: how many conversations' favourites to keep between picks
+        (a conversation comes back every turn, and its favourite only changes with the pool's
+        membership or a replica's pickability); past it the memory starts again."""
         self._rule = rule
+        self._favourites: dict[int, int] = {}  # conversation hash -> row
+        self._remembered_favourites = remembered_favourites
         loads = list(replicas)
         self._build(loads, np.array([fnv1a64(r.node_id) for r in loads], dtype=np.uint64))
 
@@ -73,6 +81,7 @@ class PoolIndex:
         self._conversation = _constant(0)
         self._scores = np.empty(len(loads), dtype=np.uint64)
         self._scratch = np.empty(len(loads), dtype=np.uint64)
+        self._favourites = {}
 
     def __len__(self) -> int:
         return len(self._loads)
@@ -114,6 +123,8 @@ class PoolIndex:
         self._queued[i] = queued
         self._sent[i] = 0
         self._queue_key[i] = queued if load.pickable else _NOT_PICKABLE
+        if load.pickable != self._pickable[i]:
+            self._favourites.clear()  # the rendezvous scores of every conversation changed
         self._pickable_count += int(load.pickable) - int(self._pickable[i])
         self._pickable[i] = load.pickable
         self._score_mask[i] = load.pickable
@@ -200,6 +211,14 @@ class PoolIndex:
             self._queue_key[row] = self._queued[row]
 
     def _favourite(self, conversation_hash: int) -> int:
+        row = self._favourites.get(conversation_hash)
+        if row is None:
+            if len(self._favourites) >= self._remembered_favourites:
+                self._favourites.clear()
+            row = self._favourites[conversation_hash] = self._score_favourite(conversation_hash)
+        return row
+
+    def _score_favourite(self, conversation_hash: int) -> int:
         self._conversation[()] = conversation_hash
         scores = np.bitwise_xor(self._hashes, self._conversation, self._scores)
         mix64_inplace(scores, self._scratch)

@@ -117,7 +117,11 @@ class Pool:
             SimReplica(f"{spec.name}-{i:04d}", spec.name, i, spec.preset)
             for i in range(spec.replicas)
         ]
-        self.index = PoolIndex((r.load for r in self.replicas), EscapeRule(wait))
+        # Every conversation under way in the region (about half a million) keeps its
+        # favourite: the picks of a whole day, not a scheduler's bounded memory.
+        self.index = PoolIndex(
+            (r.load for r in self.replicas), EscapeRule(wait), remembered_favourites=1 << 21
+        )
         self.by_node = {r.node_id: r for r in self.replicas}
         self.prefill_tokens_per_s = prefill_tokens_per_s(spec.preset)
         self.prefill_gpu_s_per_token = prefill_gpu_s_per_token(spec.preset)

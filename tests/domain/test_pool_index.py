@@ -87,6 +87,32 @@ def test_picks_like_the_reference_through_reports_and_membership_changes(size: i
             assert_same_pick(rng, index, model)
 
 
+@pytest.mark.parametrize("remembered", [3, 65_536])
+def test_returning_conversations_pick_like_the_reference_as_pickability_changes(
+    remembered: int,
+) -> None:
+    # The index remembers each conversation's favourite; a replica turning (un)pickable or a
+    # membership change must never leave a conversation on a stale one.
+    rng = random.Random(remembered)
+    model = [random_load(rng, f"node-{i}") for i in range(30)]
+    index = PoolIndex(model, remembered_favourites=remembered)
+    conversations = [random_conversation(rng) for _ in range(12)]
+    for step in range(1500):
+        roll = rng.random()
+        if roll < 0.02:
+            leaving = model.pop(rng.randrange(len(model)))
+            index.remove(leaving.node_id)
+            model.append(random_load(rng, f"new-{step}"))
+            index.add(model[-1])
+        elif roll < 0.3:
+            i = rng.randrange(len(model))
+            model[i] = random_load(rng, model[i].node_id)
+            index.update(model[i].node_id, model[i])
+        conversation = rng.choice(conversations)
+        got = index.pick(conversation, 10, 0)
+        assert got == pick_replica(conversation, 10, 0, model), step
+
+
 def test_no_replica_when_none_is_pickable() -> None:
     assert PoolIndex().pick("c1", 10, 0) == Pick(None, PickReason.NO_REPLICA)
     rng = random.Random(7)
