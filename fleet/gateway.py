@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from domain import limiter
 from domain.context import ContextBuilder, Prompt
@@ -58,9 +59,9 @@ class Conversation:
     prompt_version: int = -1  # the system prompt its last request was read with
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """What the gateway sends for one message, before a replica is picked."""
+class Plan(NamedTuple):
+    """What the gateway sends for one message, before a replica is picked. (A NamedTuple:
+    a region makes thousands a second.)"""
 
     pool: str
     prompt: Prompt
