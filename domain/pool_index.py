@@ -183,6 +183,32 @@ class PoolIndex:
                 self._sent[i] += 1
         return pick
 
+    def favourite(self, conversation_id: str) -> ReplicaLoad | None:
+        """The conversation's rendezvous favourite among the pickable replicas (what a pick
+        stays on when nothing makes it escape); None when none is pickable."""
+        if self._pickable_count == 0:
+            return None
+        return self._loads[self._favourite(fnv1a64(conversation_id))]
+
+    def remember_favourites(self, conversation_ids: Iterable[str], chunk: int = 1024) -> None:
+        """Scores many conversations at once (a block of conversations by all replicas per
+        numpy call) and remembers their favourites, for a scheduler or a simulation that
+        starts with many conversations under way. Picks afterwards are what they would be."""
+        if self._pickable_count == 0:
+            return
+        hashes = np.array([fnv1a64(c) for c in conversation_ids], dtype=np.uint64)
+        first_pickable = self._first_pickable()
+        for start in range(0, len(hashes), chunk):
+            block = hashes[start : start + chunk]
+            if len(self._favourites) + len(block) > self._remembered_favourites:
+                return  # the memory is full: later picks score their conversations one by one
+            scores = np.bitwise_xor(block[:, None], self._hashes[None, :])
+            mix64_inplace(scores, np.empty_like(scores))
+            np.multiply(scores, self._score_mask[None, :], scores)
+            best = scores.argmax(axis=1)
+            rows = np.where(self._pickable[best], best, first_pickable)
+            self._favourites.update(zip(block.tolist(), rows.tolist(), strict=True))
+
     def start_wait_s(self, node_id: str, model: StartWaitModel, paid: bool) -> float:
         """The wait before a request just picked for the node starts (domain/start_wait.py):
         its last report, with the prompts charged and the requests sent to it since, less the

@@ -183,8 +183,10 @@ class FleetSim:
         cache: the latest-coming first, so the soonest to come back are the most recent."""
         population = self.workload.starting_population()
         population.sort(key=lambda item: -item[0])
-        for at, plan in population:
-            conversation = self._open(plan)
+        opened = [(at, self._open(plan)) for at, plan in population]
+        for name, pool in self.pools.items():
+            pool.expect([c.conversation_id for _, c in opened if c.pool == name and c.history])
+        for at, conversation in opened:
             if conversation.history:
                 window = self.gateway.tiers[conversation.tier].window_tokens
                 held = self.gateway.system.tokens + sum(t.tokens for t in conversation.history)

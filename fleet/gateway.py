@@ -90,7 +90,10 @@ class SimGateway:
         self.prompt_version = 0  # bumped when the system prompt changes
         self._buckets: dict[str, limiter.Bucket] = {}
         self._builders: dict[tuple[Tier, int], ContextBuilder] = {}
-        self._turn_cache: dict[tuple[Role, int], Turn] = {}
+        # One shared Turn per length, by role: the simulation's turns carry no text, and a
+        # region holds millions of them (a frozen dataclass costs a microsecond or two to make).
+        self._questions: dict[int, Turn] = {}
+        self._answers: dict[int, Turn] = {}
 
     def plan(
         self, conversation: Conversation, new_tokens: int, rung: int, now: float
@@ -102,7 +105,7 @@ class SimGateway:
         decided = shed(tier, rung, conversation.pool, rules.max_answer_tokens, self.shedding)
         pool = decided.pool if decided.pool in self.pools else conversation.pool
         cap = decided.max_answer_tokens
-        new = self._turn(Role.USER, new_tokens)
+        new = self._question(new_tokens)
         prompt = self._builder(tier, cap).build(None, conversation.history, new)
         tokens = prompt.tokens
         reserved = limiter.worst_case_cost(tokens, cap)
@@ -153,24 +156,21 @@ class SimGateway:
 
     def remember(self, conversation: Conversation, turns: Iterable[tuple[int, int]]) -> None:
         """Question and answer lengths of saved turns join the history, oldest first."""
-        cache = self._turn_cache
+        questions, answers = self._questions, self._answers
         history = conversation.history
         for question_tokens, answer_tokens in turns:
-            question = cache.get((Role.USER, question_tokens))
-            answer = cache.get((Role.ASSISTANT, answer_tokens))
+            question = questions.get(question_tokens)
             if question is None:
-                question = self._turn(Role.USER, question_tokens)
+                question = questions[question_tokens] = Turn(Role.USER, "", question_tokens)
+            answer = answers.get(answer_tokens)
             if answer is None:
-                answer = self._turn(Role.ASSISTANT, answer_tokens)
+                answer = answers[answer_tokens] = Turn(Role.ASSISTANT, "", answer_tokens)
             history += (question, answer)
 
-    def _turn(self, role: Role, tokens: int) -> Turn:
-        """One shared Turn per role and length: the simulation's turns carry no text, and a
-        region holds millions of them (a frozen dataclass costs a microsecond or two to make)."""
-        key = (role, tokens)
-        turn = self._turn_cache.get(key)
+    def _question(self, tokens: int) -> Turn:
+        turn = self._questions.get(tokens)
         if turn is None:
-            turn = self._turn_cache[key] = Turn(role, "", tokens)
+            turn = self._questions[tokens] = Turn(Role.USER, "", tokens)
         return turn
 
     def sent(self, conversation: Conversation, plan: Plan) -> None:

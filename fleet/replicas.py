@@ -157,10 +157,16 @@ class Pool:
         """Where a conversation's last turn ran before the simulation began: its favourite under
         affinity, anywhere (in turn) under the strategies that do not keep conversations."""
         if self.strategy in (Strategy.AFFINITY, Strategy.FAVOURITE):
-            pick = self.index.pick(conversation_id, 0, 0, rule=NEVER_ESCAPE)
-            if pick.replica is not None:
-                return self.by_node[pick.replica.node_id]
+            favourite = self.index.favourite(conversation_id)
+            if favourite is not None:
+                return self.by_node[favourite.node_id]
         return self.replicas[next(self._turn)]
+
+    def expect(self, conversation_ids: list[str]) -> None:
+        """Many conversations are about to be placed (the start of a simulation): their
+        favourites are scored in blocks instead of one pick at a time."""
+        if self.strategy in (Strategy.AFFINITY, Strategy.FAVOURITE):
+            self.index.remember_favourites(conversation_ids)
 
     def _least_loaded(self) -> SimReplica | None:
         pickable = self.index.columns["pickable"]

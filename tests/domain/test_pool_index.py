@@ -1,12 +1,13 @@
 """PoolIndex must pick exactly what the pure reference picks: same replica object, same reason,
 for any loads, states and sizes, before and after load reports and membership changes."""
 
+import dataclasses
 import random
 
 import numpy as np
 import pytest
 
-from domain.picker import Pick, PickReason, ReplicaLoad, pick_replica
+from domain.picker import NEVER_ESCAPE, Pick, PickReason, ReplicaLoad, pick_replica
 from domain.pool_index import PoolIndex
 from domain.types import NodeState
 
@@ -111,6 +112,22 @@ def test_returning_conversations_pick_like_the_reference_as_pickability_changes(
         conversation = rng.choice(conversations)
         got = index.pick(conversation, 10, 0)
         assert got == pick_replica(conversation, 10, 0, model), step
+
+
+@pytest.mark.parametrize("size", [1, 7, 566])
+def test_favourites_scored_in_blocks_are_the_ones_a_pick_finds(size: int) -> None:
+    rng = random.Random(size + 2)
+    model = [random_load(rng, f"node-{i}") for i in range(size)]
+    model[0] = ReplicaLoad("c", "c", "p", "m", NodeState.READY, 1000, 0)  # scores 0 for "c"
+    conversations = ["c", *(random_conversation(rng) for _ in range(2500))]
+    index = PoolIndex(model)
+    index.remember_favourites(conversations, chunk=300)
+    for conversation in conversations:
+        want = pick_replica(conversation, 0, 0, model, rule=NEVER_ESCAPE).replica
+        assert index.favourite(conversation) is want
+        assert index.pick(conversation, 10, 0) == pick_replica(conversation, 10, 0, model)
+    dead = dataclasses.replace(model[0], state=NodeState.DEAD)
+    assert PoolIndex([dead]).favourite("c") is None
 
 
 def test_no_replica_when_none_is_pickable() -> None:
