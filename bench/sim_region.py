@@ -10,15 +10,17 @@ seconds per simulated second against the fleet's size (CPU, not wall: the machin
 and the slope of log(cost) over log(size) (1.0: linear). Then the full run. Prints a table and
 ends with one JSON line; results land in bench/results/sim_region.txt. Not part of `make test`.
 
-UNFINISHED: the goal is not met. Measured at full scale, 40 simulated s cost 139 CPU s (3.5 per
-simulated s, GPUs^1.11 across the series), which projects to about 2,100 CPU s for 600 s; about
-a third of a 40 s run is the one-off start (drawing the earlier turns of some 430,000
-conversations under way), so the steady cost is nearer 2.3 CPU s per simulated s, about 1,400
-CPU s for the full run: over twice the goal. What is left is Python per message (about 500 us:
-the gateway's policies, the picker's numpy over 566 rows, the heap, the replica's eventful
-steps) rather than per step (quiet decode stretches go by in fast_forward). Next: cheaper start
-(draw earlier turns as one block), fewer objects per message, and fast-forward across replicas
-with numpy.
+UNFINISHED: the goal is not met. Measured (bench/results/sim_region.txt): the full region's
+600 simulated s took 1,241 CPU s, about twice the goal: 25 s to set up the ~430,000
+conversations under way, then about 300 us of one core per message (4.07 million messages).
+Across the growth series the cost per simulated second grows as GPUs^1.12. Where the time goes
+(py-spy, full scale): about 45 % the replicas' eventful steps (admission, prefill, finishes,
+the prefix cache's evictions), 13 % the gateway's policies (context builder, bucket), 10 % the
+picker, 10 % the event loop and recording. Done this round: token lengths drawn in numpy
+blocks, shared Turn objects, the cycle collector paused (no cycles are made, tested), step
+records as NamedTuples, fast_forward's decode steps summed inline, favourites remembered per
+conversation and scored in numpy blocks at the start. Next: a step loop over all replicas in
+numpy (the per-replica Python step is the floor now), or a compiled step.
 """
 
 from __future__ import annotations
