@@ -64,7 +64,7 @@ def _at_planned_peak(result: ScenarioResult, label: str, pool: str) -> float:
 
 
 UNSHARED = (
-    "Measured about 30 % over 470 (610 at seed 1). The spec's 390 uncached tokens a message "
+    "Measured about 30 % over 470 (620 at seed 1). The spec's 390 uncached tokens a message "
     "take 90 % of every prompt's history as cached. In the simulation a conversation's first "
     "message reads its 400-token system prompt uncached (domain.replica_sim shares no blocks "
     "across conversations; a real server would), about 60 tokens a message on average, or 75 "
@@ -249,7 +249,7 @@ FEW_STREAMS = (
 
 
 UNSHARED_BEFORE = (
-    "Measured 200-230 (226 at seed 1; a 1/20 region's 30 s mean moves by 10 % with the draws): "
+    "Measured 200-240 (238 at seed 1; a 1/20 region's 30 s mean moves by 10 % with the draws): "
     "for the reasons of memory-matters' 470 (UNSHARED), every first message reads its system "
     "prompt uncached and a conversation past its window re-reads a changed prefix."
 )
@@ -258,7 +258,7 @@ UNSHARED_BEFORE = (
 PREFILL_CAPPED = (
     "The spec's 1,400 is what prefill would need; the simulation counts the GPU-time spent, "
     "which cannot pass what the pools have left beside decode (904 + 566 GPUs), so the jump "
-    "flattens below it and lasts longer instead."
+    "flattens near or below it (1,116 to 1,132 at seed 1 as the draws change) and lasts longer."
 )
 
 
@@ -267,7 +267,7 @@ PILED_MOVES = (
     "each goes to its conversation's next favourite unless a start there would wait over 1 s "
     "(domain.picker.EscapeRule), and a re-read prompt of a few thousand tokens is under that, "
     "so several can land on one survivor and wait behind each other's prompts (the longest "
-    "pause was 6.2 s at seed 1, the median 2.8 s). Moves need a rule of their own: spread by "
+    "pause was 5.9 s at seed 1, the median 3.0 s). Moves need a rule of their own: spread by "
     "the prompt tokens already sent to each survivor, whatever the floor."
 )
 
