@@ -15,7 +15,9 @@ def dies_with_parent(argv: list[str], signal_name: str = "TERM") -> list[str]:
     the child's pid is unchanged. Doing the same with a Python `preexec_fn` ran Python (and a
     dlopen) between fork and exec in a parent full of gRPC threads, which aborted the child
     now and then; without a preexec_fn, subprocess uses vfork and runs nothing in between.
-    Without `setpriv` (not Linux), the command runs as is."""
+    Without `setpriv` (not Linux), the command runs as is. Left open: a parent killed in the
+    few milliseconds between the spawn and setpriv's prctl leaves the child without the
+    signal (setpriv does not check whether its parent already died)."""
     setpriv = shutil.which("setpriv")
     if setpriv is None:
         return list(argv)

@@ -29,6 +29,11 @@ def _alive(pid: int) -> bool:
         return stat.read().split(")")[-1].split()[0] != "Z"
 
 
+def _command(pid: int) -> str:
+    with open(f"/proc/{pid}/comm") as comm:
+        return comm.read().strip()
+
+
 def test_the_child_is_killed_when_its_parent_is_sigkilled() -> None:
     with subprocess.Popen(
         [sys.executable, "-c", _PARENT], stdout=subprocess.PIPE, text=True, cwd=os.getcwd()
@@ -36,6 +41,13 @@ def test_the_child_is_killed_when_its_parent_is_sigkilled() -> None:
         assert parent.stdout is not None
         child_pid = int(parent.stdout.readline())
         assert _alive(child_pid)
+        # setpriv sets the death signal and then execs the command: a parent killed before
+        # that (a few ms after the spawn) leaves no signal behind, which is not what this
+        # test is about. Once the child runs `sleep`, the signal is set.
+        deadline = time.monotonic() + 5
+        while _command(child_pid) != "sleep" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _command(child_pid) == "sleep"
         parent.send_signal(signal.SIGKILL)
     deadline = time.monotonic() + 5
     while _alive(child_pid) and time.monotonic() < deadline:
