@@ -15,7 +15,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from domain.picker import DEFAULT_ESCAPE, EscapeRule, Pick, PickReason, ReplicaLoad, fnv1a64, settle
-from domain.start_wait import StartWaitModel, start_wait_s
+from domain.start_wait import start_wait_s
 
 
 def _constant(value: int) -> np.ndarray:
@@ -209,15 +209,15 @@ class PoolIndex:
             rows = np.where(self._pickable[best], best, first_pickable)
             self._favourites.update(zip(block.tolist(), rows.tolist(), strict=True))
 
-    def start_wait_s(self, node_id: str, model: StartWaitModel, paid: bool) -> float:
-        """The wait before a request just picked for the node starts (domain/start_wait.py):
-        its last report, with the prompts charged and the requests sent to it since, less the
-        request itself. Unknown nodes raise KeyError."""
+    def start_wait_s(self, node_id: str, paid: bool) -> float:
+        """The wait before a request just picked for the node starts (domain/start_wait.py,
+        with the escape rule's model): its last report, with the prompts charged and the
+        requests sent to it since, less the request itself. Unknown nodes raise KeyError."""
         i = self._positions[node_id]
         load = self._loads[i]
         ahead = max(0, int(self._sent[i]) - 1)
         return start_wait_s(
-            model,
+            self._rule.wait,
             int(self._queued[i]),
             load.running_requests,
             load.waiting_requests + ahead,

@@ -156,21 +156,19 @@ class SimGateway:
 
     def remember(self, conversation: Conversation, turns: Iterable[tuple[int, int]]) -> None:
         """Question and answer lengths of saved turns join the history, oldest first."""
-        questions, answers = self._questions, self._answers
-        history = conversation.history
         for question_tokens, answer_tokens in turns:
-            question = questions.get(question_tokens)
-            if question is None:
-                question = questions[question_tokens] = Turn(Role.USER, "", question_tokens)
-            answer = answers.get(answer_tokens)
-            if answer is None:
-                answer = answers[answer_tokens] = Turn(Role.ASSISTANT, "", answer_tokens)
-            history += (question, answer)
+            conversation.history += (self._question(question_tokens), self._answer(answer_tokens))
 
     def _question(self, tokens: int) -> Turn:
         turn = self._questions.get(tokens)
         if turn is None:
             turn = self._questions[tokens] = Turn(Role.USER, "", tokens)
+        return turn
+
+    def _answer(self, tokens: int) -> Turn:
+        turn = self._answers.get(tokens)
+        if turn is None:
+            turn = self._answers[tokens] = Turn(Role.ASSISTANT, "", tokens)
         return turn
 
     def sent(self, conversation: Conversation, plan: Plan) -> None:

@@ -112,7 +112,6 @@ class Pool:
     def __init__(self, spec: PoolSpec, strategy: Strategy, wait: StartWaitModel) -> None:
         self.spec = spec
         self.strategy = strategy
-        self.wait = wait
         self.replicas = [
             SimReplica(f"{spec.name}-{i:04d}", spec.name, i, spec.preset)
             for i in range(spec.replicas)
@@ -177,4 +176,4 @@ class Pool:
 
     def expected_wait_s(self, replica: SimReplica, paid: bool) -> float:
         """What PickReplica tells the gateway (scheduler/servicer.py)."""
-        return self.index.start_wait_s(replica.node_id, self.wait, paid)
+        return self.index.start_wait_s(replica.node_id, paid)

@@ -37,13 +37,9 @@ class TokenLengths:
     low: int
     high: int
 
-    def draw(self, rng: random.Random) -> int:
-        # mu such that the (unclipped) mean is `mean`: E = exp(mu + sigma^2 / 2).
-        mu = math.log(self.mean) - self.sigma * self.sigma / 2
-        return min(self.high, max(self.low, round(rng.lognormvariate(mu, self.sigma))))
-
     def draw_many(self, generator: np.random.Generator, count: int) -> list[int]:
-        """`count` draws of the same distribution at once (a region draws millions)."""
+        """`count` draws at once (a region draws millions, one by one they were slow)."""
+        # mu such that the (unclipped) mean is `mean`: E = exp(mu + sigma^2 / 2).
         mu = math.log(self.mean) - self.sigma * self.sigma / 2
         lengths = np.rint(generator.lognormal(mu, self.sigma, count))
         return np.clip(lengths, self.low, self.high).astype(np.int64).tolist()

@@ -140,7 +140,6 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
             membership,
             store,
             config.admin_token,
-            wait_model,
             ladder,
             frozenset(config.pools),
         ),

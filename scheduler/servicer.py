@@ -21,7 +21,6 @@ from domain.errors import (
 )
 from domain.ladder import MAX_RUNG, LadderState
 from domain.picker import PickReason, ReplicaLoad
-from domain.start_wait import StartWaitModel
 from domain.types import NodeState, Tier
 from infra.bearer import bearer_from_metadata, new_token, same_secret, token_hash
 from infra.enums import TIER_FROM_PB, TIER_TO_PB
@@ -125,7 +124,6 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         membership: Membership,
         users: Store,
         admin_token: str,
-        wait_model: StartWaitModel,
         ladder: LadderKeeper,
         pools: frozenset[str],
     ) -> None:
@@ -136,7 +134,6 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         self._node_streams: dict[str, NodeEntry] = {}
         self._users = users
         self._admin_token = admin_token
-        self._wait_model = wait_model
         self._ladder = ladder
         self._pools = pools
 
@@ -236,7 +233,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
 
     def _start_wait_s(self, pool: str, replica: ReplicaLoad, tier: int) -> float:
         paid = TIER_FROM_PB.get(tier) is Tier.PLUS  # unset counts as Free: the longer wait
-        return self._table.start_wait_s(pool, replica.node_id, self._wait_model, paid)
+        return self._table.start_wait_s(pool, replica.node_id, paid)
 
     # Admin: fleet -------------------------------------------------------------------------------
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field, replace
 
 from domain.picker import DEFAULT_ESCAPE, EscapeRule, Pick, ReplicaLoad, pick_replica
 from domain.pool_index import PoolIndex
-from domain.start_wait import StartWaitModel
 from domain.types import NodeState
 
 
@@ -76,11 +75,11 @@ class LoadTable:
         return pick_replica(conversation_id, prompt_tokens, reusable_prefix_tokens, kept,
                             self._escape)  # fmt: skip
 
-    def start_wait_s(self, pool: str, node_id: str, model: StartWaitModel, paid: bool) -> float:
-        """The wait of a request just picked for the node (PoolIndex.start_wait_s); 0 for a
-        node no longer in the pool."""
+    def start_wait_s(self, pool: str, node_id: str, paid: bool) -> float:
+        """The wait of a request just picked for the node (PoolIndex.start_wait_s, with the
+        escape rule's model); 0 for a node no longer in the pool."""
         index = self._indexes.get(pool)
-        return index.start_wait_s(node_id, model, paid) if index and node_id in index else 0.0
+        return index.start_wait_s(node_id, paid) if index and node_id in index else 0.0
 
     def report(self, node_id: str, **fields: object) -> None:
         entry = self._nodes.get(node_id)

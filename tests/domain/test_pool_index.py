@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from domain.picker import NEVER_ESCAPE, Pick, PickReason, ReplicaLoad, pick_replica
+from domain.picker import NEVER_ESCAPE, EscapeRule, Pick, PickReason, ReplicaLoad, pick_replica
 from domain.pool_index import PoolIndex
 from domain.types import NodeState
 
@@ -287,14 +287,12 @@ def test_the_wait_of_a_pick_counts_the_picks_before_it_not_itself() -> None:
     full = ReplicaLoad(
         "only", "a:1", "large", "m", NodeState.READY, 10**6, 0, 4, 0, max_running_requests=4
     )
-    index = PoolIndex([full])
+    index = PoolIndex([full], EscapeRule(model))
     index.pick("c1", 100, 100, charge=True)
     # Four places, all taken, nobody waiting: the request just picked is first in line.
-    first = index.start_wait_s("only", model, paid=True)
+    first = index.start_wait_s("only", paid=True)
     assert first == pytest.approx(gamma_quantile(1, 0.9) / 0.4)
     index.pick("c2", 100, 100, charge=True)
-    assert index.start_wait_s("only", model, paid=True) == pytest.approx(
-        gamma_quantile(2, 0.9) / 0.4
-    )
+    assert index.start_wait_s("only", paid=True) == pytest.approx(gamma_quantile(2, 0.9) / 0.4)
     index.update("only", full)  # the report now counts what reached it: nobody waits in it
-    assert index.start_wait_s("only", model, paid=True) == pytest.approx(first)
+    assert index.start_wait_s("only", paid=True) == pytest.approx(first)
