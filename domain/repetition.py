@@ -31,7 +31,18 @@ class RepetitionPolicy:
 
 def loop_period(text: str, policy: RepetitionPolicy) -> int | None:
     """The length of the passage the text ends by repeating, or None when it does not."""
-    for period in range(policy.min_period, policy.max_period + 1):
+    # A text that ends by repeating a passage of length p has its last min_period characters
+    # again p characters earlier; str.rfind finds those few candidates (in order of growing p)
+    # without comparing every period from min_period to max_period.
+    size = policy.min_period
+    if len(text) < 2 * size:
+        return None
+    suffix = text[-size:]
+    lowest_start = max(0, len(text) - size - policy.max_period)
+    end = len(text) - size  # an occurrence must end at or before this: p >= min_period
+    while (start := text.rfind(suffix, lowest_start, end)) >= 0:
+        period = len(text) - size - start
+        end = start + size - 1
         # A short passage must repeat more often to count: the looped stretch is at least
         # min_span long whatever the period.
         copies = max(policy.repeats, -(-policy.min_span // period))

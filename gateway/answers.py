@@ -54,6 +54,8 @@ class Answer:
     served_by: scheduler_service_pb2.PickReplicaResponse
     # Everything the engines wrote: what a continuation goes on from.
     pieces: list[str] = field(default_factory=list)
+    # How many tokens the pieces hold (a node sends several to a chunk).
+    tokens: int = 0
     # What the user was shown (the output check holds text back and never shows flagged
     # text): what is saved.
     shown: list[str] = field(default_factory=list)
@@ -65,10 +67,26 @@ class Answer:
 
 @dataclass(slots=True)
 class _StopRelay:
-    """A user's stop, and whether it has been passed on to the node yet."""
+    """Passes a user's stop on to the node as a cancel, once, while the answer streams."""
 
     asked: asyncio.Task[bool]
-    relayed: bool = False
+    relay: asyncio.Task[None] | None = None
+
+    @classmethod
+    def watching(cls, run: MessageRun, call: grpc.aio.StreamStreamCall) -> _StopRelay:
+        relay = cls(asyncio.create_task(run.stop_requested.wait()))
+        relay.asked.add_done_callback(relay._send_cancel(call))
+        return relay
+
+    def _send_cancel(self, call: grpc.aio.StreamStreamCall) -> Callable[[asyncio.Task[bool]], None]:
+        def send(asked: asyncio.Task[bool]) -> None:
+            if not asked.cancelled():
+                self.relay = asyncio.create_task(_cancel(call))
+
+        return send
+
+    def close(self) -> None:
+        self.asked.cancel()
 
 
 class NodeLost(Exception):
@@ -101,7 +119,7 @@ class AnswerWriter:
         if answer.guard is None and self._new_guard is not None:
             answer.guard = self._new_guard()
         for _ in range(self._timeouts.max_failovers + 1):
-            sent_before = len(answer.pieces)
+            sent_before = answer.tokens
             try:
                 finish, usage = await self._stream(run, plan, answer.served_by, answer)
             except NodeLost as error:
@@ -180,75 +198,60 @@ class AnswerWriter:
             turns=[
                 common_pb2.Turn(role=ROLE_TO_PB[t.role], content=t.text) for t in plan.prompt.turns
             ],
-            max_tokens=max(1, plan.max_answer_tokens - len(pieces)),
+            max_tokens=max(1, plan.max_answer_tokens - answer.tokens),
             tier=TIER_TO_PB[plan.tier],
             continue_from="".join(pieces),
             prompt_tokens=plan.prompt.tokens,
             temperature=0.7,
         )
-        sent_at_start = len(pieces)
         call = self._upstreams.node(pick.address).Generate()
-        stop = _StopRelay(asyncio.create_task(run.stop_requested.wait()))
+        stop = _StopRelay.watching(run, call)
+        loop = asyncio.get_running_loop()
+        # One deadline for the whole stream, moved on by each chunk: a node silent this long
+        # counts as lost. Before the first token the answer may be queued behind others.
+        silence_s = self._timeouts.first_token_s
+        last_index = 0
         try:
-            await call.write(node_service_pb2.GenerateRequest(start=start))
-            while True:
-                silence_s = (
-                    self._timeouts.stall_s
-                    if len(pieces) > sent_at_start
-                    else self._timeouts.first_token_s
-                )
-                response = await self._next(call, stop, silence_s)
-                if response.HasField("chunk"):
-                    pieces.append(response.chunk.text)
-                    await self._show(run, answer, response.chunk.text)
-                    if answer.guard is not None and answer.guard.violated:
-                        await _cancel(call)
-                        return Finish.REFUSED, Usage(plan.prompt.tokens, 0, len(pieces))
-                    if answer.repetition.feed(response.chunk.text):
-                        # A runaway: it would loop until the cap, holding the slot for nothing.
-                        self._metrics.runaways.labels(plan.pool).inc()
-                        await _cancel(call)
-                        return Finish.LENGTH, Usage(plan.prompt.tokens, 0, len(pieces))
-                    continue
-                finish = response.finish
-                usage = Usage(
-                    finish.usage.input_tokens,
-                    finish.usage.cached_tokens,
-                    finish.usage.output_tokens,
-                )
-                return FINISH_FROM_PB.get(finish.finish, Finish.ERROR), usage
+            async with asyncio.timeout(silence_s) as deadline:
+                await call.write(node_service_pb2.GenerateRequest(start=start))
+                while True:
+                    deadline.reschedule(loop.time() + silence_s)
+                    response = await call.read()
+                    if response is grpc.aio.EOF:
+                        raise NodeLost("the stream ended without a finish")
+                    if response.HasField("chunk"):
+                        silence_s = self._timeouts.stall_s
+                        chunk = response.chunk
+                        # A chunk's index is its last token's: it may carry several.
+                        answer.tokens += max(1, chunk.index - last_index)
+                        last_index = chunk.index
+                        pieces.append(chunk.text)
+                        await self._show(run, answer, chunk.text)
+                        if answer.guard is not None and answer.guard.violated:
+                            await _cancel(call)
+                            return Finish.REFUSED, Usage(plan.prompt.tokens, 0, answer.tokens)
+                        if answer.repetition.feed(chunk.text):
+                            # A runaway: it would loop until the cap, holding the slot for nothing.
+                            self._metrics.runaways.labels(plan.pool).inc()
+                            await _cancel(call)
+                            return Finish.LENGTH, Usage(plan.prompt.tokens, 0, answer.tokens)
+                        continue
+                    finish = response.finish
+                    usage = Usage(
+                        finish.usage.input_tokens,
+                        finish.usage.cached_tokens,
+                        finish.usage.output_tokens,
+                    )
+                    return FINISH_FROM_PB.get(finish.finish, Finish.ERROR), usage
+        except TimeoutError as error:
+            raise NodeLost(f"silent for {silence_s} s") from error
         except grpc.aio.AioRpcError as error:
             if error.code() == grpc.StatusCode.INVALID_ARGUMENT:
                 raise Unavailable(f"the node refused the request: {error.details()}") from error
             raise NodeLost(error.code().name) from error
         finally:
-            stop.asked.cancel()
+            stop.close()
             call.cancel()
-
-    async def _next(
-        self, call: grpc.aio.StreamStreamCall, stop: _StopRelay, silence_s: float
-    ) -> node_service_pb2.GenerateResponse:
-        """The node's next message; a stop asked meanwhile is sent up as a cancel, once."""
-        read = asyncio.ensure_future(call.read())
-        try:
-            waiting = {read} if stop.relayed else {read, stop.asked}
-            done, _ = await asyncio.wait(
-                waiting, timeout=silence_s,
-                return_when=asyncio.FIRST_COMPLETED,
-            )  # fmt: skip
-            if stop.asked in done and read not in done:
-                stop.relayed = True
-                cancel = node_service_pb2.GenerateCancel()
-                await call.write(node_service_pb2.GenerateRequest(cancel=cancel))
-                done, _ = await asyncio.wait({read}, timeout=silence_s)
-            if read not in done:
-                raise NodeLost(f"silent for {silence_s} s")
-            response = read.result()
-        finally:
-            read.cancel()
-        if response is grpc.aio.EOF:
-            raise NodeLost("the stream ended without a finish")
-        return response
 
 
 async def _cancel(call: grpc.aio.StreamStreamCall) -> None:

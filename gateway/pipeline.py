@@ -547,7 +547,9 @@ class ChatPipeline:
             run.stop_requested.set()
         self._runs.add(run)
         pieces = [event.text for event in events if isinstance(event, Delta)]
-        answer = Answer(served_by=orphan.plan.pick, pieces=pieces, shown=list(pieces))
+        # The log keeps what was shown, not token counts: a delta stands in for a token.
+        answer = Answer(served_by=orphan.plan.pick, pieces=pieces, shown=list(pieces),
+                        tokens=len(pieces))  # fmt: skip
         self._metrics.takeovers.inc()
         self._log.info("took over a run whose gateway died", message_id=message_id,
                        events=len(events))  # fmt: skip

@@ -4,6 +4,7 @@ and comes back (or a retry with the same message id) reads the same answer, neve
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -104,6 +105,9 @@ class RunRegistry:
         self._clock = clock
         self._keep_after_end_s = keep_after_end_s
         self._runs: dict[tuple[str, str], MessageRun] = {}
+        # Each user's runs not yet seen ended: counting a user's open streams reads only these,
+        # not every run kept for retries.
+        self._open_of_user: dict[str, dict[str, MessageRun]] = {}
         self._ended_at: dict[tuple[str, str], float] = {}
 
     def get(self, user_id: str, message_id: str) -> MessageRun | None:
@@ -112,21 +116,36 @@ class RunRegistry:
 
     def add(self, run: MessageRun) -> None:
         self._runs[(run.user_id, run.message_id)] = run
+        self._open_of_user.setdefault(run.user_id, {})[run.message_id] = run
 
     def discard(self, run: MessageRun) -> None:
         self._runs.pop((run.user_id, run.message_id), None)
+        self._forget_open(run.user_id, run.message_id)
 
     def mark_ended(self, run: MessageRun) -> None:
         self._ended_at[(run.user_id, run.message_id)] = self._clock()
+        self._forget_open(run.user_id, run.message_id)
 
     def running(self) -> list[MessageRun]:
         return [r for r in self._runs.values() if not r.ended]
 
     def open_for(self, user_id: str) -> int:
-        return sum(1 for r in self._runs.values() if r.user_id == user_id and not r.ended)
+        runs = self._open_of_user.get(user_id, {})
+        for run in [r for r in runs.values() if r.ended]:
+            self._forget_open(user_id, run.message_id)
+        return len(self._open_of_user.get(user_id, {}))
+
+    def _forget_open(self, user_id: str, message_id: str) -> None:
+        runs = self._open_of_user.get(user_id)
+        if runs is not None:
+            runs.pop(message_id, None)
+            if not runs:
+                del self._open_of_user[user_id]
 
     def _evict(self) -> None:
+        # Runs are marked ended in time order, so the expired ones are at the front.
         cutoff = self._clock() - self._keep_after_end_s
-        for key in [k for k, at in self._ended_at.items() if at < cutoff]:
+        expired = list(itertools.takewhile(lambda item: item[1] < cutoff, self._ended_at.items()))
+        for key, _ in expired:
             self._runs.pop(key, None)
             del self._ended_at[key]

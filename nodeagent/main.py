@@ -43,6 +43,10 @@ class NodeAgentConfig:
     parallel: int = 2
     threads: int = 2
     report_interval_s: float = 0.25
+    # After an answer's first token, tokens are sent at most this often, several to a chunk
+    # (vLLM's and SGLang's --stream-interval, in seconds): each message costs CPU at every hop.
+    # 0 sends every token as it comes.
+    stream_interval_s: float = 0.05
     shutdown_grace_s: float = 30.0
     keep_after_finish_s: float = 60.0
     # A request whose gateway vanished waits this long for another to re-attach.
@@ -150,7 +154,8 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
         config.grpc_listen, [node_service_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name]
     )
     node_service_pb2_grpc.add_NodeServiceServicer_to_server(
-        NodeServicer(engine, registry, accepting, engine_ok), server.server
+        NodeServicer(engine, registry, accepting, engine_ok, config.stream_interval_s),
+        server.server,
     )
     metrics_registry = CollectorRegistry()
     running = Gauge("nodeagent_running_requests", "requests generating", registry=metrics_registry)

@@ -23,19 +23,34 @@ class RunningRequest:
     # Started when the last follower leaves without a cancel; a re-attach stops it.
     orphan_timer: asyncio.Task[None] | None = None
 
-    async def follow(self, after_index: int = 0) -> AsyncIterator[tuple[int, str] | Finished]:
-        """Chunks numbered from 1 after after_index, then the Finished."""
+    async def follow(
+        self, after_index: int = 0, interval_s: float = 0.0
+    ) -> AsyncIterator[tuple[int, str] | Finished]:
+        """Chunks after token after_index, then the Finished. A chunk is (the index of its last
+        token, counting from 1; the text of every token since the chunk before). The first
+        chunk goes at once; later ones at most one per interval_s, each carrying what came
+        meanwhile: every gRPC message costs CPU on the node, the gateway and the edge, while a
+        reader sees no difference between 20 updates a second and 60. The last one goes as
+        soon as the answer ends."""
         sent = after_index
+        loop = asyncio.get_running_loop()
+        hold_until = 0.0
         while True:
             async with self.changed:
                 await self.changed.wait_for(
                     lambda seen=sent: len(self.chunks) > seen or self.finished is not None
                 )
+                hold_s = hold_until - loop.time()
+                if self.finished is None and hold_s > 0:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(hold_s):
+                            await self.changed.wait_for(lambda: self.finished is not None)
                 pending = self.chunks[sent:]
                 finished = self.finished
-            for text in pending:
-                sent += 1
-                yield sent, text
+            if pending:
+                sent += len(pending)
+                hold_until = loop.time() + interval_s
+                yield sent, "".join(pending)
             if finished is not None and sent >= len(self.chunks):
                 yield finished
                 return

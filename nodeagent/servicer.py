@@ -42,8 +42,11 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
         registry: RequestRegistry,
         accepting: asyncio.Event,
         engine_ok: asyncio.Event | None = None,
+        stream_interval_s: float = 0.0,
     ) -> None:
         self._engine = engine
+        # Tokens that come within this of the last chunk sent wait and go as one chunk.
+        self._stream_interval_s = stream_interval_s
         self._registry = registry
         self._accepting = accepting
         self._engine_ok = engine_ok or _set_event()
@@ -77,7 +80,7 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
         watcher = asyncio.create_task(_watch_cancel(request_iterator, running))
         self._registry.follow_started(running)
         try:
-            async for item in running.follow(after):
+            async for item in running.follow(after, self._stream_interval_s):
                 if isinstance(item, tuple):
                     index, text = item
                     chunk = node_service_pb2.TokenChunk(index=index, text=text)

@@ -65,6 +65,14 @@ class SqliteStore:
         if self._db is not None:
             await self._db.close()
 
+    async def _all(self, sql: str, params: tuple[object, ...] = ()) -> list[sqlite3.Row]:
+        # One trip to aiosqlite's thread; a cursor's execute, fetch and close are three.
+        return list(await self.db.execute_fetchall(sql, params))
+
+    async def _one(self, sql: str, params: tuple[object, ...] = ()) -> sqlite3.Row | None:
+        rows = await self._all(sql, params)
+        return rows[0] if rows else None
+
     @property
     def db(self) -> aiosqlite.Connection:
         if self._db is None:
@@ -93,8 +101,7 @@ class SqliteStore:
                 await self.db.rollback()
 
     async def schema_version(self) -> int:
-        async with self.db.execute("SELECT max(version) FROM schema_migrations") as cursor:
-            row = await cursor.fetchone()
+        row = await self._one("SELECT max(version) FROM schema_migrations")
         return int(row[0] or 0) if row else 0
 
     # Users ------------------------------------------------------------------------------------
@@ -120,22 +127,17 @@ class SqliteStore:
             raise
 
     async def user_by_token_hash(self, token_hash: str) -> UserRecord | None:
-        async with self.db.execute(
-            "SELECT * FROM users WHERE token_hash = ?", (token_hash,)
-        ) as cursor:
-            row = await cursor.fetchone()
+        row = await self._one("SELECT * FROM users WHERE token_hash = ?", (token_hash,))
         return _user(row) if row else None
 
     async def get_user(self, user_id: str) -> UserRecord:
-        async with self.db.execute("SELECT * FROM users WHERE user_id = ?", (user_id,)) as cursor:
-            row = await cursor.fetchone()
+        row = await self._one("SELECT * FROM users WHERE user_id = ?", (user_id,))
         if row is None:
             raise NotFound(f"no user {user_id!r}")
         return _user(row)
 
     async def list_users(self) -> list[UserRecord]:
-        async with self.db.execute("SELECT * FROM users ORDER BY user_id") as cursor:
-            return [_user(row) async for row in cursor]
+        return [_user(row) for row in await self._all("SELECT * FROM users ORDER BY user_id")]
 
     async def set_user_tier(self, user_id: str, tier: Tier) -> UserRecord:
         await self._update_user(
@@ -162,12 +164,11 @@ class SqliteStore:
     # Conversations -----------------------------------------------------------------------------
 
     async def get_conversation(self, user_id: str, conversation_id: str) -> ConversationRecord:
-        async with self.db.execute(
+        row = await self._one(
             f"SELECT {_CONVERSATION_COLUMNS} FROM conversations "
             "WHERE user_id = ? AND conversation_id = ?",
             (user_id, conversation_id),
-        ) as cursor:
-            row = await cursor.fetchone()
+        )
         if row is None:
             raise NotFound(f"no conversation {conversation_id!r}")
         return _conversation(row)
@@ -176,12 +177,12 @@ class SqliteStore:
         self, user_id: str, limit: int, updated_before: float | None = None
     ) -> list[ConversationRecord]:
         before = updated_before if updated_before is not None else float("inf")
-        async with self.db.execute(
+        rows = await self._all(
             f"SELECT {_CONVERSATION_COLUMNS} FROM conversations "
             "WHERE user_id = ? AND updated_at < ? ORDER BY updated_at DESC LIMIT ?",
             (user_id, before, limit),
-        ) as cursor:
-            return [_conversation(row) async for row in cursor]
+        )
+        return [_conversation(row) for row in rows]
 
     async def delete_conversation(self, user_id: str, conversation_id: str) -> None:
         async with self._writing:
@@ -221,31 +222,29 @@ class SqliteStore:
         return True
 
     async def get_message(self, user_id: str, message_id: str) -> MessageRecord:
-        async with self.db.execute(
+        row = await self._one(
             f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE user_id = ? AND message_id = ?",
             (user_id, message_id),
-        ) as cursor:
-            row = await cursor.fetchone()
+        )
         if row is None:
             raise NotFound(f"no message {message_id!r}")
         return _message(row)
 
     async def list_messages(self, user_id: str, conversation_id: str) -> list[MessageRecord]:
         await self.get_conversation(user_id, conversation_id)
-        async with self.db.execute(
+        rows = await self._all(
             f"SELECT {_MESSAGE_COLUMNS} FROM messages "
             "WHERE user_id = ? AND conversation_id = ? ORDER BY seq",
             (user_id, conversation_id),
-        ) as cursor:
-            return [_message(row) async for row in cursor]
+        )
+        return [_message(row) for row in rows]
 
     async def newest_message(self, user_id: str, conversation_id: str) -> MessageRecord | None:
-        async with self.db.execute(
+        row = await self._one(
             f"SELECT {_MESSAGE_COLUMNS} FROM messages "
             "WHERE user_id = ? AND conversation_id = ? ORDER BY seq DESC LIMIT 1",
             (user_id, conversation_id),
-        ) as cursor:
-            row = await cursor.fetchone()
+        )
         return _message(row) if row else None
 
     async def add_message(
@@ -262,26 +261,26 @@ class SqliteStore:
         db = self.db
         try:
             await db.execute("BEGIN IMMEDIATE")
+            # Creates the conversation with its first turn, or counts the turn into it.
             await db.execute(
                 "INSERT INTO conversations (user_id, conversation_id, title, model, pool, "
-                "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (user_id, conversation_id) DO NOTHING",
-                (user_id, conversation_id, title, message.model, message.pool, now, now),
-            )
-            async with db.execute(
-                "SELECT coalesce(max(seq), 0) + 1 FROM messages "
-                "WHERE user_id = ? AND conversation_id = ?",
-                (user_id, conversation_id),
-            ) as cursor:
-                row = await cursor.fetchone()
-            seq = int(row[0]) if row else 1
-            await db.execute(
+                "total_tokens, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (user_id, conversation_id) DO UPDATE SET "
+                "updated_at = excluded.updated_at, "
+                "total_tokens = total_tokens + excluded.total_tokens, "
+                "model = CASE WHEN excluded.model != '' THEN excluded.model ELSE model END, "
+                "pool = CASE WHEN excluded.pool != '' THEN excluded.pool ELSE pool END",
+                (user_id, conversation_id, title, message.model, message.pool, message.tokens,
+                 now, now),
+            )  # fmt: skip
+            # The next seq is read in the insert itself: one statement, one trip to the thread.
+            rows = await db.execute_fetchall(
                 f"INSERT INTO messages (user_id, {_MESSAGE_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "SELECT ?, ?, coalesce(max(seq), 0) + 1, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM messages "
+                "WHERE user_id = ? AND conversation_id = ? RETURNING seq",
                 (
                     user_id,
                     conversation_id,
-                    seq,
                     message.message_id,
                     message.parent_seq,
                     message.role.value,
@@ -291,24 +290,11 @@ class SqliteStore:
                     message.replica_id,
                     message.finish,
                     now,
-                ),
-            )
-            await db.execute(
-                "UPDATE conversations SET updated_at = ?, total_tokens = total_tokens + ?, "
-                "model = CASE WHEN ? != '' THEN ? ELSE model END, "
-                "pool = CASE WHEN ? != '' THEN ? ELSE pool END "
-                "WHERE user_id = ? AND conversation_id = ?",
-                (
-                    now,
-                    message.tokens,
-                    message.model,
-                    message.model,
-                    message.pool,
-                    message.pool,
                     user_id,
                     conversation_id,
                 ),
             )
+            seq = int(next(iter(rows))[0])
             await db.commit()
         except sqlite3.IntegrityError as exc:
             await db.rollback()

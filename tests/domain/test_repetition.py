@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import random
 import time
 
 import pytest
@@ -44,6 +45,29 @@ def test_a_short_refrain_is_not_a_runaway() -> None:
 def test_the_period_found_is_the_loop() -> None:
     loop = "The end. Or is it? "
     assert loop_period("intro " + loop * 9, RepetitionPolicy()) == len(loop)
+
+
+def every_period(text: str, policy: RepetitionPolicy) -> int | None:
+    """The check written plainly: every period from the shortest to the longest."""
+    for period in range(policy.min_period, policy.max_period + 1):
+        span = period * max(policy.repeats, -(-policy.min_span // period))
+        if span <= len(text) and text[-span:][period:] == text[-span:][:-period]:
+            return period
+    return None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_period_found_is_the_shortest_one_any_period_would_give(seed: int) -> None:
+    rng = random.Random(seed)
+    policies = [RepetitionPolicy(), RepetitionPolicy(min_period=3, max_period=40, min_span=20)]
+    for _ in range(300):
+        # Few letters make near-loops and loops of loops; the tail may or may not be a loop.
+        alphabet = "ab " if rng.random() < 0.5 else "abcdefgh .,"
+        passage = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 60)))
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 80)))
+        text += passage * rng.randint(1, 12) + passage[: rng.randint(0, len(passage))]
+        for policy in policies:
+            assert loop_period(text, policy) == every_period(text, policy), (text, policy)
 
 
 def test_bad_policies_are_refused() -> None:

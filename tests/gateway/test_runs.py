@@ -45,6 +45,22 @@ async def test_registry_forgets_ended_runs_after_their_time() -> None:
     assert registry.get("someone-else", "b") is None
 
 
+async def test_open_streams_count_only_runs_not_ended_however_they_ended() -> None:
+    registry = RunRegistry(lambda: 0.0)
+    runs = [run(f"m{i}") for i in range(5)]
+    for r in runs:
+        registry.add(r)
+    assert registry.open_for("u1") == 5
+    await runs[0].append(Done(Finish.STOP, Usage()))
+    registry.mark_ended(runs[0])
+    # Ended without being marked (its ending written elsewhere): still not open.
+    await runs[1].append(Done(Finish.ERROR, Usage()))
+    registry.discard(runs[2])
+    assert registry.open_for("u1") == 2
+    assert registry.open_for("someone-else") == 0
+    assert registry.get("u1", "m1") is runs[1]  # ended runs stay for retries
+
+
 async def _collect(r: MessageRun, after: int):
     return [item async for item in r.follow(after)]
 
