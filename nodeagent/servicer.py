@@ -35,6 +35,10 @@ def _validate_start(start: node_service_pb2.GenerateStart, context_tokens: int) 
         )
 
 
+# Past this a reader would watch a stalled answer, and the gateway's stall timeout nears.
+MAX_STREAM_INTERVAL_S = 2.0
+
+
 class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
     def __init__(
         self,
@@ -44,6 +48,8 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
         engine_ok: asyncio.Event | None = None,
         stream_interval_s: float = 0.0,
     ) -> None:
+        if not 0 <= stream_interval_s <= MAX_STREAM_INTERVAL_S:
+            raise ValueError(f"stream_interval_s must be within 0..{MAX_STREAM_INTERVAL_S} s")
         self._engine = engine
         # Tokens that come within this of the last chunk sent wait and go as one chunk.
         self._stream_interval_s = stream_interval_s

@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
+from nodeagent.sim import count_tokens
 
 pytestmark = pytest.mark.slow
 
@@ -89,3 +90,59 @@ async def test_a_node_killed_mid_answer_hands_the_answer_to_another(two_nodes) -
     assert max(gaps) < 10, f"the answer paused {max(gaps):.1f} s"
     assert json.loads(events[-1][2])["usage"]["output"] >= len(texts) - 1
     await asyncio.sleep(0)
+
+
+@pytest.fixture(scope="module")
+async def two_sim_nodes(tmp_path_factory):
+    """Two simulated 70B replicas (about 40 tokens a second) whose every answer is 400 tokens,
+    cut at 100, sent at most every 0.5 s: a chunk carries many tokens."""
+    platform = LocalPlatform(
+        PlatformSettings(
+            state_dir=tmp_path_factory.mktemp("failover-sim"),
+            edge_listen="127.0.0.1:0",
+            nodes=2,
+            extra_env={
+                "CHAT_NODEAGENT_ENGINE": "sim",
+                "CHAT_NODEAGENT_SIM_ANSWER_TOKENS": "400,400",
+                "CHAT_NODEAGENT_STREAM_INTERVAL_S": "0.5",
+                "CHAT_GATEWAY_PLUS_MAX_ANSWER_TOKENS": "100",
+                "CHAT_GATEWAY_OUTPUT_HOLDBACK_TOKENS": "0",
+                "CHAT_GATEWAY_OUTPUT_CHECK_EVERY_TOKENS": "1",
+            },
+        )
+    )
+    await platform.start()
+    yield platform
+    await platform.stop()
+
+
+async def test_the_continuation_after_a_failover_keeps_to_the_answer_cap(two_sim_nodes) -> None:
+    platform = two_sim_nodes
+    headers = {"Authorization": f"Bearer {platform.tokens['plus']}",
+               "Idempotency-Key": f"m_{uuid.uuid4().hex[:8]}"}  # fmt: skip
+    url = f"{platform.edge_url}/v1/conversations/c_{uuid.uuid4().hex[:8]}/messages"
+    names: list[str] = []
+    replica = ""
+    async with aiohttp.ClientSession() as http:
+        async with http.post(url, json={"content": "Tell me about foxes."}, headers=headers) as r:
+            assert r.status == 200
+            async for raw in r.content:
+                line = raw.decode().rstrip("\n")
+                if line.startswith("event: "):
+                    names.append(line[7:])
+                elif line.startswith("data: ") and names[-1] == "meta":
+                    replica = json.loads(line[6:])["replica"]
+                elif not line and names.count("delta") == 1 and names[-1] == "delta":
+                    # The output check shows a token once the next one came: the node has
+                    # sent its first token, then a chunk of many. It dies.
+                    serving = f"nodeagent-{replica.rsplit('-', 1)[1]}"
+                    killed = next(c for c in platform.children if c.name == serving)
+                    killed.process.send_signal(signal.SIGKILL)
+        async with http.get(url, headers={"Authorization": headers["Authorization"]}) as r:
+            stored = (await r.json())["messages"][-1]
+    assert names[-1] == "done" and "error" not in names
+    assert stored["replicaId"] != replica
+    # The node's tokenizer is one token per word or mark: the whole answer, both parts, is the
+    # cap exactly. The continuation asked for the cap less the tokens already received; had
+    # chunks been counted as tokens, it would have asked for more.
+    assert count_tokens(stored["content"]) == 100

@@ -23,7 +23,7 @@ async def engine() -> AsyncIterator[LlamaCppEngine]:
 
 
 class NodeUnderTest:
-    def __init__(self, engine: LlamaCppEngine) -> None:
+    def __init__(self, engine: LlamaCppEngine, stream_interval_s: float = 0.0) -> None:
         self.accepting = asyncio.Event()
         self.accepting.set()
         self.engine_ok = asyncio.Event()
@@ -31,17 +31,29 @@ class NodeUnderTest:
         self.registry = RequestRegistry(engine, keep_after_finish_s=30, reattach_grace_s=1.0)
         self.server = GrpcServer("127.0.0.1:0", ["chat.v1.NodeService"])
         node_service_pb2_grpc.add_NodeServiceServicer_to_server(
-            NodeServicer(engine, self.registry, self.accepting, self.engine_ok), self.server.server
+            NodeServicer(engine, self.registry, self.accepting, self.engine_ok, stream_interval_s),
+            self.server.server,
         )
         self.channel = grpc.aio.insecure_channel(self.server.address)
         self.stub = node_service_pb2_grpc.NodeServiceStub(self.channel)
 
 
-@pytest.fixture(scope="session")
-async def node(engine: LlamaCppEngine) -> AsyncIterator[NodeUnderTest]:
-    under_test = NodeUnderTest(engine)
+async def _serve(under_test: NodeUnderTest) -> AsyncIterator[NodeUnderTest]:
     await under_test.server.start()
     yield under_test
     await under_test.channel.close()
     await under_test.server.stop(1)
     await under_test.registry.close()
+
+
+@pytest.fixture(scope="session")
+async def node(engine: LlamaCppEngine) -> AsyncIterator[NodeUnderTest]:
+    async for under_test in _serve(NodeUnderTest(engine)):
+        yield under_test
+
+
+@pytest.fixture(scope="session")
+async def batching_node(engine: LlamaCppEngine) -> AsyncIterator[NodeUnderTest]:
+    """The same engine behind a node that sends tokens at most every 0.3 s after the first."""
+    async for under_test in _serve(NodeUnderTest(engine, stream_interval_s=0.3)):
+        yield under_test

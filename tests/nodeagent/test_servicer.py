@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
 
 import grpc
 import pytest
 
 from chat.v1 import common_pb2
 from chat.v1 import node_service_pb2 as pb
+from nodeagent.llamacpp import LlamaCppEngine
+from nodeagent.requests import RequestRegistry
+from nodeagent.servicer import NodeServicer
 from tests.nodeagent.conftest import NodeUnderTest
 
 
@@ -40,6 +45,57 @@ async def test_generate_streams_numbered_chunks_then_finish(node: NodeUnderTest)
     assert finish.finish in (common_pb2.FINISH_REASON_STOP, common_pb2.FINISH_REASON_LENGTH)
     assert len(chunks) <= finish.usage.output_tokens <= len(chunks) + 1
     assert finish.model == "smollm2-135m-instruct"
+
+
+async def timed_read_all(call) -> list[tuple[float, pb.GenerateResponse]]:
+    responses = []
+    while (response := await call.read()) is not grpc.aio.EOF:
+        responses.append((time.monotonic(), response))
+    return responses
+
+
+async def test_a_batching_node_sends_the_same_answer_in_fewer_chunks(
+    node: NodeUnderTest, batching_node: NodeUnderTest
+) -> None:
+    prompt = "Count from one to thirty in words."  # greedy (temperature 0): the same answer
+    call = node.stub.Generate()
+    await call.write(start("b1-plain", prompt, 48))
+    plain = await read_all(call)
+    sent_at = time.monotonic()
+    call = batching_node.stub.Generate()
+    await call.write(start("b1-batched", prompt, 48))
+    timed = await timed_read_all(call)
+    batched = [response for _, response in timed]
+    text = "".join(r.chunk.text for r in plain[:-1])
+    assert "".join(r.chunk.text for r in batched[:-1]) == text
+    tokens = plain[-1].finish.usage.output_tokens
+    assert batched[-1].finish.usage.output_tokens == tokens
+    indexes = [r.chunk.index for r in batched[:-1]]
+    # The first token alone, at once; then each chunk's index is its last token's.
+    assert indexes[0] == 1 and indexes == sorted(set(indexes))
+    assert indexes[-1] == len(plain) - 1
+    assert len(batched) < len(plain) / 2
+    arrivals = [at for at, r in timed[:-1]]
+    assert arrivals[0] - sent_at < 5.0
+    # At most one chunk per interval; the last goes as soon as the answer ends.
+    held = arrivals[:-1]
+    assert all(later - earlier >= 0.25 for earlier, later in itertools.pairwise(held))
+
+
+async def test_a_batched_answer_reattaches_after_its_last_index(
+    batching_node: NodeUnderTest,
+) -> None:
+    call = batching_node.stub.Generate()
+    await call.write(start("b2", "Count from one to thirty in words.", 40))
+    await call.read()  # the first token, alone
+    second = (await call.read()).chunk
+    call.cancel()
+    again = batching_node.stub.Generate()
+    attach = pb.GenerateAttach(request_id="b2", after_chunk_index=second.index)
+    await again.write(pb.GenerateRequest(attach=attach))
+    rest = await read_all(again)
+    assert rest[0].chunk.index > second.index
+    assert rest[-1].finish.usage.output_tokens == rest[-2].chunk.index
 
 
 async def test_cancel_aborts_the_answer(node: NodeUnderTest) -> None:
@@ -153,3 +209,11 @@ async def test_a_node_whose_engine_is_down_answers_unavailable(node: NodeUnderTe
         assert "engine" in caught.value.details()
     finally:
         node.engine_ok.set()
+
+
+@pytest.mark.parametrize("interval_s", [-0.1, 2.5])
+def test_a_stream_interval_out_of_range_is_refused(
+    engine: LlamaCppEngine, interval_s: float
+) -> None:
+    with pytest.raises(ValueError, match="stream_interval_s"):
+        NodeServicer(engine, RequestRegistry(engine), asyncio.Event(), None, interval_s)
