@@ -43,6 +43,9 @@ class NodeAgentConfig:
     parallel: int = 2
     threads: int = 2
     report_interval_s: float = 0.25
+    # The load is read every report_interval_s and sent when it changed, else this often: well
+    # inside the scheduler's report_timeout_s (2 s), after which a silent node is not picked.
+    report_heartbeat_s: float = 1.0
     # After an answer's first token, tokens are sent at most this often, several to a chunk
     # (vLLM's and SGLang's --stream-interval, in seconds): each message costs CPU at every hop.
     # 0 sends every token as it comes.
@@ -172,6 +175,7 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
         accepting,
         config.report_interval_s,
         engine_ok,
+        config.report_heartbeat_s,
     )
     reporting = asyncio.create_task(reporter.run())
     watching = asyncio.create_task(_watch_engine(engine, engine_ok, config.health_interval_s, log))
