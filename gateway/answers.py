@@ -65,28 +65,28 @@ class Answer:
     repetition: RepetitionGuard = field(default_factory=RepetitionGuard)
 
 
-@dataclass(slots=True)
 class _StopRelay:
-    """Passes a user's stop on to the node as a cancel, once, while the answer streams."""
+    """Sends the node one cancel while the answer streams: when the user stops the answer, or
+    when the gateway does (a flagged or looping answer). One: a gRPC call takes one write at
+    a time."""
 
-    asked: asyncio.Task[bool]
-    relay: asyncio.Task[None] | None = None
+    def __init__(self, run: MessageRun, call: grpc.aio.StreamStreamCall) -> None:
+        self._call = call
+        self._sent: asyncio.Task[None] | None = None
+        self._asked = asyncio.create_task(run.stop_requested.wait())
+        self._asked.add_done_callback(self._on_stop)
 
-    @classmethod
-    def watching(cls, run: MessageRun, call: grpc.aio.StreamStreamCall) -> _StopRelay:
-        relay = cls(asyncio.create_task(run.stop_requested.wait()))
-        relay.asked.add_done_callback(relay._send_cancel(call))
-        return relay
+    def _on_stop(self, asked: asyncio.Task[bool]) -> None:
+        if not asked.cancelled():
+            self.send()
 
-    def _send_cancel(self, call: grpc.aio.StreamStreamCall) -> Callable[[asyncio.Task[bool]], None]:
-        def send(asked: asyncio.Task[bool]) -> None:
-            if not asked.cancelled():
-                self.relay = asyncio.create_task(_cancel(call))
-
-        return send
+    def send(self) -> asyncio.Task[None]:
+        if self._sent is None:
+            self._sent = asyncio.create_task(_cancel(self._call))
+        return self._sent
 
     def close(self) -> None:
-        self.asked.cancel()
+        self._asked.cancel()
 
 
 class NodeLost(Exception):
@@ -205,7 +205,7 @@ class AnswerWriter:
             temperature=0.7,
         )
         call = self._upstreams.node(pick.address).Generate()
-        stop = _StopRelay.watching(run, call)
+        stop: _StopRelay | None = None
         loop = asyncio.get_running_loop()
         # One deadline for the whole stream, moved on by each chunk: a node silent this long
         # counts as lost. Before the first token the answer may be queued behind others.
@@ -214,6 +214,7 @@ class AnswerWriter:
         try:
             async with asyncio.timeout(silence_s) as deadline:
                 await call.write(node_service_pb2.GenerateRequest(start=start))
+                stop = _StopRelay(run, call)  # after the start: a cancel must come second
                 while True:
                     deadline.reschedule(loop.time() + silence_s)
                     response = await call.read()
@@ -228,12 +229,12 @@ class AnswerWriter:
                         pieces.append(chunk.text)
                         await self._show(run, answer, chunk.text)
                         if answer.guard is not None and answer.guard.violated:
-                            await _cancel(call)
+                            await stop.send()
                             return Finish.REFUSED, Usage(plan.prompt.tokens, 0, answer.tokens)
                         if answer.repetition.feed(chunk.text):
                             # A runaway: it would loop until the cap, holding the slot for nothing.
                             self._metrics.runaways.labels(plan.pool).inc()
-                            await _cancel(call)
+                            await stop.send()
                             return Finish.LENGTH, Usage(plan.prompt.tokens, 0, answer.tokens)
                         continue
                     finish = response.finish
@@ -250,7 +251,8 @@ class AnswerWriter:
                 raise Unavailable(f"the node refused the request: {error.details()}") from error
             raise NodeLost(error.code().name) from error
         finally:
-            stop.close()
+            if stop is not None:
+                stop.close()
             call.cancel()
 
 
