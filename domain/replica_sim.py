@@ -198,6 +198,8 @@ class _Seq:
     origin: int = 0  # while decoding, tokens emitted after step t are t - origin
     first_token_s: float = -1.0
     queue_epoch: int = 0
+    shared: Hashable | None = None  # the key of a prefix many conversations open with
+    shared_tokens: int = 0
 
     @property
     def to_read(self) -> int:
@@ -216,6 +218,13 @@ class _Run:
     host: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class _Shared:
+    """A shared opening's key in the cache: never equal to a conversation's."""
+
+    key: Hashable
+
+
 @dataclass(slots=True)
 class _PrefixCache:
     """KV blocks of finished turns, kept by conversation until the room is needed: evicted from
@@ -224,7 +233,9 @@ class _PrefixCache:
     A run is one conversation's blocks, not one entry per block: admitting or finishing a
     request costs a few dict operations whatever its length, which the fleet simulation needs.
     The price: two requests of one conversation in flight at once do not share their blocks
-    (a conversation has one message in flight), and nothing is shared across conversations."""
+    (a conversation has one message in flight). Across conversations only a shared opening
+    (the system prompt) is shared: one run of its own, read by every conversation that has
+    nothing cached yet; each conversation's own run still holds a copy of it."""
 
     free: int  # GPU blocks that hold nothing
     host_capacity: int
@@ -282,6 +293,23 @@ class _PrefixCache:
         self.host_used -= run.host
         return on_gpu, in_host
 
+    def shared_hit(self, key: Hashable, usable: int) -> int:
+        """How many of a shared opening's first `usable` blocks are on the GPUs; keeps them
+        fresh. Missing ones are computed by the request and kept, as a real server would."""
+        shared = _Shared(key)
+        run = self.gpu_lru.get(shared)
+        found = min(run.gpu, usable) if run is not None else 0
+        if run is not None:
+            self.gpu_lru.move_to_end(shared)
+        if found < usable:
+            self.claim(shared, 0)  # the shorter copy goes
+            kept = min(usable, self.available)
+            if kept:
+                self.take(kept)
+                self.gpu_lru[shared] = _Run(shared, gpu=kept)
+                self.cached += kept
+        return found
+
     def keep(self, conversation: Hashable | None, full: int, blocks: int) -> None:
         """A request lets go of `blocks`: its `full` leading blocks become the conversation's run
         (the newest content wins over an older run of it), the rest are free."""
@@ -333,12 +361,15 @@ class ReplicaSim:
         paid: bool = False,
         conversation: Hashable | None = None,
         reusable_prefix_tokens: int | None = None,
+        shared_prefix: tuple[Hashable, int] | None = None,
     ) -> None:
         """Queues a request whose answer will be `answer_tokens` long. Requests of one
         `conversation` (any key: the hash of its opening turns, say) share a prefix: the first
         `reusable_prefix_tokens` of this prompt (all of it when None, as when each turn only
         appends) equal what the conversation's last request read and wrote, so whatever of that
-        is still cached is not read again."""
+        is still cached is not read again. `shared_prefix` (key, tokens): the prompt opens with
+        `tokens` that many conversations open with (a system prompt, named by key); a
+        conversation with less than that cached reads them from the replica's shared copy."""
         if request_id in self._seqs:
             raise ValueError(f"request {request_id!r} is already on this replica")
         if prompt_tokens < 1 or answer_tokens < 1:
@@ -359,6 +390,8 @@ class ReplicaSim:
             prompt_tokens if reusable_prefix_tokens is None else reusable_prefix_tokens,
             self.now_s,
         )
+        if shared_prefix is not None:
+            seq.shared, seq.shared_tokens = shared_prefix
         self._seqs[request_id] = seq
         self._enqueue(seq)
 
@@ -550,7 +583,12 @@ class ReplicaSim:
         usable = min(seq.reusable + seq.emitted, to_read - 1) // BLOCK_TOKENS
         on_gpu, in_host = self._cache.claim(seq.conversation, usable)
         self._cache.take(blocks - on_gpu)
-        seq.cached = (on_gpu + in_host) * BLOCK_TOKENS
+        found = on_gpu + in_host
+        if seq.shared is not None:
+            shared_usable = min(seq.shared_tokens, to_read - 1) // BLOCK_TOKENS
+            if found < shared_usable:
+                found = max(found, self._cache.shared_hit(seq.shared, shared_usable))
+        seq.cached = found * BLOCK_TOKENS
         if seq.first_cached < 0:
             seq.first_cached = seq.cached
             self._prompt_tokens_admitted += seq.prompt

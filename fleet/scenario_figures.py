@@ -63,16 +63,6 @@ def _at_planned_peak(result: ScenarioResult, label: str, pool: str) -> float:
     return needed * PLANNED_PEAK / (summary.messages_per_s / result.scale)
 
 
-UNSHARED = (
-    "Measured about 30 % over 470 (620 at seed 1). The spec's 390 uncached tokens a message "
-    "take 90 % of every prompt's history as cached. In the simulation a conversation's first "
-    "message reads its 400-token system prompt uncached (domain.replica_sim shares no blocks "
-    "across conversations; a real server would), about 60 tokens a message on average, or 75 "
-    "GPUs at the peak; and a conversation past its window drops a turn every message (no "
-    "compaction in the simulation), which changes its prefix and re-reads it."
-)
-
-
 def memory_matters(result: ScenarioResult) -> list[Figure]:
     s, figures = result.summaries, []
     if "favourite" in s:
@@ -90,7 +80,6 @@ def memory_matters(result: ScenarioResult) -> list[Figure]:
                 _at_planned_peak(result, "favourite", LARGE_POOL),
                 470,
                 0.20,
-                UNSHARED,
             ),
         ]
     for label in ("round-robin", "least-loaded"):
@@ -119,7 +108,6 @@ def memory_matters(result: ScenarioResult) -> list[Figure]:
                 _at_planned_peak(result, "affinity", LARGE_POOL),
                 470,
                 0.20,
-                UNSHARED,
             ),
         ]
     return figures
@@ -248,17 +236,12 @@ FEW_STREAMS = (
 )
 
 
-UNSHARED_BEFORE = (
-    "Measured 200-240 (238 at seed 1; a 1/20 region's 30 s mean moves by 10 % with the draws): "
-    "for the reasons of memory-matters' 470 (UNSHARED), every first message reads its system "
-    "prompt uncached and a conversation past its window re-reads a changed prefix."
-)
-
-
 PREFILL_CAPPED = (
     "The spec's 1,400 is what prefill would need; the simulation counts the GPU-time spent, "
     "which cannot pass what the pools have left beside decode (904 + 566 GPUs), so the jump "
-    "flattens near or below it (1,116 to 1,132 at seed 1 as the draws change) and lasts longer."
+    "flattens near or below it (1,086 at seed 1; 1,116 to 1,132 before replicas shared the "
+    "system prompt's blocks, whose re-reading after the change then counted too) and lasts "
+    "longer."
 )
 
 
@@ -267,7 +250,7 @@ PILED_MOVES = (
     "each goes to its conversation's next favourite unless a start there would wait over 1 s "
     "(domain.picker.EscapeRule), and a re-read prompt of a few thousand tokens is under that, "
     "so several can land on one survivor and wait behind each other's prompts (the longest "
-    "pause was 5.9 s at seed 1, the median 3.0 s). Moves need a rule of their own: spread by "
+    "pause was 4.6 s at seed 1, the median 2.9 s). Moves need a rule of their own: spread by "
     "the prompt tokens already sent to each survivor, whatever the floor."
 )
 
@@ -305,7 +288,7 @@ def cache_lost(result: ScenarioResult) -> list[Figure]:
     summary = result.summaries["favourite"]
     before, peak = _before_after(result, "favourite")
     return [
-        _relative("prefill GPUs before", "about 180", before, 180, 0.20, UNSHARED_BEFORE),
+        _relative("prefill GPUs before", "about 180", before, 180, 0.20),
         _relative(
             "prefill GPUs at the peak after", "toward 1,400", peak, 1_400, 0.20, PREFILL_CAPPED
         ),

@@ -213,6 +213,41 @@ def test_a_repeated_conversation_prefix_is_read_from_cache() -> None:
     assert record.cached_tokens == 1_000 // BLOCK_TOKENS * BLOCK_TOKENS
 
 
+def test_conversations_that_open_alike_share_the_opening() -> None:
+    sim = ReplicaSim(H100x4_70B)
+    system = ("prompt-v1", 400)
+    sim.submit("a", 500, 10, conversation="a", shared_prefix=system)
+    first = run_until(sim, lambda r: bool(r.finished))[-1].finished[0]
+    assert first.cached_tokens == 0  # the first reader computes it
+    sim.submit("b", 700, 10, conversation="b", shared_prefix=system)
+    results = run_until(sim, lambda r: bool(r.finished))
+    assert results[-1].finished[0].cached_tokens == 400 // BLOCK_TOKENS * BLOCK_TOKENS
+    assert sum(t for r in results for _, t in r.prefilled) == 700 - 400
+    # A conversation's own cache counts when it holds more; a changed opening shares nothing.
+    sim.submit("b2", 760, 10, conversation="b", shared_prefix=system)
+    assert run_until(sim, lambda r: bool(r.finished))[-1].finished[0].cached_tokens == 704
+    sim.submit("c", 700, 10, conversation="c", shared_prefix=("prompt-v2", 400))
+    assert run_until(sim, lambda r: bool(r.finished))[-1].finished[0].cached_tokens == 0
+    # Without the shared opening, nothing is shared across conversations.
+    sim.submit("d", 700, 10, conversation="d")
+    assert run_until(sim, lambda r: bool(r.finished))[-1].finished[0].cached_tokens == 0
+
+
+def test_a_shared_opening_is_evicted_like_any_cached_run() -> None:
+    sim = ReplicaSim(tiny(blocks=64))
+    system = ("prompt-v1", 320)  # 20 blocks
+    sim.submit("a", 400, 10, conversation="a", shared_prefix=system)
+    run_until(sim, lambda r: bool(r.finished))
+    # a's own run (25 blocks) and the opening (20) are cached; a 60-block prompt needs the
+    # room of both, the least recently used first.
+    sim.submit("big", 950, 10, conversation="big")
+    run_until(sim, lambda r: bool(r.finished))
+    sim.submit("b", 400, 10, conversation="b", shared_prefix=system)
+    assert run_until(sim, lambda r: bool(r.finished))[-1].finished[0].cached_tokens == 0
+    load = sim.load()
+    assert load.free_kv_tokens == load.kv_capacity_tokens  # every block is free or evictable
+
+
 def test_evicted_prefix_blocks_spill_to_host_ram_and_come_back() -> None:
     sim = ReplicaSim(tiny(blocks=64, host_blocks=200))
     sim.submit("c1-turn1", 600, 40, conversation="c1")
@@ -263,7 +298,10 @@ def test_random_traffic_keeps_the_books_balanced() -> None:
         if rng.random() < 0.2:
             rid, prompt, answer = f"q{step}", rng.randint(1, 2_000), rng.randint(1, 300)
             conversation = f"c{rng.randint(0, 20)}"
-            sim.submit(rid, prompt, answer, paid=rng.random() < 0.3, conversation=conversation)
+            # Some open with one of two shared system prompts, as after a prompt change.
+            shared = (f"system-{rng.randint(0, 1)}", 320) if rng.random() < 0.5 else None
+            sim.submit(rid, prompt, answer, paid=rng.random() < 0.3, conversation=conversation,
+                       shared_prefix=shared)  # fmt: skip
             expected[rid] = answer
         if rng.random() < 0.02 and expected:
             victim = rng.choice(sorted(set(expected) - set(got)) or ["none"])

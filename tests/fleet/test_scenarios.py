@@ -58,8 +58,9 @@ def test_memory_matters_affinity_keeps_far_more_history_than_round_robin() -> No
     conversation where its cache is turns most of a prompt's prefill into a cache hit."""
     result = run_scenario("memory-matters", scale=SCALE, variants=("favourite", "round-robin"))
     favourite, round_robin = result.summaries["favourite"], result.summaries["round-robin"]
-    assert favourite.history_cached_share > 0.8 > 0.1 > round_robin.history_cached_share
-    # The spec's ratio is 3,600 / 470 = 7.7; the simulation's first messages read their system
-    # prompt uncached (see UNSHARED in scenario_figures.py), which lowers it to about 5-7.
+    # Round-robin finds little beyond the system prompt, which every replica shares.
+    assert favourite.history_cached_share > 0.8 > 0.25 > round_robin.history_cached_share
+    # The spec's ratio is 3,600 / 470 = 7.7. The simulated replicas share the system prompt's
+    # blocks across conversations, as a real prefix cache does, round-robin's included: about 6.
     ratio = round_robin.prefill_gpus_needed["large"] / favourite.prefill_gpus_needed["large"]
     assert 4.0 < ratio < 3_600 / 470 * 1.2
