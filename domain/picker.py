@@ -41,6 +41,7 @@ class PickReason(enum.StrEnum):
     ESCAPED_QUEUE = "escaped-queue"
     ESCAPED_KV_ROOM = "escaped-kv-room"
     NO_REPLICA = "no-replica"
+    MOVED = "moved"
 
 
 @dataclass(frozen=True, slots=True)

@@ -417,7 +417,7 @@ class FleetSim:
             self._leave(message)
             plan = message.plan
             prompt = plan.prompt_tokens + message.generated
-            target = pool.choose(message.conversation.conversation_id, prompt, plan.prompt_tokens)
+            target = pool.choose_move(message.conversation.conversation_id, prompt)
             if target is None:
                 continue  # left live: counted as lost at the end
             # What was streamed joins the prompt; the new replica reads it and goes on.

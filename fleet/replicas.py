@@ -152,6 +152,14 @@ class Pool:
             return None
         return self._least_loaded()
 
+    def choose_move(self, conversation_id: str, prompt_tokens: int) -> SimReplica | None:
+        """Where an answer off a dead replica goes: the scheduler's rule for moves under the
+        picker's strategies (PoolIndex.pick_move), the strategy's own choice otherwise."""
+        if self.strategy in (Strategy.AFFINITY, Strategy.FAVOURITE):
+            pick = self.index.pick_move(prompt_tokens)
+            return None if pick.replica is None else self.by_node[pick.replica.node_id]
+        return self.choose(conversation_id, prompt_tokens, 0)
+
     def warm_target(self, conversation_id: str) -> SimReplica:
         """Where a conversation's last turn ran before the simulation began: its favourite under
         affinity, anywhere (in turn) under the strategies that do not keep conversations."""

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 
-from domain.picker import DEFAULT_ESCAPE, EscapeRule, Pick, ReplicaLoad, pick_replica
+from domain.picker import DEFAULT_ESCAPE, EscapeRule, Pick, ReplicaLoad
 from domain.pool_index import PoolIndex
 from domain.types import NodeState
 
@@ -70,10 +70,8 @@ class LoadTable:
         index = self._indexes.get(pool) or PoolIndex()
         if not excluded:
             return index.pick(conversation_id, prompt_tokens, reusable_prefix_tokens, charge=True)
-        # A retry away from a replica that just failed: rare, so the plain loop will do.
-        kept = [r for r in index.replicas if r.node_id not in excluded]
-        return pick_replica(conversation_id, prompt_tokens, reusable_prefix_tokens, kept,
-                            self._escape)  # fmt: skip
+        # A retry away from replicas that failed: the answer moves, and spreads (PoolIndex).
+        return index.pick_move(prompt_tokens, excluded)
 
     def start_wait_s(self, pool: str, node_id: str, paid: bool) -> float:
         """The wait of a request just picked for the node (PoolIndex.start_wait_s, with the

@@ -53,7 +53,7 @@ def test_picks_like_the_reference(size: int, picks: int) -> None:
         index = PoolIndex(model)
         reasons |= {assert_same_pick(rng, index, model).reason for _ in range(100)}
     if size > 1:  # the random inputs reach every branch of a pool with a pickable replica
-        assert reasons >= set(PickReason) - {PickReason.NO_REPLICA}
+        assert reasons >= set(PickReason) - {PickReason.NO_REPLICA, PickReason.MOVED}
 
 
 def test_picks_like_the_reference_at_fleet_size() -> None:
@@ -296,3 +296,39 @@ def test_the_wait_of_a_pick_counts_the_picks_before_it_not_itself() -> None:
     assert index.start_wait_s("only", paid=True) == pytest.approx(gamma_quantile(2, 0.9) / 0.4)
     index.update("only", full)  # the report now counts what reached it: nobody waits in it
     assert index.start_wait_s("only", paid=True) == pytest.approx(first)
+
+
+def test_moved_answers_spread_over_the_shortest_queues_not_their_favourites() -> None:
+    """A dead replica's answers move at once; each goes where its prompt starts soonest and
+    is charged there, so they fill the survivors' queues evenly instead of piling up."""
+    queues = [9_000, 0, 2_000, 4_000, 0, 6_000, 1_000, 3_000]
+    loads = [
+        ReplicaLoad(f"r{i}", f"a:{i}", "large", "m", NodeState.READY, 10**6, queued)
+        for i, queued in enumerate(queues)
+    ]
+    index = PoolIndex(loads)
+    moves = [index.pick_move(3_000, excluded=["r4"]) for _ in range(12)]
+    assert {m.reason for m in moves} == {PickReason.MOVED}
+    chosen = [m.replica.node_id for m in moves]
+    assert "r4" not in chosen and chosen[0] == "r1"
+    # Water-filling: after the moves no survivor's queue is more than one prompt over another's
+    # among those that took any, and the fullest queue took none.
+    after = index.columns["queued_prefill_tokens"]
+    took = [i for i in range(8) if f"r{i}" in chosen]
+    assert max(after[took]) - min(after[took]) <= 3_000 and "r0" not in chosen
+    assert int(after[4]) == 0  # the excluded replica was charged nothing
+    # Its next report overwrites the charges, as with any charged pick.
+    index.update("r1", loads[1])
+    assert int(index.columns["queued_prefill_tokens"][1]) == 0
+
+
+def test_a_move_with_every_replica_excluded_or_down_finds_none() -> None:
+    loads = [
+        ReplicaLoad("r0", "a:0", "large", "m", NodeState.READY, 10**6, 0),
+        ReplicaLoad("r1", "a:1", "large", "m", NodeState.DEAD, 10**6, 0),
+    ]
+    index = PoolIndex(loads)
+    assert index.pick_move(100, excluded=["r0"]) == Pick(None, PickReason.NO_REPLICA)
+    assert index.pick_move(100, excluded=["r9"]).replica.node_id == "r0"  # unknown ids ignored
+    full = PoolIndex([ReplicaLoad("r0", "a:0", "large", "m", NodeState.READY, 10**6, 2**63 - 1)])
+    assert full.pick_move(100).replica.node_id == "r0"  # a queue at the int64 limit still counts

@@ -16,7 +16,9 @@ from scheduler.table import LoadTable
 
 
 def client(etcd_server) -> aetcd.Client:
-    return aetcd.Client(host=etcd_server.host, port=etcd_server.port, timeout=1.0)
+    return aetcd.Client(
+        host=etcd_server.host, port=etcd_server.port, timeout=5.0
+    )  # generous: a busy CI disk slows etcd's fsync
 
 
 def hot_table(kv_usage: float, small_kv_usage: float | None = None) -> LoadTable:

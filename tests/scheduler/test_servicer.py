@@ -165,6 +165,37 @@ async def test_picks_stick_to_a_conversation_and_avoid_drained_and_silent_nodes(
             await node.close()
 
 
+async def test_an_answer_moved_off_failed_replicas_goes_to_the_shortest_queue(scheduler) -> None:
+    queues = {"m0": 0, "m1": 5_000, "m2": 9_000}
+    nodes = [
+        FakeNode(scheduler, node_id, pool="small",
+                 load=pb.LoadReport(free_kv_tokens=90_000, queued_prefill_tokens=queued,
+                                    state=pb.NODE_STATE_READY))
+        for node_id, queued in queues.items()
+    ]  # fmt: skip
+    try:
+
+        async def all_ready() -> bool:
+            found = await states(scheduler)
+            return all(found.get(n) == pb.NODE_STATE_READY for n in queues)
+
+        await eventually(all_ready)
+        ask = pb.PickReplicaRequest(conversation_id="conv-moved", pool="small", prompt_tokens=3_000)
+        ask.exclude_node_ids.append("m0")
+        moved = await scheduler.PickReplica(ask)
+        # Its cache died with the failed replica: it goes where a prompt starts soonest.
+        assert (moved.node_id, moved.reason) == ("m1", pb.PICK_REASON_MOVED)
+        ask.exclude_node_ids.append("m1")
+        assert (await scheduler.PickReplica(ask)).node_id == "m2"
+        ask.exclude_node_ids.append("m2")
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await scheduler.PickReplica(ask)
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        for node in nodes:
+            await node.close()
+
+
 async def test_empty_and_unknown_pools_and_bad_pick_requests(scheduler) -> None:
     for ask, code, reason in [
         (

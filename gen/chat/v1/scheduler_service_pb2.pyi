@@ -32,6 +32,7 @@ class PickReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PICK_REASON_ESCAPED_QUEUE: _ClassVar[PickReason]
     PICK_REASON_ESCAPED_KV_ROOM: _ClassVar[PickReason]
     PICK_REASON_NO_REPLICA: _ClassVar[PickReason]
+    PICK_REASON_MOVED: _ClassVar[PickReason]
 NODE_STATE_UNSPECIFIED: NodeState
 NODE_STATE_STARTING: NodeState
 NODE_STATE_READY: NodeState
@@ -45,6 +46,7 @@ PICK_REASON_AFFINITY: PickReason
 PICK_REASON_ESCAPED_QUEUE: PickReason
 PICK_REASON_ESCAPED_KV_ROOM: PickReason
 PICK_REASON_NO_REPLICA: PickReason
+PICK_REASON_MOVED: PickReason
 
 class NodeRegistration(_message.Message):
     __slots__ = ("node_id", "address", "model", "pool", "context_tokens", "kv_capacity_tokens", "max_running_requests")
