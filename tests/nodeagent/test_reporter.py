@@ -39,9 +39,10 @@ async def test_an_idle_node_sends_heartbeats_and_a_busy_one_every_change() -> No
         while not busy.done():
             loads.append((await anext(stream)).load)
         await busy
-        # Every change went out: several times what heartbeats alone would have sent.
+        # Every change went out: well over what heartbeats alone would have sent (2.4-2.7x
+        # here; heartbeats alone are at most 1x).
         heartbeats = (time.monotonic() - started_at) / 0.8 + 1
-        assert len(loads) >= 2 * heartbeats, (len(loads), heartbeats)
+        assert len(loads) >= 1.6 * heartbeats, (len(loads), heartbeats)
         assert any(load.running_requests == 1 for load in loads)
 
 

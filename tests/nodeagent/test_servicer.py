@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 
 import grpc
@@ -55,31 +54,31 @@ async def timed_read_all(call) -> list[tuple[float, pb.GenerateResponse]]:
 
 
 async def test_a_batching_node_sends_the_same_answer_in_fewer_chunks(
-    node: NodeUnderTest, batching_node: NodeUnderTest
+    batching_node: NodeUnderTest,
 ) -> None:
-    prompt = "Count from one to thirty in words."  # greedy (temperature 0): the same answer
-    call = node.stub.Generate()
-    await call.write(start("b1-plain", prompt, 48))
-    plain = await read_all(call)
     sent_at = time.monotonic()
     call = batching_node.stub.Generate()
-    await call.write(start("b1-batched", prompt, 48))
+    await call.write(start("b1", "Count from one to thirty in words.", 48))
     timed = await timed_read_all(call)
-    batched = [response for _, response in timed]
-    text = "".join(r.chunk.text for r in plain[:-1])
-    assert "".join(r.chunk.text for r in batched[:-1]) == text
-    tokens = plain[-1].finish.usage.output_tokens
-    assert batched[-1].finish.usage.output_tokens == tokens
-    indexes = [r.chunk.index for r in batched[:-1]]
+    chunks = [response.chunk for _, response in timed[:-1]]
+    # What the engine wrote, token by token, as the node keeps it for re-attaches.
+    tokens = batching_node.registry.get("b1").chunks
+    assert "".join(c.text for c in chunks) == "".join(tokens)
+    assert timed[-1][1].finish.usage.output_tokens == len(tokens)
     # The first token alone, at once; then each chunk's index is its last token's.
-    assert indexes[0] == 1 and indexes == sorted(set(indexes))
-    assert indexes[-1] == len(plain) - 1
-    assert len(batched) < len(plain) / 2
-    arrivals = [at for at, r in timed[:-1]]
+    indexes = [c.index for c in chunks]
+    assert indexes[0] == 1 and chunks[0].text == tokens[0]
+    assert indexes == sorted(set(indexes)) and indexes[-1] == len(tokens)
+    assert all(
+        c.text == "".join(tokens[a:b])
+        for c, a, b in zip(chunks, [0, *indexes], indexes, strict=False)
+    )
+    assert len(chunks) < len(tokens) / 2
+    arrivals = [at for at, _ in timed[:-1]]
     assert arrivals[0] - sent_at < 5.0
-    # At most one chunk per interval; the last goes as soon as the answer ends.
-    held = arrivals[:-1]
-    assert all(later - earlier >= 0.25 for earlier, later in itertools.pairwise(held))
+    # At most one chunk per 0.3 s after the first, and the last as soon as the answer ends
+    # (counted, not timed gap by gap, and one spare: a reader's own pauses move arrivals).
+    assert len(chunks) - 3 <= (arrivals[-1] - arrivals[0]) / 0.3
 
 
 async def test_a_batched_answer_reattaches_after_its_last_index(
