@@ -10,17 +10,17 @@ seconds per simulated second against the fleet's size (CPU, not wall: the machin
 and the slope of log(cost) over log(size) (1.0: linear). Then the full run. Prints a table and
 ends with one JSON line; results land in bench/results/sim_region.txt. Not part of `make test`.
 
-UNFINISHED: the goal is not met. Measured (bench/results/sim_region.txt): the full region's
-600 simulated s took 1,114 CPU s, 1.86x the goal: 18 s to set up the ~430,000 conversations
-under way, then about 270 us of one core per message (4.07 million messages). Across the
-growth series the cost per simulated second grows as GPUs^1.02 (1.12 the run before). Where the time goes
-(py-spy, full scale): about 45 % the replicas' eventful steps (admission, prefill, finishes,
-the prefix cache's evictions), 13 % the gateway's policies (context builder, bucket), 10 % the
-picker, 10 % the event loop and recording. Done this round: token lengths drawn in numpy
-blocks, shared Turn objects, the cycle collector paused (no cycles are made, tested), step
-records as NamedTuples, fast_forward's decode steps summed inline, favourites remembered per
-conversation and scored in numpy blocks at the start. Next: a step loop over all replicas in
-numpy (the per-replica Python step is the floor now), or a compiled step.
+UNFINISHED: the goal is not met. Measured (bench/results/sim_region.txt): the full region's 600
+simulated s took 1,114 CPU s, 1.86x the goal: 18 s to set up the ~430,000 conversations under
+way, then about 270 us of one core per message (4.07 million messages). Across the growth series
+the cost per simulated second grows as GPUs^1.02 (1.12 the run before). Where the time goes
+(py-spy, full scale): about 45 % the replicas' eventful steps (admission, prefill, finishes, the
+prefix cache's evictions), 13 % the gateway's policies (context builder, bucket), 10 % the
+picker, 10 % the event loop and recording. Done this round: token lengths drawn in numpy blocks,
+shared Turn objects, the cycle collector paused (no cycles are made, tested), step records as
+NamedTuples, fast_forward's decode steps summed inline, favourites remembered per conversation
+and scored in numpy blocks at the start. Next: a step loop over all replicas in numpy (the
+per-replica Python step is the floor now), or a compiled step.
 """
 
 from __future__ import annotations
