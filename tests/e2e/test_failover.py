@@ -4,11 +4,13 @@ gets one complete answer, no error, nothing lost or repeated at the seam."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import signal
 import time
 import uuid
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
@@ -19,27 +21,34 @@ from nodeagent.sim import count_tokens
 pytestmark = pytest.mark.slow
 
 
+@contextlib.asynccontextmanager
+async def started(settings: PlatformSettings) -> AsyncIterator[LocalPlatform]:
+    platform = LocalPlatform(settings)
+    await platform.start()
+    try:
+        yield platform
+    finally:
+        await platform.stop()
+
+
+# Text token by token (the output check still reads every token first), so a test can act
+# after the first few deltas.
+UNHELD = {"CHAT_GATEWAY_OUTPUT_HOLDBACK_TOKENS": "0", "CHAT_GATEWAY_OUTPUT_CHECK_EVERY_TOKENS": "1"}
+
+
 @pytest.fixture(scope="module")
 async def two_nodes(tmp_path_factory):
-    platform = LocalPlatform(
+    async with started(
         PlatformSettings(
             state_dir=tmp_path_factory.mktemp("failover"),
             edge_listen="127.0.0.1:0",
             nodes=2,
             slot_context_tokens=2048,
             parallel=1,
-            extra_env={
-                "CHAT_GATEWAY_PLUS_MAX_ANSWER_TOKENS": "160",
-                # Text token by token (the output check still reads every token first), so
-                # the test can act after the first few deltas.
-                "CHAT_GATEWAY_OUTPUT_HOLDBACK_TOKENS": "0",
-                "CHAT_GATEWAY_OUTPUT_CHECK_EVERY_TOKENS": "1",
-            },
+            extra_env={"CHAT_GATEWAY_PLUS_MAX_ANSWER_TOKENS": "160", **UNHELD},
         )
-    )
-    await platform.start()
-    yield platform
-    await platform.stop()
+    ) as platform:
+        yield platform
 
 
 async def test_a_node_killed_mid_answer_hands_the_answer_to_another(two_nodes) -> None:
@@ -96,7 +105,7 @@ async def test_a_node_killed_mid_answer_hands_the_answer_to_another(two_nodes) -
 async def two_sim_nodes(tmp_path_factory):
     """Two simulated 70B replicas (about 40 tokens a second) whose every answer is 400 tokens,
     cut at 100, sent at most every 0.5 s: a chunk carries many tokens."""
-    platform = LocalPlatform(
+    async with started(
         PlatformSettings(
             state_dir=tmp_path_factory.mktemp("failover-sim"),
             edge_listen="127.0.0.1:0",
@@ -106,14 +115,11 @@ async def two_sim_nodes(tmp_path_factory):
                 "CHAT_NODEAGENT_SIM_ANSWER_TOKENS": "400,400",
                 "CHAT_NODEAGENT_STREAM_INTERVAL_S": "0.5",
                 "CHAT_GATEWAY_PLUS_MAX_ANSWER_TOKENS": "100",
-                "CHAT_GATEWAY_OUTPUT_HOLDBACK_TOKENS": "0",
-                "CHAT_GATEWAY_OUTPUT_CHECK_EVERY_TOKENS": "1",
+                **UNHELD,
             },
         )
-    )
-    await platform.start()
-    yield platform
-    await platform.stop()
+    ) as platform:
+        yield platform
 
 
 async def test_the_continuation_after_a_failover_keeps_to_the_answer_cap(two_sim_nodes) -> None:
