@@ -145,8 +145,6 @@ class FleetSim:
         self.gateway = SimGateway(
             names, workload.spec.system_prompt_tokens, config.shedding, config.tiers
         )
-        # Every prompt opens with the system prompt: a replica keeps one shared copy of it.
-        self._system_prompt = (self.gateway.prompt_version, self.gateway.system.tokens)
         self.ladder = LadderState()
         self.recorder = Recorder(duration_s, tuple(self.pools))
         self._events: list[tuple[float, int, int, object]] = []
@@ -297,7 +295,7 @@ class FleetSim:
             paid=paid,
             conversation=message.conversation.conversation_id,
             reusable_prefix_tokens=reusable,
-            shared_prefix=self._system_prompt,
+            shared_prefix=self.gateway.system_prefix,
         )
 
     def _on_step(self, replica: SimReplica, result: StepResult) -> None:
@@ -432,7 +430,6 @@ class FleetSim:
 
     def _flush(self, now: float, _: object) -> None:
         self.gateway.change_system_prompt()
-        self._system_prompt = (self.gateway.prompt_version, self.gateway.system.tokens)
 
     def _finish_moves(self, until_s: float) -> None:
         """Runs the replicas holding moved answers until those end; one still open is lost."""

@@ -146,6 +146,12 @@ class SimGateway:
             bucket, limit, now, reserved, usage_cost
         )
 
+    @property
+    def system_prefix(self) -> tuple[int, int]:
+        """Every prompt opens with the system prompt: (its version, its tokens), the key a
+        replica keeps one shared copy of it under."""
+        return self.prompt_version, self.system.tokens
+
     def change_system_prompt(self) -> None:
         """One word changed at the head of every prompt: no cached prefix matches any more."""
         self.prompt_version += 1
