@@ -128,6 +128,7 @@ class RunCost:
     prefilled: list[float] = field(default_factory=list)  # per replica, from /metrics
     idle_cpu_s: float = 0.0  # what the same processes burn idle over as long
     idle_core_s: float = 0.0
+    by_part: dict[str, float] = field(default_factory=dict)  # the platform's, per process kind
 
 
 # --- the systems -----------------------------------------------------------------------------
@@ -142,6 +143,8 @@ class System:
     cpu_pids: list[int] = field(default_factory=list)
     core_pids: list[int] = field(default_factory=list)
     replicas: list[str] = field(default_factory=list)
+    # The platform's processes by kind (edge, gateway, scheduler, nodeagents): where its CPU goes.
+    parts: dict[str, list[int]] = field(default_factory=dict)
     idle_cpu_per_s: float = 0.0  # what its processes burn with no request in flight
     idle_core_per_s: float = 0.0
 
@@ -344,6 +347,7 @@ async def run_round(
         before_prefill = await prefilled_tokens(http, engines)
         cpu0 = sum(cpu_seconds(p) for p in system.cpu_pids)
         core0 = sum(cpu_seconds(p) for p in system.core_pids)
+        parts0 = {k: sum(map(cpu_seconds, pids)) for k, pids in system.parts.items()}
         start = time.perf_counter()
 
         async def user(script: UserScript) -> None:
@@ -378,6 +382,7 @@ async def run_round(
             wall = time.perf_counter() - start
             cpu = sum(cpu_seconds(p) for p in system.cpu_pids) - cpu0
             core = sum(cpu_seconds(p) for p in system.core_pids) - core0
+            by_part = {k: sum(map(cpu_seconds, system.parts[k])) - v for k, v in parts0.items()}
             if chaos is not None:
                 await chaos  # the replica is back before the next system starts
         finally:
@@ -387,7 +392,8 @@ async def run_round(
     # A restarted replica counts from zero again.
     prefilled = [a - b if a >= b else a for a, b in zip(after_prefill, before_prefill, strict=True)]
     cost = RunCost(wall, cpu, core, len(samples), prefilled,
-                   system.idle_cpu_per_s * wall, system.idle_core_per_s * wall)  # fmt: skip
+                   system.idle_cpu_per_s * wall, system.idle_core_per_s * wall,
+                   by_part)  # fmt: skip
     return samples, cost
 
 
@@ -558,12 +564,22 @@ async def platform_systems(platform, state: Path, names: list[str]) -> dict[str,
     by_name = {c.name: c for c in platform.children}
     nodeagents = [c for c in platform.children if c.name.startswith("nodeagent")]
     shared = [by_name["scheduler"].process.pid] + [c.process.pid for c in nodeagents]
+
+    def parts(edge: int, gateway: int) -> dict[str, list[int]]:
+        return {
+            "edge": [edge],
+            "gateway": [gateway],
+            "scheduler": [by_name["scheduler"].process.pid],
+            "nodeagents": [c.process.pid for c in nodeagents],
+        }
+
     systems = {}
     if "platform" in names:
         systems["platform"] = System(
             "platform", platform.edge_url, token=platform.tokens["plus"],
             cpu_pids=[by_name["edge"].process.pid, by_name["gateway"].process.pid, *shared],
             core_pids=[by_name["gateway"].process.pid, by_name["scheduler"].process.pid],
+            parts=parts(by_name["edge"].process.pid, by_name["gateway"].process.pid),
         )  # fmt: skip
     if "platform-h0" in names:
         store_url = f"sqlite:///{state / 'chat.db'}"
@@ -581,6 +597,7 @@ async def platform_systems(platform, state: Path, names: list[str]) -> dict[str,
             "platform-h0", str(edge.ready["http"]), token=platform.tokens["plus"],
             cpu_pids=[edge.process.pid, gateway.process.pid, *shared],
             core_pids=[gateway.process.pid, by_name["scheduler"].process.pid],
+            parts=parts(edge.process.pid, gateway.process.pid),
         )  # fmt: skip
     return systems
 
@@ -741,6 +758,14 @@ def summarise(samples: list[Sample], costs: dict, workloads: list[str], names: l
                 "gateway_scheduler_cpu_ms_per_request_over_idle": (
                     1000 * sum(c.cpu_core_s - c.idle_core_s for c in runs) / requests
                     if name.startswith("platform")
+                    else None
+                ),
+                "cpu_ms_per_request_by_process": (
+                    {
+                        part: 1000 * sum(c.by_part.get(part, 0.0) for c in runs) / requests
+                        for part in runs[0].by_part
+                    }
+                    if requests and runs[0].by_part
                     else None
                 ),
                 "prefill_hot_spot": max(prefilled) / mean_prefill if mean_prefill else 0.0,
@@ -951,6 +976,13 @@ def main() -> None:
         "idle CPU ms/s (nothing in flight): "
         + ", ".join(f"{n} {1000 * v:.1f}" for n, v in result["idle"].items())
     )
+    for (workload, name), row in rows.items():
+        if row["cpu_ms_per_request_by_process"]:
+            split = row["cpu_ms_per_request_by_process"]
+            lines.append(
+                f"{workload} {name} CPU ms/req by process: "
+                + ", ".join(f"{part} {ms:.1f}" for part, ms in split.items())
+            )
     if result["churn"]:
         lines.append("churn: " + " | ".join(result["churn"]))
     lines.extend(verdicts(rows, args.workloads))

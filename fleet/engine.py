@@ -25,7 +25,7 @@ import gc
 import heapq
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -181,7 +181,14 @@ class FleetSim:
     def _run(self) -> Recorder:
         tick_s = self.config.report_interval_s
         ladder_every = round(self.config.ladder_interval_s / tick_s)
-        handlers = (self._arrive, self._give_up, self._kill, self._detect, self._flush)
+        # Typed as taking Any: each kind of event carries its own subject (mypyc checks).
+        handlers: tuple[Callable[[float, Any], None], ...] = (
+            self._arrive,
+            self._give_up,
+            self._kill,
+            self._detect,
+            self._flush,
+        )
         events = self._events
         for k in range(1, math.ceil(self.duration_s / tick_s) + 1):
             boundary = k * tick_s

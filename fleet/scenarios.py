@@ -98,6 +98,12 @@ def run_scenario(
         chosen = tuple(v for v in scenario.variants if v.label in variants)
         scenario = dataclasses.replace(scenario, variants=chosen)
     if duration_s is not None:
+        shortest = shortest_duration_s(name)
+        if duration_s <= shortest:
+            raise ValueError(
+                f"{name} needs more than {shortest:g} simulated s: its warm-up, then the users' "
+                "patience (the messages of the last patience are not counted)"
+            )
         scenario = dataclasses.replace(scenario, measure_s=duration_s - scenario.warmup_s)
     end = scenario.warmup_s + scenario.measure_s
     summaries, recorders, walls = {}, {}, {}
@@ -117,6 +123,13 @@ def run_scenario(
         summaries[variant.label] = summarize(recorder, built, scenario.warmup_s, stop, gpus, cost)
         recorders[variant.label] = recorder
     return ScenarioResult(scenario, built, seed, summaries, recorders, walls)
+
+
+def shortest_duration_s(name: str) -> float:
+    """The shortest run of a scenario that measures anything: past its warm-up, the last
+    patience is left out (those messages have not had their chance to time out)."""
+    scenario = SCENARIOS[name]
+    return scenario.warmup_s + max(v.workload.patience_s for v in scenario.variants)
 
 
 def _full_counts(pools: tuple[PoolSpec, ...]) -> tuple[int, int]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from clients.chatctl.output import CtlError
 from fleet import SCENARIOS, run_scenario, write_report
+from fleet.scenarios import shortest_duration_s
 
 
 def add_simulate_parser(commands: Any) -> argparse.ArgumentParser:
@@ -54,9 +55,13 @@ def _share(text: str) -> float:
 
 
 def run_simulate(args: argparse.Namespace) -> int:
-    scenario = SCENARIOS[args.scenario]
-    if args.duration is not None and args.duration <= scenario.warmup_s:
-        raise CtlError(f"--duration must exceed the scenario's warm-up of {scenario.warmup_s} s")
+    shortest = shortest_duration_s(args.scenario)
+    if args.duration is not None and args.duration <= shortest:
+        raise CtlError(
+            f"--duration must exceed {shortest:g} s: the scenario's warm-up of "
+            f"{SCENARIOS[args.scenario].warmup_s:g} s, then the users' patience (the last "
+            "messages need it to time out or not)"
+        )
     result = run_scenario(args.scenario, scale=args.scale, seed=args.seed, duration_s=args.duration)
     figures = result.figures()
     if args.json:

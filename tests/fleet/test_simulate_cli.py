@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from clients.chatctl.main import main
+from fleet import run_scenario
 
 
 def test_simulate_prints_the_figures_and_writes_the_report(
@@ -33,6 +34,20 @@ def test_simulate_prints_the_figures_and_writes_the_report(
 def test_simulate_refuses_a_duration_inside_the_warm_up(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "cache-lost", "--duration", "10"]) == 1
     assert "warm-up" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("duration", ["70", "80"])
+def test_simulate_refuses_a_duration_that_leaves_nothing_to_measure(
+    capsys: pytest.CaptureFixture[str], duration: str
+) -> None:
+    # cache-lost warms up 70 s; the last 10 s (the users' patience) are never counted.
+    assert main(["simulate", "cache-lost", "--duration", duration]) == 1
+    assert "must exceed 80 s" in capsys.readouterr().err
+
+
+def test_run_scenario_refuses_a_duration_that_leaves_nothing_to_measure() -> None:
+    with pytest.raises(ValueError, match="more than 70 simulated s"):
+        run_scenario("gpus-run-out", scale=0.01, duration_s=65.0, variants=("rungs 1-3",))
 
 
 def test_simulate_refuses_a_scale_outside_the_region() -> None:
