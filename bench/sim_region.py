@@ -1,26 +1,31 @@
 """How fast the fleet simulator runs a whole region, and how its cost grows with the fleet.
 
     .venv/bin/python bench/sim_region.py [--duration 600] [--growth-duration 60] [--skip-full]
+                                         [--interpreted]
 
 Goal (issue 8): a region of 1,500 GPUs (226 replicas of 70B on 4 H100s, 566 of 8B on one) at
 7,000 messages/s (twice its planned peak: the "GPUs run out" scenario with every rung of the
-ladder) for 10 simulated minutes in under 10 real minutes, on one core. First the same scenario
-at 1/20, 1/10, 1/4, 1/2 and the full region for `--growth-duration` simulated seconds: CPU
-seconds per simulated second against the fleet's size (CPU, not wall: the machine is shared),
-and the slope of log(cost) over log(size) (1.0: linear). Then the full run. Prints a table and
-ends with one JSON line; results land in bench/results/sim_region.txt. Not part of `make test`.
+ladder) for 10 simulated minutes in under 10 real minutes, on one core.
 
-UNFINISHED: the goal is not met. Measured (bench/results/sim_region.txt): the full region's 600
-simulated s took 1,114 CPU s, 1.86x the goal: 18 s to set up the ~430,000 conversations under
-way, then about 270 us of one core per message (4.07 million messages). Across the growth series
-the cost per simulated second grows as GPUs^1.02 (1.12 the run before). Where the time goes
-(py-spy, full scale): about 45 % the replicas' eventful steps (admission, prefill, finishes, the
-prefix cache's evictions), 13 % the gateway's policies (context builder, bucket), 10 % the
-picker, 10 % the event loop and recording. Done this round: token lengths drawn in numpy blocks,
-shared Turn objects, the cycle collector paused (no cycles are made, tested), step records as
-NamedTuples, fast_forward's decode steps summed inline, favourites remembered per conversation
-and scored in numpy blocks at the start. Next: a step loop over all replicas in numpy (the
-per-replica Python step is the floor now), or a compiled step.
+The simulator runs compiled (fleet/compiled.py: the same sources built with mypyc into
+build/sim-mypyc, about a minute the first time, reused while no source changes); every
+measurement runs in a fresh process that imports the compiled modules and checks it did.
+`--interpreted` measures the plain modules instead. Steps:
+1. side by side: the same run at 1/10 for `--growth-duration` simulated s, interpreted and
+   compiled at once on the two cores (then the cores swapped): the speed-up, and whether both
+   recorded the very same simulation (Recorder.fingerprint);
+2. growth: 1/20, 1/10, 1/4, 1/2 and the full region for `--growth-duration` simulated s: CPU
+   seconds per simulated second against the fleet's size (CPU, not wall: the machine is
+   shared), and the slope of log(cost) over log(size) (1.0: linear);
+3. the full region for `--duration` simulated s: the goal.
+Prints a table and ends with one JSON line; results land in bench/results/sim_region.txt. Not
+part of `make test` (tests/fleet/test_compiled.py checks the compiled build at small scale).
+
+Where the time went before compiling (py-spy, interpreted, full scale): about 45 % the
+replicas' eventful steps (admission, prefill, finishes, the prefix cache's evictions), 13 % the
+gateway's policies (context builder, bucket), 10 % the picker, 10 % the event loop and
+recording; no single item over 10 %, which is why compiling all of it, not one part, is what
+moved the total.
 """
 
 from __future__ import annotations
@@ -32,10 +37,15 @@ import json
 import math
 import os
 import platform
+import subprocess
+import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from benchkit import pin_to_one_core, publish
 
+from fleet import compiled
 from fleet.engine import FleetSim
 from fleet.scenarios import SCENARIOS, Variant, _scaled
 from fleet.workload import Workload
@@ -49,7 +59,7 @@ def region() -> Variant:
     return next(v for v in scenario.variants if v.label == "rungs 1-3")
 
 
-def measure(scale: float, duration_s: float, seed: int) -> dict[str, float]:
+def measure(scale: float, duration_s: float, seed: int) -> dict[str, object]:
     variant = region()
     pools = _scaled(variant.config.pools, scale)
     config = dataclasses.replace(variant.config, pools=pools)
@@ -74,6 +84,68 @@ def measure(scale: float, duration_s: float, seed: int) -> dict[str, float]:
         "cpu_per_simulated_s": round((cpu - start_cpu) / duration_s, 3),
         "messages": len(recorder.outcome),
         "us_per_message": round((cpu - start_cpu) / max(1, len(recorder.outcome)) * 1e6, 1),
+        "compiled": all(compiled.is_compiled(sys.modules[m]) for m in _HOT),
+        "fingerprint": recorder.fingerprint()[:16],
+    }
+
+
+# Modules whose compiled form a worker checks it imported.
+_HOT = ("domain.replica_sim", "domain.pool_index", "fleet.engine", "fleet.replicas")
+
+
+def in_worker(
+    scale: float, duration_s: float, seed: int, build: Path | None, cpu: int | None
+) -> dict[str, object]:
+    """One measurement in a fresh process: compiled when `build` is given (its directory first
+    on the path), the plain modules otherwise; pinned to `cpu` when given."""
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    if build is not None:
+        env["PYTHONPATH"] = str(build)
+    job = json.dumps({"scale": scale, "duration_s": duration_s, "seed": seed, "cpu": cpu})
+    done = subprocess.run(
+        [sys.executable, __file__, "--worker", job],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"worker failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    if row["compiled"] != (build is not None):
+        raise RuntimeError(f"worker ran {'compiled' if row['compiled'] else 'interpreted'} code")
+    return row
+
+
+def worker(job: str) -> None:
+    params = json.loads(job)
+    if params["cpu"] is not None:
+        os.sched_setaffinity(0, {params["cpu"]})
+    print(json.dumps(measure(params["scale"], params["duration_s"], params["seed"])))
+
+
+def side_by_side(duration_s: float, seed: int, build: Path) -> dict[str, object]:
+    """Interpreted and compiled at once, one on each core, then the cores swapped: both see
+    the same machine. Needs two cores; with one they run in turn."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    pairs = []
+    for swap in (False, True):
+        first, second = (cpus[0], cpus[1]) if len(cpus) > 1 else (None, None)
+        if swap:
+            first, second = second, first
+        with ThreadPoolExecutor(2) as pool:
+            plain = pool.submit(in_worker, 0.1, duration_s, seed, None, first)
+            fast = pool.submit(in_worker, 0.1, duration_s, seed, build, second)
+            pairs.append((plain.result(), fast.result()))
+    plain_us = [p["us_per_message"] for p, _ in pairs]
+    fast_us = [f["us_per_message"] for _, f in pairs]
+    return {
+        "interpreted_us_per_message": plain_us,
+        "compiled_us_per_message": fast_us,
+        "speedup": round(sum(plain_us) / sum(fast_us), 2),
+        "same_simulation": all(p["fingerprint"] == f["fingerprint"] for p, f in pairs),
+        "messages": pairs[0][0]["messages"],
     }
 
 
@@ -107,18 +179,53 @@ def main() -> None:
     parser.add_argument("--growth-duration", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--skip-full", action="store_true", help="only the growth series")
+    parser.add_argument("--interpreted", action="store_true", help="the plain modules")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        return worker(args.worker)
+    build = None
+    lines = []
+    if not args.interpreted:
+        try:
+            done = compiled.build()
+        except compiled.BuildError as error:
+            sys.exit(f"sim_region: {error}\n(--interpreted runs the plain modules)")
+        build = done.path
+        lines.append(
+            f"compiled with mypyc into {done.path.relative_to(compiled.REPO)}: "
+            + (f"built in {done.seconds:.0f} s" if done.built else "up to date, reused")
+        )
+        pair = side_by_side(args.growth_duration, args.seed, build)
     cpu = pin_to_one_core()
-    growth = [measure(scale, args.growth_duration, args.seed) for scale in SCALES]
+    run = [in_worker(s, args.growth_duration, args.seed, build, cpu) for s in SCALES]
+    growth = [{k: v for k, v in r.items() if k not in ("compiled", "fingerprint")} for r in run]
     grows = slope(growth)
-    full = None if args.skip_full else measure(1.0, args.duration, args.seed)
+    full = None
+    if not args.skip_full:
+        full = in_worker(1.0, args.duration, args.seed, build, cpu)
+        full = {k: v for k, v in full.items() if k not in ("compiled", "fingerprint")}
     last = growth[-1]
     projected = last["start_cpu_s"] + last["cpu_per_simulated_s"] * args.duration
     met = full is not None and full["cpu_s"] <= GOAL_WALL_S
-    lines = [
+    mode = "compiled (mypyc)" if build else "interpreted"
+    lines.insert(
+        0,
         f"sim_region: fleet.FleetSim, 'gpus-run-out' with rungs 1-3 (7,000 messages/s at full "
-        f"scale); {'CPU ' + str(cpu) if cpu is not None else 'unpinned'}, "
+        f"scale), {mode}; {'CPU ' + str(cpu) if cpu is not None else 'unpinned'}, "
         f"Python {platform.python_version()}",
+    )
+    if build is not None:
+        lines.append(
+            f"side by side at 1/10, {args.growth_duration:.0f} simulated s "
+            f"({pair['messages']:,} messages), both at once, cores swapped between the pairs: "
+            f"interpreted {' / '.join(f'{u:.1f}' for u in pair['interpreted_us_per_message'])} "
+            f"us per message, compiled "
+            f"{' / '.join(f'{u:.1f}' for u in pair['compiled_us_per_message'])}: "
+            f"{pair['speedup']:.2f}x; the same simulation: "
+            f"{'yes' if pair['same_simulation'] else 'NO (the fingerprints differ)'}"
+        )
+    lines += [
         f"growth, {args.growth_duration:.0f} simulated s each (start: CPU s to set up the "
         f"conversations under way; CPU/sim s and us/msg: the simulated seconds after it):",
         *table(growth),
@@ -136,16 +243,19 @@ def main() -> None:
         )
     result = {
         "bench": "sim_region",
+        "mode": "compiled" if build else "interpreted",
         "cpu": cpu,
         "goal_wall_s": GOAL_WALL_S,
         "goal_met": met,
+        "side_by_side": pair if build is not None else None,
         "cost_exponent": round(grows, 3),
         "projected_full_cpu_s": round(projected),
         "growth": growth,
         "full": full,
     }
     lines.append(json.dumps(result))
-    publish("sim_region", "\n".join(lines))
+    publish("sim_region" if build else "sim_region_interpreted", "\n".join(lines))
+    return None
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ start or time out).
 from __future__ import annotations
 
 import enum
+import hashlib
 import math
 from dataclasses import dataclass, field
 
@@ -99,6 +100,17 @@ class Recorder:
 
     def rows(self) -> dict[str, np.ndarray]:
         return {name: np.asarray(getattr(self, name)) for name in _ROW_FIELDS}
+
+    def fingerprint(self) -> str:
+        """A digest of every message's record, the moves and the series: two runs with the
+        same fingerprint recorded the same simulation, to the last bit."""
+        digest = hashlib.sha256()
+        for name, values in self.rows().items():
+            digest.update(name.encode() + np.ascontiguousarray(values).tobytes())
+        digest.update(np.asarray(self.moves, dtype=np.float64).tobytes())
+        for name in sorted(self.series):
+            digest.update(name.encode() + self.series[name].tobytes())
+        return digest.hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
