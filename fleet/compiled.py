@@ -81,6 +81,9 @@ def build(root: Path = REPO, out: Path | None = None) -> Build:
     """Builds the compiled simulator under `out` (build/sim-mypyc by default), or reuses the
     build there when the sources have not changed since. About a minute on two cores."""
     out = out or root / "build" / "sim-mypyc"
+    missing = [p for p in PACKAGES if not (root / p).is_dir()]
+    if missing:
+        raise BuildError(f"{root} has no {', '.join(missing)} package to compile")
     want = source_digest(root)
     stamp = out / STAMP
     if stamp.is_file() and stamp.read_text() == want:
