@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Final
 
 from domain.picker import ReplicaLoad
 from domain.types import NodeState
 
-MAX_RUNG = 3
+MAX_RUNG: Final = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +51,7 @@ class LadderState:
         return self.rung if self.pinned is None else self.pinned
 
 
-HISTORY_KEPT = 50
+HISTORY_KEPT: Final = 50
 
 
 def tick(state: LadderState, busy: float, now: float, policy: LadderPolicy) -> LadderState:

@@ -8,13 +8,14 @@ import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from domain.start_wait import StartWaitModel, start_wait_s
 from domain.types import NodeState
 
-_FNV64_OFFSET = 0xCBF29CE484222325
-_FNV64_PRIME = 0x100000001B3
-_MASK64 = 0xFFFFFFFFFFFFFFFF
+_FNV64_OFFSET: Final = 0xCBF29CE484222325
+_FNV64_PRIME: Final = 0x100000001B3
+_MASK64: Final = 0xFFFFFFFFFFFFFFFF
 
 
 def fnv1a64(text: str) -> int:

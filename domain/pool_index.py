@@ -11,6 +11,7 @@ buffers, and one event loop owns the index.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
+from typing import Final
 
 import numpy as np
 
@@ -26,7 +27,7 @@ def _constant(value: int) -> np.ndarray:
 _K1, _K2 = _constant(0xBF58476D1CE4E5B9), _constant(0x94D049BB133111EB)
 _S30, _S27, _S31 = _constant(30), _constant(27), _constant(31)
 # The queue key of a replica that cannot be picked: above any queue a node reports (uint32).
-_NOT_PICKABLE = np.iinfo(np.int64).max
+_NOT_PICKABLE: Final = np.iinfo(np.int64).max
 
 
 def mix64_inplace(x: np.ndarray, scratch: np.ndarray) -> np.ndarray:

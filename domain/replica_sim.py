@@ -39,10 +39,12 @@ import math
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
-BLOCK_TOKENS = 16  # tokens per KV cache block: memory is handed out in pages
-PAID, FREE = 0, 1  # admission priority: lower goes first
+BLOCK_TOKENS: Final = 16  # tokens per KV cache block: memory is handed out in pages
+# Admission priority: lower goes first.
+PAID: Final = 0
+FREE: Final = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,30 +178,71 @@ class SimLoad(NamedTuple):
     host_kv_tokens: int  # prefix blocks spilled to host RAM, in tokens
 
 
-_WAITING, _PREFILLING, _DECODING, _DONE = range(4)
+# A request's state. Final: mypyc compiles the constants in, not a module lookup per use.
+_WAITING: Final = 0
+_PREFILLING: Final = 1
+_DECODING: Final = 2
+_DONE: Final = 3
 
 
-@dataclass(slots=True, eq=False)
+# _Seq, _Run and _Shared are plain classes with their own __init__, not dataclasses: the
+# dataclass-made __init__ stays interpreted Python when mypyc compiles this module
+# (fleet/compiled.py), and a region makes one of each per message.
+
+
 class _Seq:
-    request_id: str
-    priority: int
-    order: int  # arrival order: ties in priority go to the earlier request
-    prompt: int  # the prompt as submitted
-    answer: int  # tokens the answer will have
-    conversation: Hashable | None
-    reusable: int  # leading prompt tokens equal to what the conversation's cache holds
-    submitted_s: float
-    emitted: int = 0  # tokens emitted before this admission (after a preemption)
-    state: int = _WAITING
-    left: int = 0  # prompt tokens of this admission not yet read
-    cached: int = 0
-    first_cached: int = -1  # cache hit of the first admission, for the finish record
-    blocks: int = 0  # blocks held while prefilling
-    origin: int = 0  # while decoding, tokens emitted after step t are t - origin
-    first_token_s: float = -1.0
-    queue_epoch: int = 0
-    shared: Hashable | None = None  # the key of a prefix many conversations open with
-    shared_tokens: int = 0
+    __slots__ = (
+        "answer",
+        "blocks",
+        "cached",
+        "conversation",
+        "emitted",
+        "first_cached",
+        "first_token_s",
+        "left",
+        "order",
+        "origin",
+        "priority",
+        "prompt",
+        "queue_epoch",
+        "request_id",
+        "reusable",
+        "shared",
+        "shared_tokens",
+        "state",
+        "submitted_s",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        priority: int,
+        order: int,
+        prompt: int,
+        answer: int,
+        conversation: Hashable | None,
+        reusable: int,
+        submitted_s: float,
+    ) -> None:
+        self.request_id = request_id
+        self.priority = priority
+        self.order = order  # arrival order: ties in priority go to the earlier request
+        self.prompt = prompt  # the prompt as submitted
+        self.answer = answer  # tokens the answer will have
+        self.conversation = conversation
+        self.reusable = reusable  # leading prompt tokens equal to what the cache holds
+        self.submitted_s = submitted_s
+        self.emitted = 0  # tokens emitted before this admission (after a preemption)
+        self.state = _WAITING
+        self.left = 0  # prompt tokens of this admission not yet read
+        self.cached = 0
+        self.first_cached = -1  # cache hit of the first admission, for the finish record
+        self.blocks = 0  # blocks held while prefilling
+        self.origin = 0  # while decoding, tokens emitted after step t are t - origin
+        self.first_token_s = -1.0
+        self.queue_epoch = 0
+        self.shared: Hashable | None = None  # the key of a prefix many conversations open with
+        self.shared_tokens = 0
 
     @property
     def to_read(self) -> int:
@@ -207,22 +250,32 @@ class _Seq:
         return self.prompt + self.emitted
 
 
-@dataclass(slots=True, eq=False)
 class _Run:
     """One conversation's cached KV: blocks [0, gpu) on the GPUs, [gpu, gpu + host) in host RAM.
     Eviction takes a run's tail first, so what stays is always a prefix: the part a next turn
     can use."""
 
-    conversation: Hashable
-    gpu: int = 0
-    host: int = 0
+    __slots__ = ("conversation", "gpu", "host")
+
+    def __init__(self, conversation: Hashable, gpu: int = 0, host: int = 0) -> None:
+        self.conversation = conversation
+        self.gpu = gpu
+        self.host = host
 
 
-@dataclass(frozen=True, slots=True)
 class _Shared:
     """A shared opening's key in the cache: never equal to a conversation's."""
 
-    key: Hashable
+    __slots__ = ("key",)
+
+    def __init__(self, key: Hashable) -> None:
+        self.key = key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Shared) and other.key == self.key
+
+    def __hash__(self) -> int:
+        return hash((_Shared, self.key))
 
 
 @dataclass(slots=True)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from domain.types import Tier
 
-SMALL_POOL = "small"
+SMALL_POOL: Final = "small"
 
 
 @dataclass(frozen=True, slots=True)

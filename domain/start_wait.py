@@ -27,8 +27,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from statistics import NormalDist
+from typing import Final
 
-FULL_KV_USAGE = 0.95  # past this the engine admits nothing new: the batch is full by memory
+FULL_KV_USAGE: Final = 0.95  # past this the engine admits nothing new: the batch is full by memory
 
 
 @dataclass(frozen=True, slots=True)

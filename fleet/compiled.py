@@ -45,6 +45,7 @@ COMPILED = (
     "domain/start_wait.py",
     "domain/types.py",
     "fleet/engine.py",
+    "fleet/events.py",
     "fleet/gateway.py",
     "fleet/metrics.py",
     "fleet/replicas.py",

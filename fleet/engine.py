@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import heapq
 import itertools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Final
 
 from domain import limiter
 from domain.ladder import LadderPolicy, LadderState, busy_share, ladder_busy, tick
@@ -35,12 +34,18 @@ from domain.replica_sim import SimFinish, StepResult
 from domain.shedding import SMALL_POOL, SheddingPolicy, refuse_at_door
 from domain.start_wait import StartWaitModel
 from domain.types import NodeState, Tier
+from fleet.events import EventQueue
 from fleet.gateway import LARGE_POOL, Conversation, Plan, SimGateway, TierRules, route
 from fleet.metrics import Outcome, Recorder
 from fleet.replicas import Pool, PoolSpec, SimReplica, Strategy, prefill_tokens_per_s
 from fleet.workload import ConversationPlan, Workload
 
-_ARRIVE, _GIVE_UP, _KILL, _DETECT, _FLUSH = range(5)
+# Kinds of event, the handlers' order in _run. Final: compiled in (fleet/compiled.py).
+_ARRIVE: Final = 0
+_GIVE_UP: Final = 1
+_KILL: Final = 2
+_DETECT: Final = 3
+_FLUSH: Final = 4
 
 
 @contextlib.contextmanager
@@ -147,8 +152,7 @@ class FleetSim:
         )
         self.ladder = LadderState()
         self.recorder = Recorder(duration_s, tuple(self.pools))
-        self._events: list[tuple[float, int, int, object]] = []
-        self._serial = itertools.count()
+        self._events = EventQueue(config.report_interval_s)
         self._live: dict[str, _Message] = {}
         self._waiting_on_dead: dict[str, list[_Message]] = {}  # node -> messages to move
         self._counted = {name: (0.0, 0) for name in self.pools}  # busy s, prefill tokens
@@ -193,9 +197,12 @@ class FleetSim:
         for k in range(1, math.ceil(self.duration_s / tick_s) + 1):
             boundary = k * tick_s
             self._schedule_conversations(boundary + 1.0)
-            while events and events[0][0] < boundary:
-                at, _, kind, subject = heapq.heappop(events)
+            events.start_tick(k)  # the events before the boundary
+            event = events.pop_due()
+            while event is not None:
+                at, _, kind, subject = event
                 handlers[kind](at, subject)
+                event = events.pop_due()
             self._report(boundary, tick_s)
             if k % ladder_every == 0:
                 self._tick_ladder(boundary)
@@ -220,7 +227,7 @@ class FleetSim:
             self._push(at, _ARRIVE, conversation)
 
     def _push(self, at: float, kind: int, subject: object) -> None:
-        heapq.heappush(self._events, (at, next(self._serial), kind, subject))
+        self._events.push(at, kind, subject)
 
     def _open(self, plan: ConversationPlan) -> Conversation:
         conversation = Conversation(

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from domain import limiter
 from domain.context import ContextBuilder, Prompt
 from domain.shedding import SMALL_POOL, SheddingPolicy, shed
 from domain.types import Role, Tier, Turn
 
-LARGE_POOL = "large"
+LARGE_POOL: Final = "large"
 
 
 @dataclass(frozen=True, slots=True)
