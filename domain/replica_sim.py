@@ -296,6 +296,12 @@ class _PrefixCache:
     host_used: int = 0
     gpu_lru: OrderedDict[Hashable, _Run] = field(default_factory=OrderedDict)
     host_lru: OrderedDict[Hashable, _Run] = field(default_factory=OrderedDict)
+    # The runs at the LRUs' ends, remembered (None: look it up): growing answers nibble the
+    # oldest run a few blocks a step into host RAM's newest, and with these most steps touch
+    # no OrderedDict. Whatever moves or removes a remembered run forgets it (_forget).
+    gpu_oldest: _Run | None = None
+    host_oldest: _Run | None = None
+    host_newest: _Run | None = None
 
     @property
     def available(self) -> int:
@@ -307,13 +313,16 @@ class _PrefixCache:
         self.free -= from_free
         blocks -= from_free
         while blocks:
-            run = next(iter(self.gpu_lru.values()))
+            run = self.gpu_oldest
+            if run is None:
+                run = self.gpu_oldest = next(iter(self.gpu_lru.values()))
             evicted = min(blocks, run.gpu)
             run.gpu -= evicted
             self.cached -= evicted
             blocks -= evicted
             if not run.gpu:
                 del self.gpu_lru[run.conversation]
+                self.gpu_oldest = None
             self._spill(run, evicted)
 
     def _spill(self, run: _Run, blocks: int) -> None:
@@ -321,15 +330,22 @@ class _PrefixCache:
             return
         run.host += blocks
         self.host_used += blocks
-        self.host_lru[run.conversation] = run
-        self.host_lru.move_to_end(run.conversation)
+        if run is not self.host_newest:
+            self.host_lru[run.conversation] = run
+            self.host_lru.move_to_end(run.conversation)
+            self.host_newest = run
+            if run is self.host_oldest:  # it moved off the front
+                self.host_oldest = None
         while self.host_used > self.host_capacity:
-            oldest = next(iter(self.host_lru.values()))
+            oldest = self.host_oldest
+            if oldest is None:
+                oldest = self.host_oldest = next(iter(self.host_lru.values()))
             dropped = min(oldest.host, self.host_used - self.host_capacity)
             oldest.host -= dropped
             self.host_used -= dropped
             if not oldest.host:
                 del self.host_lru[oldest.conversation]
+                self._forget(oldest)
 
     def claim(self, conversation: Hashable, usable: int) -> tuple[int, int]:
         """Takes a conversation's run for a request that can use its first `usable` blocks:
@@ -339,6 +355,7 @@ class _PrefixCache:
         if run is None:
             return 0, 0
         self.host_lru.pop(conversation, None)
+        self._forget(run)
         on_gpu = min(run.gpu, usable)
         in_host = min(run.host, usable - on_gpu) if on_gpu == run.gpu else 0
         self.cached -= run.gpu
@@ -354,6 +371,8 @@ class _PrefixCache:
         found = min(run.gpu, usable) if run is not None else 0
         if run is not None:
             self.gpu_lru.move_to_end(shared)
+            if run is self.gpu_oldest:
+                self.gpu_oldest = None
         if found < usable:
             self.claim(shared, 0)  # the shorter copy goes
             kept = min(usable, self.available)
@@ -362,6 +381,15 @@ class _PrefixCache:
                 self.gpu_lru[shared] = _Run(shared, gpu=kept)
                 self.cached += kept
         return found
+
+    def _forget(self, run: _Run) -> None:
+        """The run left both LRUs, or moved within them: no end remembers it."""
+        if run is self.gpu_oldest:
+            self.gpu_oldest = None
+        if run is self.host_oldest:
+            self.host_oldest = None
+        if run is self.host_newest:
+            self.host_newest = None
 
     def keep(self, conversation: Hashable | None, full: int, blocks: int) -> None:
         """A request lets go of `blocks`: its `full` leading blocks become the conversation's run
