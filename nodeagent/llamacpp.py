@@ -153,15 +153,15 @@ class LlamaCppEngine:
             return False
 
     async def tokenize(self, texts: list[str]) -> list[int]:
-        counts = []
-        for text in texts:
-            async with self._http().post(
-                f"{self._base_url}/tokenize", json={"content": text}
-            ) as response:
-                if response.status != 200:
-                    raise EngineError(f"tokenize answered {response.status}")
-                counts.append(len((await response.json())["tokens"]))
-        return counts
+        # llama-server counts one text a call: the calls go at once, not one after another.
+        return list(await asyncio.gather(*(self._count(text) for text in texts)))
+
+    async def _count(self, text: str) -> int:
+        url = f"{self._base_url}/tokenize"
+        async with self._http().post(url, json={"content": text}) as response:
+            if response.status != 200:
+                raise EngineError(f"tokenize answered {response.status}")
+            return len((await response.json())["tokens"])
 
     async def load(self) -> EngineLoad:
         acc = self._accounting

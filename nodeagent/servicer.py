@@ -15,6 +15,7 @@ from infra.grpcserver import maps_domain_errors
 from nodeagent.convert import finish_to_pb, request_from_pb
 from nodeagent.engine import Engine, EngineError
 from nodeagent.requests import RequestRegistry, RunningRequest
+from nodeagent.token_counts import TokenCounts
 
 MAX_TOKENIZE_TEXTS = 256
 
@@ -47,6 +48,7 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
         accepting: asyncio.Event,
         engine_ok: asyncio.Event | None = None,
         stream_interval_s: float = 0.0,
+        token_counts: TokenCounts | None = None,
     ) -> None:
         if not 0 <= stream_interval_s <= MAX_STREAM_INTERVAL_S:
             raise ValueError(f"stream_interval_s must be within 0..{MAX_STREAM_INTERVAL_S} s")
@@ -56,6 +58,7 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
         self._registry = registry
         self._accepting = accepting
         self._engine_ok = engine_ok or _set_event()
+        self.token_counts = token_counts if token_counts is not None else TokenCounts()
 
     async def _open(self, first: node_service_pb2.GenerateRequest) -> tuple[RunningRequest, int]:
         kind = first.WhichOneof("kind")
@@ -106,7 +109,7 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
         if len(request.texts) > MAX_TOKENIZE_TEXTS:
             raise InvalidArgument(f"at most {MAX_TOKENIZE_TEXTS} texts per call")
         try:
-            counts = await self._engine.tokenize(list(request.texts))
+            counts = await self.token_counts.count(list(request.texts), self._engine.tokenize)
         except EngineError as exc:
             raise Unavailable(f"the engine could not tokenize: {exc}") from exc
         return node_service_pb2.TokenizeResponse(token_counts=counts, model=self._engine.model)

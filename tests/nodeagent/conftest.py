@@ -30,10 +30,10 @@ class NodeUnderTest:
         self.engine_ok.set()
         self.registry = RequestRegistry(engine, keep_after_finish_s=30, reattach_grace_s=1.0)
         self.server = GrpcServer("127.0.0.1:0", ["chat.v1.NodeService"])
-        node_service_pb2_grpc.add_NodeServiceServicer_to_server(
-            NodeServicer(engine, self.registry, self.accepting, self.engine_ok, stream_interval_s),
-            self.server.server,
+        self.servicer = NodeServicer(
+            engine, self.registry, self.accepting, self.engine_ok, stream_interval_s
         )
+        node_service_pb2_grpc.add_NodeServiceServicer_to_server(self.servicer, self.server.server)
         self.channel = grpc.aio.insecure_channel(self.server.address)
         self.stub = node_service_pb2_grpc.NodeServiceStub(self.channel)
 

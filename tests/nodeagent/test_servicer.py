@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 
 import grpc
 import pytest
@@ -168,6 +169,20 @@ async def test_tokenize_over_grpc(node: NodeUnderTest) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await node.stub.Tokenize(pb.TokenizeRequest(texts=["x"] * 300))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_a_text_is_counted_by_the_engine_once(node: NodeUnderTest, engine) -> None:
+    counts = node.servicer.token_counts
+    fresh = f"A text no test sent before: {uuid.uuid4().hex}."
+    truth = await engine.tokenize([fresh, "hello world"])  # the engine itself, uncached
+    misses, hits = counts.misses, counts.hits
+    first = await node.stub.Tokenize(pb.TokenizeRequest(texts=[fresh, "hello world", fresh]))
+    assert list(first.token_counts) == [truth[0], truth[1], truth[0]]
+    assert counts.misses - misses <= 2  # "hello world" may be kept from an earlier test
+    second = await node.stub.Tokenize(pb.TokenizeRequest(texts=["hello world", fresh]))
+    assert list(second.token_counts) == [truth[1], truth[0]]
+    assert counts.misses - misses <= 2, "the second call asked the engine for nothing"
+    assert counts.hits - hits >= 3
 
 
 async def test_an_unclaimed_answer_is_cancelled_after_the_grace(
