@@ -22,6 +22,7 @@ from nodeagent.reporter import LoadReporter, NodeIdentity
 from nodeagent.requests import RequestRegistry
 from nodeagent.servicer import NodeServicer
 from nodeagent.sim import SimEngine
+from nodeagent.token_counts import TokenCounts
 from nodeagent.vllm import VllmEngine, VllmLaunch
 
 
@@ -50,6 +51,9 @@ class NodeAgentConfig:
     # (vLLM's and SGLang's --stream-interval, in seconds): each message costs CPU at every hop.
     # 0 sends every token as it comes.
     stream_interval_s: float = 0.05
+    # Token counts kept by text (a digest of it), so a history resent every message is not
+    # counted again by the engine; 0 keeps none.
+    tokenize_cache_texts: int = 16_384
     shutdown_grace_s: float = 30.0
     keep_after_finish_s: float = 60.0
     # A request whose gateway vanished waits this long for another to re-attach.
@@ -157,7 +161,14 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
         config.grpc_listen, [node_service_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name]
     )
     node_service_pb2_grpc.add_NodeServiceServicer_to_server(
-        NodeServicer(engine, registry, accepting, engine_ok, config.stream_interval_s),
+        NodeServicer(
+            engine,
+            registry,
+            accepting,
+            engine_ok,
+            config.stream_interval_s,
+            TokenCounts(config.tokenize_cache_texts),
+        ),
         server.server,
     )
     metrics_registry = CollectorRegistry()
