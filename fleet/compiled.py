@@ -93,10 +93,7 @@ def build(root: Path = REPO, out: Path | None = None) -> Build:
     staging = out.with_name(f"{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        for package in PACKAGES:
-            shutil.copytree(
-                root / package, staging / package, ignore=shutil.ignore_patterns("__pycache__")
-            )
+        copy_packages(root, staging)
         _mypyc(staging)
         (staging / STAMP).write_text(want)
         shutil.rmtree(out, ignore_errors=True)
@@ -104,6 +101,12 @@ def build(root: Path = REPO, out: Path | None = None) -> Build:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return Build(out, built=True, seconds=time.perf_counter() - started)
+
+
+def copy_packages(root: Path, to: Path) -> None:
+    """The packages' sources and data under `root`, copied to `to` (byte code left behind)."""
+    for package in PACKAGES:
+        shutil.copytree(root / package, to / package, ignore=shutil.ignore_patterns("__pycache__"))
 
 
 def _mypyc(where: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -104,10 +103,7 @@ def test_an_up_to_date_build_is_reused_and_a_failed_rebuild_keeps_the_last(
 
 
 def copy_packages(to: Path) -> Path:
-    for package in compiled.PACKAGES:
-        shutil.copytree(
-            compiled.REPO / package, to / package, ignore=shutil.ignore_patterns("__pycache__")
-        )
+    compiled.copy_packages(compiled.REPO, to)
     return to
 
 
