@@ -49,5 +49,10 @@ class Unavailable(DomainError):
     pass
 
 
+class NoReplica(Unavailable):
+    """No replica of the pool is ready (or its breaker is open): a scheduler's answer, told
+    apart from a scheduler that could not be reached, which a client asks another about."""
+
+
 class Unimplemented(DomainError):
     """A call the contract names that this build does not serve yet."""

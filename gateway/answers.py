@@ -4,15 +4,12 @@ passed on as a cancel, and failover to another replica when the serving one is l
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import grpc
 import structlog
 
-from chat.v1 import common_pb2, node_service_pb2, scheduler_service_pb2
 from domain.breaker import Breakers
 from domain.context import Prompt
 from domain.errors import Unavailable
@@ -20,9 +17,12 @@ from domain.repetition import RepetitionGuard
 from domain.safety import OutputGuard
 from domain.types import Finish, Tier, Usage
 from gateway.metrics import GatewayMetrics
+from gateway.node_client import Chunk, GenerateSpec, Generation, NodeClient, StreamBroken
 from gateway.runs import Delta, MessageRun
-from gateway.upstream import Upstreams
-from infra.enums import FINISH_FROM_PB, ROLE_TO_PB, TIER_TO_PB
+from gateway.scheduler_client import ReplicaPick, SchedulerClient
+
+# Sampling for chat answers.
+ANSWER_TEMPERATURE = 0.7
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +38,7 @@ class StreamTimeouts:
 @dataclass(frozen=True, slots=True)
 class Plan:
     prompt: Prompt
-    pick: scheduler_service_pb2.PickReplicaResponse
+    pick: ReplicaPick
     max_answer_tokens: int
     reserved: float
     pool: str
@@ -51,7 +51,7 @@ class Plan:
 class Answer:
     """An answer as it is being written: its text so far and who is writing it."""
 
-    served_by: scheduler_service_pb2.PickReplicaResponse
+    served_by: ReplicaPick
     # Everything the engines wrote: what a continuation goes on from.
     pieces: list[str] = field(default_factory=list)
     # How many tokens the pieces hold (a node sends several to a chunk).
@@ -66,24 +66,11 @@ class Answer:
 
 
 class _StopRelay:
-    """Sends the node one cancel while the answer streams: when the user stops the answer, or
-    when the gateway does (a flagged or looping answer). One: a gRPC call takes one write at
-    a time."""
+    """Cancels the engine's work when the user stops the answer while it streams."""
 
-    def __init__(self, run: MessageRun, call: grpc.aio.StreamStreamCall) -> None:
-        self._call = call
-        self._sent: asyncio.Task[None] | None = None
+    def __init__(self, run: MessageRun, generation: Generation) -> None:
         self._asked = asyncio.create_task(run.stop_requested.wait())
-        self._asked.add_done_callback(self._on_stop)
-
-    def _on_stop(self, asked: asyncio.Task[bool]) -> None:
-        if not asked.cancelled():
-            self.send()
-
-    def send(self) -> asyncio.Task[None]:
-        if self._sent is None:
-            self._sent = asyncio.create_task(_cancel(self._call))
-        return self._sent
+        self._asked.add_done_callback(lambda asked: asked.cancelled() or generation.cancel())
 
     def close(self) -> None:
         self._asked.cancel()
@@ -96,13 +83,15 @@ class NodeLost(Exception):
 class AnswerWriter:
     def __init__(
         self,
-        upstreams: Upstreams,
+        scheduler: SchedulerClient,
+        nodes: NodeClient,
         timeouts: StreamTimeouts,
         metrics: GatewayMetrics,
         breakers: Breakers,
         new_guard: Callable[[], OutputGuard] | None = None,
     ) -> None:
-        self._upstreams = upstreams
+        self._scheduler = scheduler
+        self._nodes = nodes
         self._timeouts = timeouts
         self._metrics = metrics
         self._breakers = breakers
@@ -173,38 +162,23 @@ class AnswerWriter:
         await run.append(Delta(refusal))
         return Finish.REFUSED
 
-    async def _failover_pick(
-        self, run: MessageRun, plan: Plan, lost: list[str]
-    ) -> scheduler_service_pb2.PickReplicaResponse:
-        ask = scheduler_service_pb2.PickReplicaRequest(
-            conversation_id=run.conversation_id,
-            pool=plan.pool,
-            tier=TIER_TO_PB[plan.tier],
-            prompt_tokens=plan.prompt.tokens,
-            exclude_node_ids=lost,
-        )
-        return await self._upstreams.pick(ask)
+    async def _failover_pick(self, run: MessageRun, plan: Plan, lost: list[str]) -> ReplicaPick:
+        return await self._scheduler.pick(run.conversation_id, plan.pool, plan.tier,
+                                          plan.prompt.tokens, exclude_node_ids=lost)  # fmt: skip
 
     async def _stream(
-        self,
-        run: MessageRun,
-        plan: Plan,
-        pick: scheduler_service_pb2.PickReplicaResponse,
-        answer: Answer,
+        self, run: MessageRun, plan: Plan, pick: ReplicaPick, answer: Answer
     ) -> tuple[Finish, Usage]:
-        pieces = answer.pieces
-        start = node_service_pb2.GenerateStart(
+        spec = GenerateSpec(
             request_id=f"{run.user_id}/{run.message_id}/{uuid.uuid4().hex[:8]}",
-            turns=[
-                common_pb2.Turn(role=ROLE_TO_PB[t.role], content=t.text) for t in plan.prompt.turns
-            ],
-            max_tokens=max(1, plan.max_answer_tokens - answer.tokens),
-            tier=TIER_TO_PB[plan.tier],
-            continue_from="".join(pieces),
+            turns=plan.prompt.turns,
+            max_tokens=plan.max_answer_tokens - answer.tokens,
+            tier=plan.tier,
+            temperature=ANSWER_TEMPERATURE,
             prompt_tokens=plan.prompt.tokens,
-            temperature=0.7,
+            continue_from="".join(answer.pieces),
         )
-        call = self._upstreams.node(pick.address).Generate()
+        generation: Generation | None = None
         stop: _StopRelay | None = None
         loop = asyncio.get_running_loop()
         # One deadline for the whole stream, moved on by each chunk: a node silent this long
@@ -213,51 +187,33 @@ class AnswerWriter:
         last_index = 0
         try:
             async with asyncio.timeout(silence_s) as deadline:
-                await call.write(node_service_pb2.GenerateRequest(start=start))
-                stop = _StopRelay(run, call)  # after the start: a cancel must come second
+                generation = await self._nodes.generate(pick.address, spec)
+                stop = _StopRelay(run, generation)  # after the start: a cancel must come second
                 while True:
                     deadline.reschedule(loop.time() + silence_s)
-                    response = await call.read()
-                    if response is grpc.aio.EOF:
-                        raise NodeLost("the stream ended without a finish")
-                    if response.HasField("chunk"):
-                        silence_s = self._timeouts.stall_s
-                        chunk = response.chunk
-                        # A chunk's index is its last token's: it may carry several.
-                        answer.tokens += max(1, chunk.index - last_index)
-                        last_index = chunk.index
-                        pieces.append(chunk.text)
-                        await self._show(run, answer, chunk.text)
-                        if answer.guard is not None and answer.guard.violated:
-                            await stop.send()
-                            return Finish.REFUSED, Usage(plan.prompt.tokens, 0, answer.tokens)
-                        if answer.repetition.feed(chunk.text):
-                            # A runaway: it would loop until the cap, holding the slot for nothing.
-                            self._metrics.runaways.labels(plan.pool).inc()
-                            await stop.send()
-                            return Finish.LENGTH, Usage(plan.prompt.tokens, 0, answer.tokens)
-                        continue
-                    finish = response.finish
-                    usage = Usage(
-                        finish.usage.input_tokens,
-                        finish.usage.cached_tokens,
-                        finish.usage.output_tokens,
-                    )
-                    return FINISH_FROM_PB.get(finish.finish, Finish.ERROR), usage
+                    item = await generation.read()
+                    if type(item) is not Chunk:
+                        return item.finish, item.usage
+                    silence_s = self._timeouts.stall_s
+                    # A chunk's index is its last token's: it may carry several.
+                    answer.tokens += max(1, item.index - last_index)
+                    last_index = item.index
+                    answer.pieces.append(item.text)
+                    await self._show(run, answer, item.text)
+                    if answer.guard is not None and answer.guard.violated:
+                        await generation.cancel()
+                        return Finish.REFUSED, Usage(plan.prompt.tokens, 0, answer.tokens)
+                    if answer.repetition.feed(item.text):
+                        # A runaway: it would loop until the cap, holding the slot for nothing.
+                        self._metrics.runaways.labels(plan.pool).inc()
+                        await generation.cancel()
+                        return Finish.LENGTH, Usage(plan.prompt.tokens, 0, answer.tokens)
         except TimeoutError as error:
             raise NodeLost(f"silent for {silence_s} s") from error
-        except grpc.aio.AioRpcError as error:
-            if error.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                raise Unavailable(f"the node refused the request: {error.details()}") from error
-            raise NodeLost(error.code().name) from error
+        except StreamBroken as error:
+            raise NodeLost(str(error)) from error
         finally:
             if stop is not None:
                 stop.close()
-            call.cancel()
-
-
-async def _cancel(call: grpc.aio.StreamStreamCall) -> None:
-    """Stops the engine now, not after the node's re-attach grace for a vanished gateway."""
-    cancel = node_service_pb2.GenerateCancel()
-    with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
-        await call.write(node_service_pb2.GenerateRequest(cancel=cancel))
+            if generation is not None:
+                generation.close()

@@ -25,16 +25,13 @@ each other. Choices made where the issue is silent:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import grpc
 import structlog
 
-from chat.v1 import common_pb2, node_service_pb2, scheduler_service_pb2
 from domain.compaction import (
     REQUEST_MARGIN_TOKENS,
     TURN_OVERHEAD_TOKENS,
@@ -51,8 +48,8 @@ from domain.compaction import (
 )
 from domain.errors import NotFound, Unavailable
 from domain.types import Finish, Role, Tier, Turn
-from gateway.upstream import Upstreams
-from infra.enums import FINISH_FROM_PB, ROLE_TO_PB, TIER_TO_PB
+from gateway.node_client import Chunk, GenerateSpec, Generation, NodeClient, StreamBroken
+from gateway.scheduler_client import ReplicaPick, SchedulerClient
 from store.base import Store
 from store.records import ConversationRecord, MessageRecord
 
@@ -60,8 +57,6 @@ from store.records import ConversationRecord, MessageRecord
 PAUSE_AT_RUNG = 2
 # Low: a summary restates, it does not create.
 SUMMARY_TEMPERATURE = 0.2
-# A node that cannot take a cancel this fast is gone, and its work with it.
-CANCEL_TIMEOUT_S = 2.0
 # A context size to assume when the scheduler does not report the replica's.
 UNKNOWN_CONTEXT_TOKENS = 4096
 
@@ -146,7 +141,8 @@ class Compactor:
     def __init__(
         self,
         store: Store,
-        upstreams: Upstreams,
+        scheduler: SchedulerClient,
+        nodes: NodeClient,
         policy: CompactionPolicy | None = None,
         summary_pool: str = "small",
         max_concurrent: int = 2,
@@ -155,7 +151,8 @@ class Compactor:
         generate_timeout_s: float = 120.0,
     ) -> None:
         self._store = store
-        self._upstreams = upstreams
+        self._scheduler = scheduler
+        self._nodes = nodes
         self._policy = policy or CompactionPolicy()
         self._pool = summary_pool
         self._max_concurrent = max_concurrent
@@ -303,25 +300,19 @@ class Compactor:
             return ""
         return summary_body(snapshot.conversation.summary, snapshot.chain[0].content)
 
-    async def _pick(
-        self, snapshot: _Snapshot, folded_tokens: int
-    ) -> scheduler_service_pb2.PickReplicaResponse:
-        pick = await self._upstreams.pick(
-            scheduler_service_pb2.PickReplicaRequest(
-                # Its own id: the summarizer's prompt shares no prefix with the conversation.
-                conversation_id=f"{snapshot.conversation.conversation_id}:compact",
-                pool=self._pool,
-                tier=TIER_TO_PB[Tier.FREE],
-                prompt_tokens=folded_tokens + REQUEST_MARGIN_TOKENS,
-            )
+    async def _pick(self, snapshot: _Snapshot, folded_tokens: int) -> ReplicaPick:
+        pick = await self._scheduler.pick(
+            # Its own id: the summarizer's prompt shares no prefix with the conversation.
+            f"{snapshot.conversation.conversation_id}:compact",
+            self._pool,
+            Tier.FREE,
+            folded_tokens + REQUEST_MARGIN_TOKENS,
         )
         if pick.ladder_rung >= PAUSE_AT_RUNG:
             raise _Deferred(f"the ladder is at rung {pick.ladder_rung}")
         return pick
 
-    async def _fitting(
-        self, pick: scheduler_service_pb2.PickReplicaResponse, split: Split, previous: str
-    ) -> tuple[Split, int]:
+    async def _fitting(self, pick: ReplicaPick, split: Split, previous: str) -> tuple[Split, int]:
         """The split, folding only what the summarizer's context holds beside its answer,
         and the tokens of the request without the folded turns."""
         empty = summary_request(self._policy, (), previous)
@@ -332,56 +323,49 @@ class Compactor:
 
     async def _generate(
         self,
-        pick: scheduler_service_pb2.PickReplicaResponse,
+        pick: ReplicaPick,
         snapshot: _Snapshot,
         request: SummaryRequest,
         prompt_tokens: int,
     ) -> str:
-        start = node_service_pb2.GenerateStart(
+        spec = GenerateSpec(
             request_id=f"compact/{snapshot.user_id}/{snapshot.conversation.conversation_id}/"
             f"{uuid.uuid4().hex[:8]}",
             turns=[
-                common_pb2.Turn(role=ROLE_TO_PB[Role.SYSTEM], content=request.instruction),
-                common_pb2.Turn(role=ROLE_TO_PB[Role.USER], content=request.material),
+                Turn(Role.SYSTEM, request.instruction, 0),
+                Turn(Role.USER, request.material, 0),
             ],
             max_tokens=self._policy.summary_max_tokens,
-            tier=TIER_TO_PB[Tier.FREE],
+            tier=Tier.FREE,
             temperature=SUMMARY_TEMPERATURE,
             prompt_tokens=prompt_tokens,
         )
-        call = self._upstreams.node(pick.address).Generate()
+        generation: Generation | None = None
         finished = False
         try:
-            await call.write(node_service_pb2.GenerateRequest(start=start))
             async with asyncio.timeout(self._generate_timeout_s):
-                pieces, finish = await _read_answer(call)
+                generation = await self._nodes.generate(pick.address, spec)
+                pieces, finish = await _read_answer(generation)
             finished = True
-        except grpc.aio.AioRpcError as error:
-            raise Unavailable(f"the summarizer failed: {error.code().name}") from error
+        except StreamBroken as error:
+            raise Unavailable(f"the summarizer failed: {error}") from error
         except TimeoutError as error:
             raise Unavailable(f"no summary within {self._generate_timeout_s} s") from error
         finally:
-            if not finished:
-                await _cancel(call)
-            call.cancel()
+            if generation is not None:
+                if not finished:
+                    await generation.cancel()
+                generation.close()
         if finish not in (Finish.STOP, Finish.LENGTH):
             raise Unavailable(f"the summarizer ended with {finish.value}")
         return tidy_summary("".join(pieces), cut_at_length=finish is Finish.LENGTH)
 
-    async def _tokenize(
-        self, pick: scheduler_service_pb2.PickReplicaResponse, texts: list[str]
-    ) -> list[int]:
-        try:
-            answer = await self._upstreams.node(pick.address).Tokenize(
-                node_service_pb2.TokenizeRequest(texts=texts), timeout=self._upstreams.rpc_timeout_s
-            )
-        except grpc.aio.AioRpcError as error:
-            raise Unavailable(f"the node could not count tokens: {error.code().name}") from error
-        return list(answer.token_counts)
+    async def _tokenize(self, pick: ReplicaPick, texts: list[str]) -> list[int]:
+        return await self._nodes.tokenize(pick.address, texts)
 
     async def _store_summary(
         self,
-        pick: scheduler_service_pb2.PickReplicaResponse,
+        pick: ReplicaPick,
         snapshot: _Snapshot,
         split: Split,
         text: str,
@@ -401,21 +385,10 @@ class Compactor:
                        summary_tokens=counts[0], folded=len(split.folded))  # fmt: skip
 
 
-async def _read_answer(call: grpc.aio.StreamStreamCall) -> tuple[list[str], Finish]:
+async def _read_answer(generation: Generation) -> tuple[list[str], Finish]:
     pieces: list[str] = []
     while True:
-        response = await call.read()
-        if response is grpc.aio.EOF:
-            raise Unavailable("the summarizer's stream ended without a finish")
-        if response.HasField("chunk"):
-            pieces.append(response.chunk.text)
-            continue
-        return pieces, FINISH_FROM_PB.get(response.finish.finish, Finish.ERROR)
-
-
-async def _cancel(call: grpc.aio.StreamStreamCall) -> None:
-    """Stops the engine: a stream closed without a cancel keeps generating, for a re-attach."""
-    cancel = node_service_pb2.GenerateRequest(cancel=node_service_pb2.GenerateCancel())
-    with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError, TimeoutError):
-        async with asyncio.timeout(CANCEL_TIMEOUT_S):
-            await call.write(cancel)
+        item = await generation.read()
+        if type(item) is not Chunk:
+            return pieces, item.finish
+        pieces.append(item.text)

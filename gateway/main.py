@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
@@ -32,15 +32,16 @@ from gateway.auth import Authenticator
 from gateway.buckets import Buckets, InProcessBuckets
 from gateway.compactor import Compactor
 from gateway.metrics import GatewayMetrics
+from gateway.node_client import NodeClient
 from gateway.pipeline import ChatPipeline
 from gateway.planner import PipelinePolicy, TierPolicy
 from gateway.policies import MessagePolicies
 from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
 from gateway.redis_buckets import RedisBuckets, connect
 from gateway.runs import RunRegistry
+from gateway.scheduler_client import SchedulerClient
 from gateway.servicer import ChatServicer
 from gateway.shared_runs import SharedRuns, SharedRunsConfig
-from gateway.upstream import Upstreams
 from infra.config import ConfigError
 from infra.grpcserver import GrpcServer
 from infra.logs import configure_logging
@@ -55,6 +56,9 @@ class GatewayConfig:
     grpc_listen: str = "127.0.0.1:50052"
     metrics_listen: str = "127.0.0.1:0"
     scheduler_address: str = "127.0.0.1:50051"
+    # Every scheduler's address (each holds the same table): a pick that cannot reach one is
+    # asked of the next at once. Empty: scheduler_address alone.
+    scheduler_addresses: list[str] = field(default_factory=list)
     store_url: str = "sqlite:///.chat/chat.db"
     system_prompt: str = "You are a helpful assistant. Answer clearly and briefly."
     default_pool: str = "small"
@@ -165,11 +169,13 @@ def build_policies(config: GatewayConfig) -> MessagePolicies:
     )
 
 
-def build_compactor(config: GatewayConfig, store: Store, upstreams: Upstreams) -> Compactor | None:
+def build_compactor(
+    config: GatewayConfig, store: Store, scheduler: SchedulerClient, nodes: NodeClient
+) -> Compactor | None:
     if not config.compaction:
         return None
     policy = CompactionPolicy(min_tokens_between=config.compaction_min_tokens_between)
-    return Compactor(store, upstreams, policy, summary_pool=config.compaction_pool)
+    return Compactor(store, scheduler, nodes, policy, summary_pool=config.compaction_pool)
 
 
 def build_buckets(config: GatewayConfig, policy: PipelinePolicy, redis: Redis | None) -> Buckets:
@@ -232,7 +238,8 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
     log = configure_logging("gateway", config.log_level)
     policy = build_policy(config)
     store = await open_store(config.store_url)
-    upstreams = Upstreams(config.scheduler_address)
+    scheduler = SchedulerClient(config.scheduler_addresses or [config.scheduler_address])
+    nodes = NodeClient()
     runs = RunRegistry(time.monotonic, config.keep_ended_runs_s)
     redis_client = connect_redis(config)
     buckets = build_buckets(config, policy, redis_client)
@@ -240,7 +247,8 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
     registry = CollectorRegistry()
     pipeline = ChatPipeline(
         store,
-        upstreams,
+        scheduler,
+        nodes,
         runs,
         buckets,
         policy,
@@ -248,7 +256,7 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         shared,
         GatewayMetrics(registry),
         build_policies(config),
-        build_compactor(config, store, upstreams),
+        build_compactor(config, store, scheduler, nodes),
     )
     service_name = chat_service_pb2.DESCRIPTOR.services_by_name["ChatService"].full_name
     server = GrpcServer(config.grpc_listen, [service_name])
@@ -275,7 +283,8 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
     if shared is not None:
         await shared.retire()
     await server.stop(grace_s=2.0)
-    await upstreams.close()
+    await scheduler.close()
+    await nodes.close()
     if redis_client is not None:
         await redis_client.aclose()
     await metrics.stop()

@@ -17,7 +17,6 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
 import structlog
 from prometheus_client import CollectorRegistry
 
@@ -40,6 +39,7 @@ from gateway.buckets import Buckets
 from gateway.compactor import Compactor, ContextParts, branch, context_parts
 from gateway.completions import CompleteRequest
 from gateway.metrics import GatewayMetrics
+from gateway.node_client import NodeClient
 from gateway.planner import (
     PipelinePolicy,
     Planner,
@@ -50,9 +50,18 @@ from gateway.planner import (
 )
 from gateway.policies import MessagePolicies
 from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
-from gateway.runs import Delta, Done, Event, Failed, MessageRun, Meta, RunRegistry
+from gateway.runs import (
+    Delta,
+    Done,
+    Event,
+    Failed,
+    FailureCode,
+    MessageRun,
+    Meta,
+    RunRegistry,
+)
+from gateway.scheduler_client import SchedulerClient
 from gateway.shared_runs import OwnershipLost, RemoteRun, SharedRuns
-from gateway.upstream import Upstreams
 from store.base import Store
 from store.records import ConversationRecord, MessageRecord, NewMessage
 
@@ -88,7 +97,8 @@ class ChatPipeline:
     def __init__(
         self,
         store: Store,
-        upstreams: Upstreams,
+        scheduler: SchedulerClient,
+        nodes: NodeClient,
         runs: RunRegistry,
         buckets: Buckets,
         policy: PipelinePolicy,
@@ -106,8 +116,8 @@ class ChatPipeline:
         # None: runs live in this process only (the embedded default); else shared in Redis.
         self._shared = shared
         breakers = Breakers(policy.breaker, clock)
-        self._planner = Planner(upstreams, buckets, policy, breakers, self._metrics)
-        self._writer = AnswerWriter(upstreams, policy.streaming, self._metrics, breakers,
+        self._planner = Planner(scheduler, nodes, buckets, policy, breakers, self._metrics)
+        self._writer = AnswerWriter(scheduler, nodes, policy.streaming, self._metrics, breakers,
                                     self._policies.new_output_guard)  # fmt: skip
         self._breakers = breakers
         self._runs = runs
@@ -349,7 +359,7 @@ class ChatPipeline:
         except NotFound:
             # UNFINISHED: the answer of a run whose gateway died is resumed by the gateway issue's
             # shared event log; here it reads as an error the client can retry with a new id.
-            await run.append(Failed(grpc.StatusCode.UNAVAILABLE.value[0], "the answer was lost"))
+            await run.append(Failed(FailureCode.UNAVAILABLE, "the answer was lost"))
             return run
         await run.append(
             Meta(request.message_id, request.conversation_id, answer.model, answer.replica_id)
@@ -429,7 +439,7 @@ class ChatPipeline:
             await self._writer.write(run, plan, answer)
             ending = Done(answer.finish, answer.usage)
         except Unavailable as error:
-            ending = Failed(grpc.StatusCode.UNAVAILABLE.value[0], error.reason)
+            ending = Failed(FailureCode.UNAVAILABLE, error.reason)
         except OwnershipLost:
             # Another gateway took this run over (this one was thought dead): it saves,
             # settles and ends the answer; writing more here would only repeat it.

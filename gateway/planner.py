@@ -7,22 +7,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import grpc
 import structlog
 
-from chat.v1 import node_service_pb2, scheduler_service_pb2
 from domain import limiter
 from domain.breaker import BreakerPolicy, Breakers, fallback_chain
 from domain.context import ContextBuilder, Prompt
-from domain.errors import MessageTooLarge, ResourceExhausted, Unavailable
+from domain.errors import MessageTooLarge, NoReplica, ResourceExhausted, Unavailable
 from domain.shedding import SheddingPolicy, refuse_at_door, shed
 from domain.types import Role, Tier, Turn, User
 from gateway.answers import Plan, StreamTimeouts
 from gateway.buckets import Buckets
 from gateway.compactor import ContextParts
 from gateway.metrics import GatewayMetrics
-from gateway.upstream import NoReplica, Upstreams
-from infra.enums import TIER_TO_PB
+from gateway.node_client import NodeClient
+from gateway.scheduler_client import ReplicaPick, SchedulerClient
 
 
 class PoolsDown(Unavailable):
@@ -74,13 +72,15 @@ def estimate_tokens(text: str) -> int:
 class Planner:
     def __init__(
         self,
-        upstreams: Upstreams,
+        scheduler: SchedulerClient,
+        nodes: NodeClient,
         buckets: Buckets,
         policy: PipelinePolicy,
         breakers: Breakers,
         metrics: GatewayMetrics,
     ) -> None:
-        self._upstreams = upstreams
+        self._scheduler = scheduler
+        self._nodes = nodes
         self._buckets = buckets
         self._policy = policy
         self._breakers = breakers
@@ -116,7 +116,7 @@ class Planner:
 
     async def shed(
         self, user: User, conversation_id: str, pool: str, size: PromptSize
-    ) -> tuple[scheduler_service_pb2.PickReplicaResponse, TierPolicy, str]:
+    ) -> tuple[ReplicaPick, TierPolicy, str]:
         """Picks the replica, and the ladder's rung that came with it decides the pool and
         the answer cap; rung 3 may refuse at once. One pick serves the whole message: the
         prompt's size is estimated before the serving model's tokenizer has counted it."""
@@ -136,7 +136,7 @@ class Planner:
 
     async def _first_pick(
         self, conversation_id: str, pool: str, tier: Tier, size: PromptSize
-    ) -> tuple[scheduler_service_pb2.PickReplicaResponse, str]:
+    ) -> tuple[ReplicaPick, str]:
         """The first pool of the fallback chain that has a replica: large falls to small."""
         chain = fallback_chain(pool)
         for index, candidate in enumerate(chain):
@@ -149,8 +149,8 @@ class Planner:
                                   reason=error.reason)  # fmt: skip
         raise PoolsDown(f"no replica can answer: {', '.join(chain)} unavailable")
 
-    def _refuse_if_busy(self, user: User, pick: scheduler_service_pb2.PickReplicaResponse) -> None:
-        wait = pick.expected_wait_seconds
+    def _refuse_if_busy(self, user: User, pick: ReplicaPick) -> None:
+        wait = pick.expected_wait_s
         if refuse_at_door(user.tier, pick.ladder_rung, wait, self._policy.shedding):
             self._metrics.refusals.labels(user.tier.value, "busy").inc()
             raise ResourceExhausted(
@@ -161,7 +161,7 @@ class Planner:
     async def admit(
         self,
         user: User,
-        pick: scheduler_service_pb2.PickReplicaResponse,
+        pick: ReplicaPick,
         pool: str,
         tier: TierPolicy,
         prompt: Prompt,
@@ -180,33 +180,25 @@ class Planner:
                 f"the {user.tier.value} tier's token budget is spent for now",
                 decision.retry_after_s,
             )
-        self._metrics.queue_wait.labels(user.tier.value, pool).observe(pick.expected_wait_seconds)
+        self._metrics.queue_wait.labels(user.tier.value, pool).observe(pick.expected_wait_s)
         return Plan(prompt, pick, tier.max_answer_tokens, reserved, pool, user.tier,
                     tier.window_tokens)  # fmt: skip
 
     async def _pick(
         self, conversation_id: str, pool: str, tier: Tier, size: PromptSize
-    ) -> scheduler_service_pb2.PickReplicaResponse:
+    ) -> ReplicaPick:
         breaker = self._breakers.of(pool)
         if not breaker.allows():
             raise NoReplica(f"pool {pool!r} failed repeatedly; cooling down")
         try:
-            return await self._upstreams.pick(
-                scheduler_service_pb2.PickReplicaRequest(
-                    conversation_id=conversation_id,
-                    pool=pool,
-                    tier=TIER_TO_PB[tier],
-                    prompt_tokens=size.tokens,
-                    reusable_prefix_tokens=max(0, size.reusable_tokens),
-                )
+            return await self._scheduler.pick(
+                conversation_id, pool, tier, size.tokens, size.reusable_tokens
             )
         except NoReplica:
             breaker.record_failure()
             raise
 
-    async def _count(
-        self, pick: scheduler_service_pb2.PickReplicaResponse, content: str
-    ) -> tuple[int, int]:
+    async def _count(self, pick: ReplicaPick, content: str) -> tuple[int, int]:
         """Token counts from the serving model's own tokenizer: (system prompt, message)."""
         known = self._system_tokens.get(pick.model)
         texts = [content] if known is not None else [content, self._policy.system_prompt]
@@ -215,13 +207,5 @@ class Planner:
             known = self._system_tokens[pick.model] = counts[1]
         return known, counts[0]
 
-    async def tokenize(
-        self, pick: scheduler_service_pb2.PickReplicaResponse, texts: list[str]
-    ) -> list[int]:
-        try:
-            answer = await self._upstreams.node(pick.address).Tokenize(
-                node_service_pb2.TokenizeRequest(texts=texts), timeout=self._upstreams.rpc_timeout_s
-            )
-        except grpc.aio.AioRpcError as error:
-            raise Unavailable(f"the node could not count tokens: {error.code().name}") from error
-        return list(answer.token_counts)
+    async def tokenize(self, pick: ReplicaPick, texts: list[str]) -> list[int]:
+        return await self._nodes.tokenize(pick.address, texts)

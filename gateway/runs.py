@@ -8,6 +8,7 @@ import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from enum import IntEnum
 
 from domain.types import Finish, Usage
 
@@ -29,6 +30,13 @@ class Delta:
 class Done:
     finish: Finish
     usage: Usage
+
+
+class FailureCode(IntEnum):
+    """Why an answer failed, numbered as google.rpc.Code so the numbers in the shared event
+    log and on the wire are the same ones."""
+
+    UNAVAILABLE = 14
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,12 +31,12 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
-from chat.v1 import scheduler_service_pb2
 from domain.context import Prompt
 from domain.errors import Unavailable
 from domain.types import Finish, Role, Tier, Turn, Usage
 from gateway.answers import Plan
 from gateway.runs import Delta, Done, Event, Failed, Meta
+from gateway.scheduler_client import ReplicaPick, pick_from_wire
 
 RUN_PREFIX = "chat:run:"
 EVENTS_PREFIX = "chat:events:"
@@ -407,7 +407,7 @@ def _encode_plan(plan: Plan, answer_parent_seq: int | None) -> str:
         {
             "turns": [[t.role.value, t.text, t.tokens] for t in plan.prompt.turns],
             "dropped": plan.prompt.dropped_turns,
-            "pick": base64.b64encode(plan.pick.SerializeToString()).decode(),
+            "replica": plan.pick.to_json(),
             "max_answer_tokens": plan.max_answer_tokens,
             "reserved": plan.reserved,
             "pool": plan.pool,
@@ -422,7 +422,12 @@ def _encode_plan(plan: Plan, answer_parent_seq: int | None) -> str:
 def _decode_plan(raw: bytes) -> tuple[Plan, int | None]:
     body = json.loads(raw)
     prompt = Prompt(tuple(Turn(Role(r), text, n) for r, text, n in body["turns"]), body["dropped"])
-    pick = scheduler_service_pb2.PickReplicaResponse.FromString(base64.b64decode(body["pick"]))
+    # "pick": the protobuf an earlier release wrote, read so a takeover during an upgrade works.
+    pick = (
+        ReplicaPick.from_json(body["replica"])
+        if "replica" in body
+        else pick_from_wire(base64.b64decode(body["pick"]))
+    )
     plan = Plan(prompt, pick, body["max_answer_tokens"], body["reserved"], body["pool"],
                 Tier(body["tier"]), body.get("window", 0))  # fmt: skip
     return plan, body["parent_seq"]

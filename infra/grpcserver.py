@@ -39,17 +39,27 @@ def maps_domain_errors(method: Callable[..., Any]) -> Callable[..., Any]:
     return unary
 
 
+# grpc.aio takes calls from gRPC's core one at a time, one per turn of the event loop; calls
+# not yet taken wait in core's pending queue. Core cancels a call that waited there over 30 s
+# and refuses calls at random past 1,000 waiting (RESOURCE_EXHAUSTED, all past 3,000). A burst
+# of thousands of streams on a busy loop reaches both, and the client saw CANCELLED before
+# its first event. Waiting calls cost core a few hundred bytes each: let them wait instead
+# (docs/decisions.md, "Bursts of streams").
+SERVER_OPTIONS = [
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    ("grpc.server_max_unrequested_time_in_server", 600),
+    ("grpc.server.max_pending_requests", 50_000),
+    ("grpc.server.max_pending_requests_hard_limit", 100_000),
+]
+
+
 class GrpcServer:
     """Owns one grpc.aio server: its port, its health status and its graceful stop."""
 
     def __init__(self, listen: str, service_names: Iterable[str]) -> None:
-        self.server = grpc.aio.server(
-            options=[
-                ("grpc.keepalive_time_ms", 10_000),
-                ("grpc.keepalive_permit_without_calls", 1),
-                ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
-            ]
-        )
+        self.server = grpc.aio.server(options=SERVER_OPTIONS)
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self._service_names = list(service_names)

@@ -25,6 +25,11 @@ _CODES: list[tuple[type[errors.DomainError], grpc.StatusCode]] = [
 
 # Reasons carried in google.rpc.ErrorInfo where one gRPC code covers several HTTP answers.
 REASON_MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
+REASON_NO_REPLICA = "NO_REPLICA"
+_REASONS: list[tuple[type[errors.DomainError], str]] = [
+    (errors.MessageTooLarge, REASON_MESSAGE_TOO_LARGE),
+    (errors.NoReplica, REASON_NO_REPLICA),
+]
 ERROR_DOMAIN = "chat.v1"
 MAX_RETRY_AFTER_S = 24 * 3600.0
 
@@ -63,12 +68,12 @@ def to_rpc_status(error: errors.DomainError) -> grpc.Status:
         packed = any_pb2.Any()
         packed.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
         details.append(packed)
-    if isinstance(error, errors.MessageTooLarge):
-        packed = any_pb2.Any()
-        packed.Pack(
-            error_details_pb2.ErrorInfo(reason=REASON_MESSAGE_TOO_LARGE, domain=ERROR_DOMAIN)
-        )
-        details.append(packed)
+    for kind, reason in _REASONS:
+        if isinstance(error, kind):
+            packed = any_pb2.Any()
+            packed.Pack(error_details_pb2.ErrorInfo(reason=reason, domain=ERROR_DOMAIN))
+            details.append(packed)
+            break
     status = status_pb2.Status(code=code.value[0], message=error.reason, details=details)
     return rpc_status.to_status(status)
 

@@ -14,6 +14,7 @@ from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from domain.errors import (
     InvalidArgument,
+    NoReplica,
     NotFound,
     PermissionDenied,
     Unauthenticated,
@@ -221,7 +222,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
             frozenset(request.exclude_node_ids),
         )
         if pick.replica is None:
-            raise Unavailable(f"no replica of pool {request.pool!r} is ready; retry shortly")
+            raise NoReplica(f"no replica of pool {request.pool!r} is ready; retry shortly")
         return pb.PickReplicaResponse(
             node_id=pick.replica.node_id,
             address=pick.replica.address,

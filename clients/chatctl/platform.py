@@ -187,6 +187,8 @@ class LocalPlatform:
         env = {
             "CHAT_GATEWAY_GRPC_LISTEN": "127.0.0.1:0",
             "CHAT_GATEWAY_SCHEDULER_ADDRESS": self.scheduler_address,
+            # Every scheduler: a pick that cannot reach one goes to the next.
+            "CHAT_GATEWAY_SCHEDULER_ADDRESSES": ",".join(self.scheduler_addresses()),
             "CHAT_GATEWAY_STORE_URL": store_url,
             "CHAT_GATEWAY_DEFAULT_POOL": self.settings.pool,
         }

@@ -10,13 +10,14 @@ from typing import cast
 
 import pytest
 
-from chat.v1 import node_service_pb2
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from domain.compaction import FIRST_MESSAGE_HEADER, PINNED_HEADER, CompactionPolicy
 from domain.context import ContextBuilder
+from domain.errors import NoReplica
 from domain.types import Finish, Role, Turn
 from gateway.compactor import Compactor, ContextParts, branch, context_parts
-from gateway.upstream import NoReplica, Upstreams
+from gateway.node_client import NodeClient
+from gateway.scheduler_client import SchedulerClient
 from store.base import Store
 from store.factory import open_store
 from store.records import ConversationRecord, MessageRecord, NewMessage
@@ -78,24 +79,27 @@ async def store(compact_platform: LocalPlatform) -> AsyncIterator[Store]:
 
 
 @pytest.fixture
-async def upstreams(compact_platform: LocalPlatform) -> AsyncIterator[Upstreams]:
-    opened = Upstreams(compact_platform.scheduler_address)
+async def scheduler(compact_platform: LocalPlatform) -> AsyncIterator[SchedulerClient]:
+    opened = SchedulerClient([compact_platform.scheduler_address])
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+async def nodes() -> AsyncIterator[NodeClient]:
+    opened = NodeClient()
     yield opened
     await opened.close()
 
 
 async def write_conversation(
-    store: Store, upstreams: Upstreams, node_address: str, conversation_id: str
+    store: Store, nodes: NodeClient, node_address: str, conversation_id: str
 ) -> None:
     """The script, each turn counted by the node's own tokenizer, as the gateway saves it."""
     turns = script()
-    counted = await upstreams.node(node_address).Tokenize(
-        node_service_pb2.TokenizeRequest(texts=[text for _, text, _ in turns])
-    )
+    counted = await nodes.tokenize(node_address, [text for _, text, _ in turns])
     parent: int | None = None
-    for i, ((role, text, finish), tokens) in enumerate(
-        zip(turns, counted.token_counts, strict=True)
-    ):
+    for i, ((role, text, finish), tokens) in enumerate(zip(turns, counted, strict=True)):
         saved = await store.add_message(
             USER,
             conversation_id,
@@ -120,16 +124,18 @@ async def kept_load(store: Store, conversation_id: str) -> int:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 async def test_a_long_conversation_is_folded_and_its_constraint_pinned(
-    compact_platform: LocalPlatform, store: Store, upstreams: Upstreams
+    compact_platform: LocalPlatform, store: Store, scheduler: SchedulerClient, nodes: NodeClient
 ) -> None:
-    await write_conversation(store, upstreams, compact_platform.node_addresses()[0], "long")
+    await write_conversation(store, nodes, compact_platform.node_addresses()[0], "long")
     messages = await store.list_messages(USER, "long")
     chain = branch(messages, messages[-1])
     assert len(chain) == 30
     assert SYSTEM_TOKENS + sum(m.tokens for m in chain) >= 0.7 * (WINDOW - RESERVE)
     # A short summary and a long timeout: two shared CPU cores decode a few tokens a second.
     policy = CompactionPolicy(summary_max_tokens=150)
-    compactor = Compactor(store, upstreams, policy, summary_pool="small", generate_timeout_s=240)
+    compactor = Compactor(
+        store, scheduler, nodes, policy, summary_pool="small", generate_timeout_s=240
+    )
     try:
         assert await compactor.consider(USER, "long", WINDOW, RESERVE, SYSTEM_TOKENS)
         # One at a time per conversation.
@@ -169,12 +175,12 @@ async def test_a_long_conversation_is_folded_and_its_constraint_pinned(
 
 @pytest.mark.slow
 async def test_a_pool_with_no_replica_leaves_the_store_unchanged(
-    compact_platform: LocalPlatform, store: Store, upstreams: Upstreams
+    compact_platform: LocalPlatform, store: Store, scheduler: SchedulerClient, nodes: NodeClient
 ) -> None:
-    await write_conversation(store, upstreams, compact_platform.node_addresses()[0], "nopool")
+    await write_conversation(store, nodes, compact_platform.node_addresses()[0], "nopool")
     before = await store.get_conversation(USER, "nopool")
     now = [1000.0]
-    compactor = Compactor(store, upstreams, summary_pool="large", clock=lambda: now[0],
+    compactor = Compactor(store, scheduler, nodes, summary_pool="large", clock=lambda: now[0],
                           retry_after_s=30.0)  # fmt: skip
     try:
         assert await compactor.consider(USER, "nopool", WINDOW, RESERVE, SYSTEM_TOKENS)
@@ -237,13 +243,13 @@ def test_context_parts_use_the_summary_only_on_its_own_branch() -> None:
 
 
 class StuckPool:
-    """Upstreams whose pick never answers until released: a compaction stays in flight."""
+    """A scheduler whose pick never answers until released: a compaction stays in flight."""
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
         self.picks = 0
 
-    async def pick(self, request: object) -> object:
+    async def pick(self, *request: object) -> object:
         self.picks += 1
         await self.release.wait()
         raise NoReplica("released")
@@ -257,7 +263,7 @@ class BrokenStore:
 async def test_workers_are_bounded_and_close_cancels_them(tmp_path) -> None:
     store = await open_store(f"sqlite:///{tmp_path / 'chat.db'}")
     pool = StuckPool()
-    compactor = Compactor(store, cast(Upstreams, pool), max_concurrent=1)
+    compactor = Compactor(store, cast(SchedulerClient, pool), NodeClient(), max_concurrent=1)
     try:
         for conversation_id in ("a", "b"):
             parent: int | None = None
@@ -277,6 +283,8 @@ async def test_workers_are_bounded_and_close_cancels_them(tmp_path) -> None:
 
 
 async def test_consider_never_raises_into_the_pipeline() -> None:
-    compactor = Compactor(cast(Store, BrokenStore()), cast(Upstreams, StuckPool()))
+    compactor = Compactor(
+        cast(Store, BrokenStore()), cast(SchedulerClient, StuckPool()), NodeClient()
+    )
     assert not await compactor.consider(USER, "a", 1000, 100, 10)
     await compactor.close()

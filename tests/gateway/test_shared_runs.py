@@ -4,6 +4,8 @@ any gateway can follow, and takeover only once the owner's liveness is gone."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import uuid
 from collections.abc import AsyncIterator
 
@@ -16,10 +18,13 @@ from domain.types import Finish, Role, Tier, Turn, Usage
 from gateway.answers import Plan
 from gateway.redis_buckets import connect
 from gateway.runs import Delta, Done, Meta
+from gateway.scheduler_client import ReplicaPick
 from gateway.shared_runs import (
     OwnershipLost,
     SharedRuns,
     SharedRunsConfig,
+    _decode_plan,
+    _encode_plan,
     decode_event,
     encode_event,
 )
@@ -38,9 +43,7 @@ async def redis(redis_server) -> AsyncIterator[Redis]:
 
 def _plan() -> Plan:
     prompt = Prompt((Turn(Role.SYSTEM, "Be brief.", 3), Turn(Role.USER, "Hi there", 2)), 0)
-    pick = scheduler_service_pb2.PickReplicaResponse(
-        node_id="node-a", address="127.0.0.1:1", model="m", context_tokens=2048
-    )
+    pick = ReplicaPick(node_id="node-a", address="127.0.0.1:1", model="m", context_tokens=2048)
     return Plan(prompt, pick, 64, 123.5, "small", Tier.PLUS)
 
 
@@ -66,6 +69,28 @@ def test_events_survive_the_codec() -> None:
         Done(Finish.STOP, Usage(10, 4, 7)),
     ]
     assert [decode_event(encode_event(e)) for e in events] == events
+
+
+def test_a_plan_is_plain_json_and_an_earlier_releases_plan_still_reads() -> None:
+    raw = _encode_plan(_plan(), 7)
+    assert json.loads(raw)["replica"] == {
+        "node_id": "node-a",
+        "address": "127.0.0.1:1",
+        "model": "m",
+        "ladder_rung": 0,
+        "expected_wait_s": 0.0,
+        "context_tokens": 2048,
+    }
+    assert _decode_plan(raw.encode()) == (_plan(), 7)
+    # Earlier releases kept the pick as base64 protobuf: a takeover mid-upgrade reads it.
+    earlier = json.loads(raw)
+    del earlier["replica"]
+    earlier["pick"] = base64.b64encode(
+        scheduler_service_pb2.PickReplicaResponse(
+            node_id="node-a", address="127.0.0.1:1", model="m", context_tokens=2048
+        ).SerializeToString()
+    ).decode()
+    assert _decode_plan(json.dumps(earlier).encode()) == (_plan(), 7)
 
 
 async def test_one_claim_per_message_id(redis) -> None:

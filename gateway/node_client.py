@@ -1,0 +1,167 @@
+"""The gateway's typed client of the nodes: token counts, and one answer's stream as plain
+chunks and a finish, with a cancel. One channel per node address, reused by every call."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import grpc
+
+from chat.v1 import common_pb2, node_service_pb2, node_service_pb2_grpc
+from domain.errors import Unavailable
+from domain.types import Finish, Tier, Turn, Usage
+from infra.enums import FINISH_FROM_PB, ROLE_TO_PB, TIER_TO_PB
+
+CHANNEL_OPTIONS = [
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+# A node that cannot take a cancel this fast is gone, and its work with it.
+CANCEL_TIMEOUT_S = 2.0
+
+
+class Chunk(NamedTuple):
+    """Text from the engine; index is its last token's (1, 2, 3... per request)."""
+
+    index: int
+    text: str
+
+
+class Finished(NamedTuple):
+    finish: Finish
+    usage: Usage
+
+
+class StreamBroken(Exception):
+    """The node's stream ended without a finish, or failed on the way (code: why)."""
+
+    def __init__(self, code: grpc.StatusCode | None, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+
+
+class NodeRefused(Unavailable):
+    """The node read the request and refused it (INVALID_ARGUMENT): no other replica would
+    take it either."""
+
+
+class GenerateSpec(NamedTuple):
+    request_id: str
+    turns: Sequence[Turn]
+    max_tokens: int
+    tier: Tier
+    temperature: float
+    prompt_tokens: int
+    # A partial answer to go on from (a failover or a takeover).
+    continue_from: str = ""
+
+
+class Generation:
+    """One Generate call: read() until a Finished; cancel() stops the engine at once (a
+    stream merely closed keeps generating for the node's re-attach grace); close() always."""
+
+    __slots__ = ("_call", "_cancel")
+
+    def __init__(self, call: grpc.aio.StreamStreamCall) -> None:
+        self._call = call
+        self._cancel: asyncio.Task[None] | None = None
+
+    async def start(self, spec: GenerateSpec) -> None:
+        start = node_service_pb2.GenerateStart(
+            request_id=spec.request_id,
+            turns=[common_pb2.Turn(role=ROLE_TO_PB[t.role], content=t.text) for t in spec.turns],
+            max_tokens=max(1, spec.max_tokens),
+            tier=TIER_TO_PB[spec.tier],
+            continue_from=spec.continue_from,
+            prompt_tokens=spec.prompt_tokens,
+            temperature=spec.temperature,
+        )
+        try:
+            await self._call.write(node_service_pb2.GenerateRequest(start=start))
+        except grpc.aio.AioRpcError as error:
+            raise _broken(error) from error
+
+    async def read(self) -> Chunk | Finished:
+        try:
+            response = await self._call.read()
+        except grpc.aio.AioRpcError as error:
+            raise _broken(error) from error
+        if response is grpc.aio.EOF:
+            raise StreamBroken(None, "the stream ended without a finish")
+        if response.HasField("chunk"):
+            return Chunk(response.chunk.index, response.chunk.text)
+        finish = response.finish
+        usage = finish.usage
+        return Finished(
+            FINISH_FROM_PB.get(finish.finish, Finish.ERROR),
+            Usage(usage.input_tokens, usage.cached_tokens, usage.output_tokens),
+        )
+
+    def cancel(self) -> asyncio.Task[None]:
+        """Sends the one cancel (a call takes one write at a time, so never two); the task
+        ends when it is written or the node is gone."""
+        if self._cancel is None:
+            self._cancel = asyncio.create_task(self._send_cancel())
+        return self._cancel
+
+    async def _send_cancel(self) -> None:
+        cancel = node_service_pb2.GenerateRequest(cancel=node_service_pb2.GenerateCancel())
+        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError, TimeoutError):
+            async with asyncio.timeout(CANCEL_TIMEOUT_S):
+                await self._call.write(cancel)
+
+    def close(self) -> None:
+        self._call.cancel()
+
+
+def _broken(error: grpc.aio.AioRpcError) -> Exception:
+    if error.code() == grpc.StatusCode.INVALID_ARGUMENT:
+        return NodeRefused(f"the node refused the request: {error.details()}")
+    return StreamBroken(error.code(), error.code().name)
+
+
+class NodeClient:
+    def __init__(
+        self,
+        rpc_timeout_s: float = 5.0,
+        channel: Callable[[str], grpc.aio.Channel] | None = None,
+    ) -> None:
+        self._open_channel = channel or (lambda a: grpc.aio.insecure_channel(a, CHANNEL_OPTIONS))
+        self._stubs: dict[str, node_service_pb2_grpc.NodeServiceStub] = {}
+        self._channels: list[grpc.aio.Channel] = []
+        self._rpc_timeout_s = rpc_timeout_s
+
+    def _stub(self, address: str) -> node_service_pb2_grpc.NodeServiceStub:
+        stub = self._stubs.get(address)
+        if stub is None:
+            channel = self._open_channel(address)
+            self._channels.append(channel)
+            stub = self._stubs[address] = node_service_pb2_grpc.NodeServiceStub(channel)
+        return stub
+
+    async def tokenize(self, address: str, texts: Sequence[str]) -> list[int]:
+        """Each text's token count in the node's own tokenizer."""
+        try:
+            answer = await self._stub(address).Tokenize(
+                node_service_pb2.TokenizeRequest(texts=list(texts)), timeout=self._rpc_timeout_s
+            )
+        except grpc.aio.AioRpcError as error:
+            raise Unavailable(f"the node could not count tokens: {error.code().name}") from error
+        return list(answer.token_counts)
+
+    async def generate(self, address: str, spec: GenerateSpec) -> Generation:
+        """A started answer stream; the caller reads it and closes it."""
+        generation = Generation(self._stub(address).Generate())
+        try:
+            await generation.start(spec)
+        except BaseException:
+            generation.close()
+            raise
+        return generation
+
+    async def close(self) -> None:
+        for channel in self._channels:
+            await channel.close()

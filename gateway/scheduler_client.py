@@ -1,0 +1,142 @@
+"""The gateway's typed client of the schedulers: one pick, in plain values, from a live one.
+
+Every scheduler holds the same table (each node reports to all of them), so any one can pick.
+A pick goes to the scheduler that answered last; one that cannot be reached is set aside for
+a cooldown and the pick is asked again at once of the next, so a dead scheduler costs the
+message one failed connection attempt, not an answer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import grpc
+
+from chat.v1 import scheduler_service_pb2 as pb
+from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
+from domain.errors import InvalidArgument, NoReplica, Unavailable
+from domain.types import Tier
+from infra.enums import TIER_TO_PB
+from infra.status import REASON_NO_REPLICA, CallFailure
+
+CHANNEL_OPTIONS = [
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaPick:
+    """Where one answer runs, and what the scheduler knew when it chose."""
+
+    node_id: str
+    address: str
+    model: str
+    ladder_rung: int = 0
+    expected_wait_s: float = 0.0
+    # The replica's context window (0: not reported).
+    context_tokens: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> ReplicaPick:
+        return cls(**body)
+
+
+def pick_from_wire(data: bytes) -> ReplicaPick:
+    """A pick serialized as PickReplicaResponse (how earlier releases kept it in Redis)."""
+    return _from_pb(pb.PickReplicaResponse.FromString(data))
+
+
+def _from_pb(answer: pb.PickReplicaResponse) -> ReplicaPick:
+    return ReplicaPick(answer.node_id, answer.address, answer.model, answer.ladder_rung,
+                       answer.expected_wait_seconds, answer.context_tokens)  # fmt: skip
+
+
+class SchedulerClient:
+    def __init__(
+        self,
+        addresses: Sequence[str],
+        rpc_timeout_s: float = 5.0,
+        down_for_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        channel: Callable[[str], grpc.aio.Channel] | None = None,
+    ) -> None:
+        if not addresses:
+            raise ValueError("at least one scheduler address is needed")
+        open_channel = channel or (lambda a: grpc.aio.insecure_channel(a, CHANNEL_OPTIONS))
+        self._channels = [open_channel(address) for address in addresses]
+        self._stubs = [pb_grpc.SchedulerServiceStub(c) for c in self._channels]
+        self._addresses = list(addresses)
+        self._rpc_timeout_s = rpc_timeout_s
+        self._down_for_s = down_for_s
+        self._clock = clock
+        # The scheduler that answered last is asked first; the others when it cannot be reached.
+        self._current = 0
+        self._down_until = [float("-inf")] * len(addresses)
+
+    async def pick(
+        self,
+        conversation_id: str,
+        pool: str,
+        tier: Tier,
+        prompt_tokens: int,
+        reusable_prefix_tokens: int = 0,
+        exclude_node_ids: Sequence[str] = (),
+    ) -> ReplicaPick:
+        request = pb.PickReplicaRequest(
+            conversation_id=conversation_id,
+            pool=pool,
+            tier=TIER_TO_PB[tier],
+            prompt_tokens=prompt_tokens,
+            reusable_prefix_tokens=max(0, reusable_prefix_tokens),
+            exclude_node_ids=list(exclude_node_ids),
+        )
+        unreachable: list[str] = []
+        for index in self._order():
+            try:
+                answer = await self._stubs[index].PickReplica(request, timeout=self._rpc_timeout_s)
+            except grpc.aio.AioRpcError as error:
+                if _answered(error):
+                    self._current = index
+                    raise _refusal(error) from error
+                self._down_until[index] = self._clock() + self._down_for_s
+                unreachable.append(f"{self._addresses[index]}: {error.code().name}")
+                continue
+            self._current = index
+            return _from_pb(answer)
+        raise Unavailable(f"no scheduler is reachable ({'; '.join(unreachable)})")
+
+    def _order(self) -> list[int]:
+        """The current scheduler, then the others in turn; those set aside go last, so a pick
+        still tries them when every scheduler is down."""
+        count = len(self._stubs)
+        turn = [(self._current + step) % count for step in range(count)]
+        now = self._clock()
+        return [i for i in turn if self._down_until[i] <= now] + [
+            i for i in turn if self._down_until[i] > now
+        ]
+
+    async def close(self) -> None:
+        for channel in self._channels:
+            await channel.close()
+
+
+def _answered(error: grpc.aio.AioRpcError) -> bool:
+    """Whether the scheduler itself answered (a refusal to pass on), rather than the call
+    failing on the way (a scheduler to skip)."""
+    code = error.code()
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return True
+    return code == grpc.StatusCode.UNAVAILABLE and CallFailure(error).reason == REASON_NO_REPLICA
+
+
+def _refusal(error: grpc.aio.AioRpcError) -> Exception:
+    if error.code() == grpc.StatusCode.INVALID_ARGUMENT:
+        return InvalidArgument(error.details() or "the scheduler refused the pick")
+    return NoReplica(error.details() or "no replica is ready")

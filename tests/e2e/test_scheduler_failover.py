@@ -1,0 +1,107 @@
+"""Gateways survive their scheduler: two schedulers on a private etcd, two simulated nodes, the
+scheduler the gateway picks from SIGKILLed; every later message is still answered by a model,
+its pick moved to the other scheduler at once."""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+
+import aiohttp
+import pytest
+
+from clients.chatctl.platform import LocalPlatform, PlatformSettings
+from domain.errors import InvalidArgument, NoReplica, Unavailable
+from domain.types import Tier
+from gateway.scheduler_client import SchedulerClient
+from tests.servers import free_port, run_etcd
+from tests.sse import read_events
+
+pytestmark = pytest.mark.slow
+
+# Generous for a loaded 2-core machine; the pick's own retry is one refused connection.
+MESSAGE_BOUND_S = 5.0
+
+
+@pytest.fixture(scope="module")
+async def two_schedulers(tmp_path_factory):
+    with run_etcd() as etcd:
+        platform = LocalPlatform(
+            PlatformSettings(
+                state_dir=tmp_path_factory.mktemp("scheduler-failover"),
+                edge_listen="127.0.0.1:0",
+                nodes=2,
+                schedulers=2,
+                etcd_endpoint=f"127.0.0.1:{etcd.port}",
+                extra_env={
+                    "CHAT_NODEAGENT_ENGINE": "sim",
+                    "CHAT_NODEAGENT_SIM_SPEED": "100",
+                    "CHAT_GATEWAY_PLUS_MAX_ANSWER_TOKENS": "16",
+                    "CHAT_GATEWAY_ROUTER": "false",
+                },
+            )
+        )
+        try:
+            await platform.start()
+            yield platform
+        finally:
+            await platform.stop()
+
+
+async def ask(platform: LocalPlatform, http: aiohttp.ClientSession) -> tuple[list, float]:
+    started = time.monotonic()
+    async with http.post(
+        f"{platform.edge_url}/v1/conversations/c_{uuid.uuid4().hex[:8]}/messages",
+        json={"content": "Tell me about rivers."},
+        headers={"Authorization": f"Bearer {platform.tokens['plus']}"},
+    ) as response:
+        assert response.status == 200, await response.text()
+        events = await read_events(response)
+    return events, time.monotonic() - started
+
+
+async def test_messages_are_answered_by_a_model_after_the_gateways_scheduler_dies(
+    two_schedulers: LocalPlatform,
+) -> None:
+    platform = two_schedulers
+    async with aiohttp.ClientSession() as http:
+        events, _ = await ask(platform, http)
+        assert events[0].data["model"] != "busy" and events[-1].event == "done"
+        # The gateway asks the first scheduler first; kill exactly that one.
+        first = next(c for c in platform.children if c.name == "scheduler")
+        first.process.send_signal(signal.SIGKILL)
+        await first.process.wait()
+        for _ in range(6):
+            events, seconds = await ask(platform, http)
+            meta, done = events[0], events[-1]
+            assert meta.event == "meta" and meta.data["model"] != "busy", meta.data
+            assert meta.data["replica"] in {"local-small-0", "local-small-1"}
+            assert done.event == "done" and done.data["finish"] in {"stop", "length"}, done.data
+            assert seconds < MESSAGE_BOUND_S
+
+
+async def test_the_client_skips_an_unreachable_scheduler_and_passes_on_real_refusals(
+    two_schedulers: LocalPlatform,
+) -> None:
+    live = two_schedulers.scheduler_addresses()[-1]
+    dead = f"127.0.0.1:{free_port()}"
+    client = SchedulerClient([dead, live], rpc_timeout_s=5.0)
+    try:
+        pick = await client.pick("c1", "small", Tier.PLUS, 100)
+        assert pick.node_id in {"local-small-0", "local-small-1"}
+        assert pick.model and pick.address in two_schedulers.node_addresses()
+        # A scheduler's own answers are not retried elsewhere: they would be the same.
+        excluded = ["local-small-0", "local-small-1"]
+        with pytest.raises(NoReplica, match="no replica of pool 'small'"):
+            await client.pick("c1", "small", Tier.PLUS, 100, exclude_node_ids=excluded)
+        with pytest.raises(InvalidArgument, match="unknown pool"):
+            await client.pick("c1", "huge", Tier.PLUS, 100)
+    finally:
+        await client.close()
+    nowhere = SchedulerClient([dead, f"127.0.0.1:{free_port()}"])
+    try:
+        with pytest.raises(Unavailable, match="no scheduler is reachable"):
+            await nowhere.pick("c1", "small", Tier.PLUS, 100)
+    finally:
+        await nowhere.close()
