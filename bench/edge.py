@@ -8,11 +8,10 @@ stream. Simulated replicas run far faster than real time, so the engine is not t
 Prints a table and ends with one JSON line. Results land in bench/results/edge.txt and
 bench/results/edge.json.
 
-UNFINISHED: the goal of 0.7 of the raw server's events/s is far off (about 0.1 here): each
-event is its own gRPC message node -> gateway -> edge, around 100-250 us of Python per hop.
-Batching events per gRPC message is the next step. And with 1,000+ streams started at once,
-some SendMessage calls end CANCELLED before their first event (the edge answers 499): 1 in
-1,200, most of 2,000 on a loaded 2-core machine; the cause is not found yet.
+Nodes send one token a chunk here (stream interval 0), so a stream is EVENTS events and the
+figure is the relay's cost per event. "refused" counts streams answered with an HTTP error
+before their first event, "no done" those that ended without `done`; both must be 0.
+UNFINISHED: the goal of 0.5 of the raw server's events/s is far off (see bench/results/edge.txt).
 """
 
 from __future__ import annotations
@@ -88,7 +87,8 @@ class Watch:
 
 async def count_events(response: aiohttp.ClientResponse, tally: list[int]) -> int:
     """Reads a stream to its end, adding each event to tally[0] as it arrives; a stream
-    refused before its first event adds to tally[1] (and prints why, once per status)."""
+    refused before its first event adds to tally[1] (and prints why, once per status), one
+    that ends without `done` to tally[2]."""
     if response.status != 200:
         tally[1] += 1
         if tally[1] == 1:
@@ -97,10 +97,17 @@ async def count_events(response: aiohttp.ClientResponse, tally: list[int]) -> in
             )
         return 0
     events = 0
+    last = b""
     async for line in response.content:
         if line.startswith(b"data: "):
             events += 1
             tally[0] += 1
+        elif line.startswith(b"event: "):
+            last = line
+    if last.strip() != b"event: done":
+        tally[2] += 1
+        if tally[2] == 1:
+            print(f"a stream ended without done: {last!r} after {events} events", file=sys.stderr)
     return events
 
 
@@ -121,12 +128,13 @@ def long_prompts(count: int) -> list[str]:
 Opener = Callable[[aiohttp.ClientSession, int, list[int]], Awaitable[int]]
 
 
-async def concurrent(streams: int, open_one: Opener, limit_s: float) -> tuple[int, float, int]:
-    """Events received, seconds taken and streams refused, for `streams` streams started at
-    once; streams still open after limit_s are cut, and what they carried until then counts."""
+async def concurrent(streams: int, open_one: Opener, limit_s: float) -> tuple[int, float, int, int]:
+    """Events received, seconds taken, streams refused and streams ended without `done`, for
+    `streams` streams started at once; streams still open after limit_s are cut (neither
+    refused nor unfinished), and what they carried until then counts."""
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
-    tally = [0, 0]
+    tally = [0, 0, 0]
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
         started = time.perf_counter()
         tasks = [asyncio.ensure_future(open_one(http, i, tally)) for i in range(streams)]
@@ -138,7 +146,7 @@ async def concurrent(streams: int, open_one: Opener, limit_s: float) -> tuple[in
         await asyncio.gather(*tasks, return_exceptions=True)
         for task in done:
             task.result()  # a stream that failed fails the run
-    return received, seconds, tally[1]
+    return received, seconds, tally[1], tally[2]
 
 
 # The floor: a minimal SSE server in a process of its own -----------------------------------------
@@ -198,6 +206,9 @@ def platform_settings(state: Path, speed: str, nodes: int) -> PlatformSettings:
             "CHAT_GATEWAY_SAFETY": "false",
             "CHAT_GATEWAY_SYSTEM_PROMPT": SYSTEM_PROMPT,
             "CHAT_GATEWAY_ROUTER": "false",
+            # Nodes batch tokens every 50 ms by default; at 1000x real time a whole answer
+            # would come in a few chunks. One token a chunk makes every stream EVENTS events.
+            "CHAT_NODEAGENT_STREAM_INTERVAL_S": "0",
             "CHAT_GATEWAY_LOG_LEVEL": "warning",
             "CHAT_EDGE_LOG_LEVEL": "warning",
         },
@@ -228,16 +239,17 @@ async def through_platform(counts: list[int]) -> dict[str, dict]:
             await concurrent(20, one, LIMIT_S)  # warm up: channels, tokenizer cache, the sim
             for streams in counts:
                 watch = Watch(pids_of(platform, "edge", "gateway"))
-                outcome: list[tuple[int, float, int]] = []
+                outcome: list[tuple[int, float, int, int]] = []
 
                 async def run(n: int = streams, out: list = outcome) -> None:
                     out.append(await concurrent(n, one, LIMIT_S))
 
                 await watch.during(run())
-                events, seconds, refused = outcome[0]
+                events, seconds, refused, unfinished = outcome[0]
                 results[str(streams)] = {
                     "events": events,
                     "refused_streams": refused,
+                    "unfinished_streams": unfinished,
                     "seconds": round(seconds, 2),
                     "events_per_s": round(events / seconds),
                     "edge_peak_mb": round(watch.peak["edge"] / 2**20, 1),
@@ -262,16 +274,17 @@ async def through_raw(counts: list[int]) -> dict[str, dict]:
         await concurrent(20, one, LIMIT_S)
         for streams in counts:
             watch = Watch({"raw": process.pid})
-            outcome: list[tuple[int, float, int]] = []
+            outcome: list[tuple[int, float, int, int]] = []
 
             async def run(n: int = streams, out: list = outcome) -> None:
                 out.append(await concurrent(n, one, LIMIT_S))
 
             await watch.during(run())
-            events, seconds, refused = outcome[0]
+            events, seconds, refused, unfinished = outcome[0]
             results[str(streams)] = {
                 "events": events,
                 "refused_streams": refused,
+                "unfinished_streams": unfinished,
                 "seconds": round(seconds, 2),
                 "events_per_s": round(events / seconds),
                 "peak_mb": round(watch.peak["raw"] / 2**20, 1),
@@ -319,7 +332,7 @@ async def idle_streams(target: int) -> dict[str, float]:
                         f"{platform.edge_url}/v1/messages/{message}/stream",
                         headers={**auth, "Last-Event-ID": "1"},
                     ) as response:
-                        return await count_events(response, [0, 0])
+                        return await count_events(response, [0, 0, 0])
 
                 for batch in range(0, target, 500):
                     for _ in range(min(500, target - batch)):
@@ -361,7 +374,7 @@ def report(counts: list[int], platform: dict, raw: dict, idle: dict) -> str:
         f"real time) vs a raw aiohttp SSE server; {os.cpu_count()} CPUs shared by all; "
         f"each phase cut at {LIMIT_S:.0f} s",
         f"{'streams':>8} {'path':<9} {'events/s':>9} {'seconds':>8} {'peak MB':>8} "
-        f"{'CPU s':>6} {'refused':>7}  ratio",
+        f"{'CPU s':>6} {'refused':>7} {'no done':>7}  ratio",
     ]
     for n in map(str, counts):
         p, r = platform[n], raw[n]
@@ -369,9 +382,11 @@ def report(counts: list[int], platform: dict, raw: dict, idle: dict) -> str:
         p_mb = f"{p['edge_peak_mb']}+{p['gateway_peak_mb']}"
         p_cpu = p["edge_cpu_s"] + p["gateway_cpu_s"]
         lines.append(f"{n:>8} {'platform':<9} {p['events_per_s']:>9} {p['seconds']:>8} "
-                     f"{p_mb:>8} {p_cpu:>6.1f} {p['refused_streams']:>7}  {ratio:.2f}")  # fmt: skip
+                     f"{p_mb:>8} {p_cpu:>6.1f} {p['refused_streams']:>7} "
+                     f"{p['unfinished_streams']:>7}  {ratio:.2f}")  # fmt: skip
         lines.append(f"{n:>8} {'raw':<9} {r['events_per_s']:>9} {r['seconds']:>8} "
-                     f"{r['peak_mb']:>8} {r['cpu_s']:>6.1f} {r['refused_streams']:>7}")  # fmt: skip
+                     f"{r['peak_mb']:>8} {r['cpu_s']:>6.1f} {r['refused_streams']:>7} "
+                     f"{r['unfinished_streams']:>7}")  # fmt: skip
     lines.append(
         f"idle: {idle['open_streams']} streams open on one edge process in "
         f"{idle['open_seconds']} s; {idle['edge_kb_per_stream']} KB each at the edge "
