@@ -35,7 +35,7 @@ class TierRules:
     limit: limiter.Limit
 
 
-# gateway/main.py's defaults: the spec's 8,000 / 32,000-token windows and 25,000 / 250,000
+# gateway/main.py's defaults: 8,000 / 32,000-token windows and 25,000 / 250,000
 # buckets refilling in three hours.
 DEFAULT_TIERS = {
     Tier.FREE: TierRules(8_000, 1_000, limiter.Limit.refilling_in(25_000, 3 * 3600)),
