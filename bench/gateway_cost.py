@@ -11,7 +11,8 @@
     .venv/bin/python bench/gateway_cost.py [--messages 300] [--rounds 60] [--limiter-seconds 5]
 
 Prints a table and ends with one JSON line; results land in bench/results/gateway.txt.
-Goals (issue 5): under 1 ms of gateway CPU per message; at least 10,000 pairs/s.
+Goals (docs/decisions.md, "Performance goals"): under 1 ms of gateway CPU per message; at
+least 10,000 pairs/s.
 """
 
 from __future__ import annotations

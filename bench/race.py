@@ -1,5 +1,5 @@
 """The race: this platform against peer routers, on the same real engines, the same multi-turn
-chat workload and in one run (issue 8, part 2).
+chat workload and in one run. Its goals: docs/decisions.md, "Performance goals".
 
 Three llama-server replicas (SmolLM2-135M, llama.cpp on this machine's CPU) are started by a
 LocalPlatform with three nodeagents; every system in the race routes to those same three
@@ -782,7 +782,8 @@ def fmt(value: float | None, spec: str) -> str:
 
 
 def verdicts(rows: dict, workloads: list[str]) -> list[str]:
-    """What the numbers say against the issue's goals; computed, never assumed."""
+    """What the numbers say against the race's goals (docs/decisions.md, "Performance goals");
+    computed, never assumed."""
     lines = []
     us = "platform-h0" if any(k[1] == "platform-h0" for k in rows) else "platform"
     peers = [p for p in ("vllm-router", "sglang", "round-robin") if any(k[1] == p for k in rows)]

@@ -26,7 +26,7 @@ from benchkit import pin_to_one_core, publish
 from domain.replica_sim import H100_8B, H100x4_70B, ReplicaPreset, ReplicaSim
 
 GOAL_STEPS_PER_S = 20_000  # 750 replicas x about 30 steps/s
-# A conversation past this starts over: contexts average about 3,400 tokens, the spec's 1.1 GB.
+# A conversation past this starts over: contexts average about 3,400 tokens, sizing 000's 1.1 GB.
 CONTEXT_LIMIT = 6_000
 WARM_UP_S = 120.0  # simulated seconds before timing: the cache and the batch are full by then
 

@@ -3,9 +3,10 @@
     .venv/bin/python bench/sim_region.py [--duration 600] [--growth-duration 60] [--skip-full]
                                          [--interpreted]
 
-Goal (issue 8): a region of 1,500 GPUs (226 replicas of 70B on 4 H100s, 566 of 8B on one) at
-7,000 messages/s (twice its planned peak: the "GPUs run out" scenario with every rung of the
-ladder) for 10 simulated minutes in under 10 real minutes, on one core.
+Goal (docs/decisions.md, "Performance goals"): a region of 1,500 GPUs (226 replicas of 70B on
+4 H100s, 566 of 8B on one) at 7,000 messages/s (twice its planned peak: the "GPUs run out"
+scenario with every rung of the ladder) for 10 simulated minutes in under 10 real minutes, on
+one core.
 
 The simulator runs compiled (fleet/compiled.py: the same sources built with mypyc into
 build/sim-mypyc, about a minute the first time, reused while no source changes); every

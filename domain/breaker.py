@@ -2,9 +2,9 @@
 
 A pool that keeps failing (no replica to pick, replicas lost mid-answer, first tokens that
 never come) is not tried again for a cooling period: messages go straight to the next hop
-instead of each spending its own timeout to learn the same thing (spec 004, "What happens
-when a provider fails?"). After the cooling period one trial message is let through; its
-success closes the breaker, its failure opens it again.
+instead of each spending its own timeout to learn the same thing (docs/decisions.md, "The
+fallback chain stops at the small pool"). After the cooling period one trial message is let
+through; its success closes the breaker, its failure opens it again.
 """
 
 from __future__ import annotations

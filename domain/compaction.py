@@ -1,10 +1,11 @@
 """Conversation compaction: when to fold old turns into a summary, what survives verbatim, and
 the words sent to the small model. Pure code, no I/O; gateway/compactor.py runs it.
 
-Spec 002 "Compaction": one pass when the history reaches 70 % of the working budget (never a
-little every turn: a changed prefix re-prefills everything after it); the first user message
-(the task statement), the last 6 turns and pinned constraints stay verbatim; the rest becomes
-a structured block. Choices made where the issue is silent:
+Sizing 002's rule (docs/ARCHITECTURE.md, "Reference sizing"): one pass when the history
+reaches 70 % of the working budget (never a little every turn: a changed prefix re-prefills
+everything after it); the first user message (the task statement), the last 6 turns and
+pinned constraints stay verbatim; the rest becomes a structured block. Choices made here
+(docs/decisions.md, "Compaction"):
 
 - "Tokens added since the last compaction" is derived, not stored: a compaction keeps exactly
   the last `keep_last_turns` turns after its summary point, so whatever follows them on the

@@ -34,7 +34,7 @@ class ContextBuilder:
         """System prompt, summary, the newest turns that fit, pinned constraints, new message.
 
         Pinned constraints sit just before the new message: recall is highest at the end of
-        a prompt, and the middle is where a turn-2 constraint gets lost (spec 002). They are
+        a prompt, and the middle is where a turn-2 constraint gets lost. They are
         re-read every turn, which costs their few tokens of prefill each time.
         """
         summary, pinned = self._extras_that_fit(summary, pinned, new)

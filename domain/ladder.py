@@ -115,7 +115,7 @@ def ladder_busy(pool_busy: Mapping[str, float], rung: int, watched: str, shed_to
     traffic runs on the shed-to pool as well, and the hotter of the two decides. Reading the
     large pool alone, rung 1 cools it below the next line and the ladder stays at rung 1 while
     the small pool, now carrying every Free message, drowns unseen: capping and refusing at
-    the door would never come (the fleet simulation of spec 000's overload showed exactly
+    the door would never come (the fleet simulation of sizing 000's overload showed exactly
     that). Coming down needs both pools calm, so Free is not sent back into a pool that is
     still hot."""
     busy = pool_busy.get(watched, 0.0)

@@ -1,6 +1,6 @@
 """A calibrated simulator of one GPU replica's step loop, in virtual time. Pure: no I/O, no clock.
 
-`ReplicaSim` is what spec 000 calls "the step loop" of one model server. Each `step()` is one
+`ReplicaSim` is what sizing 000 calls "the step loop" of one model server. Each `step()` is one
 forward pass with a token budget (512): every running answer gets its next token first, then
 waiting requests are admitted paid before free while KV blocks last and the batch has room
 (`max_running`, vLLM's max_num_seqs; a head that does not fit
@@ -21,15 +21,15 @@ are counted by the answers' position within their last block (16 buckets). The c
 run of blocks per conversation, not one entry per block. Work per step is a few dict operations
 per admission, prefill chunk and finish, whatever the prompt's length.
 
-Calibration against spec 000. Decode: "each step reads the weights (140 GB over 4 GPUs) plus
+Calibration against sizing 000. Decode: "each step reads the weights (140 GB over 4 GPUs) plus
 100 x 1.1 GB of KV; at 3.35 TB/s a GPU one step takes about 30 ms" needs 62 % of the peak
 bandwidth. Prefill: "reading 3,000 tokens takes 1.05 GPU-seconds" is 140 GFLOP a token at 40 %
-of an H100's 989 dense TFLOPS, and then a full 512-token step takes about 45 ms (the spec's
+of an H100's 989 dense TFLOPS, and then a full 512-token step takes about 45 ms (sizing 000's
 "512 prompt tokens add about 45 ms", read as: such a step takes about 45 ms; read as 45 ms on
-top of a 30 ms decode it would contradict the spec's own 20 tokens/s and 3.5 s). With those
-two figures the single-server case comes out as the spec tells it (see
+top of a 30 ms decode it would contradict sizing 000's own 20 tokens/s and 3.5 s). With those
+two figures the single-server case comes out as sizing 000 tells it (see
 tests/domain/test_replica_sim.py). Attention's own FLOPs, which grow with the context, are
-left out as the spec leaves them out.
+left out as sizing 000 leaves them out.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ FREE: Final = 1
 
 @dataclass(frozen=True, slots=True)
 class ReplicaPreset:
-    """One replica's hardware and model. Bytes and FLOPs are decimal, as the spec counts."""
+    """One replica's hardware and model. Bytes and FLOPs are decimal, as the sizings count."""
 
     name: str
     model: str
@@ -66,7 +66,7 @@ class ReplicaPreset:
     flops_efficiency: float = 0.40
     step_tokens: int = 512
     context_tokens: int = 131_072
-    # Answers in the batch at most (vLLM's max_num_seqs). Spec 000 sizes its fleet on "about
+    # Answers in the batch at most (vLLM's max_num_seqs). Sizing 000 sizes its fleet on "about
     # 100 people at once" a server; without a cap the batch grows until the KV cache is full.
     max_running: int = 100
 
@@ -79,7 +79,7 @@ class ReplicaPreset:
         return int(self.host_kv_bytes // (self.kv_bytes_per_token * BLOCK_TOKENS))
 
 
-# Spec 000's large model: a 70B on four 80 GB H100s. KV: 80 layers x 8 KV heads x 128 x 2 (K, V)
+# Sizing 000's large model: a 70B on four 80 GB H100s. KV: 80 layers x 8 KV heads x 128 x 2 (K, V)
 # x 2 bytes = 327,680 B a token ("about 320 KB"). KV pool: 320 GB - 140 GB - 4 x 5 GB of
 # activations = 160 GB. Host RAM: "about 300 GB per server".
 H100x4_70B = ReplicaPreset(
@@ -96,11 +96,11 @@ H100x4_70B = ReplicaPreset(
     host_link_bytes_per_s=50e9,
 )
 
-# Spec 000's small model: an 8B on one H100. KV: 32 layers x 8 x 128 x 2 x 2 B = 131,072 B a
-# token; the KV budget is 80 GB - 16 GB of weights - 4 GB of activations = 60 GB. The spec gives
+# Sizing 000's small model: an 8B on one H100. KV: 32 layers x 8 x 128 x 2 x 2 B = 131,072 B a
+# token; the KV budget is 80 GB - 16 GB of weights - 4 GB of activations = 60 GB. Sizing 000 gives
 # no step time for it, only its cost: 0.18 GPU-seconds a message against the 70B's 0.67. At the
 # 70B's 62 % of peak bandwidth the 8B would cost 0.21 of the 70B's GPU time on the same
-# messages; 48 % makes it the spec's 0.27 (a small model's short kernels use less of the
+# messages; 48 % makes it sizing 000's 0.27 (a small model's short kernels use less of the
 # bandwidth). Measured on a saturated replica, batch 100, 3,000-token prompts 87 % cached.
 H100_8B = ReplicaPreset(
     name="8b-1xh100",

@@ -1,14 +1,13 @@
 """Which model pool a message runs on, and where its conversation stays afterwards.
 
-The KV cache is per model, so a switch re-prefills the whole conversation (spec 002, "Model
-routing has a chat-specific cost"). Hence: route once when the conversation starts, escalate
-small -> large at most once, never come back down. The ladder's rung 1 overrides this for one
-Free message at a time without moving the conversation, so when the rung drops it carries on
-where it was.
+The KV cache is per model, so a switch re-prefills the whole conversation. Hence: route once
+when the conversation starts, escalate small -> large at most once, never come back down. The
+ladder's rung 1 overrides this for one Free message at a time without moving the conversation,
+so when the rung drops it carries on where it was.
 
-Choices made here that the issue leaves open:
+Choices made here (docs/decisions.md, "The router"):
 - A Free user's explicit pick is ignored and the message is routed as "auto": picking a model is
-  what Plus pays for (spec 000), and honouring Free picks of large would let anyone bypass the
+  what Plus pays for, and honouring Free picks of large would let anyone bypass the
   router that halves the fleet.
 - A Plus pick moves the conversation to the picked pool, also downwards: the user asked for it,
   and their next "auto" message is cheapest where the cache now is.
@@ -70,8 +69,8 @@ class RouteDecision:
 class Router:
     # Scores below this go small; DifficultyModel.threshold, chosen on held-out data.
     threshold: float
-    # Classifier down: messages up to this many words without code go small. The spec's line
-    # (200 tokens, about 150 words) sends 93 % of the shipped set's hard messages small; at 10
+    # Classifier down: messages up to this many words without code go small. A 200-token line
+    # (about 150 words) sends 93 % of the shipped set's hard messages small; at 10
     # words it is 12 % of hard and 77 % of easy (data/router/README.md).
     fallback_max_words: int = 10
 

@@ -2,9 +2,10 @@
 
 `domain.replica_sim.step_seconds` is a roofline: a step takes the longer of its bytes over the
 GPU's bandwidth times `bandwidth_efficiency` and its FLOPs over the GPU's peak times
-`flops_efficiency`. Both factors came from spec 000's prose. This module takes decode (and,
-optionally, prefill) steps timed on a real GPU (bench/calibrate_gpu.py times them), predicts
-each with `step_seconds` for that GPU, and fits the two factors that best explain them.
+`flops_efficiency`. Both factors came from sizing 000's figures (domain/replica_sim.py). This
+module takes decode (and, optionally, prefill) steps timed on a real GPU (bench/calibrate_gpu.py
+times them), predicts each with `step_seconds` for that GPU, and fits the two factors that best
+explain them.
 
 A decode step of B sequences with C tokens cached each reads the weights plus B x C tokens of
 KV, which the simulator counts as `step_seconds(preset, batch_tokens=B, kv_tokens_read=B*C)`;

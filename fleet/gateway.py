@@ -2,11 +2,16 @@
 router, ladder rung (domain.shedding), context builder (domain.context), token bucket
 (domain.limiter) and refuse-at-door. The picking itself is the pool's (fleet.replicas).
 
-Mirrors gateway/pipeline.py in order: shed by rung, build the prompt inside the tier's window,
-reserve the worst case, pick, refuse at the door if the pick says the wait is too long, settle
-with the real usage at the end. What the simulation leaves out: safety checks, tokenizing (the
-workload draws token counts), compaction (UNFINISHED: no summaries yet, so a conversation past
-its window drops its oldest turns every message, which changes its prefix and re-reads it).
+The platform's gateway learns the rung from its pick, so it picks first (gateway/pipeline.py);
+the simulation reads the region's rung directly, so the order here is: shed by rung, build the
+prompt inside the tier's window, reserve the worst case, then (fleet.engine) pick, refuse at
+the door if the pick's wait is too long, and settle with the real usage at the end. What the
+simulation leaves out: safety checks, tokenizing (the workload draws token counts), the
+difficulty classifier (the workload marks each conversation easy or hard, standing for the
+classifier's verdict, and `route` sends easy ones small), escalation, the breaker's fallback
+chain, and compaction (UNFINISHED: the simulated gateway writes no summaries, so a
+conversation past its window drops its oldest turns every message, which changes its prefix
+and re-reads it).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ class TierRules:
     limit: limiter.Limit
 
 
-# gateway/main.py's defaults: the spec's 8,000 / 32,000-token windows and 25,000 / 250,000
+# gateway/main.py's defaults: 8,000 / 32,000-token windows and 25,000 / 250,000
 # buckets refilling in three hours.
 DEFAULT_TIERS = {
     Tier.FREE: TierRules(8_000, 1_000, limiter.Limit.refilling_in(25_000, 3 * 3600)),
@@ -40,8 +45,9 @@ DEFAULT_TIERS = {
 
 def route(easy: bool, pools: frozenset[str]) -> str:
     """The router, at a conversation's start: easy messages to the small model when there is
-    one. (The platform's difficulty classifier is not built yet; the workload says which
-    conversations it would call easy.)"""
+    one. The platform scores each message with its difficulty classifier (domain/difficulty.py,
+    domain/router.py); the simulation does not run it: the workload says which conversations
+    it would call easy, in the share the workload sets (fleet.workload)."""
     return SMALL_POOL if easy and SMALL_POOL in pools else LARGE_POOL
 
 

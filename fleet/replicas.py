@@ -40,7 +40,7 @@ class PoolSpec:
 
 def prefill_gpu_s_per_token(preset: ReplicaPreset) -> float:
     """GPU-seconds one prompt token costs to read: its FLOPs at the preset's efficiency, the
-    way spec 000 counts prefill GPUs ("reading 3,000 tokens takes 1.05 GPU-seconds")."""
+    way sizing 000 counts prefill GPUs ("reading 3,000 tokens takes 1.05 GPU-seconds")."""
     return 2.0 * preset.params / (preset.peak_flops * preset.flops_efficiency)
 
 

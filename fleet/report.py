@@ -113,7 +113,7 @@ def _markdown(columns: tuple[str, ...], rows: list[list[str]]) -> list[str]:
 
 
 def summary_text(result: ScenarioResult) -> str:
-    """The scenario's tables and its figures against the spec, as markdown."""
+    """The scenario's tables and its figures against sizing 000, as markdown."""
     scenario = result.scenario
     lines = [
         f"# {scenario.title}",
@@ -123,7 +123,7 @@ def summary_text(result: ScenarioResult) -> str:
         f"{scenario.warmup_s:.0f} s for {scenario.measure_s:.0f} s of simulated time. "
         "Real time: " + ", ".join(f"{k} {v:.0f} s" for k, v in result.wall_s.items()) + ".",
         "",
-        "## Figures against spec 000",
+        "## Figures against sizing 000",
         "",
         *_markdown(
             ("figure", "spec", "measured", "band", "within"),

@@ -1,8 +1,8 @@
-"""The figures each scenario checks against spec 000, and the band each is allowed.
+"""The figures each scenario checks against sizing 000, and the band each is allowed.
 
-Bands: the spec's stated tolerance where it gives one (20 % relative for "memory matters", 8
-percentage points for the ladder); elsewhere the spec's own words ("about 2-3 s", "none lost").
-Where the simulation cannot reproduce a figure within the spec's tolerance, the band is the
+Bands: sizing 000's stated tolerance where it gives one (20 % relative for "memory matters", 8
+percentage points for the ladder); elsewhere its own words ("about 2-3 s", "none lost").
+Where the simulation cannot reproduce a figure within that tolerance, the band is the
 honest one and the comment beside it says by how much and why.
 """
 
@@ -19,7 +19,7 @@ from fleet.gateway import LARGE_POOL
 if TYPE_CHECKING:
     from fleet.scenarios import ScenarioResult
 
-PLANNED_PEAK = 3_500.0  # messages/s: the spec's peak, the rate its GPU figures are quoted at
+PLANNED_PEAK = 3_500.0  # messages/s: sizing 000's peak, the rate its GPU figures are quoted at
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +27,7 @@ class Figure:
     """One published figure against what the simulation measured."""
 
     name: str
-    spec: str  # what spec 000 says
+    spec: str  # what sizing 000 says
     measured: float
     low: float  # the band the test accepts
     high: float
@@ -56,7 +56,7 @@ def _points(
 
 def _at_planned_peak(result: ScenarioResult, label: str, pool: str) -> float:
     """Prefill GPUs the full region needs at 3,500 messages/s: the measured prefill cost per
-    message times the spec's peak rate (the way the spec quotes it), so a run whose arrivals
+    message times sizing 000's peak rate (the way it quotes it), so a run whose arrivals
     came out a little off the peak is not counted against the cache."""
     summary = result.summaries[label]
     needed = summary.prefill_gpus_needed[pool] / result.scale
@@ -114,12 +114,12 @@ def memory_matters(result: ScenarioResult) -> list[Figure]:
 
 
 FIXED_POOLS = (
-    "The spec's arithmetic shares the region's GPUs between the two models. The simulated "
+    "Sizing 000's arithmetic shares the region's GPUs between the two models. The simulated "
     "region, like a real one, has a fixed large pool and a fixed small pool: at twice the "
     "plan the small pool is already 1.5x over before any rung (its easy messages alone), and "
     "rung 1 moves hard Free messages onto it, so rungs 1-2 leave it over capacity while the "
     "large pool idles at about 35 %; rung 3 then refuses what the small pool cannot start in "
-    "2 s, about a third of Free messages. With the spec's own costs (0.67 / 0.18 GPU-s) rungs "
+    "2 s, about a third of Free messages. With sizing 000's own costs (0.67 / 0.18 GPU-s) rungs "
     "1-2 need 920 small-model GPUs busy on 566: only GPUs moved between the pools (not "
     "simulated; the platform does not swap models on a node) would bring demand under "
     "capacity."
@@ -230,14 +230,14 @@ def _before_after(result: ScenarioResult, label: str) -> tuple[float, float]:
 
 
 FEW_STREAMS = (
-    "The spec's 100 is a server streaming 100 answers at 30 tokens/s. At the planned peak the "
+    "Sizing 000's 100 is a server streaming 100 answers at 30 tokens/s. At the planned peak the "
     "routed fleet keeps 30 % spare, so a simulated 70B replica holds about 25-35 answers, "
     "which stream at about 75 tokens/s (a small batch's step is short) and end sooner."
 )
 
 
 PREFILL_CAPPED = (
-    "The spec's 1,400 is what prefill would need; the simulation counts the GPU-time spent, "
+    "Sizing 000's 1,400 is what prefill would need; the simulation counts the GPU-time spent, "
     "which cannot pass what the pools have left beside decode (904 + 566 GPUs), so the jump "
     "flattens near or below it (1,086 at seed 1; 1,116 to 1,132 before replicas shared the "
     "system prompt's blocks, whose re-reading after the change then counted too) and lasts "

@@ -1,4 +1,4 @@
-"""Spec 000's scenarios, each a set of runs of the fleet simulator and the figures it checks.
+"""Sizing 000's scenarios, each a set of runs of the fleet simulator and the figures it checks.
 
 The fleets come from the platform's own capacity planner (`chatctl plan`, preset 000): 3,012
 GPUs of 70B for the large-only fleet (753 replicas of 4 H100s), 904 + 566 GPUs for the routed
@@ -27,7 +27,7 @@ from fleet.scenario_figures import Figure
 from fleet.workload import Workload, WorkloadSpec
 
 _PLAN = plan_messages(MessageInputs())
-PLANNED_PEAK = _PLAN.traffic.messages_per_s_peak  # 3,500 messages/s (rounded in the spec)
+PLANNED_PEAK = _PLAN.traffic.messages_per_s_peak  # 3,500 messages/s (rounded in sizing 000)
 LARGE_ONLY = round(_PLAN.fleet.fleet_large_only / H100x4_70B.gpus)
 ROUTED_LARGE = round(_PLAN.fleet.fleet_routed_large / H100x4_70B.gpus)
 ROUTED_SMALL = round(_PLAN.fleet.fleet_routed_small / H100_8B.gpus)

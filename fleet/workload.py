@@ -7,7 +7,7 @@ at `peak_messages_per_s` x curve x spikes once the fleet has warmed up: in stead
 conversation sends all its turns, so messages/s = conversations/s x turns per conversation,
 whatever the think and answer times.
 
-Calibration (spec 000): 100-token messages and 400-token answers on average; "about 3,000
+Calibration (sizing 000): 100-token messages and 400-token answers on average; "about 3,000
 tokens of prompt per message" is the system prompt plus the history plus the new message, so a
 conversation's turn k reads about system + 500 (k - 1) + 100 tokens. With turns per conversation
 geometric of mean m, a message's mean turn is m (size bias: E[n(n+1)/2] / E[n] = 1/p), so a
@@ -83,7 +83,7 @@ class Spike:
 
 
 # Relative message rate by hour of the day, peak = 1: the evening peak of the biggest time zone
-# is about 3x the day's average (spec 000), and nights are quiet.
+# is about 3x the day's average (sizing 000), and nights are quiet.
 EVENING_PEAK = (
     0.15,
     0.1,
@@ -141,7 +141,7 @@ class WorkloadSpec:
     message_tokens: TokenLengths = field(default_factory=lambda: TokenLengths(100, 0.8, 5, 3_000))
     answer_tokens: TokenLengths = field(default_factory=lambda: TokenLengths(400, 0.6, 10, 3_000))
     # A user who sees no first token for this long gives up; the app stops the answer, which
-    # frees its GPU slot (spec 000: "every user waits 10 seconds, many get an error").
+    # frees its GPU slot (sizing 000: "every user waits 10 seconds, many get an error").
     patience_s: float = 10.0
     # Seconds an answer streams at about 30 tokens/s, for sizing the starting population.
     nominal_stream_s: float = 400 / 30

@@ -5,7 +5,7 @@ per-message token counts; a compaction then runs in a task of its own: the small
 through the platform itself (PickReplica on the summary pool, NodeService.Generate), folds the
 old turns into a structured summary, its tokens are counted on the same node, and the store
 takes it with a compare-and-set, so two gateways compacting one conversation never overwrite
-each other. Choices made where the issue is silent:
+each other. Choices made here (docs/decisions.md, "Compaction"):
 
 - The branch compacted ends at the conversation's newest message; refused and empty messages
   are left out, as in every prompt. A summary whose last folded message is not on the branch

@@ -1,8 +1,14 @@
 """The chat pipeline: one user message in, one streamed answer out.
 
-Order: validate and look up (nothing stored yet), idempotency, tokenize, build the context,
-reserve tokens, pick the replica, save the user turn, then generate in a task of its own that
-keeps writing the answer when the client has gone.
+Order (`send`, `_begin`, `_run`): validate ids and content (nothing stored yet); idempotency
+(a run held here or still starting, else with shared runs the message id claimed in Redis);
+an answer already stored is replayed; the user's open-stream cap; the conversation and the
+message answered; the input safety check; the context parts (summary, pinned constraints,
+the branch's turns); the router; the planner (gateway/planner.py: the pick, whose ladder rung
+decides pool and answer cap, falling back large -> small; token counts from the picked node;
+the context that fits; the bucket's reservation); save the user turn; then generate in a task
+of its own that keeps writing the answer when the client has gone, saves it, settles the
+bucket, ends the run and asks the compactor to consider the conversation.
 """
 
 from __future__ import annotations
@@ -357,8 +363,9 @@ class ChatPipeline:
         try:
             answer = await self._store.get_message(user.user_id, request.message_id + ANSWER_SUFFIX)
         except NotFound:
-            # UNFINISHED: the answer of a run whose gateway died is resumed by the gateway issue's
-            # shared event log; here it reads as an error the client can retry with a new id.
+            # The run's gateway died before saving the answer. With shared runs (runs: redis)
+            # another gateway takes it over; here it reads as an error the client can retry
+            # with a new id (docs/decisions.md, "Ids and answers").
             await run.append(Failed(FailureCode.UNAVAILABLE, "the answer was lost"))
             return run
         await run.append(

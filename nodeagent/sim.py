@@ -1,6 +1,6 @@
 """Engine adapter `sim`: a SIMULATED GPU replica, not a model. It answers with made-up text.
 
-`SimEngine` puts `domain.replica_sim.ReplicaSim` (spec 000's step loop on a hardware model of,
+`SimEngine` puts `domain.replica_sim.ReplicaSim` (sizing 000's step loop on a hardware model of,
 say, a 70B on four H100s) behind the Engine interface, in real time: a background task takes
 one step, sleeps the step's simulated duration divided by `speed`, then hands every answer that
 got a token in that step its next piece. So answers stream at the pace, batching, queueing and

@@ -44,7 +44,8 @@ DATA = ROOT / "data" / "router" / "messages.jsonl"
 MODEL = ROOT / "domain" / "data" / "difficulty_model.json"
 SEED = 20240501
 BUCKETS = 1 << 14
-# The bar: at most this share of hard messages may be sent to the small model.
+# The bar: at most this share of hard messages may be sent to the small model (docs/decisions.md,
+# "The router").
 MAX_HARD_SMALL_SHARE = 0.05
 L2 = 1e-3
 STEPS = 3000

@@ -1,5 +1,6 @@
-"""`chatctl simulate`: runs a named scenario of spec 000 on the fleet simulator (fleet/) and
-prints its figures against the spec; with --report, writes its tables and plots there."""
+"""`chatctl simulate`: runs a named scenario of sizing 000 (docs/ARCHITECTURE.md, "Reference
+sizing") on the fleet simulator (fleet/) and prints its figures against that sizing; with
+--report, writes its tables and plots there."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from fleet.scenarios import shortest_duration_s
 
 def add_simulate_parser(commands: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = commands.add_parser(
-        "simulate", help="simulate a region of replicas running a scenario of spec 000"
+        "simulate", help="simulate a region of replicas running a scenario of sizing 000"
     )
     parser.add_argument("scenario", choices=sorted(SCENARIOS), help="the scenario to run")
     parser.add_argument(

@@ -1,5 +1,5 @@
 """Safety checks outside the model: a narrow hard-block check on the user's message, and a
-streaming check on the answer that holds text back until it has been read (spec 002, "Safety").
+streaming check on the answer that holds text back until it has been read.
 
 Compose once per service: `classifier = load_blocklist()`, then `InputGuard(classifier)` for
 messages and a fresh `OutputGuard(classifier, config)` for every answer:

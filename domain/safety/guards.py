@@ -1,4 +1,4 @@
-"""The two safety checkpoints outside the model (spec 002, "Safety"): one on the user's message
+"""The two safety checkpoints outside the model: one on the user's message
 before anything is queued, one on the answer as it streams, holding text back until it is
 checked."""
 
@@ -52,7 +52,7 @@ class StreamCheckConfig:
     cut by a window edge is read whole by the next check. Text reaches the user only once a
     clean check has read it with at least `holdback_tokens` after it: a flagged span of up to
     `holdback_tokens` tokens is then never shown, not even its first words. A check runs every
-    `check_every_tokens` new tokens: 50 keeps the added delay near the spec's 50 tokens (about
+    `check_every_tokens` new tokens: 50 keeps the added delay near sizing 002's 50 tokens (about
     1.2 s at 40 tokens/s); 200 would check back-to-back windows, with fewer classifier calls
     but ~250 tokens before the first text shows."""
 

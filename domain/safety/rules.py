@@ -1,6 +1,6 @@
 """The safety classifier seam, and the default one: a narrow hard-block rule set read from data.
 
-Narrow on purpose (spec 002, "Safety"): the input check covers only categories every platform
+Narrow on purpose: the input check covers only categories every platform
 hard-blocks, with high precision; the model's trained refusals and the output check do the rest.
 A false refusal is a product failure too, so every rule needs more than a scary word to fire."""
 

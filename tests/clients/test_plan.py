@@ -1,4 +1,4 @@
-"""`chatctl plan`: each figure the two sizing specs publish, within 3 %, and the CLI around it."""
+"""`chatctl plan`: each figure the two sizings publish, within 3 %, and the CLI around it."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from clients.chatctl.plan import (
     whole_replicas,
 )
 
-# The specs round their figures; this is how far from a published figure a result may lie.
+# The sizings round their figures; this is how far from a published figure a result may lie.
 TOLERANCE = 0.03
 
 MESSAGES = plan_messages(MessageInputs())
@@ -35,7 +35,7 @@ def within(published: float) -> object:
     return pytest.approx(published, rel=TOLERANCE)
 
 
-# (what spec 000 says, where the planner keeps it, the published figure)
+# (what sizing 000 says, where the planner keeps it, the published figure)
 SPEC_000_FIGURES = [
     ("1,160 messages a second on average", "traffic.messages_per_s_avg", 1160),
     ("3,500 messages a second at the peak", "traffic.messages_per_s_peak", 3500),
@@ -67,7 +67,7 @@ SPEC_000_FIGURES = [
     ("91 TB of conversations a year", "memory.storage_tb_per_year", 91),
 ]
 
-# (what spec 002 says, where the planner keeps it, the published figure)
+# (what sizing 002 says, where the planner keeps it, the published figure)
 SPEC_002_FIGURES = [
     ("160 GB of KV budget per node", "memory.kv_budget_gb", 160),
     ("2.62 GB per 8,000-token session", "memory.session_gb", 2.62),
@@ -115,13 +115,13 @@ def test_spec_002_figure(figure: str, result: str, published: float) -> None:
 
 
 def test_kv_bytes_per_token_of_the_70b_and_8b() -> None:
-    # Spec 000: "about 320 KB per token"; spec 002: "0.33 MB per token, call it 320 KB".
+    # Sizing 000: "about 320 KB per token"; sizing 002: "0.33 MB per token, call it 320 KB".
     assert MESSAGES.memory.kv_bytes_per_token / 1024 == within(320)
     assert SESSIONS.memory.kv_bytes_per_token / 1e6 == within(0.33)
-    # Spec 002: MHA's 64 KV heads give 2.62 MB a token, 84 GB for a 32,000-token conversation.
+    # Sizing 002: MHA's 64 KV heads give 2.62 MB a token, 84 GB for a 32,000-token conversation.
     assert kv_bytes_per_token(80, 64, 128, 2) / 1e6 == within(2.62)
     assert 32_000 * kv_bytes_per_token(80, 64, 128, 2) / 1e9 == within(84)
-    # Spec 002: the 8B (32 layers, 8 KV heads, fp16) is 128 KB a token.
+    # Sizing 002: the 8B (32 layers, 8 KV heads, fp16) is 128 KB a token.
     assert SESSIONS.small_model.kv_bytes_per_token / 1024 == within(128)
 
 
@@ -134,7 +134,7 @@ def test_sharing_the_prefix() -> None:
     assert memory.sessions_shared / memory.sessions_naive == within(1.41)
 
 
-# --- the lever table of spec 002 ---
+# --- the lever table of sizing 002 ---
 
 
 def test_lever_table_rows() -> None:
@@ -207,14 +207,14 @@ def test_fleet_is_whole_replicas() -> None:
 
 
 def test_without_the_cache_prefill_outweighs_decode() -> None:
-    # Spec 000's point: with no prefix cache, reading the prompt costs more than the answer.
+    # Sizing 000's point: with no prefix cache, reading the prompt costs more than the answer.
     no_cache = plan_messages(MessageInputs(cached_history_share=0))
     assert no_cache.gpu_time.large_prefill_gpu_s > no_cache.gpu_time.large_decode_gpu_s
     assert MESSAGES.gpu_time.large_prefill_gpu_s < MESSAGES.gpu_time.large_decode_gpu_s
 
 
 def test_a_longer_ttl_loses_the_duty_cycle() -> None:
-    # Spec 002: at a 90 s TTL the warm-hit rate is 0.97 and most of the 39 % gain is gone.
+    # Sizing 002: at a 90 s TTL the warm-hit rate is 0.97 and most of the 39 % gain is gone.
     long_ttl = plan_sessions(SessionInputs(ttl_s=90))
     assert long_ttl.slots.warm_hit_rate == within(0.97)
     assert long_ttl.slots.duty_cycle < SESSIONS.slots.duty_cycle

@@ -1,4 +1,4 @@
-"""The replica simulator against spec 000: its step loop, its memory, and its single-server case."""
+"""The replica simulator against sizing 000: its step loop, its memory, its single-server case."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from domain.replica_sim import (
     step_seconds,
 )
 
-WITHIN = 0.20  # the done-when: the spec's figures within 20 %
+WITHIN = 0.20  # sizing 000's figures within 20 %
 
 
 def tiny(blocks: int, host_blocks: int = 0) -> ReplicaPreset:

@@ -1,4 +1,4 @@
-"""Spec 000's scenarios at 1/20 of the region, against the spec's published figures.
+"""Sizing 000's scenarios at 1/20 of the region, against its published figures.
 
 Each figure carries its band (fleet/scenario_figures.py says why each band is what it is).
 Every figure must fall inside it, except those marked with a known gap: figures the simulation
@@ -54,13 +54,13 @@ def test_every_gap_is_explained_and_every_scenario_is_covered() -> None:
 
 
 def test_memory_matters_affinity_keeps_far_more_history_than_round_robin() -> None:
-    """What the spec's two prefill figures stand for, whatever their exact values: keeping a
+    """What sizing 000's two prefill figures stand for, whatever their exact values: keeping a
     conversation where its cache is turns most of a prompt's prefill into a cache hit."""
     result = run_scenario("memory-matters", scale=SCALE, variants=("favourite", "round-robin"))
     favourite, round_robin = result.summaries["favourite"], result.summaries["round-robin"]
     # Round-robin finds little beyond the system prompt, which every replica shares.
     assert favourite.history_cached_share > 0.8 > 0.25 > round_robin.history_cached_share
-    # The spec's ratio is 3,600 / 470 = 7.7, against no cache at all. The simulated replicas
+    # Sizing 000's ratio is 3,600 / 470 = 7.7, against no cache at all. The simulated replicas
     # share the system prompt's blocks across conversations, as a real prefix cache does,
     # round-robin's included, so its prompts read 400 tokens fewer: 3.8 here (5.9 at the peak).
     ratio = round_robin.prefill_gpus_needed["large"] / favourite.prefill_gpus_needed["large"]

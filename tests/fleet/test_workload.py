@@ -1,4 +1,4 @@
-"""The workload model: rates that follow the curve, lengths that match the spec's means, and a
+"""The workload model: rates that follow the curve, lengths that match sizing 000's means, and a
 starting population that keeps the message rate steady from the first second."""
 
 from __future__ import annotations

@@ -5,9 +5,10 @@ the uncached prompt plus decode of the answer), for a 70B model with 8B routing.
 from KV-cache bytes: how many conversations fit in a node's free GPU memory, stretched by the TTL
 duty cycle, against the peak concurrency that Little's law gives; then the lever table.
 
-The calculation is pure (dataclasses in, dataclasses out): `inputs`, `messages` (spec 000),
-`sessions` (spec 002 and its levers) and `steps` (each result with its formula). Only `cli`
-(`add_plan_parser`, `run_plan`) touches arguments and stdout. Every value stays unrounded until
+The calculation is pure (dataclasses in, dataclasses out): `inputs`, `messages` (sizing 000),
+`sessions` (sizing 002 and its levers; both sizings: docs/ARCHITECTURE.md, "Reference sizing")
+and `steps` (each result with its formula). Only `cli` (`add_plan_parser`, `run_plan`) touches
+arguments and stdout. Every value stays unrounded until
 it is printed: rounding an intermediate figure (nodes, say) is how two results of one derivation
 stop reconciling.
 """

@@ -104,14 +104,14 @@ def _spec_defaults(name: str) -> str:
 
 
 def add_plan_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register `plan`; every input is a flag whose default is the chosen spec's value."""
+    """Register `plan`; every input is a flag whose default is the chosen sizing's value."""
     parser = subparsers.add_parser(
         "plan",
         help="size a GPU fleet from tokens, step by step",
         description="Size a GPU fleet from tokens. --preset 000 sizes from messages and "
         "GPU-seconds, --preset 002 from KV-cache bytes. Unset flags take the preset's value.",
     )
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="000", help="which spec")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="000", help="which sizing")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     shared = parser.add_argument_group("inputs of both presets")
     groups = {
@@ -126,7 +126,7 @@ def add_plan_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
             type=int if _is_integer(name) else float,
             default=None,
             metavar="N",
-            help=f"{text} (spec default {_spec_defaults(name)})",
+            help=f"{text} (sizing default {_spec_defaults(name)})",
         )
     return parser
 
@@ -178,11 +178,11 @@ def render(inputs: MessageInputs | SessionInputs) -> tuple[str, dict[str, object
     if isinstance(inputs, MessageInputs):
         plan: MessagePlan | SessionPlan = plan_messages(inputs)
         steps = explain(MESSAGE_STEPS, inputs, plan)
-        lines = _table("spec 000: fleet from messages and GPU-seconds", steps)
+        lines = _table("sizing 000: fleet from messages and GPU-seconds", steps)
     else:
         plan = plan_sessions(inputs)
         steps = explain(SESSION_STEPS, inputs, plan)
-        lines = _table("spec 002: fleet from KV-cache bytes", steps)
+        lines = _table("sizing 002: fleet from KV-cache bytes", steps)
         lines += _lever_lines(plan.levers)
     document = {
         "preset": "000" if isinstance(inputs, MessageInputs) else "002",

@@ -1,4 +1,4 @@
-"""The planner's inputs: each spec's figures as defaults, checked when they are constructed."""
+"""The planner's inputs: each sizing's figures as defaults, checked when they are constructed."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from dataclasses import dataclass, fields
 SECONDS_PER_DAY = 86_400
 HOURS_PER_DAY = 24
 DAYS_PER_YEAR = 365
-# Both specs count memory in decimal units: 8,000 tokens x 327,680 B is their "2.62 GB".
+# Both sizings count memory in decimal units: 8,000 tokens x 327,680 B is their "2.62 GB".
 GB = 1e9
 TB = 1e12
 
-# --- Per-token GPU cost of the 70B and 8B models (spec 000, "The numbers that decide it") ---
+# --- Per-token GPU cost of the 70B and 8B models (sizing 000) ---
 # "Writing a 400-token answer takes about 0.53 GPU-seconds."
 LARGE_DECODE_GPU_S_PER_TOKEN = 0.53 / 400
 # "Reading all 3,000 tokens again would take 1.05 GPU-seconds." The cached case (390 tokens in
-# 0.14 GPU-seconds) gives 0.00036 a token, the same figure within the spec's rounding.
+# 0.14 GPU-seconds) gives 0.00036 a token, the same figure within sizing 000's rounding.
 LARGE_PREFILL_GPU_S_PER_TOKEN = 1.05 / 3000
 # The 8B is only given per message: about 0.18 GPU-seconds where the 70B needs 0.67 for the same
 # message. Both of its per-token costs are the 70B's scaled by that ratio.
@@ -52,13 +52,13 @@ def _check_finite_and_sign(
 
 @dataclass(frozen=True, slots=True)
 class MessageInputs:
-    """Spec 000: fleet from messages a day and the GPU-seconds each message costs."""
+    """Sizing 000: fleet from messages a day and the GPU-seconds each message costs."""
 
     daily_users: float = 10_000_000
     messages_per_user: float = 10
     peak_factor: float = 3.0
     prompt_tokens: float = 3000
-    # The spec's 390 uncached tokens are the new message plus the 10 % of history the cache
+    # Sizing 000's 390 uncached tokens are the new message plus the 10 % of history the cache
     # missed: n + 0.1 x (3,000 - n) = 390 gives a 100-token new message.
     new_message_tokens: float = 100
     answer_tokens: float = 400
@@ -69,7 +69,7 @@ class MessageInputs:
     replica_gpus: int = 4
     small_replica_gpus: int = 1
     gpu_dollars_per_hour: float = 3.0
-    # The spec adds "the team" to the GPU bill without a figure. Its two published costs,
+    # Sizing 000 adds "the team" to the GPU bill without a figure. Its two published costs,
     # $1.10 per 1,000 on 1,500 GPUs and $2.20 on 3,000 GPUs (each at $3 x 24 h over 100 M
     # messages a day), leave $2,000 and $4,000 a day beyond the GPUs; this is their midpoint.
     team_dollars_per_day: float = 3000
@@ -80,7 +80,8 @@ class MessageInputs:
     large_decode_gpu_s_per_token: float = LARGE_DECODE_GPU_S_PER_TOKEN
     small_prefill_gpu_s_per_token: float = SMALL_PREFILL_GPU_S_PER_TOKEN
     small_decode_gpu_s_per_token: float = SMALL_DECODE_GPU_S_PER_TOKEN
-    # The same 70B as spec 002 (80 layers, 8 KV heads of 128, fp16): spec 000's 320 KB a token.
+    # The same 70B as sizing 002 (80 layers, 8 KV heads of 128, fp16): sizing 000's 320 KB
+    # a token.
     layers: int = 80
     kv_heads: int = 8
     head_dim: int = 128
@@ -111,7 +112,7 @@ class MessageInputs:
 
 @dataclass(frozen=True, slots=True)
 class SessionInputs:
-    """Spec 002: fleet from the KV-cache bytes each resident conversation holds."""
+    """Sizing 002: fleet from the KV-cache bytes each resident conversation holds."""
 
     layers: int = 80
     kv_heads: int = 8
@@ -139,7 +140,7 @@ class SessionInputs:
     small_layers: int = 32
     small_kv_heads: int = 8
     small_weights_gb: float = 16
-    # The spec gives the 8B "a 60 GB KV budget on one GPU": 80 - 16 GB of weights - this.
+    # Sizing 002 gives the 8B "a 60 GB KV budget on one GPU": 80 - 16 GB of weights - this.
     small_activations_gb: float = 4
     small_session_share: float = 0.6
 

@@ -1,4 +1,4 @@
-"""Spec 000: the fleet from messages a day and the GPU-seconds each message costs."""
+"""Sizing 000: the fleet from messages a day and the GPU-seconds each message costs."""
 
 from __future__ import annotations
 
@@ -177,7 +177,7 @@ def _conversation_memory(i: MessageInputs, traffic: Traffic) -> ConversationMemo
 
 
 def plan_messages(i: MessageInputs) -> MessagePlan:
-    """Spec 000's sizing: messages/s -> GPU-seconds per message -> busy GPUs -> fleet -> $."""
+    """Sizing 000's sizing: messages/s -> GPU-seconds per message -> busy GPUs -> fleet -> $."""
     traffic = _traffic(i)
     gpu = _gpu_time(i, traffic.messages_per_s_peak)
     fleet = _fleet(i, traffic.messages_per_s_peak, gpu)

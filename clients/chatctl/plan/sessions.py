@@ -1,4 +1,4 @@
-"""Spec 002: the fleet from the KV-cache bytes each resident conversation holds, the 8B's
+"""Sizing 002: the fleet from the KV-cache bytes each resident conversation holds, the 8B's
 capacity per GPU, and the lever table (the same sizing with one input changed per row)."""
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ def _decode_check(
 
 
 def size_sessions(i: SessionInputs) -> SessionSizing:
-    """Spec 002's steps 1-7: KV bytes -> sessions per node -> Little's law -> GPUs -> $."""
+    """Sizing 002's steps 1-7: KV bytes -> sessions per node -> Little's law -> GPUs -> $."""
     memory = _node_memory(i)
     slots = _slot_time(i)
     per_node = memory.sessions_shared * slots.duty_cycle
@@ -235,7 +235,7 @@ def _lever(name: str, change: str, gpus: float, price: float, base: SessionFleet
 
 
 def lever_table(i: SessionInputs, base: SessionSizing, small: SessionSizing) -> list[LeverRow]:
-    """Spec 002's lever table: the same sizing with one input changed per row."""
+    """Sizing 002's lever table: the same sizing with one input changed per row."""
     peak = base.fleet.concurrent_peak
     unshared = base.memory.sessions_naive * base.slots.duty_cycle
     compacted = i.conversation_tokens - i.compaction_saved_tokens
@@ -270,7 +270,7 @@ def lever_table(i: SessionInputs, base: SessionSizing, small: SessionSizing) -> 
 
 
 def plan_sessions(i: SessionInputs) -> SessionPlan:
-    """Spec 002's sizing, the 8B's per-GPU capacity, and the lever table."""
+    """Sizing 002's sizing, the 8B's per-GPU capacity, and the lever table."""
     base = size_sessions(i)
     small_model, small = _small_model(i, base)
     return SessionPlan(

@@ -1,4 +1,4 @@
-"""Steps: each result with the formula that produced it, numbers filled in, for both specs."""
+"""Steps: each result with the formula that produced it, numbers filled in, for both sizings."""
 
 from __future__ import annotations
 
