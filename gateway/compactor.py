@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
@@ -50,6 +50,7 @@ from domain.errors import NotFound, Unavailable
 from domain.types import Finish, Role, Tier, Turn
 from gateway.node_client import Chunk, GenerateSpec, Generation, NodeClient, StreamBroken
 from gateway.scheduler_client import ReplicaPick, SchedulerClient
+from gateway.stored_context import as_turn, branch, folded_count
 from store.base import Store
 from store.records import ConversationRecord, MessageRecord
 
@@ -59,64 +60,6 @@ PAUSE_AT_RUNG = 2
 SUMMARY_TEMPERATURE = 0.2
 # A context size to assume when the scheduler does not report the replica's.
 UNKNOWN_CONTEXT_TOKENS = 4096
-
-
-def branch(messages: Sequence[MessageRecord], tip: MessageRecord | None) -> list[MessageRecord]:
-    """The messages from the conversation's first to tip along parent links, oldest first,
-    without refused or empty ones (no prompt includes them)."""
-    by_seq = {m.seq: m for m in messages}
-    chain: list[MessageRecord] = []
-    cursor = tip
-    while cursor is not None:
-        if cursor.content and cursor.finish != Finish.REFUSED.value:
-            chain.append(cursor)
-        cursor = by_seq.get(cursor.parent_seq) if cursor.parent_seq else None
-    chain.reverse()
-    return chain
-
-
-def _turn(message: MessageRecord) -> Turn:
-    return Turn(message.role, message.content, message.tokens)
-
-
-def _folded_count(conversation: ConversationRecord, chain: Sequence[MessageRecord]) -> int:
-    """How many of the chain's messages the stored summary holds; 0 when it holds none of
-    this branch (no summary, or one made on a branch the user has since left)."""
-    upto = conversation.summary_upto_seq
-    if not conversation.summary or upto <= 0:
-        return 0
-    for index, message in enumerate(chain):
-        if message.seq == upto:
-            return index + 1
-    return 0
-
-
-@dataclass(frozen=True, slots=True)
-class ContextParts:
-    """What ContextBuilder.build takes from a stored conversation."""
-
-    summary: Turn | None
-    pinned: Turn | None
-    # The turns after the summary point, oldest first.
-    history: list[Turn]
-
-
-def context_parts(
-    conversation: ConversationRecord | None, chain: Sequence[MessageRecord]
-) -> ContextParts:
-    """Summary turn, pinned turn and history for a prompt on `chain` (see `branch`)."""
-    if conversation is None:
-        return ContextParts(None, None, [_turn(m) for m in chain])
-    folded = _folded_count(conversation, chain)
-    if folded == 0:
-        return ContextParts(None, None, [_turn(m) for m in chain])
-    summary = Turn(Role.SYSTEM, conversation.summary, conversation.summary_tokens)
-    pinned = (
-        Turn(Role.SYSTEM, conversation.pinned, conversation.pinned_tokens)
-        if conversation.pinned
-        else None
-    )
-    return ContextParts(summary, pinned, [_turn(m) for m in chain[folded:]])
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +73,7 @@ class _Snapshot:
 
     @property
     def turns(self) -> list[Turn]:
-        return [_turn(m) for m in self.chain]
+        return [as_turn(m) for m in self.chain]
 
 
 class _Deferred(Exception):
@@ -231,7 +174,7 @@ class Compactor:
             return None
         # The newest message is the tip: the branch the conversation is going on with.
         chain = branch(messages, messages[-1])
-        return _Snapshot(user_id, conversation, chain, _folded_count(conversation, chain))
+        return _Snapshot(user_id, conversation, chain, folded_count(conversation, chain))
 
     def _needed(
         self, snapshot: _Snapshot, window_tokens: int, answer_reserve: int, system_tokens: int

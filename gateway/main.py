@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import structlog
 from prometheus_client import CollectorRegistry, Gauge
 from redis.asyncio import Redis
 
@@ -36,8 +34,9 @@ from gateway.node_client import NodeClient
 from gateway.pipeline import ChatPipeline
 from gateway.planner import PipelinePolicy, TierPolicy
 from gateway.policies import MessagePolicies
-from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
 from gateway.redis_buckets import RedisBuckets, connect
+from gateway.redis_run_sharing import RedisRunSharing
+from gateway.run_sharing import LocalRuns, RunSharing
 from gateway.runs import RunRegistry
 from gateway.scheduler_client import SchedulerClient
 from gateway.servicer import ChatServicer
@@ -197,41 +196,17 @@ def connect_redis(config: GatewayConfig) -> Redis | None:
     return connect(config.redis_url)
 
 
-def build_shared_runs(config: GatewayConfig, redis: Redis | None) -> SharedRuns | None:
-    if config.runs != "redis":
-        return None
-    assert redis is not None
+def build_run_sharing(
+    config: GatewayConfig, redis: Redis | None, runs: RunRegistry, metrics: GatewayMetrics
+) -> RunSharing:
+    if config.runs != "redis" or redis is None:
+        return LocalRuns()
     settings = SharedRunsConfig(
         liveness_s=config.gateway_liveness_s, keep_after_end_s=int(config.keep_ended_runs_s)
     )
     waiter = Redis.from_url(config.redis_url, socket_timeout=settings.follow_block_s + 5.0,
                             socket_connect_timeout=0.5)  # fmt: skip
-    return SharedRuns(redis, settings, waiter=waiter)
-
-
-async def _sweep_forever(pipeline: ChatPipeline, interval_s: float) -> None:
-    log = structlog.get_logger(component="sweeper")
-    while True:
-        await asyncio.sleep(interval_s)
-        try:
-            await pipeline.sweep_orphans()
-        except REDIS_UNAVAILABLE as error:
-            log.warning("orphan sweep skipped: redis unreachable", error=str(error))
-
-
-def _shared_run_tasks(
-    pipeline: ChatPipeline, shared: SharedRuns | None
-) -> list[asyncio.Task[None]]:
-    """This gateway's liveness, stops asked elsewhere, and the sweep for dead gateways' runs."""
-    if shared is None:
-        return []
-    return [
-        asyncio.create_task(shared.keep_alive(), name="liveness"),
-        asyncio.create_task(shared.watch_stops(pipeline.relay_stop), name="stops"),
-        asyncio.create_task(
-            _sweep_forever(pipeline, shared.config.sweep_interval_s), name="sweeper"
-        ),
-    ]
+    return RedisRunSharing(SharedRuns(redis, settings, waiter=waiter), runs, metrics)
 
 
 async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
@@ -243,8 +218,9 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
     runs = RunRegistry(time.monotonic, config.keep_ended_runs_s)
     redis_client = connect_redis(config)
     buckets = build_buckets(config, policy, redis_client)
-    shared = build_shared_runs(config, redis_client)
     registry = CollectorRegistry()
+    metrics = GatewayMetrics(registry)
+    sharing = build_run_sharing(config, redis_client, runs, metrics)
     pipeline = ChatPipeline(
         store,
         scheduler,
@@ -253,8 +229,8 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         buckets,
         policy,
         time.monotonic,
-        shared,
-        GatewayMetrics(registry),
+        sharing,
+        metrics,
         build_policies(config),
         build_compactor(config, store, scheduler, nodes),
     )
@@ -265,29 +241,24 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
     )
     streaming = Gauge("gateway_answers_streaming", "answers being generated", registry=registry)
     streaming.set_function(lambda: len(runs.running()))
-    metrics = MetricsServer(registry, config.metrics_listen)
+    metrics_server = MetricsServer(registry, config.metrics_listen)
     await server.start()
     await server.set_serving(True)
-    await metrics.start()
-    background = _shared_run_tasks(pipeline, shared)
-    write_ready_file(config.ready_file, {"grpc": server.address, "metrics": metrics.port})
-    log.info("gateway ready", grpc=server.address, metrics_port=metrics.port)
+    await metrics_server.start()
+    background = sharing.start(pipeline.resume)
+    write_ready_file(config.ready_file, {"grpc": server.address, "metrics": metrics_server.port})
+    log.info("gateway ready", grpc=server.address, metrics_port=metrics_server.port)
     await stop.wait()
     # New calls are refused from here; answers already running finish and are saved.
     await server.set_serving(False)
     await pipeline.close(config.shutdown_grace_s)
-    for task in background:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    if shared is not None:
-        await shared.retire()
+    await sharing.retire(background)
     await server.stop(grace_s=2.0)
     await scheduler.close()
     await nodes.close()
     if redis_client is not None:
         await redis_client.aclose()
-    await metrics.stop()
+    await metrics_server.stop()
     await store.close()
     log.info("gateway stopped")
 

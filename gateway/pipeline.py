@@ -19,7 +19,7 @@ import hashlib
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,11 +38,11 @@ from domain.errors import (
 )
 from domain.router import RouteDecision
 from domain.safety import Verdict
-from domain.types import Finish, Role, Turn, Usage, User
+from domain.types import Finish, Role, Usage, User
 from gateway import completions
 from gateway.answers import Answer, AnswerWriter, Plan
 from gateway.buckets import Buckets
-from gateway.compactor import Compactor, ContextParts, branch, context_parts
+from gateway.compactor import Compactor
 from gateway.completions import CompleteRequest
 from gateway.metrics import GatewayMetrics
 from gateway.node_client import NodeClient
@@ -50,12 +50,9 @@ from gateway.planner import (
     PipelinePolicy,
     Planner,
     PoolsDown,
-    PromptSize,
-    TierPolicy,
-    estimate_tokens,
 )
 from gateway.policies import MessagePolicies
-from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
+from gateway.run_sharing import Claim, FollowedRun, LocalRuns, RunSharing
 from gateway.runs import (
     Delta,
     Done,
@@ -67,7 +64,8 @@ from gateway.runs import (
     RunRegistry,
 )
 from gateway.scheduler_client import SchedulerClient
-from gateway.shared_runs import OwnershipLost, RemoteRun, SharedRuns
+from gateway.shared_runs import OwnershipLost
+from gateway.stored_context import ContextParts, branch, context_parts
 from store.base import Store
 from store.records import ConversationRecord, MessageRecord, NewMessage
 
@@ -109,7 +107,7 @@ class ChatPipeline:
         buckets: Buckets,
         policy: PipelinePolicy,
         clock: Callable[[], float],
-        shared: SharedRuns | None = None,
+        sharing: RunSharing | None = None,
         metrics: GatewayMetrics | None = None,
         policies: MessagePolicies | None = None,
         compactor: Compactor | None = None,
@@ -119,8 +117,7 @@ class ChatPipeline:
         self._metrics = metrics or GatewayMetrics(CollectorRegistry())
         self._policies = policies or MessagePolicies()
         self._store = store
-        # None: runs live in this process only (the embedded default); else shared in Redis.
-        self._shared = shared
+        self._sharing = sharing or LocalRuns()
         breakers = Breakers(policy.breaker, clock)
         self._planner = Planner(scheduler, nodes, buckets, policy, breakers, self._metrics)
         self._writer = AnswerWriter(scheduler, nodes, policy.streaming, self._metrics, breakers,
@@ -130,12 +127,12 @@ class ChatPipeline:
         self._buckets = buckets
         self._policy = policy
         self._tasks: set[asyncio.Task[None]] = set()
-        self._starting: dict[tuple[str, str], asyncio.Future[MessageRun | RemoteRun]] = {}
+        self._starting: dict[tuple[str, str], asyncio.Future[MessageRun | FollowedRun]] = {}
         self._log = structlog.get_logger(component="pipeline")
 
     # Sending ------------------------------------------------------------------------------------
 
-    async def send(self, user: User, request: SendRequest) -> MessageRun | RemoteRun:
+    async def send(self, user: User, request: SendRequest) -> MessageRun | FollowedRun:
         self._validate(request)
         fingerprint = _fingerprint(request)
         key = (user.user_id, request.message_id)
@@ -147,7 +144,7 @@ class ChatPipeline:
             if existing.fingerprint != fingerprint:
                 raise Conflict(f"message id {request.message_id!r} was used for another message")
             return existing
-        starting: asyncio.Future[MessageRun | RemoteRun] = (
+        starting: asyncio.Future[MessageRun | FollowedRun] = (
             asyncio.get_running_loop().create_future()
         )
         self._starting[key] = starting
@@ -165,40 +162,28 @@ class ChatPipeline:
 
     async def _begin(
         self, user: User, request: SendRequest, fingerprint: str
-    ) -> MessageRun | RemoteRun:
-        shared = self._shared
-        if shared is not None:
-            try:
-                held = await shared.claim(
-                    user.user_id, request.message_id, fingerprint, request.conversation_id
-                )
-            except REDIS_UNAVAILABLE as error:
-                # Answering matters more than sharing: this run lives here only, as if Redis
-                # were not configured (a retry at another gateway could run the model again).
-                self._log.warning("runs not shared: redis unreachable", error=str(error))
-                shared = held = None
-            if held is not None:
-                if held.fingerprint != fingerprint:
-                    raise Conflict(
-                        f"message id {request.message_id!r} was used for another message"
-                    )
-                return self._remote(user.user_id, request.message_id)
+    ) -> MessageRun | FollowedRun:
+        claim = await self._sharing.claim(user.user_id, request.message_id, fingerprint,
+                                          request.conversation_id, self.resume)  # fmt: skip
+        if claim.held is not None:
+            if claim.held.fingerprint != fingerprint:
+                raise Conflict(f"message id {request.message_id!r} was used for another message")
+            return claim.held
         try:
             run = await self._replay_stored(user, request, fingerprint) or await self._run(
-                user, request, fingerprint, shared is not None
+                user, request, fingerprint, claim
             )
         except BaseException:
-            if shared is not None:
-                await shared.release(user.user_id, request.message_id)
+            await claim.release()
             raise
-        if shared is not None and run.sink is None:
+        if run.sink is None:
             # Answered without the model (from the store, or a composed "busy" answer):
             # nothing for other gateways to follow, and a retry may yet run it for real.
-            await shared.release(user.user_id, request.message_id)
+            await claim.release()
         return run
 
     async def _run(
-        self, user: User, request: SendRequest, fingerprint: str, shared: bool
+        self, user: User, request: SendRequest, fingerprint: str, claim: Claim
     ) -> MessageRun:
         arrived = time.monotonic()
         self._check_open_streams(user)
@@ -236,9 +221,7 @@ class ChatPipeline:
             self._runs.discard(run)
             await self._buckets.settle(user.user_id, user.tier, plan.reserved, 0.0)
             raise
-        if shared and self._shared is not None:
-            await self._shared.record_plan(user.user_id, run.message_id, plan, user_turn.seq)
-            run.sink = self._sink(user.user_id, run.message_id)
+        await claim.publish(run, plan, user_turn.seq)
         self._start(run, self._drive(run, user, plan, answer_parent_seq=user_turn.seq))
         return run
 
@@ -313,22 +296,7 @@ class ChatPipeline:
         route = self._policies.route(newest, user.tier, "", request.pool,
                                      self._policy.default_pool)  # fmt: skip
         self._metrics.routes.labels(route.reason.value, route.pool).inc()
-        # The client resends its history each turn: all but the newest turn is what the
-        # favourite replica's prefix cache holds, exactly as for a stored conversation.
-        history = sum(estimate_tokens(t.text) for t in request.turns[:-1])
-        size = PromptSize(history + estimate_tokens(newest), history)
-        pick, tier, pool = await self._planner.shed(user, key, route.pool, size)
-        answer = completions.answer_cap(tier.max_answer_tokens, request.max_tokens)
-        system, turns = completions.split_system(request, self._policy.system_prompt)
-        counts = await self._planner.tokenize(pick, [system.text, *(t.text for t in turns)])
-        prompt = completions.fit(
-            Turn(system.role, system.text, counts[0]),
-            [Turn(t.role, t.text, n) for t, n in zip(turns, counts[1:], strict=True)],
-            tier.window_tokens,
-            answer,
-        )
-        capped = TierPolicy(tier.window_tokens, answer, tier.limit)
-        plan = await self._planner.admit(user, pick, pool, capped, prompt)
+        plan = await self._planner.plan_completion(user, key, request, route.pool)
         self._runs.add(run)
         self._start(run, self._drive_completion(run, user, plan))
         return run
@@ -472,8 +440,7 @@ class ChatPipeline:
             self._runs.discard(run)
             return
         self._runs.mark_ended(run)
-        if run.sink is not None and self._shared is not None:
-            await self._shared.end(run.user_id, run.message_id)
+        await self._sharing.end(run)
         if store_answer and self._compactor is not None:
             # After `done`: the user never waits for this; it reads one row when nothing is due.
             system_tokens = plan.prompt.turns[0].tokens
@@ -508,21 +475,22 @@ class ChatPipeline:
 
     # Reading ------------------------------------------------------------------------------------
 
-    async def attach(self, user: User, message_id: str) -> MessageRun | RemoteRun:
+    async def attach(self, user: User, message_id: str) -> MessageRun | FollowedRun:
         check_id("message id", message_id)
-        run = self._runs.get(user.user_id, message_id)
-        if run is not None:
-            return run
-        if self._shared is not None and await self._shared.exists(user.user_id, message_id):
-            return self._remote(user.user_id, message_id)
-        raise NotFound(f"no answer {message_id!r} is streaming or recently ended")
+        run = self._runs.get(user.user_id, message_id) or await self._sharing.find(
+            user.user_id, message_id, self.resume
+        )
+        if run is None:
+            raise NotFound(f"no answer {message_id!r} is streaming or recently ended")
+        return run
 
     async def stop(self, user: User, message_id: str) -> bool:
         check_id("message id", message_id)
         run = self._runs.get(user.user_id, message_id)
         if run is None:
-            if self._shared is not None and await self._shared.exists(user.user_id, message_id):
-                return await self._shared.ask_stop(user.user_id, message_id)
+            asked = await self._sharing.ask_stop(user.user_id, message_id)
+            if asked is not None:
+                return asked
             await self._store.get_message(user.user_id, message_id)  # NotFound if it never was
             return False
         if run.ended:
@@ -530,63 +498,11 @@ class ChatPipeline:
         run.stop_requested.set()
         return True
 
-    # Shared runs ----------------------------------------------------------------------------------
-
-    def _sink(self, user_id: str, message_id: str) -> Callable[[int, Event], Awaitable[None]]:
-        shared = self._shared
-        assert shared is not None
-
-        async def write(event_id: int, event: Event) -> None:
-            await shared.append(user_id, message_id, event_id, event)
-
-        return write
-
-    def _remote(self, user_id: str, message_id: str) -> RemoteRun:
-        assert self._shared is not None
-        return RemoteRun(self._shared, user_id, message_id,
-                         lambda: self.take_over(user_id, message_id))  # fmt: skip
-
-    async def take_over(self, user_id: str, message_id: str) -> None:
-        """Continues a run whose gateway died, from the text in its log; does nothing when
-        the owner is alive, the run ended, or another gateway got there first."""
-        assert self._shared is not None
-        orphan = await self._shared.take_over(user_id, message_id)
-        if orphan is None:
-            return
-        events = await self._shared.read_all(user_id, message_id)
-        run = MessageRun(user_id, orphan.conversation_id, message_id, orphan.fingerprint, events)
-        if run.ended:
-            # The owner died after the answer's last event, which it writes after saving.
-            await self._shared.end(user_id, message_id)
-            return
-        run.sink = self._sink(user_id, message_id)
-        if orphan.stop_requested:
-            run.stop_requested.set()
-        self._runs.add(run)
-        pieces = [event.text for event in events if isinstance(event, Delta)]
-        # The log keeps what was shown, not token counts: a delta stands in for a token.
-        answer = Answer(served_by=orphan.plan.pick, pieces=pieces, shown=list(pieces),
-                        tokens=len(pieces))  # fmt: skip
-        self._metrics.takeovers.inc()
-        self._log.info("took over a run whose gateway died", message_id=message_id,
-                       events=len(events))  # fmt: skip
-        user = User(user_id, orphan.plan.tier)
-        self._start(run, self._drive(run, user, orphan.plan, orphan.answer_parent_seq,
-                                     resumed=answer))  # fmt: skip
-
-    async def sweep_orphans(self) -> int:
-        """Takes over every run whose gateway died; how many were found."""
-        assert self._shared is not None
-        found = await self._shared.orphans()
-        for user_id, message_id in found:
-            await self.take_over(user_id, message_id)
-        return len(found)
-
-    async def relay_stop(self, user_id: str, message_id: str) -> None:
-        """A stop asked at another gateway for a run this one writes."""
-        run = self._runs.get(user_id, message_id)
-        if run is not None and not run.ended:
-            run.stop_requested.set()
+    def resume(
+        self, run: MessageRun, user: User, plan: Plan, answer_parent_seq: int | None, answer: Answer
+    ) -> None:
+        """Goes on writing a run taken over from a dead gateway, from the answer so far."""
+        self._start(run, self._drive(run, user, plan, answer_parent_seq, resumed=answer))
 
     async def close(self, grace_s: float) -> None:
         """Lets running answers finish (and be saved), then cancels what is left."""

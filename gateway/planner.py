@@ -15,12 +15,14 @@ from domain.context import ContextBuilder, Prompt
 from domain.errors import MessageTooLarge, NoReplica, ResourceExhausted, Unavailable
 from domain.shedding import SheddingPolicy, refuse_at_door, shed
 from domain.types import Role, Tier, Turn, User
+from gateway import completions
 from gateway.answers import Plan, StreamTimeouts
 from gateway.buckets import Buckets
-from gateway.compactor import ContextParts
+from gateway.completions import CompleteRequest
 from gateway.metrics import GatewayMetrics
 from gateway.node_client import NodeClient
 from gateway.scheduler_client import ReplicaPick, SchedulerClient
+from gateway.stored_context import ContextParts
 
 
 class PoolsDown(Unavailable):
@@ -113,6 +115,27 @@ class Planner:
             )
         prompt = builder.build(parts.summary, parts.history, new, parts.pinned)
         return await self.admit(user, pick, pool, tier, prompt)
+
+    async def plan_completion(
+        self, user: User, affinity_key: str, request: CompleteRequest, pool: str
+    ) -> Plan:
+        """The same for a stateless completion: the caller sent the whole history."""
+        # The client resends its history each turn: all but the newest turn is what the
+        # favourite replica's prefix cache holds, exactly as for a stored conversation.
+        history = sum(estimate_tokens(t.text) for t in request.turns[:-1])
+        size = PromptSize(history + estimate_tokens(request.turns[-1].text), history)
+        pick, tier, pool = await self.shed(user, affinity_key, pool, size)
+        answer = completions.answer_cap(tier.max_answer_tokens, request.max_tokens)
+        system, turns = completions.split_system(request, self._policy.system_prompt)
+        counts = await self.tokenize(pick, [system.text, *(t.text for t in turns)])
+        prompt = completions.fit(
+            Turn(system.role, system.text, counts[0]),
+            [Turn(t.role, t.text, n) for t, n in zip(turns, counts[1:], strict=True)],
+            tier.window_tokens,
+            answer,
+        )
+        capped = TierPolicy(tier.window_tokens, answer, tier.limit)
+        return await self.admit(user, pick, pool, capped, prompt)
 
     async def shed(
         self, user: User, conversation_id: str, pool: str, size: PromptSize

@@ -147,6 +147,7 @@ class RemoteRun:
     shared: SharedRuns
     user_id: str
     message_id: str
+    fingerprint: str
     # Checks on the owner when the log is quiet, and takes the run over if it died.
     on_idle: Callable[[], Awaitable[None]]
 

@@ -1,0 +1,155 @@
+"""Runs shared by every gateway through Redis (gateway/shared_runs.py holds the keys): a
+retry at any gateway follows the first attempt, a stop reaches the gateway that writes the
+answer, and the answers of a gateway that died are taken over by the others and continued
+from the text already in their log."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import structlog
+
+from domain.types import User
+from gateway.answers import Answer, Plan
+from gateway.metrics import GatewayMetrics
+from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
+from gateway.run_sharing import LOCAL_CLAIM, Claim, FollowedRun, Resume
+from gateway.runs import Delta, Event, MessageRun, RunRegistry
+from gateway.shared_runs import RemoteRun, SharedRuns
+
+
+@dataclass(slots=True)
+class _SharedClaim:
+    sharing: RedisRunSharing
+    user_id: str
+    message_id: str
+    held: FollowedRun | None = None
+
+    async def publish(self, run: MessageRun, plan: Plan, answer_parent_seq: int | None) -> None:
+        await self.sharing.shared.record_plan(self.user_id, self.message_id, plan,
+                                              answer_parent_seq)  # fmt: skip
+        run.sink = self.sharing.sink(self.user_id, self.message_id)
+
+    async def release(self) -> None:
+        await self.sharing.shared.release(self.user_id, self.message_id)
+
+
+class RedisRunSharing:
+    def __init__(self, shared: SharedRuns, runs: RunRegistry, metrics: GatewayMetrics) -> None:
+        self.shared = shared
+        self._runs = runs
+        self._metrics = metrics
+        self._log = structlog.get_logger(component="run-sharing")
+
+    async def claim(
+        self, user_id: str, message_id: str, fingerprint: str, conversation_id: str, resume: Resume
+    ) -> Claim:
+        try:
+            held = await self.shared.claim(user_id, message_id, fingerprint, conversation_id)
+        except REDIS_UNAVAILABLE as error:
+            # Answering matters more than sharing: this run lives here only, as if Redis
+            # were not configured (a retry at another gateway could run the model again).
+            self._log.warning("runs not shared: redis unreachable", error=str(error))
+            return LOCAL_CLAIM
+        claim = _SharedClaim(self, user_id, message_id)
+        if held is not None:
+            claim.held = self._remote(user_id, message_id, held.fingerprint, resume)
+        return claim
+
+    def sink(self, user_id: str, message_id: str) -> Callable[[int, Event], Awaitable[None]]:
+        """Writes each of the run's events to the shared log before local followers see it."""
+        shared = self.shared
+
+        async def write(event_id: int, event: Event) -> None:
+            await shared.append(user_id, message_id, event_id, event)
+
+        return write
+
+    async def end(self, run: MessageRun) -> None:
+        if run.sink is not None:
+            await self.shared.end(run.user_id, run.message_id)
+
+    async def find(self, user_id: str, message_id: str, resume: Resume) -> FollowedRun | None:
+        existing = await self.shared.exists(user_id, message_id)
+        if existing is None:
+            return None
+        return self._remote(user_id, message_id, existing.fingerprint, resume)
+
+    async def ask_stop(self, user_id: str, message_id: str) -> bool | None:
+        if await self.shared.exists(user_id, message_id) is None:
+            return None
+        return await self.shared.ask_stop(user_id, message_id)
+
+    def _remote(self, user_id: str, message_id: str, fingerprint: str, resume: Resume) -> RemoteRun:
+        return RemoteRun(self.shared, user_id, message_id, fingerprint,
+                         lambda: self.take_over(user_id, message_id, resume))  # fmt: skip
+
+    # Takeover ------------------------------------------------------------------------------------
+
+    async def take_over(self, user_id: str, message_id: str, resume: Resume) -> None:
+        """Continues a run whose gateway died, from the text in its log; does nothing when
+        the owner is alive, the run ended, or another gateway got there first."""
+        orphan = await self.shared.take_over(user_id, message_id)
+        if orphan is None:
+            return
+        events = await self.shared.read_all(user_id, message_id)
+        run = MessageRun(user_id, orphan.conversation_id, message_id, orphan.fingerprint, events)
+        if run.ended:
+            # The owner died after the answer's last event, which it writes after saving.
+            await self.shared.end(user_id, message_id)
+            return
+        run.sink = self.sink(user_id, message_id)
+        if orphan.stop_requested:
+            run.stop_requested.set()
+        self._runs.add(run)
+        pieces = [event.text for event in events if isinstance(event, Delta)]
+        # The log keeps what was shown, not token counts: a delta stands in for a token.
+        answer = Answer(served_by=orphan.plan.pick, pieces=pieces, shown=list(pieces),
+                        tokens=len(pieces))  # fmt: skip
+        self._metrics.takeovers.inc()
+        self._log.info("took over a run whose gateway died", message_id=message_id,
+                       events=len(events))  # fmt: skip
+        resume(run, User(user_id, orphan.plan.tier), orphan.plan, orphan.answer_parent_seq, answer)
+
+    async def sweep_orphans(self, resume: Resume) -> int:
+        """Takes over every run whose gateway died; how many were found."""
+        found = await self.shared.orphans()
+        for user_id, message_id in found:
+            await self.take_over(user_id, message_id, resume)
+        return len(found)
+
+    async def relay_stop(self, user_id: str, message_id: str) -> None:
+        """A stop asked at another gateway for a run this one writes."""
+        run = self._runs.get(user_id, message_id)
+        if run is not None and not run.ended:
+            run.stop_requested.set()
+
+    # Background work ----------------------------------------------------------------------------
+
+    def start(self, resume: Resume) -> list[asyncio.Task[None]]:
+        """This gateway's liveness, stops asked elsewhere, and the sweep for dead gateways'
+        runs; cancel the tasks to stop them."""
+        return [
+            asyncio.create_task(self.shared.keep_alive(), name="liveness"),
+            asyncio.create_task(self.shared.watch_stops(self.relay_stop), name="stops"),
+            asyncio.create_task(self._sweep_forever(resume), name="sweeper"),
+        ]
+
+    async def _sweep_forever(self, resume: Resume) -> None:
+        while True:
+            await asyncio.sleep(self.shared.config.sweep_interval_s)
+            try:
+                await self.sweep_orphans(resume)
+            except REDIS_UNAVAILABLE as error:
+                self._log.warning("orphan sweep skipped: redis unreachable", error=str(error))
+
+    async def retire(self, tasks: list[asyncio.Task[None]]) -> None:
+        """At shutdown, after every run ended: the tasks stop and nothing is left to take over."""
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.shared.retire()
