@@ -6,6 +6,7 @@ import grpc
 
 from chat.v1 import node_service_pb2_grpc, scheduler_service_pb2, scheduler_service_pb2_grpc
 from domain.errors import InvalidArgument, Unavailable
+from infra.tls import TlsConfig, open_channel
 
 _CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 10_000),
@@ -18,8 +19,12 @@ class NoReplica(Unavailable):
 
 
 class Upstreams:
-    def __init__(self, scheduler_address: str, rpc_timeout_s: float = 5.0) -> None:
-        self._scheduler_channel = grpc.aio.insecure_channel(scheduler_address, _CHANNEL_OPTIONS)
+    def __init__(
+        self, scheduler_address: str, tls: TlsConfig | None, rpc_timeout_s: float = 5.0
+    ) -> None:
+        # The gateway's certificate, for the scheduler and every node alike.
+        self._tls = tls
+        self._scheduler_channel = open_channel(scheduler_address, tls, _CHANNEL_OPTIONS)
         self.scheduler = scheduler_service_pb2_grpc.SchedulerServiceStub(self._scheduler_channel)
         self._node_channels: dict[str, grpc.aio.Channel] = {}
         self.rpc_timeout_s = rpc_timeout_s
@@ -27,7 +32,7 @@ class Upstreams:
     def node(self, address: str) -> node_service_pb2_grpc.NodeServiceStub:
         channel = self._node_channels.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(address, _CHANNEL_OPTIONS)
+            channel = open_channel(address, self._tls, _CHANNEL_OPTIONS)
             self._node_channels[address] = channel
         return node_service_pb2_grpc.NodeServiceStub(channel)
 

@@ -79,7 +79,7 @@ async def store(compact_platform: LocalPlatform) -> AsyncIterator[Store]:
 
 @pytest.fixture
 async def upstreams(compact_platform: LocalPlatform) -> AsyncIterator[Upstreams]:
-    opened = Upstreams(compact_platform.scheduler_address)
+    opened = Upstreams(compact_platform.scheduler_address, compact_platform.tls("gateway"))
     yield opened
     await opened.close()
 
