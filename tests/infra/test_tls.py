@@ -150,8 +150,10 @@ async def generate(
     address: str, tls: TlsConfig | Path, request_id: str
 ) -> list[node_pb.GenerateResponse]:
     async with dial(address, tls) as channel:
-        call = node_grpc.NodeServiceStub(channel).Generate(timeout=CALL_S)
-        await call.write(generate_start(request_id))
+        # The request goes as an iterator: a refusal may come before a write could.
+        call = node_grpc.NodeServiceStub(channel).Generate(
+            iter([generate_start(request_id)]), timeout=CALL_S
+        )
         return [response async for response in call]
 
 
