@@ -45,8 +45,9 @@ class GrpcServer:
     """Owns one grpc.aio server: its port, its health status and its graceful stop.
 
     With TLS (unless `tls` says insecure) callers need a certificate from the CA, and
-    infra.access's table decides by its role which methods they may call. Kubernetes' gRPC probes show no certificate, so `health_listen`, when set, serves
-    the health service alone, in plaintext, on a port of its own.
+    infra.access's table decides by its role which methods they may call. Kubernetes' gRPC
+    probes show no certificate, so `health_listen`, when set, serves the health service alone,
+    in plaintext, on a port of its own.
     """
 
     def __init__(
