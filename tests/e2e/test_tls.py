@@ -18,8 +18,8 @@ from chat.v1 import node_service_pb2 as node_pb
 from chat.v1 import node_service_pb2_grpc as node_grpc
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
-from clients.chat_client import AdminClient, ChatClient, ClientError
-from clients.chatctl.platform import LocalPlatform
+from clients.chat_client import AdminClient, ChatClient, ClientError, Done
+from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from tests.sse import read_events
 
 pytestmark = pytest.mark.slow
@@ -135,3 +135,27 @@ async def test_wrong_roles_are_refused_and_reach_no_node(platform: LocalPlatform
         platform.scheduler_address, platform.admin_token, tls=platform.tls()
     ) as admin:
         assert [n.node_id for n in await admin.nodes()] == ["local-small-0"]
+
+
+async def test_an_insecure_platform_talks_plaintext(tmp_path) -> None:
+    """`chatctl up --insecure`, for debugging: no CA, and a plaintext client is answered."""
+    plain = LocalPlatform(
+        PlatformSettings(
+            state_dir=tmp_path,
+            edge_listen="127.0.0.1:0",
+            insecure=True,
+            extra_env={
+                "CHAT_NODEAGENT_ENGINE": "sim",
+                "CHAT_NODEAGENT_SIM_SPEED": "20",
+                "CHAT_NODEAGENT_SIM_ANSWER_TOKENS": "3,5",
+            },
+        )
+    )
+    try:
+        await plain.start()
+        assert plain.tls_dir is None and not (tmp_path / "tls").exists()
+        async with ChatClient(plain.gateway_address, plain.tokens["free"]) as chat:
+            events = [e async for e in chat.send(f"c_{uuid.uuid4().hex[:8]}", "Hello.")]
+        assert isinstance(events[-1], Done)
+    finally:
+        await plain.stop()
