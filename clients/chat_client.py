@@ -234,6 +234,7 @@ class _Client:
         if not address:
             raise ClientError("INVALID_ARGUMENT", "no address to call")
         self.address = address
+        self._plaintext = tls is None or tls.insecure
         self._channel = open_channel(address, tls)
         self._metadata = (("authorization", f"Bearer {token}"),)
         self._timeout_s = timeout_s
@@ -263,6 +264,11 @@ class _Client:
         if failure.code == "UNAVAILABLE" and "connect" in failure.message:
             # grpc's text names no service; say which address was down.
             failure.message = f"cannot reach {self.address}: {failure.message}"
+            if self._plaintext:
+                # A TLS server just closes the socket on a plaintext caller: say why it may.
+                failure.message += (
+                    " (called in plaintext, which a platform with mutual TLS refuses)"
+                )
         return failure
 
 

@@ -64,6 +64,7 @@ async def test_a_plaintext_client_reaches_no_service(platform: LocalPlatform) ->
         with pytest.raises(ClientError) as refused:
             await chat.limits()
     assert refused.value.code == "UNAVAILABLE"
+    assert "called in plaintext, which a platform with mutual TLS refuses" in str(refused.value)
     async with AdminClient(platform.scheduler_address, platform.admin_token) as admin:
         with pytest.raises(ClientError) as refused:
             await admin.nodes()
