@@ -30,7 +30,6 @@ import time
 import uuid
 from pathlib import Path
 
-import grpc
 from benchkit import publish
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -124,7 +123,9 @@ async def gateway_cost(messages: int, rounds: int, concurrency: int, env: dict[s
         await platform.start()
         try:
             gateway_pid = next(c.process.pid for c in platform.children if c.name == "gateway")
-            async with ChatClient(platform.gateway_address, platform.tokens["free"]) as chat:
+            async with ChatClient(
+                platform.gateway_address, platform.tokens["free"], tls=platform.tls("client")
+            ) as chat:
                 for i in range(20):  # warm up channels, caches, the scheduler's table
                     await through_gateway(chat, prompt(i))
                 cpu_before, wall_before = cpu_seconds(gateway_pid), time.perf_counter()
@@ -138,7 +139,7 @@ async def gateway_cost(messages: int, rounds: int, concurrency: int, env: dict[s
                 cpu = cpu_seconds(gateway_pid) - cpu_before
                 wall = time.perf_counter() - wall_before
                 ttft: dict[str, list[float]] = {"gateway": [], "node": []}
-                async with grpc.aio.insecure_channel(platform.node_addresses()[0]) as channel:
+                async with platform.channel(platform.node_addresses()[0], "gateway") as channel:
                     node = node_service_pb2_grpc.NodeServiceStub(channel)
                     for i in range(rounds):
                         order = ["gateway", "node"] if i % 2 == 0 else ["node", "gateway"]

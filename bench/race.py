@@ -590,7 +590,7 @@ async def platform_systems(platform, state: Path, names: list[str]) -> dict[str,
         gateway = platform._child("gateway-h0")
         await platform._spawn(
             "edge-h0", "edge.main",
-            {"CHAT_EDGE_LISTEN": "127.0.0.1:0", "CHAT_EDGE_GATEWAY_ADDRESS": gateway.ready["grpc"]},
+            {**platform._edge_env(str(gateway.ready["grpc"])), "CHAT_EDGE_LISTEN": "127.0.0.1:0"},
         )  # fmt: skip
         edge = platform._child("edge-h0")
         systems["platform-h0"] = System(

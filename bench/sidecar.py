@@ -90,6 +90,8 @@ async def start_node(folder: str, engine: str) -> tuple[asyncio.subprocess.Proce
         **ENGINE_ENV[engine],
         "CHAT_NODEAGENT_SLOT_CONTEXT_TOKENS": "1024",
         "CHAT_NODEAGENT_LOG_LEVEL": "error",
+        # The node alone against its engine: what the sidecar costs, before any TLS.
+        "CHAT_NODEAGENT_TLS_INSECURE": "true",
     }
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "nodeagent.main", env=env, stderr=asyncio.subprocess.DEVNULL

@@ -5,11 +5,16 @@ operators' tools speak to a scheduler (`chat.v1.SchedulerService`) with an admin
 module hides protobuf: every call takes and returns plain, typed dataclasses, and every failure
 is one exception type, `ClientError(code, message, retry_after_s)`.
 
-    async with ChatClient("127.0.0.1:50052", token) as chat:
+    tls = TlsConfig.in_folder(".chat/tls", "client")
+    async with ChatClient("127.0.0.1:50052", token, tls=tls) as chat:
         async with contextlib.aclosing(chat.send("c1", "Why is the sky blue?")) as events:
             async for event in events:
                 if isinstance(event, Delta):
                     print(event.text, end="")
+
+`tls` is the CA and a certificate of the client role (or operator) that a platform with mutual
+TLS asks for: `chatctl up` writes them to <state dir>/tls. Without it the client talks
+plaintext, which only a platform started with `--insecure` answers.
 
 `send` survives a broken stream: when the connection drops mid-answer (gRPC UNAVAILABLE, or a
 stream that ends before `done`), it re-attaches with `AttachMessage` after the last event id it
@@ -39,6 +44,7 @@ from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as sched_pb
 from chat.v1 import scheduler_service_pb2_grpc as sched_grpc
 from infra.status import CallFailure
+from infra.tls import TlsConfig, open_channel
 
 # Unary calls give up after this long, so a hung server never hangs a script.
 DEFAULT_TIMEOUT_S = 10.0
@@ -224,11 +230,12 @@ def _message(m: chat_pb.Message) -> Message:
 class _Client:
     """One channel and one bearer token; unary calls turn gRPC errors into ClientError."""
 
-    def __init__(self, address: str, token: str, timeout_s: float) -> None:
+    def __init__(self, address: str, token: str, timeout_s: float, tls: TlsConfig | None) -> None:
         if not address:
             raise ClientError("INVALID_ARGUMENT", "no address to call")
         self.address = address
-        self._channel = grpc.aio.insecure_channel(address)
+        self._plaintext = tls is None or tls.insecure
+        self._channel = open_channel(address, tls)
         self._metadata = (("authorization", f"Bearer {token}"),)
         self._timeout_s = timeout_s
 
@@ -257,6 +264,11 @@ class _Client:
         if failure.code == "UNAVAILABLE" and "connect" in failure.message:
             # grpc's text names no service; say which address was down.
             failure.message = f"cannot reach {self.address}: {failure.message}"
+            if self._plaintext:
+                # A TLS server just closes the socket on a plaintext caller: say why it may.
+                failure.message += (
+                    " (called in plaintext, which a platform with mutual TLS refuses)"
+                )
         return failure
 
 
@@ -273,8 +285,9 @@ class ChatClient(_Client):
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_resumes: int = DEFAULT_MAX_RESUMES,
+        tls: TlsConfig | None = None,
     ) -> None:
-        super().__init__(gateway_address, token, timeout_s)
+        super().__init__(gateway_address, token, timeout_s, tls)
         self._stub = chat_grpc.ChatServiceStub(self._channel)
         self._max_resumes = max_resumes
 
@@ -496,9 +509,14 @@ class AdminClient(_Client):
     """The operators' view, through a scheduler's admin API (needs an admin token)."""
 
     def __init__(
-        self, scheduler_address: str, admin_token: str, *, timeout_s: float = DEFAULT_TIMEOUT_S
+        self,
+        scheduler_address: str,
+        admin_token: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        tls: TlsConfig | None = None,
     ) -> None:
-        super().__init__(scheduler_address, admin_token, timeout_s)
+        super().__init__(scheduler_address, admin_token, timeout_s, tls)
         self._stub = sched_grpc.SchedulerServiceStub(self._channel)
 
     async def nodes(self, pool: str = "") -> list[Node]:

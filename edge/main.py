@@ -5,19 +5,22 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-import grpc
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from edge.app import EdgeSettings, build_app
 from infra.logs import configure_logging
 from infra.runner import run_service, write_ready_file
+from infra.tls import TlsConfig, open_channel
 
 
 @dataclass
 class EdgeConfig:
     listen: str = "127.0.0.1:8080"
     gateway_address: str = "127.0.0.1:50052"
+    # The CA, the edge's certificate and key for calling gateways (infra.tls), or
+    # insecure: true. Only the gRPC side: browsers and apps speak HTTP to the edge.
+    tls: TlsConfig = field(default_factory=TlsConfig)
     max_body_bytes: int = 64 * 1024
     # One header line, and how many headers; over either is answered 400 before any handler.
     max_header_bytes: int = 8190
@@ -35,7 +38,7 @@ class EdgeConfig:
 
 async def serve(config: EdgeConfig, stop: asyncio.Event) -> None:
     log = configure_logging("edge", config.log_level)
-    channel = grpc.aio.insecure_channel(config.gateway_address)
+    channel = open_channel(config.gateway_address, config.tls)
     settings = EdgeSettings(
         max_body_bytes=config.max_body_bytes,
         keepalive_s=config.keepalive_s,

@@ -46,6 +46,7 @@ from infra.grpcserver import GrpcServer
 from infra.logs import configure_logging
 from infra.metrics import MetricsServer
 from infra.runner import run_service, write_ready_file
+from infra.tls import TlsConfig
 from store.base import Store
 from store.factory import open_store
 
@@ -54,6 +55,11 @@ from store.factory import open_store
 class GatewayConfig:
     grpc_listen: str = "127.0.0.1:50052"
     metrics_listen: str = "127.0.0.1:0"
+    # The CA, this gateway's certificate and key (infra.tls), or insecure: true; the same
+    # certificate serves callers and calls the scheduler and the nodes.
+    tls: TlsConfig = field(default_factory=TlsConfig)
+    # Health alone, in plaintext, for probes that show no certificate; empty: none.
+    health_listen: str = ""
     scheduler_address: str = "127.0.0.1:50051"
     # Every scheduler's address (each holds the same table): a pick that cannot reach one is
     # asked of the next at once. Empty: scheduler_address alone.
@@ -213,8 +219,10 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
     log = configure_logging("gateway", config.log_level)
     policy = build_policy(config)
     store = await open_store(config.store_url)
-    scheduler = SchedulerClient(config.scheduler_addresses or [config.scheduler_address])
-    nodes = NodeClient()
+    scheduler = SchedulerClient(
+        config.scheduler_addresses or [config.scheduler_address], tls=config.tls
+    )
+    nodes = NodeClient(tls=config.tls)
     runs = RunRegistry(time.monotonic, config.keep_ended_runs_s)
     redis_client = connect_redis(config)
     buckets = build_buckets(config, policy, redis_client)
@@ -235,7 +243,9 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         build_compactor(config, store, scheduler, nodes),
     )
     service_name = chat_service_pb2.DESCRIPTOR.services_by_name["ChatService"].full_name
-    server = GrpcServer(config.grpc_listen, [service_name])
+    server = GrpcServer(
+        config.grpc_listen, [service_name], tls=config.tls, health_listen=config.health_listen
+    )
     chat_service_pb2_grpc.add_ChatServiceServicer_to_server(
         ChatServicer(Authenticator(store), pipeline, store, buckets), server.server
     )
@@ -246,7 +256,7 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
     await server.set_serving(True)
     await metrics_server.start()
     background = sharing.start(pipeline.resume)
-    write_ready_file(config.ready_file, {"grpc": server.address, "metrics": metrics_server.port})
+    write_ready_file(config.ready_file, server.ready({"metrics": metrics_server.port}))
     log.info("gateway ready", grpc=server.address, metrics_port=metrics_server.port)
     await stop.wait()
     # New calls are refused from here; answers already running finish and are saved.

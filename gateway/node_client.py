@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import grpc
@@ -14,6 +14,7 @@ from chat.v1 import common_pb2, node_service_pb2, node_service_pb2_grpc
 from domain.errors import Unavailable
 from domain.types import Finish, Tier, Turn, Usage
 from infra.enums import FINISH_FROM_PB, ROLE_TO_PB, TIER_TO_PB
+from infra.tls import TlsConfig, open_channel
 
 CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 10_000),
@@ -127,9 +128,10 @@ class NodeClient:
     def __init__(
         self,
         rpc_timeout_s: float = 5.0,
-        channel: Callable[[str], grpc.aio.Channel] | None = None,
+        tls: TlsConfig | None = None,
     ) -> None:
-        self._open_channel = channel or (lambda a: grpc.aio.insecure_channel(a, CHANNEL_OPTIONS))
+        # The gateway's certificate (None: plaintext), for every node alike.
+        self._tls = tls
         self._stubs: dict[str, node_service_pb2_grpc.NodeServiceStub] = {}
         self._channels: list[grpc.aio.Channel] = []
         self._rpc_timeout_s = rpc_timeout_s
@@ -137,7 +139,7 @@ class NodeClient:
     def _stub(self, address: str) -> node_service_pb2_grpc.NodeServiceStub:
         stub = self._stubs.get(address)
         if stub is None:
-            channel = self._open_channel(address)
+            channel = open_channel(address, self._tls, CHANNEL_OPTIONS)
             self._channels.append(channel)
             stub = self._stubs[address] = node_service_pb2_grpc.NodeServiceStub(channel)
         return stub

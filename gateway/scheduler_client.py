@@ -21,6 +21,7 @@ from domain.errors import InvalidArgument, NoReplica, Unavailable
 from domain.types import Tier
 from infra.enums import TIER_TO_PB
 from infra.status import REASON_NO_REPLICA, CallFailure
+from infra.tls import TlsConfig, open_channel
 
 CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 10_000),
@@ -65,12 +66,12 @@ class SchedulerClient:
         rpc_timeout_s: float = 5.0,
         down_for_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
-        channel: Callable[[str], grpc.aio.Channel] | None = None,
+        tls: TlsConfig | None = None,
     ) -> None:
         if not addresses:
             raise ValueError("at least one scheduler address is needed")
-        open_channel = channel or (lambda a: grpc.aio.insecure_channel(a, CHANNEL_OPTIONS))
-        self._channels = [open_channel(address) for address in addresses]
+        # The gateway's certificate (None: plaintext).
+        self._channels = [open_channel(address, tls, CHANNEL_OPTIONS) for address in addresses]
         self._stubs = [pb_grpc.SchedulerServiceStub(c) for c in self._channels]
         self._addresses = list(addresses)
         self._rpc_timeout_s = rpc_timeout_s

@@ -1,7 +1,9 @@
 """Loads a service's config: dataclass defaults, then a YAML file, then environment overrides.
 
 A field `grpc_listen` of the gateway is set by `gateway.grpc_listen` in the file or by the
-environment variable `CHAT_GATEWAY_GRPC_LISTEN`.
+environment variable `CHAT_GATEWAY_GRPC_LISTEN`. A field that is itself a dataclass is a nested
+section: the gateway's `tls.ca_file` is `gateway.tls.ca_file` in the file, or
+`CHAT_GATEWAY_TLS_CA_FILE`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any, TypeVar
 import yaml
 
 T = TypeVar("T")
+# Marks a field neither the file nor the environment sets.
+_ABSENT = object()
 
 
 class ConfigError(ValueError):
@@ -65,14 +69,31 @@ def load_config(
         if not isinstance(document, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of sections")
         values.update(document.get(section) or {})
+    return _build(cls, section, values, env, f"CHAT_{section.upper()}_")
+
+
+def _build(
+    cls: type[T], section: str, values: dict[str, Any], env: Mapping[str, str], prefix: str
+) -> T:
+    if not isinstance(values, dict):
+        raise ConfigError(f"{section} must be a mapping of fields")
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = set(values) - known
     if unknown:
         raise ConfigError(f"unknown {section} config fields: {', '.join(sorted(unknown))}")
-    prefix = f"CHAT_{section.upper()}_"
+    coerced: dict[str, Any] = {}
     for name in known:
-        if prefix + name.upper() in env:
-            values[name] = env[prefix + name.upper()]
-    coerced = {name: _coerce(name, raw, hints[name]) for name, raw in values.items()}
+        kind = hints[name]
+        if dataclasses.is_dataclass(kind):
+            inner_prefix = f"{prefix}{name.upper()}_"
+            # Absent from the file and the environment: the field's own default stands.
+            if name in values or any(key.startswith(inner_prefix) for key in env):
+                coerced[name] = _build(
+                    kind, f"{section}.{name}", values.get(name) or {}, env, inner_prefix
+                )
+            continue
+        raw = env.get(prefix + name.upper(), values.get(name, _ABSENT))
+        if raw is not _ABSENT:
+            coerced[name] = _coerce(name, raw, kind)
     return cls(**coerced)

@@ -12,7 +12,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from domain import errors
+from infra.access import RoleCheck
 from infra.status import to_rpc_status
+from infra.tls import TlsConfig, server_credentials
 
 
 def maps_domain_errors(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -56,27 +58,57 @@ SERVER_OPTIONS = [
 
 
 class GrpcServer:
-    """Owns one grpc.aio server: its port, its health status and its graceful stop."""
+    """Owns one grpc.aio server: its port, its health status and its graceful stop.
 
-    def __init__(self, listen: str, service_names: Iterable[str]) -> None:
-        self.server = grpc.aio.server(options=SERVER_OPTIONS)
+    With TLS (unless `tls` says insecure) callers need a certificate from the CA, and
+    infra.access's table decides by its role which methods they may call. Kubernetes' gRPC
+    probes show no certificate, so `health_listen`, when set, serves the health service alone,
+    in plaintext, on a port of its own.
+    """
+
+    def __init__(
+        self, listen: str, service_names: Iterable[str], *, tls: TlsConfig, health_listen: str = ""
+    ) -> None:
+        tls.check()
+        self.server = grpc.aio.server(
+            options=SERVER_OPTIONS,
+            interceptors=[] if tls.insecure else [RoleCheck()],
+        )
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self._service_names = list(service_names)
         reflection.enable_server_reflection(
             [*self._service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], self.server
         )
-        self.port = self.server.add_insecure_port(listen)
+        if tls.insecure:
+            self.port = self.server.add_insecure_port(listen)
+        else:
+            self.port = self.server.add_secure_port(listen, server_credentials(tls))
         if self.port == 0:
             raise OSError(f"cannot listen on {listen}")
         self.host = listen.rsplit(":", 1)[0]
+        self._health_server: grpc.aio.Server | None = None
+        self.health_port = 0
+        if health_listen:
+            self._health_server = grpc.aio.server()
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, self._health_server)
+            self.health_port = self._health_server.add_insecure_port(health_listen)
+            if self.health_port == 0:
+                raise OSError(f"cannot listen on {health_listen}")
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def ready(self, extra: dict[str, Any]) -> dict[str, Any]:
+        """What a ready file says of this server: its address, and its health port if any."""
+        health_port = {"health": self.health_port} if self.health_port else {}
+        return {"grpc": self.address, **health_port, **extra}
+
     async def start(self) -> None:
         await self.server.start()
+        if self._health_server is not None:
+            await self._health_server.start()
 
     async def set_serving(self, serving: bool) -> None:
         status = (
@@ -91,3 +123,5 @@ class GrpcServer:
         # NOT_SERVING first so balancers stop sending new calls, then let running calls end.
         await self.set_serving(False)
         await self.server.stop(grace_s)
+        if self._health_server is not None:
+            await self._health_server.stop(0)

@@ -16,6 +16,7 @@ from infra.grpcserver import GrpcServer
 from infra.logs import configure_logging
 from infra.metrics import MetricsServer
 from infra.runner import run_service, write_ready_file
+from infra.tls import TlsConfig
 from nodeagent.engine import Engine
 from nodeagent.llamacpp import LlamaCppEngine
 from nodeagent.reporter import LoadReporter, NodeIdentity
@@ -31,6 +32,11 @@ class NodeAgentConfig:
     node_id: str = field(default_factory=socket.gethostname)
     grpc_listen: str = "127.0.0.1:0"
     metrics_listen: str = "127.0.0.1:0"
+    # The CA, this node's certificate and key (infra.tls), or insecure: true. The
+    # certificate's name must be node_id: the scheduler takes this node's stream only then.
+    tls: TlsConfig = field(default_factory=TlsConfig)
+    # Health alone, in plaintext, for probes that show no certificate; empty: none.
+    health_listen: str = ""
     # The address gateways dial; empty means the bound gRPC address.
     advertise_address: str = ""
     scheduler_addresses: list[str] = field(default_factory=lambda: ["127.0.0.1:50051"])
@@ -158,7 +164,10 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
     accepting = asyncio.Event()
     accepting.set()
     server = GrpcServer(
-        config.grpc_listen, [node_service_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name]
+        config.grpc_listen,
+        [node_service_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name],
+        tls=config.tls,
+        health_listen=config.health_listen,
     )
     node_service_pb2_grpc.add_NodeServiceServicer_to_server(
         NodeServicer(
@@ -187,17 +196,19 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
         config.report_interval_s,
         engine_ok,
         config.report_heartbeat_s,
+        tls=config.tls,
     )
     reporting = asyncio.create_task(reporter.run())
     watching = asyncio.create_task(_watch_engine(engine, engine_ok, config.health_interval_s, log))
     write_ready_file(
         config.ready_file,
-        {
-            "grpc": server.address,
-            "metrics": metrics.port,
-            "node_id": identity.node_id,
-            "engine_url": getattr(engine, "base_url", ""),
-        },
+        server.ready(
+            {
+                "metrics": metrics.port,
+                "node_id": identity.node_id,
+                "engine_url": getattr(engine, "base_url", ""),
+            }
+        ),
     )
     log.info("nodeagent ready", grpc=server.address, metrics_port=metrics.port, model=engine.model)
     await stop.wait()

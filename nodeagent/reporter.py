@@ -12,6 +12,7 @@ import structlog
 
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
+from infra.tls import TlsConfig, open_channel
 from nodeagent.engine import Engine
 
 
@@ -32,12 +33,16 @@ class LoadReporter:
         interval_s: float = 0.25,
         engine_ok: asyncio.Event | None = None,
         heartbeat_s: float = 1.0,
+        *,
+        tls: TlsConfig | None = None,
     ) -> None:
         if not 0 < interval_s <= heartbeat_s:
             raise ValueError("need 0 < report interval <= report heartbeat")
         self._identity = identity
         self._engine = engine
         self._addresses = scheduler_addresses
+        # The node's certificate: the scheduler checks that its name is this node's id.
+        self._tls = tls
         self._accepting = accepting
         self._interval_s = interval_s
         self._heartbeat_s = heartbeat_s
@@ -55,8 +60,8 @@ class LoadReporter:
         backoff_s = 0.1
         while True:
             try:
-                async with grpc.aio.insecure_channel(address) as channel:
-                    stub = pb_grpc.SchedulerServiceStub(channel)
+                async with open_channel(address, self._tls) as scheduler:
+                    stub = pb_grpc.SchedulerServiceStub(scheduler)
                     call = stub.ConnectNode(self.messages())
                     backoff_s = 0.1
                     async for response in call:

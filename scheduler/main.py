@@ -22,6 +22,7 @@ from infra.grpcserver import GrpcServer
 from infra.logs import configure_logging
 from infra.metrics import MetricsServer
 from infra.runner import run_service, write_ready_file
+from infra.tls import TlsConfig
 from scheduler.ladder import EtcdLadderStore, InProcessLadderStore, LadderKeeper, LadderStore
 from scheduler.membership import EtcdMembership, InProcessMembership, Membership
 from scheduler.servicer import SchedulerServicer
@@ -33,6 +34,10 @@ from store.factory import open_store
 class SchedulerConfig:
     grpc_listen: str = "127.0.0.1:50051"
     metrics_listen: str = "127.0.0.1:0"
+    # The CA, this scheduler's certificate and key (infra.tls), or insecure: true.
+    tls: TlsConfig = field(default_factory=TlsConfig)
+    # Health alone, in plaintext, for probes that show no certificate; empty: none.
+    health_listen: str = ""
     # "memory" for one scheduler (the local platform); "etcd" to share membership between several.
     membership: str = "memory"
     etcd_endpoint: str = "127.0.0.1:2379"
@@ -133,7 +138,9 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
         saturated_queue_tokens=config.prefill_tokens_per_s * config.ladder_saturated_wait_s,
     )
     service_name = scheduler_service_pb2.DESCRIPTOR.services_by_name["SchedulerService"].full_name
-    server = GrpcServer(config.grpc_listen, [service_name])
+    server = GrpcServer(
+        config.grpc_listen, [service_name], tls=config.tls, health_listen=config.health_listen
+    )
     scheduler_service_pb2_grpc.add_SchedulerServiceServicer_to_server(
         SchedulerServicer(
             table,
@@ -156,7 +163,7 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
     await metrics.start()
     expiry = asyncio.create_task(_expire_forever(table, config.report_timeout_s / 4, log))
     laddering = asyncio.create_task(ladder.run())
-    write_ready_file(config.ready_file, {"grpc": server.address, "metrics": metrics.port})
+    write_ready_file(config.ready_file, server.ready({"metrics": metrics.port}))
     log.info("scheduler ready", grpc=server.address, metrics_port=metrics.port)
     await stop.wait()
     for task in (expiry, laddering):

@@ -26,6 +26,7 @@ from domain.types import NodeState, Tier
 from infra.bearer import bearer_from_metadata, new_token, same_secret, token_hash
 from infra.enums import TIER_FROM_PB, TIER_TO_PB
 from infra.grpcserver import maps_domain_errors
+from infra.tls import peer
 from scheduler.ladder import ETCD_ERRORS, LadderKeeper
 from scheduler.membership import Membership, NodeRecord
 from scheduler.table import LoadTable, NodeEntry
@@ -158,6 +159,12 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         if first is None or first.WhichOneof("kind") != "registration":
             raise InvalidArgument("a node stream starts with its registration")
         reg = first.registration
+        caller = peer(context)
+        # The table lets only node certificates this far; a node speaks for itself alone.
+        if caller is not None and caller.name != reg.node_id:
+            raise PermissionDenied(
+                f"a certificate of {caller.name!r} cannot register node {reg.node_id!r}"
+            )
         self._check_pool(reg.pool)
         entry = self._table.join(
             _registration_to_load(reg), reg.context_tokens, reg.kv_capacity_tokens

@@ -40,3 +40,7 @@ def test_the_example_is_the_production_shape() -> None:
         "scheduler-0.scheduler:50051",
         "scheduler-1.scheduler:50051",
     ]
+    for section, kind in [("scheduler", SchedulerConfig), ("nodeagent", NodeAgentConfig),
+                          ("gateway", GatewayConfig), ("edge", EdgeConfig)]:  # fmt: skip
+        tls = load_config(kind, section, EXAMPLE, env={}).tls
+        assert not tls.insecure and tls.ca_file and tls.cert_file and tls.key_file, section

@@ -1,8 +1,9 @@
-"""Where the platform is and who calls it: addresses and tokens for each command.
+"""Where the platform is and who calls it: addresses, tokens and certificates for each command.
 
 Each comes from its flag, else the environment (CHAT_SCHEDULER, CHAT_GATEWAY, CHAT_ADMIN_TOKEN,
-CHAT_TOKEN), else the files `chatctl up` leaves in its state dir (platform.json, admin-token,
-dev-tokens.json).
+CHAT_TOKEN, CHAT_TLS_DIR), else the files `chatctl up` leaves in its state dir (platform.json,
+admin-token, dev-tokens.json). chatctl shows the operator certificate of the TLS dir (ca.crt,
+operator.crt, operator.key); with no TLS dir anywhere it talks plaintext.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from clients.chat_client import AdminClient, ChatClient
 from clients.chatctl.output import CtlError
 from clients.chatctl.platform import ADMIN_TOKEN_FILE, DEV_TOKENS_FILE, PLATFORM_FILE
+from infra.tls import Role, TlsConfig
 
 
 def state_dir(args: argparse.Namespace) -> Path:
@@ -83,9 +85,21 @@ def user_token(args: argparse.Namespace) -> str:
     return resolve(args.token, "CHAT_TOKEN", lambda: dev_token(args, "free"), "token")
 
 
+def operator_tls(args: argparse.Namespace) -> TlsConfig | None:
+    """--tls-dir, else CHAT_TLS_DIR, else platform.json's tls_dir; None (plaintext) if none."""
+    folder = (
+        args.tls_dir
+        or os.environ.get("CHAT_TLS_DIR")
+        or str(read_state_json(state_dir(args) / PLATFORM_FILE).get("tls_dir", ""))
+    )
+    return TlsConfig.in_folder(folder, Role.OPERATOR) if folder else None
+
+
 def admin_client(args: argparse.Namespace) -> AdminClient:
-    return AdminClient(service_address(args, "scheduler"), admin_token(args))
+    return AdminClient(
+        service_address(args, "scheduler"), admin_token(args), tls=operator_tls(args)
+    )
 
 
 def chat_client(args: argparse.Namespace) -> ChatClient:
-    return ChatClient(service_address(args, "gateway"), user_token(args))
+    return ChatClient(service_address(args, "gateway"), user_token(args), tls=operator_tls(args))

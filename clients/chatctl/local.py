@@ -74,7 +74,7 @@ def refuse_second_platform(state: Path) -> None:
 
 def platform_settings(args: argparse.Namespace) -> PlatformSettings:
     settings = {name: getattr(args, flag) for flag, name in SETTINGS_FLAGS.items()}
-    return PlatformSettings(state_dir=Path(args.state_dir), **settings)
+    return PlatformSettings(state_dir=Path(args.state_dir), insecure=args.insecure, **settings)
 
 
 def up(args: argparse.Namespace) -> Any:
@@ -132,6 +132,7 @@ async def run_until_stopped(
         "gateway": platform.gateway_address,
         "scheduler": platform.scheduler_address,
         "nodes": platform.node_addresses(),
+        "tls_dir": str(platform.tls_dir or ""),
         "tokens_file": str(settings.state_dir / DEV_TOKENS_FILE),
         "tokens": platform.tokens,
     }
@@ -149,6 +150,10 @@ def print_up_summary(summary: dict[str, Any]) -> None:
     print(f"edge       {summary['edge']}")
     print(f"gateway    {summary['gateway']} (gRPC)")
     print(f"scheduler  {summary['scheduler']} (gRPC)")
+    if summary["tls_dir"]:
+        print(f"tls        mutual TLS; CA and certificates in {summary['tls_dir']}")
+    else:
+        print("tls        off: the services talk plaintext (--insecure)")
     print(f"free token {summary['tokens']['free']}")
     print(f"plus token {summary['tokens']['plus']}")
     print(f"tokens written to {summary['tokens_file']}")
@@ -163,6 +168,8 @@ def print_up_summary(summary: dict[str, Any]) -> None:
 def up_child_argv(args: argparse.Namespace, state: Path) -> list[str]:
     """The foreground `up` that `up --background` detaches, with this command's settings."""
     flags = [f"--{flag}={getattr(args, flag)}" for flag in SETTINGS_FLAGS]
+    if args.insecure:
+        flags.append("--insecure")
     return [sys.executable, "-m", "clients.chatctl.main", "up", *flags, f"--state-dir={state}"]
 
 

@@ -2,10 +2,10 @@
 command lives in a module of its own (local, fleet, users, chat, plan, simulate).
 
 Every command takes --json (machine-readable output). Errors print `chatctl: <reason>` on stderr
-and exit 1; usage errors exit 2. Addresses and tokens come from flags (--scheduler, --gateway,
---admin-token, --token / --user), else the environment (CHAT_SCHEDULER, CHAT_GATEWAY,
-CHAT_ADMIN_TOKEN, CHAT_TOKEN), else the files `chatctl up` leaves in its state dir
-(platform.json, admin-token, dev-tokens.json).
+and exit 1; usage errors exit 2. Addresses, tokens and certificates come from flags (--scheduler,
+--gateway, --admin-token, --token / --user, --tls-dir), else the environment (CHAT_SCHEDULER,
+CHAT_GATEWAY, CHAT_ADMIN_TOKEN, CHAT_TOKEN, CHAT_TLS_DIR), else the files `chatctl up` leaves in
+its state dir (platform.json, admin-token, dev-tokens.json, tls/).
 """
 
 from __future__ import annotations
@@ -56,15 +56,27 @@ def common_flags() -> argparse.ArgumentParser:
     return flags
 
 
-def admin_flags() -> argparse.ArgumentParser:
+def calling_flags() -> argparse.ArgumentParser:
+    """The flags of commands that call a service over gRPC."""
     flags = argparse.ArgumentParser(add_help=False, parents=[common_flags()])
+    flags.add_argument(
+        "--tls-dir",
+        metavar="DIR",
+        help="the CA and operator certificate (ca.crt, operator.crt, operator.key) for a "
+        "platform with mutual TLS (CHAT_TLS_DIR; default: the one `chatctl up` made)",
+    )
+    return flags
+
+
+def admin_flags() -> argparse.ArgumentParser:
+    flags = argparse.ArgumentParser(add_help=False, parents=[calling_flags()])
     flags.add_argument("--scheduler", metavar="HOST:PORT", help="a scheduler (CHAT_SCHEDULER)")
     flags.add_argument("--admin-token", metavar="TOKEN", help="an admin token (CHAT_ADMIN_TOKEN)")
     return flags
 
 
 def user_flags() -> argparse.ArgumentParser:
-    flags = argparse.ArgumentParser(add_help=False, parents=[common_flags()])
+    flags = argparse.ArgumentParser(add_help=False, parents=[calling_flags()])
     flags.add_argument("--gateway", metavar="HOST:PORT", help="a gateway (CHAT_GATEWAY)")
     who = flags.add_mutually_exclusive_group()
     who.add_argument("--token", metavar="TOKEN", help="a user's bearer token (CHAT_TOKEN)")
@@ -109,6 +121,12 @@ def add_up(commands: Any) -> None:
         default="",
         metavar="URL",
         help="conversations in this store (postgresql://... or sqlite:///...)",
+    )
+    up_parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="plaintext between the services, for debugging (default: mutual TLS, with a "
+        "throwaway CA and certificates in STATE_DIR/tls)",
     )
     up_parser.add_argument("--json", action="store_true", help="print the addresses as JSON")
     up_parser.add_argument(

@@ -1,6 +1,10 @@
 """The whole platform on one machine: scheduler, nodeagents, gateway and edge as child processes.
 
 Used by `chatctl up` and by the end-to-end tests, so both start the same thing the same way.
+
+With TLS (the default) it first makes a throwaway CA under <state dir>/tls and a certificate for
+each service and for the operator and client roles (infra.certs); platform.json names that
+folder as `tls_dir` for whoever calls the platform afterwards.
 """
 
 from __future__ import annotations
@@ -21,12 +25,15 @@ from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from infra.bearer import new_token
+from infra.certs import Authority
 from infra.process import dies_with_parent
+from infra.tls import Role, TlsConfig, open_channel
 
 # Written into the state dir once the platform is up; removed when it stops.
 PLATFORM_FILE = "platform.json"
 ADMIN_TOKEN_FILE = "admin-token"
 DEV_TOKENS_FILE = "dev-tokens.json"
+TLS_DIR = "tls"
 
 
 class PlatformError(RuntimeError):
@@ -51,6 +58,8 @@ class PlatformSettings:
     redis_url: str = ""
     store_url: str = ""
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Plaintext between the services, for debugging: no CA, no certificates, no role checks.
+    insecure: bool = False
 
     def __post_init__(self) -> None:
         if self.schedulers > 1 and not self.etcd_endpoint:
@@ -106,9 +115,45 @@ class LocalPlatform:
     def scheduler_addresses(self) -> list[str]:
         return [str(c.ready["grpc"]) for c in self.children if c.name.startswith("scheduler")]
 
+    @property
+    def tls_dir(self) -> Path | None:
+        """Where the CA and the certificates are; None on a plaintext platform."""
+        return None if self.settings.insecure else self.settings.state_dir.resolve() / TLS_DIR
+
+    def tls(self, role: str = Role.OPERATOR, node_id: str = "") -> TlsConfig:
+        """The files of a holder of `role` (a node's also by its id), or plaintext."""
+        if self.tls_dir is None:
+            return TlsConfig(insecure=True)
+        return TlsConfig.in_folder(self.tls_dir, f"{role}-{node_id}" if node_id else role)
+
+    def channel(self, address: str, role: str = Role.OPERATOR) -> grpc.aio.Channel:
+        """A channel to one of this platform's services, with a certificate of `role`."""
+        return open_channel(address, self.tls(role))
+
+    def _make_certificates(self) -> None:
+        if self.tls_dir is None:
+            return
+        authority = Authority.create()
+        authority.save(self.tls_dir)
+        for role in (Role.SCHEDULER, Role.GATEWAY, Role.EDGE, Role.OPERATOR, Role.CLIENT):
+            authority.save_holder(self.tls_dir, role)
+        for index in range(self.settings.nodes):
+            authority.save_holder(self.tls_dir, Role.NODE, self._node_id(index))
+
+    def _tls_env(self, section: str, tls: TlsConfig) -> dict[str, str]:
+        prefix = f"CHAT_{section.upper()}_"
+        if tls.insecure:
+            return {f"{prefix}TLS_INSECURE": "true"}
+        return {
+            f"{prefix}TLS_CA_FILE": tls.ca_file,
+            f"{prefix}TLS_CERT_FILE": tls.cert_file,
+            f"{prefix}TLS_KEY_FILE": tls.key_file,
+        }
+
     async def start(self) -> None:
         settings = self.settings
         settings.state_dir.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(self._make_certificates)
         store_url = settings.store_url or f"sqlite:///{settings.state_dir / 'chat.db'}"
         await asyncio.gather(
             *(
@@ -127,14 +172,7 @@ class LocalPlatform:
             for i in range(settings.gateways)
         )  # fmt: skip
         await asyncio.gather(*starting)
-        await self._spawn(
-            "edge",
-            "edge.main",
-            {
-                "CHAT_EDGE_LISTEN": settings.edge_listen,
-                "CHAT_EDGE_GATEWAY_ADDRESS": self.gateway_address,
-            },
-        )
+        await self._spawn("edge", "edge.main", self._edge_env(self.gateway_address))
         await self._wait_for_nodes()
         await self._provision_dev_users()
         self._write_state_files()
@@ -147,6 +185,7 @@ class LocalPlatform:
             "scheduler": self.scheduler_address,
             "schedulers": self.scheduler_addresses(),
             "nodes": self.node_addresses(),
+            "tls_dir": str(self.tls_dir or ""),
         }
         # Created 0600 rather than chmod-ed after: the token is never readable by others.
         admin_file = self.settings.state_dir / ADMIN_TOKEN_FILE
@@ -166,15 +205,23 @@ class LocalPlatform:
             "CHAT_SCHEDULER_GRPC_LISTEN": "127.0.0.1:0",
             "CHAT_SCHEDULER_STORE_URL": store_url,
             "CHAT_SCHEDULER_ADMIN_TOKEN": self.admin_token,
+            "CHAT_SCHEDULER_HEALTH_LISTEN": "127.0.0.1:0",
+            **self._tls_env("scheduler", self.tls(Role.SCHEDULER)),
         }
         if self.settings.etcd_endpoint:
             env["CHAT_SCHEDULER_MEMBERSHIP"] = "etcd"
             env["CHAT_SCHEDULER_ETCD_ENDPOINT"] = self.settings.etcd_endpoint
         return env
 
+    def _node_id(self, index: int) -> str:
+        return f"local-{self.settings.pool}-{index}"
+
     def _node_env(self, index: int) -> dict[str, str]:
+        node_id = self._node_id(index)
         return {
-            "CHAT_NODEAGENT_NODE_ID": f"local-{self.settings.pool}-{index}",
+            "CHAT_NODEAGENT_NODE_ID": node_id,
+            "CHAT_NODEAGENT_HEALTH_LISTEN": "127.0.0.1:0",
+            **self._tls_env("nodeagent", self.tls(Role.NODE, node_id)),
             # Every node reports to every scheduler: each holds the whole load table.
             "CHAT_NODEAGENT_SCHEDULER_ADDRESSES": ",".join(self.scheduler_addresses()),
             "CHAT_NODEAGENT_POOL": self.settings.pool,
@@ -191,12 +238,21 @@ class LocalPlatform:
             "CHAT_GATEWAY_SCHEDULER_ADDRESSES": ",".join(self.scheduler_addresses()),
             "CHAT_GATEWAY_STORE_URL": store_url,
             "CHAT_GATEWAY_DEFAULT_POOL": self.settings.pool,
+            "CHAT_GATEWAY_HEALTH_LISTEN": "127.0.0.1:0",
+            **self._tls_env("gateway", self.tls(Role.GATEWAY)),
         }
         if self.settings.redis_url:
             env["CHAT_GATEWAY_BUCKETS"] = "redis"
             env["CHAT_GATEWAY_RUNS"] = "redis"
             env["CHAT_GATEWAY_REDIS_URL"] = self.settings.redis_url
         return env
+
+    def _edge_env(self, gateway_address: str) -> dict[str, str]:
+        return {
+            "CHAT_EDGE_LISTEN": self.settings.edge_listen,
+            "CHAT_EDGE_GATEWAY_ADDRESS": gateway_address,
+            **self._tls_env("edge", self.tls(Role.EDGE)),
+        }
 
     async def _spawn(self, name: str, module: str, env: dict[str, str]) -> None:
         ready_file = self.settings.state_dir / f"{name}.ready.json"
@@ -235,7 +291,7 @@ class LocalPlatform:
         return (("authorization", f"Bearer {self.admin_token}"),)
 
     async def _wait_for_nodes(self) -> None:
-        async with grpc.aio.insecure_channel(self.scheduler_address) as channel:
+        async with self.channel(self.scheduler_address) as channel:
             stub = pb_grpc.SchedulerServiceStub(channel)
             deadline = time.monotonic() + self.settings.startup_timeout_s
             while True:
@@ -248,7 +304,7 @@ class LocalPlatform:
                 await asyncio.sleep(0.1)
 
     async def _provision_dev_users(self) -> None:
-        async with grpc.aio.insecure_channel(self.scheduler_address) as channel:
+        async with self.channel(self.scheduler_address) as channel:
             stub = pb_grpc.SchedulerServiceStub(channel)
             for name, tier in (("free", common_pb2.TIER_FREE), ("plus", common_pb2.TIER_PLUS)):
                 user_id = f"dev-{name}"

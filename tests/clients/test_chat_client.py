@@ -64,20 +64,24 @@ def assert_well_formed(events: list[ChatEvent]) -> None:
 @pytest.fixture(scope="module")
 async def plus_token(platform: LocalPlatform) -> str:
     """A user of these tests' own, so their answers spend no dev user's bucket."""
-    async with AdminClient(platform.scheduler_address, platform.admin_token) as admin:
+    async with AdminClient(
+        platform.scheduler_address, platform.admin_token, tls=platform.tls()
+    ) as admin:
         created = await admin.create_user(f"client-tests-{uuid.uuid4().hex[:8]}", "plus")
     return created.token
 
 
 @pytest.fixture
 async def client(platform: LocalPlatform, plus_token: str) -> AsyncIterator[ChatClient]:
-    async with ChatClient(platform.gateway_address, plus_token) as chat:
+    async with ChatClient(platform.gateway_address, plus_token, tls=platform.tls("client")) as chat:
         yield chat
 
 
 @pytest.fixture
 async def admin(platform: LocalPlatform) -> AsyncIterator[AdminClient]:
-    async with AdminClient(platform.scheduler_address, platform.admin_token) as scheduler:
+    async with AdminClient(
+        platform.scheduler_address, platform.admin_token, tls=platform.tls()
+    ) as scheduler:
         yield scheduler
 
 
@@ -177,7 +181,7 @@ async def test_send_reattaches_by_itself_when_the_connection_drops(
     message = new_message_id()
     seen: list[ChatEvent] = []
     async with DroppingProxy(platform.gateway_address) as proxy:
-        async with ChatClient(proxy.address, plus_token) as client:
+        async with ChatClient(proxy.address, plus_token, tls=platform.tls("client")) as client:
             stream = client.send(new_conversation_id(), COUNTING, message)
             async with contextlib.aclosing(stream):
                 async for event in stream:
@@ -185,7 +189,9 @@ async def test_send_reattaches_by_itself_when_the_connection_drops(
                     if len(seen) == 3:
                         await proxy.cut()
         assert proxy.accepted >= 2  # it did come back through a new connection
-    async with ChatClient(platform.gateway_address, plus_token) as direct:
+    async with ChatClient(
+        platform.gateway_address, plus_token, tls=platform.tls("client")
+    ) as direct:
         whole = await collect(direct.resume(message))
     assert_well_formed(whole)
     assert seen == whole
@@ -217,7 +223,9 @@ async def test_errors_are_client_errors_with_the_grpc_code(
         with pytest.raises(ClientError) as caught:
             await call
         assert caught.value.code == code, caught.value
-    async with ChatClient(platform.gateway_address, "u_not_a_real_token") as stranger:
+    async with ChatClient(
+        platform.gateway_address, "u_not_a_real_token", tls=platform.tls("client")
+    ) as stranger:
         with pytest.raises(ClientError) as caught:
             await stranger.limits()
     assert caught.value.code == "UNAUTHENTICATED"
@@ -257,7 +265,7 @@ async def test_admin_manages_users_and_their_tokens(
     assert user_id in [u.user_id for u in await admin.users()]
     assert (await admin.set_tier(user_id, "plus")).tier == "plus"
     token = await admin.rotate_token(user_id)
-    async with ChatClient(platform.gateway_address, token) as user:
+    async with ChatClient(platform.gateway_address, token, tls=platform.tls("client")) as user:
         assert (await user.limits()).tier == "plus"
         await admin.revoke_tokens(user_id)
         with pytest.raises(ClientError) as caught:
@@ -269,7 +277,7 @@ async def test_admin_manages_users_and_their_tokens(
 
 
 async def test_the_admin_api_refuses_a_user_token(platform: LocalPlatform, plus_token: str) -> None:
-    async with AdminClient(platform.scheduler_address, plus_token) as impostor:
+    async with AdminClient(platform.scheduler_address, plus_token, tls=platform.tls()) as impostor:
         with pytest.raises(ClientError) as caught:
             await impostor.nodes()
     assert caught.value.code == "PERMISSION_DENIED"

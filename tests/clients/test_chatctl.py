@@ -62,17 +62,28 @@ async def chatctl(*args: str, env: dict[str, str] | None = None, stdin: str = ""
     return Run(process.returncode, out.decode(), err.decode())
 
 
+def tls_dir(platform: LocalPlatform) -> str:
+    return str(platform.tls_dir or "")
+
+
 def admin_flags(platform: LocalPlatform) -> list[str]:
-    return ["--scheduler", platform.scheduler_address, "--admin-token", platform.admin_token]
+    return ["--scheduler", platform.scheduler_address, "--admin-token", platform.admin_token,
+            "--tls-dir", tls_dir(platform)]  # fmt: skip
 
 
 def user_env(platform: LocalPlatform, tier: str = "free") -> dict[str, str]:
-    return clean_env(CHAT_GATEWAY=platform.gateway_address, CHAT_TOKEN=platform.tokens[tier])
+    return clean_env(
+        CHAT_GATEWAY=platform.gateway_address,
+        CHAT_TOKEN=platform.tokens[tier],
+        CHAT_TLS_DIR=tls_dir(platform),
+    )
 
 
 @pytest.fixture
 async def admin(platform: LocalPlatform) -> AsyncIterator[AdminClient]:
-    async with AdminClient(platform.scheduler_address, platform.admin_token) as scheduler:
+    async with AdminClient(
+        platform.scheduler_address, platform.admin_token, tls=platform.tls()
+    ) as scheduler:
         yield scheduler
 
 
@@ -112,7 +123,9 @@ async def test_nodes_json_gives_a_recent_report_age(platform: LocalPlatform) -> 
 
 async def test_addresses_come_from_env_or_from_the_state_dir(platform: LocalPlatform) -> None:
     env = clean_env(
-        CHAT_SCHEDULER=platform.scheduler_address, CHAT_ADMIN_TOKEN=platform.admin_token
+        CHAT_SCHEDULER=platform.scheduler_address,
+        CHAT_ADMIN_TOKEN=platform.admin_token,
+        CHAT_TLS_DIR=tls_dir(platform),
     )
     by_env = await chatctl("nodes", "--json", env=env)
     # The platform fixture's state dir holds the platform.json and admin-token `up` writes.
@@ -185,14 +198,13 @@ async def test_users_create_list_tier_rotate_revoke(platform: LocalPlatform) -> 
     rotated = await chatctl("users", "rotate", user_id, "--json", *flags)
     token = rotated.json()["token"]
     assert token != created.json()["token"]
-    limits = await chatctl(
-        "limits", "--json", "--token", token, "--gateway", platform.gateway_address
-    )
+    gateway = ["--gateway", platform.gateway_address, "--tls-dir", tls_dir(platform)]
+    limits = await chatctl("limits", "--json", "--token", token, *gateway)
     assert limits.code == 0 and limits.json()["tier"] == "free"
 
     revoked = await chatctl("users", "revoke", user_id, *flags)
     assert revoked.code == 0
-    refused = await chatctl("limits", "--token", token, "--gateway", platform.gateway_address)
+    refused = await chatctl("limits", "--token", token, *gateway)
     assert refused.code == 1 and "UNAUTHENTICATED" in refused.err
     listed = await chatctl("users", "list", "--json", *flags)
     assert {u["user_id"]: u["has_token"] for u in listed.json()}[user_id] is False
@@ -286,7 +298,7 @@ async def test_ctrl_c_at_the_prompt_exits(platform: LocalPlatform) -> None:
 
 
 async def test_a_bad_token_fails_with_exit_1(platform: LocalPlatform) -> None:
-    run = await chatctl("conversations", "--gateway", platform.gateway_address, "--token", "u_bad")
+    run = await chatctl("conversations", "--token", "u_bad", env=user_env(platform))
     assert run.code == 1 and run.err.startswith("chatctl: ") and "UNAUTHENTICATED" in run.err
 
 

@@ -47,7 +47,9 @@ async def _input_tokens(chat: ChatClient, conversation: str, text: str) -> int:
 async def test_the_next_prompt_is_built_from_the_summary_and_pinned_turn(short_answers) -> None:
     platform = short_answers
     conversation = new_conversation_id()
-    async with ChatClient(platform.gateway_address, platform.tokens["free"]) as chat:
+    async with ChatClient(
+        platform.gateway_address, platform.tokens["free"], tls=platform.tls("client")
+    ) as chat:
         await _input_tokens(chat, conversation, "Hello! Always answer in French.")
         await _input_tokens(chat, conversation, PASTE)
         before = await _input_tokens(chat, conversation, "Name a fruit.")

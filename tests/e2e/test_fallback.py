@@ -37,7 +37,9 @@ async def small_only(tmp_path_factory):
 
 async def test_large_falls_to_small_then_to_a_busy_answer(small_only) -> None:
     platform = small_only
-    async with ChatClient(platform.gateway_address, platform.tokens["plus"]) as chat:
+    async with ChatClient(
+        platform.gateway_address, platform.tokens["plus"], tls=platform.tls("client")
+    ) as chat:
         # No large pool in this fleet: a Plus user's pick of large is served by small.
         events = [e async for e in chat.send(new_id(), "Name a colour.", model="large")]
         meta = events[0]
@@ -47,7 +49,9 @@ async def test_large_falls_to_small_then_to_a_busy_answer(small_only) -> None:
         node = next(c for c in platform.children if c.name.startswith("nodeagent"))
         node.process.send_signal(signal.SIGKILL)
         await node.process.wait()
-        async with AdminClient(platform.scheduler_address, platform.admin_token) as admin:
+        async with AdminClient(
+            platform.scheduler_address, platform.admin_token, tls=platform.tls()
+        ) as admin:
             for _ in range(100):
                 if all(n.state == "dead" for n in await admin.nodes()):
                     break
@@ -107,7 +111,9 @@ async def test_the_router_starts_easy_small_and_escalates_once(routed) -> None:
         "then prove its running time is linear and list the edge cases."
     )
     conversation = new_id()
-    async with ChatClient(routed.gateway_address, routed.tokens["free"]) as chat:
+    async with ChatClient(
+        routed.gateway_address, routed.tokens["free"], tls=routed.tls("client")
+    ) as chat:
         async for _ in chat.send(conversation, "hi, how are you?"):
             pass
         assert (await _routes(routed)).get(("classifier", "small")) == 1

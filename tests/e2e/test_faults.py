@@ -58,7 +58,7 @@ def admin(platform: LocalPlatform) -> tuple[tuple[str, str]]:
 async def on_each_scheduler(platform: LocalPlatform, call):
     results = []
     for address in platform.scheduler_addresses():
-        async with grpc.aio.insecure_channel(address) as channel:
+        async with platform.channel(address) as channel:
             results.append(await call(pb_grpc.SchedulerServiceStub(channel)))
     return results
 
@@ -109,7 +109,7 @@ async def test_two_schedulers_share_membership_and_the_rung(fleet) -> None:
     assert keys == both
 
     first, second = platform.scheduler_addresses()
-    async with grpc.aio.insecure_channel(second) as channel:
+    async with platform.channel(second) as channel:
         await pb_grpc.SchedulerServiceStub(channel).PinLadder(
             pb.PinLadderRequest(rung=1), metadata=admin(platform)
         )
@@ -125,7 +125,7 @@ async def test_two_schedulers_share_membership_and_the_rung(fleet) -> None:
         platform, lambda s: s.GetLadder(pb.GetLadderRequest(), metadata=admin(platform))
     )
     assert sorted(lad.leading for lad in ladders) == [False, True]
-    async with grpc.aio.insecure_channel(first) as channel:
+    async with platform.channel(first) as channel:
         await pb_grpc.SchedulerServiceStub(channel).PinLadder(
             pb.PinLadderRequest(), metadata=admin(platform)
         )

@@ -48,7 +48,8 @@ async def gateways(tmp_path_factory, redis_server):
 def _clients(platform: LocalPlatform) -> tuple[ChatClient, ChatClient]:
     first, second = platform.gateway_addresses()
     token = platform.tokens["plus"]
-    return ChatClient(first, token), ChatClient(second, token)
+    tls = platform.tls("client")
+    return ChatClient(first, token, tls=tls), ChatClient(second, token, tls=tls)
 
 
 def _ids() -> tuple[str, str]:

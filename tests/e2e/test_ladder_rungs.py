@@ -7,7 +7,6 @@ import time
 import uuid
 
 import aiohttp
-import grpc
 import pytest
 
 from chat.v1 import scheduler_service_pb2 as pb
@@ -42,7 +41,7 @@ async def one_slot(tmp_path_factory):
 
 
 async def pin(platform: LocalPlatform, rung: int | None) -> None:
-    async with grpc.aio.insecure_channel(platform.scheduler_address) as channel:
+    async with platform.channel(platform.scheduler_address) as channel:
         ask = pb.PinLadderRequest() if rung is None else pb.PinLadderRequest(rung=rung)
         await pb_grpc.SchedulerServiceStub(channel).PinLadder(
             ask, metadata=(("authorization", f"Bearer {platform.admin_token}"),)

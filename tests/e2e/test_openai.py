@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
-import grpc
 import openai
 import pytest
 
@@ -238,7 +237,7 @@ async def fleet(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Local
 
 async def new_user(platform: LocalPlatform, tier: int) -> str:
     """A user of its own, so each test starts with a full bucket."""
-    async with grpc.aio.insecure_channel(platform.scheduler_address) as channel:
+    async with platform.channel(platform.scheduler_address) as channel:
         created = await spb_grpc.SchedulerServiceStub(channel).CreateUser(
             spb.CreateUserRequest(user_id=f"u-{uuid.uuid4().hex[:10]}", tier=tier),
             metadata=(("authorization", f"Bearer {platform.admin_token}"),),
@@ -386,7 +385,7 @@ async def test_a_whole_completion_whose_caller_hung_up_is_stopped(
 async def test_the_ladder_caps_free_completions(fleet: LocalPlatform) -> None:
     token = await new_user(fleet, common_pb2.TIER_FREE)
     admin = (("authorization", f"Bearer {fleet.admin_token}"),)
-    async with grpc.aio.insecure_channel(fleet.scheduler_address) as channel:
+    async with fleet.channel(fleet.scheduler_address) as channel:
         ladder = spb_grpc.SchedulerServiceStub(channel)
         await ladder.PinLadder(spb.PinLadderRequest(rung=2), metadata=admin)
         try:

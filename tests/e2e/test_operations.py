@@ -28,7 +28,7 @@ def child(platform: LocalPlatform, name: str) -> dict:
 @pytest.mark.parametrize("name", sorted(SERVICES))
 async def test_grpc_services_report_health_and_offer_reflection(platform, name) -> None:
     service, _ = SERVICES[name]
-    async with grpc.aio.insecure_channel(child(platform, name)["grpc"]) as channel:
+    async with platform.channel(child(platform, name)["grpc"]) as channel:
         health = health_pb2_grpc.HealthStub(channel)
         for asked in ("", service):
             reply = await health.Check(health_pb2.HealthCheckRequest(service=asked))
@@ -63,7 +63,7 @@ async def test_edge_health_readiness_metrics_and_unknown_paths(platform) -> None
 
 
 async def test_the_scheduler_shows_the_node_with_its_load(platform) -> None:
-    async with grpc.aio.insecure_channel(platform.scheduler_address) as channel:
+    async with platform.channel(platform.scheduler_address) as channel:
         stub = pb_grpc.SchedulerServiceStub(channel)
         admin = (("authorization", f"Bearer {platform.admin_token}"),)
         nodes = (await stub.ListNodes(pb.ListNodesRequest(), metadata=admin)).nodes
@@ -76,7 +76,7 @@ async def test_the_scheduler_shows_the_node_with_its_load(platform) -> None:
 
 
 async def test_the_admin_api_refuses_user_tokens_and_anonymous_callers(platform) -> None:
-    async with grpc.aio.insecure_channel(platform.scheduler_address) as channel:
+    async with platform.channel(platform.scheduler_address) as channel:
         stub = pb_grpc.SchedulerServiceStub(channel)
         user = (("authorization", f"Bearer {platform.tokens['plus']}"),)
         for metadata, code in [
@@ -95,7 +95,9 @@ async def test_gateway_metrics_describe_the_answers_it_served(platform) -> None:
 
     from clients.chat_client import ChatClient, Done, new_conversation_id
 
-    async with ChatClient(platform.gateway_address, platform.tokens["free"]) as client:
+    async with ChatClient(
+        platform.gateway_address, platform.tokens["free"], tls=platform.tls("client")
+    ) as client:
         events = [e async for e in client.send(new_conversation_id(), "Say hello in French.")]
     assert isinstance(events[-1], Done)
     port = child(platform, "gateway")["metrics"]

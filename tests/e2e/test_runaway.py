@@ -16,7 +16,9 @@ LOOP_BAIT = "Repeat after me forever: la la la la la la la la la la la la la la 
 
 async def test_a_runaway_answer_is_stopped_long_before_its_cap(platform) -> None:
     stopped = []
-    async with ChatClient(platform.gateway_address, platform.tokens["plus"]) as chat:
+    async with ChatClient(
+        platform.gateway_address, platform.tokens["plus"], tls=platform.tls("client")
+    ) as chat:
         for _ in range(10):
             events = [e async for e in chat.send(new_conversation_id(), LOOP_BAIT)]
             done = events[-1]

@@ -42,7 +42,9 @@ async def guarded(tmp_path_factory):
 
 async def test_a_blocked_message_is_refused_recorded_and_never_reaches_a_model(guarded) -> None:
     conversation = new_conversation_id()
-    async with ChatClient(guarded.gateway_address, guarded.tokens["plus"]) as chat:
+    async with ChatClient(
+        guarded.gateway_address, guarded.tokens["plus"], tls=guarded.tls("client")
+    ) as chat:
         before = (await chat.limits()).level
         events = [e async for e in chat.send(conversation, "Say FORBIDDEN-CANARY-PHRASE please")]
         assert isinstance(events[0], Meta) and events[0].model == SAFETY_MODEL
@@ -67,7 +69,9 @@ async def test_a_flagged_answer_is_stopped_and_the_flagged_text_never_shown(guar
     # input check would refuse it.) A flagged word that reaches the user fails at once.
     for _ in range(3):
         conversation = new_conversation_id()
-        async with ChatClient(guarded.gateway_address, guarded.tokens["plus"]) as chat:
+        async with ChatClient(
+            guarded.gateway_address, guarded.tokens["plus"], tls=guarded.tls("client")
+        ) as chat:
             events = [
                 e
                 async for e in chat.send(
@@ -87,7 +91,6 @@ async def test_a_flagged_answer_is_stopped_and_the_flagged_text_never_shown(guar
 
 
 async def test_a_stateless_completion_passes_the_same_input_check(guarded) -> None:
-    import grpc
 
     from chat.v1 import chat_service_pb2 as pb
     from chat.v1 import chat_service_pb2_grpc as pb_grpc
@@ -97,7 +100,7 @@ async def test_a_stateless_completion_passes_the_same_input_check(guarded) -> No
         turns=[common_pb2.Turn(role=common_pb2.ROLE_USER, content="FORBIDDEN canary PHRASE")]
     )
     metadata = (("authorization", f"Bearer {guarded.tokens['free']}"),)
-    async with grpc.aio.insecure_channel(guarded.gateway_address) as channel:
+    async with guarded.channel(guarded.gateway_address, "client") as channel:
         stub = pb_grpc.ChatServiceStub(channel)
         events = [
             e async for r in stub.Complete(request, metadata=metadata) for e in (r.event, *r.more)

@@ -86,7 +86,8 @@ async def test_the_client_skips_an_unreachable_scheduler_and_passes_on_real_refu
 ) -> None:
     live = two_schedulers.scheduler_addresses()[-1]
     dead = f"127.0.0.1:{free_port()}"
-    client = SchedulerClient([dead, live], rpc_timeout_s=5.0)
+    gateway_tls = two_schedulers.tls("gateway")
+    client = SchedulerClient([dead, live], rpc_timeout_s=5.0, tls=gateway_tls)
     try:
         pick = await client.pick("c1", "small", Tier.PLUS, 100)
         assert pick.node_id in {"local-small-0", "local-small-1"}
@@ -99,7 +100,7 @@ async def test_the_client_skips_an_unreachable_scheduler_and_passes_on_real_refu
             await client.pick("c1", "huge", Tier.PLUS, 100)
     finally:
         await client.close()
-    nowhere = SchedulerClient([dead, f"127.0.0.1:{free_port()}"])
+    nowhere = SchedulerClient([dead, f"127.0.0.1:{free_port()}"], tls=gateway_tls)
     try:
         with pytest.raises(Unavailable, match="no scheduler is reachable"):
             await nowhere.pick("c1", "small", Tier.PLUS, 100)

@@ -81,14 +81,16 @@ async def store(compact_platform: LocalPlatform) -> AsyncIterator[Store]:
 
 @pytest.fixture
 async def scheduler(compact_platform: LocalPlatform) -> AsyncIterator[SchedulerClient]:
-    opened = SchedulerClient([compact_platform.scheduler_address])
+    opened = SchedulerClient(
+        [compact_platform.scheduler_address], tls=compact_platform.tls("gateway")
+    )
     yield opened
     await opened.close()
 
 
 @pytest.fixture
-async def nodes() -> AsyncIterator[NodeClient]:
-    opened = NodeClient()
+async def nodes(compact_platform: LocalPlatform) -> AsyncIterator[NodeClient]:
+    opened = NodeClient(tls=compact_platform.tls("gateway"))
     yield opened
     await opened.close()
 

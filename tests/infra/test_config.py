@@ -5,6 +5,12 @@ import pytest
 from infra.config import ConfigError, load_config
 
 
+@dataclass(frozen=True)
+class Inner:
+    path: str = ""
+    on: bool = False
+
+
 @dataclass
 class Sample:
     listen: str = "127.0.0.1:1"
@@ -12,6 +18,7 @@ class Sample:
     ratio: float = 0.5
     debug: bool = False
     peers: list[str] = field(default_factory=list)
+    inner: Inner = field(default_factory=Inner)
 
 
 def test_defaults_then_file_then_environment(tmp_path) -> None:
@@ -35,3 +42,15 @@ def test_unknown_fields_and_bad_values_are_clear_errors(tmp_path) -> None:
         load_config(Sample, "sample", path, env={})
     with pytest.raises(ConfigError, match="'workers'"):
         load_config(Sample, "sample", env={"CHAT_SAMPLE_WORKERS": "many"})
+
+
+def test_a_dataclass_field_is_a_nested_section(tmp_path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("sample:\n  inner:\n    path: /a\n")
+    assert load_config(Sample, "sample", path, env={}).inner == Inner(path="/a")
+    by_env = load_config(Sample, "sample", path, env={"CHAT_SAMPLE_INNER_ON": "true"})
+    assert by_env.inner == Inner(path="/a", on=True)
+    assert load_config(Sample, "sample", env={}).inner == Inner()
+    path.write_text("sample:\n  inner:\n    pth: /a\n")
+    with pytest.raises(ConfigError, match=r"unknown sample\.inner config fields: pth"):
+        load_config(Sample, "sample", path, env={})

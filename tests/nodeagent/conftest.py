@@ -8,6 +8,7 @@ import pytest
 
 from chat.v1 import node_service_pb2_grpc
 from infra.grpcserver import GrpcServer
+from infra.tls import TlsConfig
 from nodeagent.llamacpp import LlamaCppEngine
 from nodeagent.requests import RequestRegistry
 from nodeagent.servicer import NodeServicer
@@ -29,7 +30,9 @@ class NodeUnderTest:
         self.engine_ok = asyncio.Event()
         self.engine_ok.set()
         self.registry = RequestRegistry(engine, keep_after_finish_s=30, reattach_grace_s=1.0)
-        self.server = GrpcServer("127.0.0.1:0", ["chat.v1.NodeService"])
+        self.server = GrpcServer(
+            "127.0.0.1:0", ["chat.v1.NodeService"], tls=TlsConfig(insecure=True)
+        )
         self.servicer = NodeServicer(
             engine, self.registry, self.accepting, self.engine_ok, stream_interval_s
         )

@@ -20,6 +20,7 @@ from chat.v1 import common_pb2, node_service_pb2_grpc
 from chat.v1 import node_service_pb2 as pb
 from domain.types import Finish, Role, Tier
 from infra.grpcserver import GrpcServer
+from infra.tls import TlsConfig
 from nodeagent.engine import Chunk, EngineError, Finished, GenerationRequest, PromptTurn
 from nodeagent.llamacpp import free_port
 from nodeagent.main import NodeAgentConfig, build_engine
@@ -248,7 +249,9 @@ class Node:
 
     def __init__(self, engine: VllmEngine) -> None:
         self.registry = RequestRegistry(engine, keep_after_finish_s=30, reattach_grace_s=1.0)
-        self.server = GrpcServer("127.0.0.1:0", ["chat.v1.NodeService"])
+        self.server = GrpcServer(
+            "127.0.0.1:0", ["chat.v1.NodeService"], tls=TlsConfig(insecure=True)
+        )
         accepting, engine_ok = asyncio.Event(), asyncio.Event()
         accepting.set()
         engine_ok.set()

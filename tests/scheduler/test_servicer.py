@@ -13,6 +13,7 @@ import pytest
 from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
+from infra.tls import TlsConfig
 from scheduler.main import SchedulerConfig, serve
 
 ADMIN = "admin-secret-for-tests"
@@ -25,6 +26,8 @@ async def scheduler(tmp_path_factory) -> AsyncIterator[pb_grpc.SchedulerServiceS
     ready = folder / "ready.json"
     config = SchedulerConfig(
         grpc_listen="127.0.0.1:0",
+        # The servicer's own rules; who may call what over TLS is tests/infra/test_tls.py's.
+        tls=TlsConfig(insecure=True),
         store_url=f"sqlite:///{folder / 'chat.db'}",
         admin_token=ADMIN,
         report_timeout_s=1.0,
