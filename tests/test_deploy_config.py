@@ -31,6 +31,10 @@ def test_the_example_is_the_production_shape() -> None:
     assert load_config(SchedulerConfig, "scheduler", EXAMPLE, env={}).membership == "etcd"
     gateway = load_config(GatewayConfig, "gateway", EXAMPLE, env={})
     assert gateway.buckets == "redis" and gateway.store_url.startswith("postgresql://")
+    assert gateway.runs == "redis"
+    assert load_config(EdgeConfig, "edge", EXAMPLE, env={}).gateway_addresses == [
+        "dns:///gateway:50052"
+    ]
     node = load_config(NodeAgentConfig, "nodeagent", EXAMPLE, env={})
     assert node.scheduler_addresses == [
         "scheduler-0.scheduler:50051",

@@ -64,6 +64,8 @@ class Child:
     name: str
     process: asyncio.subprocess.Process
     ready: dict[str, object]
+    module: str = ""
+    env: dict[str, str] = field(default_factory=dict)
 
 
 class LocalPlatform:
@@ -132,7 +134,8 @@ class LocalPlatform:
             "edge.main",
             {
                 "CHAT_EDGE_LISTEN": settings.edge_listen,
-                "CHAT_EDGE_GATEWAY_ADDRESS": self.gateway_address,
+                # Every gateway: a stream whose gateway dies carries on through another.
+                "CHAT_EDGE_GATEWAY_ADDRESSES": ",".join(self.gateway_addresses()),
             },
         )
         await self._wait_for_nodes()
@@ -214,7 +217,7 @@ class LocalPlatform:
             stderr=log,
         )
         log.close()
-        child = Child(name, process, {})
+        child = Child(name, process, {}, module, env)
         self.children.append(child)
         deadline = time.monotonic() + self.settings.startup_timeout_s
         while not ready_file.exists():
@@ -228,6 +231,23 @@ class LocalPlatform:
             await asyncio.sleep(0.05)
         child.ready = json.loads(ready_file.read_text())
         self._on_ready(name, time.monotonic() - self._started_at)
+
+    async def restart(self, name: str) -> Child:
+        """Starts a service that died (or was killed) again, at the gRPC address it had, so
+        the services that call it find it again."""
+        old = self._child(name)
+        if old.process.returncode is None:
+            raise PlatformError(f"{name} is still running")
+        place = self.children.index(old)
+        self.children.remove(old)
+        env = dict(old.env)
+        if "grpc" in old.ready:
+            env[f"CHAT_{old.module.split('.')[0].upper()}_GRPC_LISTEN"] = str(old.ready["grpc"])
+        await self._spawn(name, old.module, env)
+        # Back in its place: stop() goes in reverse start order.
+        child = self.children.pop()
+        self.children.insert(place, child)
+        return child
 
     def _admin(self) -> tuple[tuple[str, str]]:
         return (("authorization", f"Bearer {self.admin_token}"),)
