@@ -99,16 +99,15 @@ async def test_a_stream_whose_gateway_is_killed_carries_on_to_done(platform) -> 
     headers = {**bearer(platform, "plus"), "Idempotency-Key": f"m_{uuid.uuid4().hex[:8]}"}
     url = f"{platform.edge_url}/v1/conversations/c_{uuid.uuid4().hex[:8]}/messages"
     events: list[tuple[float, SseEvent]] = []
-    killed_at = 0.0
+    killed: Child | None = None
     async with aiohttp.ClientSession() as http:
         async with http.post(url, json={"content": STORY}, headers=headers) as response:
             assert response.status == 200
             async for event in iter_events(response):
                 events.append((time.monotonic(), event))
-                if not killed_at and sum(e.event == "delta" for _, e in events) == 5:
+                if killed is None and sum(e.event == "delta" for _, e in events) == 5:
                     killed = await streaming_gateway(http, platform)
                     await kill(killed)
-                    killed_at = time.monotonic()
         names = [e.event for _, e in events]
         assert names[0] == "meta" and names[-1] == "done", names[-3:]
         assert "error" not in names
@@ -117,9 +116,8 @@ async def test_a_stream_whose_gateway_is_killed_carries_on_to_done(platform) -> 
     assert events[-1][1].data["finish"] == "stop"
     assert [e.id for _, e in events] == list(range(1, len(events) + 1))  # no gap, no repeat
     assert "".join(e.data["text"] for _, e in events if e.event == "delta") == stored
-    # The client saw a pause: the gateway's liveness (3 s) running out, then the takeover.
-    after = next(at for at, _ in events if at > killed_at)
-    assert after - killed_at < 10.0
+    # The client saw a pause (the dead gateway's liveness, 3 s, running out, then the
+    # takeover), then the rest at the usual pace.
     assert max(b - a for (a, _), (b, _) in itertools.pairwise(events)) < 10.0
 
 
