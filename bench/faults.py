@@ -10,8 +10,15 @@ repeat. Scenarios are rows of SCENARIOS; node kills can join as rows of their ow
 - edge-gateway: the gateway the answer streams through is SIGKILLed after the 5th delta; the
   edge re-attaches through the other gateway, which takes the answer over once the dead one's
   liveness (gateway_liveness_s, 3 s) has run out. The gateway is restarted before the next.
+- edge-gw-live2s: the same with gateway_liveness_s 2 s: what that setting buys.
 
     .venv/bin/python bench/faults.py [--kills 20] [--scenario edge-gateway]
+
+UNFINISHED: with the default gateway_liveness_s (3 s) the pause is about 3.1 s at p50, just
+over the goal of 3 s. The edge re-attaches at once; the pause is the dead gateway's liveness
+key running out (2-3 s after the kill: it is renewed every second) plus up to a second until
+the surviving gateway looks (its follow block and orphan sweep are 1 s each). gateway_liveness_s
+2 s meets the goal (edge-gw-live2s, about 2.1 s); whether to make that the default is open.
 
 Prints a table and ends with one JSON line. Results land in bench/results/faults.txt and
 bench/results/faults.json.
@@ -21,8 +28,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import itertools
 import json
+import math
 import re
 import signal
 import statistics
@@ -66,7 +75,8 @@ class Scenario:
 # edge-gateway ----------------------------------------------------------------------------------
 
 
-def two_gateways(state_dir: Path, redis_url: str) -> PlatformSettings:
+def two_gateways(state_dir: Path, redis_url: str, liveness_s: float = 0.0) -> PlatformSettings:
+    liveness = {"CHAT_GATEWAY_GATEWAY_LIVENESS_S": str(liveness_s)} if liveness_s else {}
     return PlatformSettings(
         state_dir=state_dir,
         edge_listen="127.0.0.1:0",
@@ -78,6 +88,7 @@ def two_gateways(state_dir: Path, redis_url: str) -> PlatformSettings:
             "CHAT_NODEAGENT_SIM_ANSWER_TOKENS": f"{ANSWER_TOKENS},{ANSWER_TOKENS}",
             "CHAT_GATEWAY_OUTPUT_HOLDBACK_TOKENS": "0",
             "CHAT_GATEWAY_OUTPUT_CHECK_EVERY_TOKENS": "1",
+            **liveness,
         },
     )
 
@@ -138,7 +149,11 @@ async def kill_the_gateway(platform: LocalPlatform, http: aiohttp.ClientSession)
     return Trial(pause_s, events[-1][1].event, intact)
 
 
-SCENARIOS = [Scenario("edge-gateway", two_gateways, kill_the_gateway)]
+SCENARIOS = [
+    Scenario("edge-gateway", two_gateways, kill_the_gateway),
+    # The same with gateways declared dead after 2 s of silence instead of 3.
+    Scenario("edge-gw-live2s", functools.partial(two_gateways, liveness_s=2.0), kill_the_gateway),
+]
 
 
 # Running and reporting --------------------------------------------------------------------------
@@ -169,7 +184,7 @@ def summary(trials: list[Trial]) -> dict[str, object]:
         "done": sum(t.ended == "done" for t in trials),
         "intact": sum(t.intact for t in trials),
         "pause_p50_s": round(statistics.median(pauses), 2),
-        "pause_p90_s": round(pauses[max(0, int(len(pauses) * 0.9) - 1)], 2),
+        "pause_p90_s": round(pauses[math.ceil(len(pauses) * 0.9) - 1], 2),
         "pause_max_s": round(pauses[-1], 2),
         "goal_s": GOAL_S,
         "met": pauses[-1] <= GOAL_S and all(t.ended == "done" and t.intact for t in trials),

@@ -112,10 +112,13 @@ async def test_a_stream_whose_gateway_is_killed_carries_on_to_done(platform) -> 
         assert names[0] == "meta" and names[-1] == "done", names[-3:]
         assert "error" not in names
         stored = await stored_answer(http, url, bearer(platform, "plus"))
+        async with http.get(f"{platform.edge_url}/metrics") as response:
+            metrics = await response.text()
 
     assert events[-1][1].data["finish"] == "stop"
     assert [e.id for _, e in events] == list(range(1, len(events) + 1))  # no gap, no repeat
     assert "".join(e.data["text"] for _, e in events if e.event == "delta") == stored
+    assert 'edge_stream_reattaches_total{outcome="ok"} 1.0' in metrics
     # The client saw a pause (the dead gateway's liveness, 3 s, running out, then the
     # takeover), then the rest at the usual pace.
     assert max(b - a for (a, _), (b, _) in itertools.pairwise(events)) < 10.0
