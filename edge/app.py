@@ -7,7 +7,7 @@ import contextlib
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,19 +15,18 @@ from typing import Any
 import grpc
 from aiohttp import web
 from google.protobuf import json_format
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 from prometheus_client import CollectorRegistry
 
 from chat.v1 import chat_service_pb2 as pb
-from chat.v1 import chat_service_pb2_grpc as pb_grpc
-from edge import sse
-from edge.errors import HttpError, error_for, error_response
+from edge.errors import HttpError, error_for, error_response, from_rpc
+from edge.gateways import Gateway, Gateways, never_sent
 from edge.metrics import EdgeMetrics
 from edge.openai_api import MAX_BODY_KEY, OpenAIApi
 from edge.openapi import openapi_handler
 from edge.ops import Cors, PerAddressLimit
+from edge.relay import Relay
 from infra.metrics import metrics_handler
-from infra.status import CallFailure
 
 MODEL_CHOICES = {
     "auto": pb.MODEL_CHOICE_AUTO,
@@ -48,25 +47,17 @@ class EdgeSettings:
     cors_origins: tuple[str, ...] = ()
     # Requests (streams included) one client address may hold open; 0: no limit.
     max_requests_per_ip: int = 256
-
-
-def _from_rpc(error: grpc.aio.AioRpcError) -> HttpError:
-    failure = CallFailure(error)
-    return HttpError(failure.http_status, failure.message, failure.retry_after_header)
+    # How long a stream whose gateway went away may take to carry on through another one
+    # before the client is sent an error event.
+    reattach_timeout_s: float = 10.0
 
 
 class Edge:
-    def __init__(
-        self,
-        chat: pb_grpc.ChatServiceStub,
-        health: health_pb2_grpc.HealthStub,
-        settings: EdgeSettings,
-        metrics: EdgeMetrics,
-    ) -> None:
-        self._chat = chat
-        self._health = health
+    def __init__(self, gateways: Gateways, settings: EdgeSettings, metrics: EdgeMetrics) -> None:
+        self._gateways = gateways
         self._settings = settings
         self._metrics = metrics
+        self._relay = Relay(gateways, metrics, settings.keepalive_s, settings.reattach_timeout_s)
 
     # Plumbing -----------------------------------------------------------------------------------
 
@@ -77,7 +68,7 @@ class Edge:
         except HttpError as error:
             response = error_for(request, error)
         except grpc.aio.AioRpcError as rpc_error:
-            response = error_for(request, _from_rpc(rpc_error))
+            response = error_for(request, from_rpc(rpc_error))
         except web.HTTPRequestEntityTooLarge:
             too_large = HttpError(413, f"the body is over {self._settings.max_body_bytes} bytes")
             response = error_for(request, too_large)
@@ -107,58 +98,10 @@ class Edge:
             raise HttpError(400, "the body must be a JSON object")
         return body
 
-    async def _unary(self, call: Awaitable[Any]) -> web.Response:
-        reply = await call
+    async def _unary(self, send: Callable[[Any], Awaitable[Any]]) -> web.Response:
+        """A read, at the next live gateway."""
+        reply = await self._gateways.call(send)
         return web.json_response(json_format.MessageToDict(reply))
-
-    # Streaming ----------------------------------------------------------------------------------
-
-    async def _stream(
-        self, request: web.Request, call: grpc.aio.UnaryStreamCall
-    ) -> web.StreamResponse:
-        """Relays a ChatEvent stream as SSE. Errors before the first event are HTTP statuses."""
-        responses = aiter(call)
-        try:
-            first = await anext(responses)
-        except grpc.aio.AioRpcError as error:
-            raise _from_rpc(error) from error
-        except StopAsyncIteration as exc:
-            raise HttpError(502, "the gateway closed the stream without an event") from exc
-        response = web.StreamResponse(headers=sse.STREAM_HEADERS)
-        await response.prepare(request)
-        self._metrics.open_streams.inc()
-        try:
-            await self._relay(response, first, responses)
-        except (ConnectionResetError, asyncio.CancelledError):
-            # The app went away; the gateway keeps writing the answer for a later resume.
-            call.cancel()
-            raise
-        finally:
-            self._metrics.open_streams.dec()
-        return response
-
-    async def _relay(
-        self, response: web.StreamResponse, first: Any, rest: AsyncIterator[Any]
-    ) -> None:
-        """Writes each gRPC message's events (one, or a batch when the gateway was ahead)
-        in one write."""
-        await self._write_events(response, first)
-        async with sse.KeepAlive(response, self._settings.keepalive_s) as keepalive:
-            try:
-                async for item in rest:
-                    await self._write_events(response, item)
-                    keepalive.wrote()
-            except grpc.aio.AioRpcError as error:
-                failure = CallFailure(error)
-                lost = pb.ChatEvent(
-                    error=pb.ErrorEvent(code=failure.code.value[0], message=failure.message)
-                )
-                await response.write(sse.encode(lost))
-
-    async def _write_events(self, response: web.StreamResponse, item: Any) -> None:
-        events = [item.event, *item.more]
-        await response.write(b"".join(sse.encode(event) for event in events))
-        self._metrics.events.inc(len(events))
 
     # Routes -------------------------------------------------------------------------------------
 
@@ -175,17 +118,16 @@ class Edge:
         if model not in MODEL_CHOICES:
             raise HttpError(400, "'model' must be one of auto, small, large")
         message_id = request.headers.get("Idempotency-Key") or f"m_{uuid.uuid4().hex}"
-        call = self._chat.SendMessage(
-            pb.SendMessageRequest(
-                conversation_id=request.match_info["conversation_id"],
-                message_id=message_id,
-                parent_id=parent_id,
-                content=content,
-                model=MODEL_CHOICES[model],
-            ),
-            metadata=metadata,
+        send = pb.SendMessageRequest(
+            conversation_id=request.match_info["conversation_id"],
+            message_id=message_id,
+            parent_id=parent_id,
+            content=content,
+            model=MODEL_CHOICES[model],
         )
-        return await self._stream(request, call)
+        return await self._relay.stream(
+            request, lambda chat: chat.SendMessage(send, metadata=metadata), message_id, metadata
+        )
 
     async def resume(self, request: web.Request) -> web.StreamResponse:
         metadata = self._metadata(request)
@@ -193,18 +135,22 @@ class Edge:
         # ASCII digits only ("²".isdigit() is true), and few enough to fit the uint64 field.
         if not EVENT_ID.fullmatch(raw):
             raise HttpError(400, "Last-Event-ID must be a non-negative integer")
-        call = self._chat.AttachMessage(
-            pb.AttachMessageRequest(
-                message_id=request.match_info["message_id"], after_event_id=int(raw)
-            ),
-            metadata=metadata,
+        message_id = request.match_info["message_id"]
+        attach = pb.AttachMessageRequest(message_id=message_id, after_event_id=int(raw))
+        return await self._relay.stream(
+            request,
+            lambda chat: chat.AttachMessage(attach, metadata=metadata),
+            message_id,
+            metadata,
         )
-        return await self._stream(request, call)
 
     async def stop(self, request: web.Request) -> web.Response:
         stop = pb.StopMessageRequest(message_id=request.match_info["message_id"])
-        reply = await self._chat.StopMessage(
-            stop, metadata=self._metadata(request), timeout=self._settings.rpc_timeout_s
+        metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
+        # A stop that reached a gateway is not sent again: the second would answer "not
+        # stopped" for the answer the first one stopped.
+        reply = await self._gateways.call(
+            lambda chat: chat.StopMessage(stop, metadata=metadata, timeout=timeout), never_sent
         )
         return web.json_response({"stopped": reply.stopped})
 
@@ -215,61 +161,61 @@ class Edge:
         ask = pb.ListConversationsRequest(
             page_size=int(size), page_token=request.query.get("cursor", "")
         )
+        metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
         return await self._unary(
-            self._chat.ListConversations(
-                ask, metadata=self._metadata(request), timeout=self._settings.rpc_timeout_s
-            )
+            lambda chat: chat.ListConversations(ask, metadata=metadata, timeout=timeout)
         )
 
     async def get_conversation(self, request: web.Request) -> web.Response:
         ask = pb.GetConversationRequest(conversation_id=request.match_info["conversation_id"])
+        metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
         return await self._unary(
-            self._chat.GetConversation(
-                ask, metadata=self._metadata(request), timeout=self._settings.rpc_timeout_s
-            )
+            lambda chat: chat.GetConversation(ask, metadata=metadata, timeout=timeout)
         )
 
     async def delete_conversation(self, request: web.Request) -> web.Response:
         ask = pb.DeleteConversationRequest(conversation_id=request.match_info["conversation_id"])
-        await self._chat.DeleteConversation(
-            ask, metadata=self._metadata(request), timeout=self._settings.rpc_timeout_s
+        metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
+        # A delete that reached a gateway is not sent again: the second would answer 404.
+        await self._gateways.call(
+            lambda chat: chat.DeleteConversation(ask, metadata=metadata, timeout=timeout),
+            never_sent,
         )
         return web.json_response({"deleted": True})
 
     async def list_messages(self, request: web.Request) -> web.Response:
         ask = pb.ListMessagesRequest(conversation_id=request.match_info["conversation_id"])
+        metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
         return await self._unary(
-            self._chat.ListMessages(
-                ask, metadata=self._metadata(request), timeout=self._settings.rpc_timeout_s
-            )
+            lambda chat: chat.ListMessages(ask, metadata=metadata, timeout=timeout)
         )
 
     async def get_message(self, request: web.Request) -> web.Response:
         ask = pb.GetMessageRequest(message_id=request.match_info["message_id"])
+        metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
         return await self._unary(
-            self._chat.GetMessage(
-                ask, metadata=self._metadata(request), timeout=self._settings.rpc_timeout_s
-            )
+            lambda chat: chat.GetMessage(ask, metadata=metadata, timeout=timeout)
         )
 
     async def limits(self, request: web.Request) -> web.Response:
+        metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
         return await self._unary(
-            self._chat.GetLimits(
-                pb.GetLimitsRequest(),
-                metadata=self._metadata(request),
-                timeout=self._settings.rpc_timeout_s,
-            )
+            lambda chat: chat.GetLimits(pb.GetLimitsRequest(), metadata=metadata, timeout=timeout)
         )
 
     async def healthz(self, _: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
     async def readyz(self, _: web.Request) -> web.Response:
-        with contextlib.suppress(grpc.aio.AioRpcError):
-            reply = await self._health.Check(health_pb2.HealthCheckRequest(), timeout=2)
-            if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                return web.json_response({"status": "ready"})
-        return error_response(503, "the gateway is not serving")
+        """Ready while any gateway serves; each gateway's state is listed for operators."""
+        states = await asyncio.gather(*(_health(gateway) for gateway in self._gateways.all))
+        gateways = {
+            gateway.address: state
+            for gateway, state in zip(self._gateways.all, states, strict=True)
+        }
+        if "serving" in states:
+            return web.json_response({"status": "ready", "gateways": gateways})
+        return error_response(503, "no gateway is serving")
 
     async def not_found(self, _: web.Request) -> web.Response:
         raise HttpError(404, "no such endpoint")
@@ -304,12 +250,23 @@ async def static_file(request: web.Request) -> web.FileResponse:
     return web.FileResponse(path, headers=headers)
 
 
+async def _health(gateway: Gateway) -> str:
+    with contextlib.suppress(grpc.aio.AioRpcError):
+        reply = await gateway.health.Check(health_pb2.HealthCheckRequest(), timeout=2)
+        if reply.status == health_pb2.HealthCheckResponse.SERVING:
+            return "serving"
+        return "not serving"
+    return "unreachable"
+
+
 def build_app(
-    channel: grpc.aio.Channel, settings: EdgeSettings, registry: CollectorRegistry
+    gateways: Gateways | grpc.aio.Channel, settings: EdgeSettings, registry: CollectorRegistry
 ) -> web.Application:
+    """gateways: the gateways to call, or one channel to one gateway."""
+    if isinstance(gateways, grpc.aio.Channel):
+        gateways = Gateways([("gateway", gateways)])
     metrics = EdgeMetrics(registry)
-    chat = pb_grpc.ChatServiceStub(channel)
-    edge = Edge(chat, health_pb2_grpc.HealthStub(channel), settings, metrics)
+    edge = Edge(gateways, settings, metrics)
     cors = Cors(settings.cors_origins)
     per_address = PerAddressLimit(settings.max_requests_per_ip, metrics)
     app = web.Application(
@@ -327,7 +284,7 @@ def build_app(
     app.router.add_get("/v1/messages/{message_id}/stream", edge.resume)
     app.router.add_post("/v1/messages/{message_id}/stop", edge.stop)
     app.router.add_get("/v1/limits", edge.limits)
-    OpenAIApi(chat, metrics, settings.keepalive_s, settings.rpc_timeout_s).register(app)
+    OpenAIApi(gateways, metrics, settings.keepalive_s, settings.rpc_timeout_s).register(app)
     app.router.add_get("/openapi.json", openapi_handler)
     app.router.add_get("/healthz", edge.healthz)
     app.router.add_get("/readyz", edge.readyz)

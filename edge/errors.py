@@ -3,9 +3,11 @@ shape on the OpenAI-compatible paths, whose clients parse that one."""
 
 from __future__ import annotations
 
+import grpc
 from aiohttp import web
 
 from edge.openai_api import OpenAIError
+from infra.status import CallFailure
 
 OPENAI_PATHS = ("/v1/chat/", "/v1/models")
 
@@ -16,6 +18,11 @@ class HttpError(Exception):
         self.status = status
         self.message = message
         self.retry_after = retry_after
+
+
+def from_rpc(error: grpc.aio.AioRpcError) -> HttpError:
+    failure = CallFailure(error)
+    return HttpError(failure.http_status, failure.message, failure.retry_after_header)
 
 
 def error_response(status: int, message: str, retry_after: str | None = None) -> web.Response:

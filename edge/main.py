@@ -9,18 +9,28 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from edge.app import EdgeSettings, build_app
+from edge.gateways import Gateways
 from infra.logs import configure_logging
 from infra.runner import run_service, write_ready_file
-from infra.tls import TlsConfig, open_channel
+from infra.tls import TlsConfig
 
 
 @dataclass
 class EdgeConfig:
     listen: str = "127.0.0.1:8080"
+    # The gateways to call: gateway_addresses when set, else gateway_address alone. Each call
+    # goes to the next one not marked down; a stream whose gateway goes away carries on
+    # through another. An address may also be a DNS name resolving to several gateways.
     gateway_address: str = "127.0.0.1:50052"
     # The CA, the edge's certificate and key for calling gateways (infra.tls), or
     # insecure: true. Only the gRPC side: browsers and apps speak HTTP to the edge.
     tls: TlsConfig = field(default_factory=TlsConfig)
+    gateway_addresses: list[str] = field(default_factory=list)
+    # A gateway whose call was lost gets no calls for this long (unless every one is down).
+    gateway_cooldown_s: float = 5.0
+    # How long a stream whose gateway went away may take to carry on through another one
+    # before the client is sent an error event.
+    reattach_timeout_s: float = 10.0
     max_body_bytes: int = 64 * 1024
     # One header line, and how many headers; over either is answered 400 before any handler.
     max_header_bytes: int = 8190
@@ -38,14 +48,18 @@ class EdgeConfig:
 
 async def serve(config: EdgeConfig, stop: asyncio.Event) -> None:
     log = configure_logging("edge", config.log_level)
-    channel = open_channel(config.gateway_address, config.tls)
+    addresses = [a.strip() for a in config.gateway_addresses if a.strip()]
+    gateways = Gateways.dial(
+        addresses or [config.gateway_address], config.tls, config.gateway_cooldown_s
+    )
     settings = EdgeSettings(
         max_body_bytes=config.max_body_bytes,
         keepalive_s=config.keepalive_s,
         cors_origins=tuple(config.cors_origins),
         max_requests_per_ip=config.max_requests_per_ip,
+        reattach_timeout_s=config.reattach_timeout_s,
     )
-    app = build_app(channel, settings, CollectorRegistry())
+    app = build_app(gateways, settings, CollectorRegistry())
     runner = web.AppRunner(
         app,
         access_log=None,
@@ -63,7 +77,7 @@ async def serve(config: EdgeConfig, stop: asyncio.Event) -> None:
     await stop.wait()
     # Open streams end here; apps resume them on any edge with Last-Event-ID.
     await runner.cleanup()
-    await channel.close()
+    await gateways.close()
     log.info("edge stopped")
 
 

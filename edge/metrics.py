@@ -21,3 +21,9 @@ class EdgeMetrics:
             "requests refused because their address had too many open",
             registry=registry,
         )
+        self.reattaches = Counter(
+            "edge_stream_reattaches",
+            "streams whose gateway went away mid-answer, by whether another gateway carried on",
+            ["outcome"],
+            registry=registry,
+        )

@@ -1,6 +1,11 @@
 """The OpenAI-compatible API: `/v1/chat/completions` and `/v1/models` over ChatService.Complete,
 so the official `openai` SDK, LangChain and curl work unchanged. Errors use OpenAI's shape
-(`{"error": {"message", "type", "param", "code"}}`), which those clients parse."""
+(`{"error": {"message", "type", "param", "code"}}`), which those clients parse.
+
+A completion is stateless: nothing stores or shares it, so when its gateway goes away
+mid-answer no other gateway can carry it on, and the stream ends with an error chunk (the
+conversation API's streams re-attach instead: edge.relay). Only a gateway lost before the
+first chunk gets the request sent to another one."""
 
 from __future__ import annotations
 
@@ -16,9 +21,9 @@ import grpc
 from aiohttp import web
 
 from chat.v1 import chat_service_pb2 as pb
-from chat.v1 import chat_service_pb2_grpc as pb_grpc
 from chat.v1 import common_pb2
 from edge import sse
+from edge.gateways import Gateways
 from edge.metrics import EdgeMetrics
 from infra.status import REASON_MESSAGE_TOO_LARGE, CallFailure
 
@@ -279,12 +284,12 @@ class ChunkWriter:
 class OpenAIApi:
     def __init__(
         self,
-        chat: pb_grpc.ChatServiceStub,
+        gateways: Gateways,
         metrics: EdgeMetrics,
         keepalive_s: float,
         rpc_timeout_s: float,
     ) -> None:
-        self._chat = chat
+        self._gateways = gateways
         self._metrics = metrics
         self._keepalive_s = keepalive_s
         self._rpc_timeout_s = rpc_timeout_s
@@ -304,8 +309,10 @@ class OpenAIApi:
         if not isinstance(body, dict):
             raise OpenAIError(400, "the body must be a JSON object")
         completion = parse_completion(body, request.headers.get(SESSION_HEADER, ""))
-        call = self._chat.Complete(completion.request, metadata=metadata)
-        events = _events(call)
+        _, call, head = await self._gateways.open_stream(
+            lambda chat: chat.Complete(completion.request, metadata=metadata)
+        )
+        events = _events(head, call)
         first = await anext(events, None)
         if first is None or first.WhichOneof("kind") != "meta":
             call.cancel()
@@ -431,8 +438,9 @@ class OpenAIApi:
 
     async def _check_key(self, request: web.Request) -> None:
         """Only the gateway knows whether a token is valid; its cheapest call asks."""
-        await self._chat.GetLimits(
-            pb.GetLimitsRequest(), metadata=bearer(request), timeout=self._rpc_timeout_s
+        metadata, timeout = bearer(request), self._rpc_timeout_s
+        await self._gateways.call(
+            lambda chat: chat.GetLimits(pb.GetLimitsRequest(), metadata=metadata, timeout=timeout)
         )
 
 
@@ -454,9 +462,13 @@ def _completion_body(meta: pb.MetaEvent, text: str, done: pb.DoneEvent) -> dict[
     }
 
 
-async def _events(call: grpc.aio.UnaryStreamCall) -> AsyncIterator[pb.ChatEvent]:
-    """The completion's events one by one; the gateway may send several in one message."""
-    async for item in call:
+async def _events(head: Any | None, call: grpc.aio.UnaryStreamCall) -> AsyncIterator[pb.ChatEvent]:
+    """The completion's events one by one, from its first message (head, already read) on;
+    the gateway may send several in one message."""
+    responses = aiter(call)
+    item = head
+    while item is not None:
         yield item.event
         for event in item.more:
             yield event
+        item = await anext(responses, None)

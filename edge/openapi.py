@@ -295,7 +295,7 @@ OPERATIONS_PATHS: dict[str, Any] = {
     "/healthz": {"get": _op("Liveness: the process answers", {"200": _json({}, "alive")})},
     "/readyz": {
         "get": _op(
-            "Readiness: a gateway is serving behind this edge",
+            "Readiness: a gateway behind this edge is serving; each gateway's state is listed",
             {"200": _json({}, "ready"), **_errors(503)},
         )
     },

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,11 @@ class SseEvent:
 
 
 async def read_events(response: aiohttp.ClientResponse) -> list[SseEvent]:
-    events: list[SseEvent] = []
+    return [event async for event in iter_events(response)]
+
+
+async def iter_events(response: aiohttp.ClientResponse) -> AsyncIterator[SseEvent]:
+    """Each event as soon as its blank line arrives; comments (keep-alives) are skipped."""
     fields: dict[str, str] = {}
     async for raw in response.content:
         line = raw.decode().rstrip("\n")
@@ -25,11 +30,8 @@ async def read_events(response: aiohttp.ClientResponse) -> list[SseEvent]:
             continue
         if not line:
             if fields:
-                events.append(
-                    SseEvent(int(fields["id"]), fields["event"], json.loads(fields["data"]))
-                )
+                yield SseEvent(int(fields["id"]), fields["event"], json.loads(fields["data"]))
                 fields = {}
             continue
         key, _, value = line.partition(": ")
         fields[key] = value
-    return events

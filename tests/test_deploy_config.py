@@ -35,6 +35,10 @@ def test_the_example_is_the_production_shape() -> None:
         "scheduler-0.scheduler:50051",
         "scheduler-1.scheduler:50051",
     ]
+    assert gateway.runs == "redis"
+    assert load_config(EdgeConfig, "edge", EXAMPLE, env={}).gateway_addresses == [
+        "dns:///gateway:50052"
+    ]
     node = load_config(NodeAgentConfig, "nodeagent", EXAMPLE, env={})
     assert node.scheduler_addresses == [
         "scheduler-0.scheduler:50051",

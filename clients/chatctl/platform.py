@@ -73,6 +73,8 @@ class Child:
     name: str
     process: asyncio.subprocess.Process
     ready: dict[str, object]
+    module: str = ""
+    env: dict[str, str] = field(default_factory=dict)
 
 
 class LocalPlatform:
@@ -172,7 +174,7 @@ class LocalPlatform:
             for i in range(settings.gateways)
         )  # fmt: skip
         await asyncio.gather(*starting)
-        await self._spawn("edge", "edge.main", self._edge_env(self.gateway_address))
+        await self._spawn("edge", "edge.main", self._edge_env())
         await self._wait_for_nodes()
         await self._provision_dev_users()
         self._write_state_files()
@@ -247,10 +249,11 @@ class LocalPlatform:
             env["CHAT_GATEWAY_REDIS_URL"] = self.settings.redis_url
         return env
 
-    def _edge_env(self, gateway_address: str) -> dict[str, str]:
+    def _edge_env(self) -> dict[str, str]:
         return {
             "CHAT_EDGE_LISTEN": self.settings.edge_listen,
-            "CHAT_EDGE_GATEWAY_ADDRESS": gateway_address,
+            # Every gateway: a stream whose gateway dies carries on through another.
+            "CHAT_EDGE_GATEWAY_ADDRESSES": ",".join(self.gateway_addresses()),
             **self._tls_env("edge", self.tls(Role.EDGE)),
         }
 
@@ -272,7 +275,7 @@ class LocalPlatform:
             stderr=log,
         )
         log.close()
-        child = Child(name, process, {})
+        child = Child(name, process, {}, module, env)
         self.children.append(child)
         deadline = time.monotonic() + self.settings.startup_timeout_s
         while not ready_file.exists():
@@ -286,6 +289,23 @@ class LocalPlatform:
             await asyncio.sleep(0.05)
         child.ready = json.loads(ready_file.read_text())
         self._on_ready(name, time.monotonic() - self._started_at)
+
+    async def restart(self, name: str) -> Child:
+        """Starts a service that died (or was killed) again, at the gRPC address it had, so
+        the services that call it find it again."""
+        old = self._child(name)
+        if old.process.returncode is None:
+            raise PlatformError(f"{name} is still running")
+        place = self.children.index(old)
+        self.children.remove(old)
+        env = dict(old.env)
+        if "grpc" in old.ready:
+            env[f"CHAT_{old.module.split('.')[0].upper()}_GRPC_LISTEN"] = str(old.ready["grpc"])
+        await self._spawn(name, old.module, env)
+        # Back in its place: stop() goes in reverse start order.
+        child = self.children.pop()
+        self.children.insert(place, child)
+        return child
 
     def _admin(self) -> tuple[tuple[str, str]]:
         return (("authorization", f"Bearer {self.admin_token}"),)

@@ -1,0 +1,199 @@
+"""The gateways an edge calls: one channel each, a choice per call that passes over the ones
+that just failed, and which failures are the gateway's (its process or connection went away)
+rather than the call's."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+from grpc_health.v1 import health_pb2_grpc
+
+from chat.v1 import chat_service_pb2_grpc as pb_grpc
+from infra.tls import TlsConfig, open_channel
+
+T = TypeVar("T")
+# A gateway's own errors carry a google.rpc.Status in this trailer (infra.status); errors made
+# by the gRPC library on this side (connection refused, reset, closed) carry none.
+STATUS_TRAILER = "grpc-status-details-bin"
+LOST_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+# gRPC's words for a call that found no connection, so nothing of it was sent.
+NOT_CONNECTED = "failed to connect"
+# One address may be a DNS name for several gateways; round_robin spreads calls over all it
+# resolves to and passes over the ones that are down (gRPC's default would pin to the first).
+# A restarted gateway is called again within max_reconnect_backoff_ms, not gRPC's 120 s. Pings
+# find a gateway whose host vanished without closing the connection (the gateway's server
+# allows one every 5 s).
+CHANNEL_OPTIONS = (
+    ("grpc.lb_policy_name", "round_robin"),
+    ("grpc.initial_reconnect_backoff_ms", 500),
+    ("grpc.max_reconnect_backoff_ms", 5000),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+)
+
+
+def gateway_lost(error: grpc.aio.AioRpcError) -> bool:
+    """The call failed because the gateway or the connection to it went away, not because the
+    gateway answered with an error: the same call may succeed at another gateway."""
+    if error.code() not in LOST_CODES:
+        return False
+    trailers = error.trailing_metadata() or ()
+    return not any(key == STATUS_TRAILER for key, _ in trailers)
+
+
+def never_sent(error: grpc.aio.AioRpcError) -> bool:
+    """No gateway saw the call: safe to send again even when it changes something."""
+    return (
+        gateway_lost(error)
+        and error.code() == grpc.StatusCode.UNAVAILABLE
+        and NOT_CONNECTED in (error.details() or "").lower()
+    )
+
+
+class Rotation:
+    """Which gateway each call goes to: round robin over those not marked down, then the
+    ones marked down (a call must go somewhere; they may be back). A gateway whose call was
+    lost is marked down for cooldown_s, then tried again in turn. No I/O, no timers: the
+    caller passes the time."""
+
+    def __init__(self, count: int, cooldown_s: float) -> None:
+        if count < 1:
+            raise ValueError("an edge needs at least one gateway")
+        self._count = count
+        self._cooldown_s = cooldown_s
+        self._turn = 0
+        self._down_until = [0.0] * count
+
+    def order(self, now: float) -> list[int]:
+        turn = self._turn
+        self._turn += 1
+        up = [i for i in range(self._count) if self._down_until[i] <= now]
+        down = [i for i in range(self._count) if self._down_until[i] > now]
+        if up:
+            up = up[turn % len(up) :] + up[: turn % len(up)]
+        return up + down
+
+    def lost(self, index: int, now: float) -> None:
+        self._down_until[index] = now + self._cooldown_s
+
+    def answered(self, index: int) -> None:
+        self._down_until[index] = 0.0
+
+    def down(self, now: float) -> list[int]:
+        return [i for i in range(self._count) if self._down_until[i] > now]
+
+
+@dataclass(frozen=True, slots=True)
+class Gateway:
+    index: int
+    address: str
+    channel: grpc.aio.Channel
+    chat: pb_grpc.ChatServiceStub
+    health: health_pb2_grpc.HealthStub
+
+
+class Gateways:
+    def __init__(
+        self,
+        channels: Sequence[tuple[str, grpc.aio.Channel]],
+        cooldown_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.all = [
+            Gateway(
+                i,
+                address,
+                channel,
+                pb_grpc.ChatServiceStub(channel),
+                health_pb2_grpc.HealthStub(channel),
+            )
+            for i, (address, channel) in enumerate(channels)
+        ]
+        self._rotation = Rotation(len(self.all), cooldown_s)
+        self._clock = clock
+
+    @classmethod
+    def dial(
+        cls, addresses: Sequence[str], tls: TlsConfig | None, cooldown_s: float = 5.0
+    ) -> Gateways:
+        """One channel per address, with the edge's certificate (None: plaintext)."""
+        channels = [(address, open_channel(address, tls, CHANNEL_OPTIONS)) for address in addresses]
+        return cls(channels, cooldown_s)
+
+    def ordered(self) -> list[Gateway]:
+        """Every gateway, the one this call should go to first."""
+        return [self.all[i] for i in self._rotation.order(self._clock())]
+
+    def lost(self, gateway: Gateway) -> None:
+        self._rotation.lost(gateway.index, self._clock())
+
+    def answered(self, gateway: Gateway) -> None:
+        self._rotation.answered(gateway.index)
+
+    def down(self) -> list[str]:
+        return [self.all[i].address for i in self._rotation.down(self._clock())]
+
+    async def call(
+        self,
+        send: Callable[[pb_grpc.ChatServiceStub], Awaitable[T]],
+        may_resend: Callable[[grpc.aio.AioRpcError], bool] = gateway_lost,
+    ) -> T:
+        """A unary call at one gateway, sent once more to the next when the first gateway was
+        lost and may_resend allows it: a lost read may always go again, a change only when it
+        never left (never_sent)."""
+        first, second = self._two_tries()
+        try:
+            return await self._send_at(first, send)
+        except grpc.aio.AioRpcError as error:
+            if not gateway_lost(error) or not may_resend(error):
+                raise
+        return await self._send_at(second, send)
+
+    async def open_stream(
+        self, start: Callable[[pb_grpc.ChatServiceStub], grpc.aio.UnaryStreamCall]
+    ) -> tuple[Gateway, grpc.aio.UnaryStreamCall, Any | None]:
+        """A streaming call at one gateway and its first message (None: it ended without
+        one), sent once more to the next gateway when the first was lost before answering.
+        Safe for every stream the edge opens: SendMessage is idempotent by message id,
+        AttachMessage reads, and a completion whose gateway was lost died with it (or was
+        cancelled with its connection)."""
+        for attempt, gateway in enumerate(self._two_tries()):
+            call = start(gateway.chat)
+            try:
+                first = await anext(aiter(call), None)
+            except grpc.aio.AioRpcError as error:
+                if not gateway_lost(error):
+                    raise
+                self.lost(gateway)
+                if attempt == 1:
+                    raise
+                continue
+            self.answered(gateway)
+            return gateway, call, first
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _two_tries(self) -> list[Gateway]:
+        """The gateway for a call and the one to send it to again. With one address, that
+        address twice: when it is a name for several gateways, round_robin picks another."""
+        ordered = self.ordered()
+        return [ordered[0], ordered[1 % len(ordered)]]
+
+    async def _send_at(
+        self, gateway: Gateway, send: Callable[[pb_grpc.ChatServiceStub], Awaitable[T]]
+    ) -> T:
+        try:
+            reply = await send(gateway.chat)
+        except grpc.aio.AioRpcError as error:
+            if gateway_lost(error):
+                self.lost(gateway)
+            raise
+        self.answered(gateway)
+        return reply
+
+    async def close(self) -> None:
+        await asyncio.gather(*(gateway.channel.close() for gateway in self.all))
