@@ -107,7 +107,9 @@ class SchedulerClient:
                     self._current = index
                     raise _refusal(error) from error
                 self._down_until[index] = self._clock() + self._down_for_s
-                unreachable.append(f"{self._addresses[index]}: {error.code().name}")
+                unreachable.append(
+                    f"{self._addresses[index]}: {error.code().name} {error.details() or ''}".strip()
+                )
                 continue
             self._current = index
             return _from_pb(answer)
