@@ -1,13 +1,26 @@
 """What the platform's hops cost: time to first token and tokens/s through the whole path
-(edge -> gateway -> scheduler -> nodeagent -> llama-server) against calling llama-server
-directly, with the same prompts in the same run, taking turns at going first.
+(edge -> gateway -> scheduler -> nodeagent -> engine) against calling the same engine
+directly, in pairs: each round sends two prompts of the same length and shape (they differ in
+one leading letter, so neither reads the other's cached prefix), one straight to the engine
+and one through the platform, the two taking turns at going first. The figure is the paired
+difference, so the engine's own noise (llama.cpp's TTFT varies by tens of ms) mostly cancels.
 
-With --tls both (the default) two platforms run side by side, one with mutual TLS between the
-services (what `chatctl up` starts) and one in plaintext (`--insecure`), each with its own
-llama-server: the difference between them is what TLS costs on the path. --tls on or off runs
-only that one.
+Engines: `llama` (llama.cpp + SmolLM2-135M on this machine's CPU; direct = llama-server's own
+HTTP API) and `sim` (the simulated engine at 100x real time, near-instant, where the platform's
+own cost is not hidden; direct = the nodeagent's Generate over gRPC, so the sim rows leave the
+edge -> nodeagent hop out of the baseline and measure edge, gateway and scheduler).
 
-    .venv/bin/python bench/hops.py [--rounds 20] [--max-tokens 48] [--tls both|on|off]
+Gateway settings, each a platform of its own, side by side in one run:
+- control: router and safety checks off, the control plane alone;
+- check: the output check on without hold-back (it still releases text every 16 tokens);
+- production: the shipped defaults (router, input check, output check holding 50 tokens).
+Every platform runs with mutual TLS between the services, as `chatctl up` does; --tls both adds
+`control-plaintext` (the control settings, `--insecure`): the difference is TLS's cost.
+
+Tokens/s is each answer's output tokens over its whole time from request to `done`, so text
+held back and released in one chunk cannot inflate it.
+
+    .venv/bin/python bench/hops.py [--rounds 200] [--engines sim,llama] [--tls on|both]
 
 Prints a table and ends with one JSON line. Results land in bench/results/hops.txt.
 """
@@ -21,22 +34,48 @@ import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 from benchkit import publish
 
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
+from domain.types import Role, Tier, Turn
 from gateway.main import GatewayConfig
+from gateway.node_client import Chunk, GenerateSpec, NodeClient
 
 TOPICS = ["rivers", "bridges", "owls", "volcanoes", "bread", "comets", "glass", "tides"]
+SYSTEM_PROMPT = GatewayConfig().system_prompt
+SIM_SPEED = "100"
+
+# Gateway settings per platform; every one runs as the Free tier with its bucket unbounded.
+SETTINGS: dict[str, dict[str, str]] = {
+    "control": {"CHAT_GATEWAY_ROUTER": "false", "CHAT_GATEWAY_SAFETY": "false"},
+    "check": {"CHAT_GATEWAY_ROUTER": "false", "CHAT_GATEWAY_OUTPUT_HOLDBACK_TOKENS": "0"},
+    "production": {},
+}
+# Same length and shape; the leading letter keeps either prompt out of the other's cache.
+PAIR_LETTERS = "AB"
 
 
-def prompt(i: int) -> str:
-    return f"Question {i}: write three sentences about {TOPICS[i % len(TOPICS)]}."
+def prompt(round_: int, letter: str) -> str:
+    return f"{letter}{round_:05d}: write three sentences about {TOPICS[round_ % len(TOPICS)]}."
 
 
-async def via_platform(http: aiohttp.ClientSession, url: str, token: str, text: str) -> tuple:
+@dataclass(frozen=True, slots=True)
+class Sample:
+    ttft_s: float
+    total_s: float
+    output_tokens: int
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.output_tokens / self.total_s if self.total_s > 0 else 0.0
+
+
+async def via_edge(http: aiohttp.ClientSession, url: str, token: str, text: str) -> Sample:
     start = time.perf_counter()
     first = None
     output = 0
@@ -52,14 +91,19 @@ async def via_platform(http: aiohttp.ClientSession, url: str, token: str, text: 
                 first = time.perf_counter()
             if raw.startswith(b"data: ") and b'"usage"' in raw:
                 output = json.loads(raw[6:])["usage"]["output"]
-    return first - start, output, time.perf_counter() - first
+    if first is None:
+        raise RuntimeError("the answer had no text")
+    return Sample(first - start, time.perf_counter() - start, output)
 
 
-async def direct(
-    http: aiohttp.ClientSession, engine_url: str, system: str, text: str, max_tokens: int
-) -> tuple:
+async def to_llama(
+    http: aiohttp.ClientSession, engine_url: str, text: str, max_tokens: int
+) -> Sample:
     body = {
-        "messages": [{"role": "system", "content": system}, {"role": "user", "content": text}],
+        "messages": [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": text},
+        ],
         "max_tokens": max_tokens,
         "temperature": 0.7,
         "stream": True,
@@ -79,7 +123,60 @@ async def direct(
                 first = time.perf_counter()
             if event.get("usage"):
                 output = event["usage"]["completion_tokens"]
-    return first - start, output, time.perf_counter() - first
+    if first is None:
+        raise RuntimeError("llama-server wrote no text")
+    return Sample(first - start, time.perf_counter() - start, output)
+
+
+async def to_node(nodes: NodeClient, address: str, text: str, max_tokens: int) -> Sample:
+    spec = GenerateSpec(
+        request_id=uuid.uuid4().hex,
+        turns=[Turn(Role.SYSTEM, SYSTEM_PROMPT, 0), Turn(Role.USER, text, 0)],
+        max_tokens=max_tokens,
+        tier=Tier.FREE,
+        temperature=0.7,
+        prompt_tokens=0,
+    )
+    start = time.perf_counter()
+    first = None
+    generation = await nodes.generate(address, spec)
+    try:
+        while True:
+            item = await generation.read()
+            if type(item) is not Chunk:
+                break
+            if first is None:
+                first = time.perf_counter()
+    finally:
+        generation.close()
+    if first is None:
+        raise RuntimeError("the node wrote no text")
+    return Sample(first - start, time.perf_counter() - start, item.usage.output_tokens)
+
+
+def platform_settings(
+    state: Path, engine: str, setting: str, max_tokens: int, insecure: bool
+) -> PlatformSettings:
+    env = {
+        "CHAT_GATEWAY_FREE_MAX_ANSWER_TOKENS": str(max_tokens),
+        "CHAT_GATEWAY_FREE_BUCKET_CAPACITY": "1e12",
+        "CHAT_GATEWAY_LOG_LEVEL": "warning",
+        **SETTINGS[setting],
+    }
+    if engine == "sim":
+        env |= {"CHAT_NODEAGENT_ENGINE": "sim", "CHAT_NODEAGENT_SIM_SPEED": SIM_SPEED}
+    return PlatformSettings(state_dir=state, edge_listen="127.0.0.1:0", parallel=1,
+                            insecure=insecure, extra_env=env)  # fmt: skip
+
+
+@dataclass
+class Route:
+    """One platform and how to reach its engine without it."""
+
+    name: str
+    platform: LocalPlatform
+    direct: Callable[[str], Awaitable[Sample]]
+    pairs: list[tuple[Sample, Sample]]  # (direct, platform), same-shaped prompts
 
 
 def pct(values: list[float], q: float) -> float:
@@ -87,128 +184,147 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-# Each path through a platform, and whether its services talk plaintext.
-PLATFORMS = {"platform": False, "plaintext": True}
-CHOICES = {"both": ["platform", "plaintext"], "on": ["platform"], "off": ["plaintext"]}
-
-
-def platform_settings(state: Path, max_tokens: int, insecure: bool) -> PlatformSettings:
-    return PlatformSettings(
-        state_dir=state,
-        edge_listen="127.0.0.1:0",
-        parallel=1,
-        insecure=insecure,
-        extra_env={
-            "CHAT_GATEWAY_FREE_MAX_ANSWER_TOKENS": str(max_tokens),
-            "CHAT_GATEWAY_FREE_BUCKET_CAPACITY": "1e9",
-            # The output check holds text back 50 tokens behind the newest, so a short answer
-            # would reach the user whole, at its end: the hops' cost is measured without it.
-            "CHAT_GATEWAY_OUTPUT_HOLDBACK_TOKENS": "0",
-            "CHAT_GATEWAY_OUTPUT_CHECK_EVERY_TOKENS": "1",
-        },
-    )
-
-
-async def run(rounds: int, max_tokens: int, tls: str) -> dict:
-    system = GatewayConfig().system_prompt
-    platforms: dict[str, LocalPlatform] = {}
-    with tempfile.TemporaryDirectory() as state:
+async def run_engine(
+    engine: str, names: list[str], rounds: int, max_tokens: int, state: Path
+) -> dict[str, dict[str, float]]:
+    started: list[LocalPlatform] = []
+    clients: list[NodeClient] = []
+    routes: list[Route] = []
+    connector = aiohttp.TCPConnector(force_close=True)  # as the nodeagent does
+    async with aiohttp.ClientSession(connector=connector) as http:
         try:
-            for name in CHOICES[tls]:
-                settings = platform_settings(Path(state) / name, max_tokens, PLATFORMS[name])
-                platforms[name] = LocalPlatform(settings)
-                await platforms[name].start()
-            first = next(iter(platforms.values()))
-            engine_url = next(
-                str(c.ready["engine_url"]) for c in first.children if c.name.startswith("nodeagent")
-            )
-            results: dict[str, list[tuple]] = {"direct": [], **{name: [] for name in platforms}}
-            paths = list(results)
-            connector = aiohttp.TCPConnector(force_close=True)  # as the nodeagent does
-            async with aiohttp.ClientSession(connector=connector) as http:
-                await direct(http, engine_url, system, prompt(10_000), max_tokens)  # warm up
-                for platform in platforms.values():
-                    await via_platform(
-                        http, platform.edge_url, platform.tokens["free"], prompt(10_001)
-                    )
-                for i in range(rounds):
-                    # Each path goes first, second, ... in turn.
-                    order = paths[i % len(paths) :] + paths[: i % len(paths)]
-                    for j, path in enumerate(order):
-                        text = prompt(len(paths) * i + j)
-                        if path == "direct":
-                            sample = await direct(http, engine_url, system, text, max_tokens)
-                        else:
-                            platform = platforms[path]
-                            sample = await via_platform(
-                                http, platform.edge_url, platform.tokens["free"], text
-                            )
-                        results[path].append(sample)
+            for name in names:
+                setting, _, plain = name.partition("-")
+                settings = platform_settings(state / f"{engine}-{name}", engine, setting,
+                                             max_tokens, insecure=bool(plain))  # fmt: skip
+                platform = LocalPlatform(settings)
+                started.append(platform)
+                await platform.start()
+                direct = direct_to(engine, platform, http, max_tokens, clients)
+                routes.append(Route(name, platform, direct, []))
+            for route in routes:  # warm up: channels, caches, the first prompt's template
+                await route.direct(prompt(99_999, "A"))
+                await via_edge(http, route.platform.edge_url, route.platform.tokens["free"],
+                               prompt(99_999, "B"))  # fmt: skip
+            for i in range(rounds):
+                for route in routes:
+                    route.pairs.append(await one_pair(http, route, i))
         finally:
-            for platform in platforms.values():
+            for client in clients:
+                await client.close()
+            for platform in started:
                 await platform.stop()
-    summary = {}
-    for path, samples in results.items():
-        ttft = [s[0] * 1000 for s in samples]
-        rates = [(s[1] - 1) / s[2] for s in samples if s[1] > 1 and s[2] > 0]
-        summary[path] = {
-            "ttft_p50_ms": statistics.median(ttft),
-            "ttft_p99_ms": pct(ttft, 0.99),
-            "tokens_per_s": statistics.median(rates),
-        }
-    return summary
+    return {route.name: summarize(route.pairs) for route in routes}
 
 
-def compare(summary: dict, path: str, base: str) -> dict:
-    row, against = summary[path], summary[base]
+def direct_to(
+    engine: str,
+    platform: LocalPlatform,
+    http: aiohttp.ClientSession,
+    max_tokens: int,
+    clients: list[NodeClient],
+) -> Callable[[str], Awaitable[Sample]]:
+    node = next(c for c in platform.children if c.name.startswith("nodeagent"))
+    if engine == "llama":
+        url = str(node.ready["engine_url"])
+        return lambda text: to_llama(http, url, text, max_tokens)
+    nodes = NodeClient(tls=platform.tls("gateway"))  # nodes take Generate from gateways only
+    clients.append(nodes)
+    return lambda text: to_node(nodes, str(node.ready["grpc"]), text, max_tokens)
+
+
+async def one_pair(http: aiohttp.ClientSession, route: Route, round_: int) -> tuple[Sample, Sample]:
+    """The same-shaped prompt straight to the engine and through the platform; which goes
+    first alternates by round."""
+    platform = route.platform
+    direct_first = round_ % 2 == 0
+    letters = PAIR_LETTERS if direct_first else PAIR_LETTERS[::-1]
+    direct_text, platform_text = prompt(round_, letters[0]), prompt(round_, letters[1])
+
+    async def through() -> Sample:
+        return await via_edge(http, platform.edge_url, platform.tokens["free"], platform_text)
+
+    if direct_first:
+        straight = await route.direct(direct_text)
+        return straight, await through()
+    routed = await through()
+    return await route.direct(direct_text), routed
+
+
+def summarize(pairs: list[tuple[Sample, Sample]]) -> dict[str, float]:
+    added = [(p.ttft_s - d.ttft_s) * 1000 for d, p in pairs]
+    direct_rate = statistics.median(d.tokens_per_s for d, _ in pairs)
+    platform_rate = statistics.median(p.tokens_per_s for _, p in pairs)
     return {
-        "added_ttft_p50_ms": round(row["ttft_p50_ms"] - against["ttft_p50_ms"], 2),
-        "added_ttft_p99_ms": round(row["ttft_p99_ms"] - against["ttft_p99_ms"], 2),
-        "throughput_ratio": round(row["tokens_per_s"] / against["tokens_per_s"], 3),
+        "pairs": len(pairs),
+        "direct_ttft_p50_ms": round(statistics.median(d.ttft_s * 1000 for d, _ in pairs), 2),
+        "ttft_p50_ms": round(statistics.median(p.ttft_s * 1000 for _, p in pairs), 2),
+        "added_ttft_p50_ms": round(statistics.median(added), 2),
+        "added_ttft_p95_ms": round(pct(added, 0.95), 2),
+        "added_ttft_p99_ms": round(pct(added, 0.99), 2),
+        "direct_tokens_per_s": round(direct_rate, 1),
+        "tokens_per_s": round(platform_rate, 1),
+        "throughput_ratio": round(platform_rate / direct_rate, 3) if direct_rate else 0.0,
     }
+
+
+def report(results: dict[str, dict[str, dict[str, float]]], args: argparse.Namespace) -> str:
+    lines = [
+        f"hops: {args.rounds} pairs per platform, {args.max_tokens} answer tokens max, paired "
+        "same-shaped prompts (direct to the engine vs through edge+gateway+scheduler+node), "
+        "order alternating; every platform with mutual TLS between the services unless named "
+        "'-plaintext'. llama: llama.cpp + SmolLM2-135M on this CPU; sim: the simulated engine "
+        f"at {SIM_SPEED}x, direct = the nodeagent's Generate",
+        f"{'engine':<6} {'platform':<18} {'direct p50':>10} {'TTFT p50':>9} {'added p50':>9} "
+        f"{'p95':>7} {'p99':>7} {'tok/s direct':>12} {'tok/s':>7} {'ratio':>6}",
+    ]
+    for engine, rows in results.items():
+        for name, row in rows.items():
+            lines.append(
+                f"{engine:<6} {name:<18} {row['direct_ttft_p50_ms']:>10.1f} "
+                f"{row['ttft_p50_ms']:>9.1f} {row['added_ttft_p50_ms']:>9.2f} "
+                f"{row['added_ttft_p95_ms']:>7.2f} {row['added_ttft_p99_ms']:>7.2f} "
+                f"{row['direct_tokens_per_s']:>12.1f} {row['tokens_per_s']:>7.1f} "
+                f"{row['throughput_ratio']:>6.3f}"
+            )
+    result: dict = {"bench": "hops", "rounds": args.rounds, "max_tokens": args.max_tokens,
+                    "tls": args.tls, "results": results,
+                    "goal": {"added_ttft_p50_ms": 2.0, "added_ttft_p99_ms": 5.0}}  # fmt: skip
+    for engine, rows in results.items():
+        if "control" in rows and "control-plaintext" in rows:
+            cost = (
+                rows["control"]["added_ttft_p50_ms"]
+                - rows["control-plaintext"]["added_ttft_p50_ms"]
+            )
+            result.setdefault("tls_cost_added_ttft_p50_ms", {})[engine] = round(cost, 2)
+            lines.append(f"{engine}: TLS costs {cost:.2f} ms of TTFT p50 (control vs plaintext)")
+    lines.append(json.dumps(result))
+    return "\n".join(lines)
+
+
+async def run(args: argparse.Namespace) -> str:
+    names = list(SETTINGS) + (["control-plaintext"] if args.tls == "both" else [])
+    results = {}
+    with tempfile.TemporaryDirectory() as state:
+        for engine in args.engines.split(","):
+            results[engine] = await run_engine(engine, names, args.rounds, args.max_tokens,
+                                               Path(state))  # fmt: skip
+    return report(results, args)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--engines", default="sim,llama")
     parser.add_argument(
         "--tls",
-        choices=sorted(CHOICES),
+        choices=["on", "both"],
         default="both",
-        help="platforms to run: with mutual TLS (on), plaintext (off), or both side by side",
+        help="every platform with TLS (on), or also a plaintext control (both)",
     )
     args = parser.parse_args()
-    summary = asyncio.run(run(args.rounds, args.max_tokens, args.tls))
-    lines = [
-        f"hops: {args.rounds} prompts per path, {args.max_tokens} answer tokens max, "
-        "llama.cpp + SmolLM2-135M on this machine's CPU; platform: mutual TLS between the "
-        "services, plaintext: --insecure",
-        f"{'path':<10} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} {'tokens/s p50':>13}",
-    ]
-    for name, row in summary.items():
-        lines.append(
-            f"{name:<10} {row['ttft_p50_ms']:>12.1f} {row['ttft_p99_ms']:>12.1f} "
-            f"{row['tokens_per_s']:>13.1f}"
-        )
-    result: dict = {"bench": "hops", "rounds": args.rounds, "tls": args.tls}
-    for path in [p for p in summary if p != "direct"]:
-        hops = compare(summary, path, "direct")
-        result[path] = {**{k: round(v, 2) for k, v in summary[path].items()}, **hops}
-        lines.append(
-            f"{path}: added TTFT p50 {hops['added_ttft_p50_ms']} ms, p99 "
-            f"{hops['added_ttft_p99_ms']} ms; throughput ratio {hops['throughput_ratio']}"
-        )
-    result["direct"] = {k: round(v, 2) for k, v in summary["direct"].items()}
-    if {"platform", "plaintext"} <= summary.keys():
-        result["tls_cost"] = compare(summary, "platform", "plaintext")
-        cost = result["tls_cost"]
-        lines.append(
-            f"TLS costs TTFT p50 {cost['added_ttft_p50_ms']} ms, p99 "
-            f"{cost['added_ttft_p99_ms']} ms; throughput ratio {cost['throughput_ratio']}"
-        )
-    lines.append(json.dumps(result))
-    publish("hops", "\n".join(lines))
+    publish("hops", asyncio.run(run(args)))
 
 
 if __name__ == "__main__":
