@@ -30,9 +30,8 @@ second (the nodeagent checks its engine every second too); clients retry a faile
 as the openai SDK does, and the turn's times count from its first try.
 
 Prints a table and ends with one JSON line; bench/results/race.txt, race.json and race.png.
-The peers live in their own virtualenv so their pins never touch the project's:
-    python3.11 -m venv .race/venv && .race/venv/bin/pip install vllm-router==0.1.17 \\
-        sglang-router==0.3.2
+The peers live in their own virtualenv (.race/venv) so their pins never touch the project's;
+the first run that races them makes it (PEER_PINS, from PyPI, about a minute).
 """
 
 from __future__ import annotations
@@ -47,6 +46,7 @@ import re
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -64,6 +64,7 @@ from benchkit import publish  # noqa: E402
 from race_workloads import SYSTEM_PROMPT, WORKLOADS, Shape, UserScript, build, salted  # noqa: E402
 
 RACE_VENV = REPO / ".race" / "venv"
+PEER_PINS = ("vllm-router==0.1.17", "sglang-router==0.3.2")
 SYSTEMS = ("platform", "platform-h0", "vllm-router", "sglang", "round-robin", "oracle")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MAX_ATTEMPTS = 3  # the openai SDK's default: one try and two retries
@@ -900,6 +901,24 @@ def tree_state() -> str:
     return f"{git('rev-parse', '--short', 'HEAD') or '?'} ({edited} files edited on top)"
 
 
+def make_peer_venv() -> None:
+    """The peers' own virtualenv with their pinned routers, made once; exits with pip's
+    reason when they cannot be installed."""
+    wanted = [RACE_VENV / "bin" / name for name in ("vllm-router", "sglang-router")]
+    if all(path.exists() for path in wanted):
+        return
+    print(f"race: installing {', '.join(PEER_PINS)} into {RACE_VENV}", file=sys.stderr)
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(RACE_VENV)], check=True)
+        subprocess.run([str(RACE_VENV / "bin" / "pip"), "install", "--quiet", *PEER_PINS],
+                       check=True)  # fmt: skip
+    except subprocess.CalledProcessError as error:
+        sys.exit(f"race: could not install the peers ({error}); see the output above")
+    missing = [path.name for path in wanted if not path.exists()]
+    if missing:
+        sys.exit(f"race: {', '.join(missing)} not found in {RACE_VENV} after installing")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny workloads")
@@ -931,9 +950,8 @@ def main() -> None:
         args.max_tokens = min(args.max_tokens, 16)
         if args.name == "race":
             args.name = "race-quick"
-    missing = [p for p in ("vllm-router", "sglang-router") if not (RACE_VENV / "bin" / p).exists()]
-    if missing and {"vllm-router", "sglang"} & set(args.systems):
-        sys.exit(f"{', '.join(missing)} missing: see this file's docstring for .race/venv")
+    if {"vllm-router", "sglang"} & set(args.systems):
+        make_peer_venv()
     stamp = f"{tree_state()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     result = asyncio.run(race(args))
     names = [s for s in SYSTEMS if s in args.systems]
