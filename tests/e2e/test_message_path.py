@@ -10,6 +10,7 @@ import aiohttp
 import pytest
 
 from clients.chatctl.platform import LocalPlatform
+from gateway.node_client import NodeClient
 from tests.sse import SseEvent, read_events
 
 pytestmark = pytest.mark.slow
@@ -270,3 +271,29 @@ async def test_bad_requests_get_clear_statuses_and_store_nothing(platform: Local
             f"{url}/v1/conversations/{conversation}/messages", headers=auth(other)
         ) as response:
             assert len((await response.json())["messages"]) == 2
+
+
+async def test_each_stored_question_carries_the_engines_own_token_count(
+    platform: LocalPlatform,
+) -> None:
+    """The gateway counts a message on the pool's previous replica while it picks: whichever
+    replica counted, the stored count is the serving engine's own."""
+    token = platform.tokens["free"]
+    texts = ["Name three rivers in Europe, please.", "Écris une phrase sur les hiboux 🦉."]
+    nodes = NodeClient(tls=platform.tls("gateway"))
+    try:
+        async with aiohttp.ClientSession() as http:
+            for text in texts:
+                message = new_id("m")
+                status, events = await send(http, platform.edge_url, token, new_id("c"), text,
+                                            message)  # fmt: skip
+                assert status == 200 and events[-1].event == "done"
+                async with http.get(
+                    f"{platform.edge_url}/v1/messages/{message}", headers=auth(token)
+                ) as response:
+                    stored = (await response.json())["message"]
+                # One node: the count asked of it now is the serving engine's own.
+                (address,) = platform.node_addresses()
+                assert int(stored["tokens"]) == (await nodes.tokenize(address, [text]))[0]
+    finally:
+        await nodes.close()
