@@ -10,6 +10,7 @@ Its answer to a message is a function of the message: the one sent here first sa
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,6 +29,7 @@ from clients.chat_client import (
 )
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from domain.safety import Refusals
+from domain.safety.text import TOKEN
 from tests.sse import SseEvent, iter_events
 
 pytestmark = pytest.mark.slow
@@ -37,6 +39,15 @@ BLOCKLIST = Path(__file__).parent / "data" / "blocks_the.json"
 # or the input check would refuse it).
 MESSAGE = "Describe a quiet morning."
 REFUSAL = Refusals().output
+
+
+def assert_held_back(shown: str) -> None:
+    """ "the" comes 57 tokens in and a clean check releases text only 50 tokens behind what it
+    read, so at most the first 7 tokens can show before the refusal (none, when the checks'
+    edges fell so), and never the flagged word."""
+    held = shown.removesuffix(REFUSAL)
+    assert shown.endswith(REFUSAL) and (held == "" or held.endswith("\n\n")), shown
+    assert len(TOKEN.findall(held)) <= 7 and not re.search(r"\bthe\b", held, re.I), shown
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +98,9 @@ async def test_a_plus_answer_shows_at_once_and_a_flagged_one_is_withdrawn(platfo
     shown = "".join(e.data["text"] for e in events[1:retract_at])
     # Everything shown was withdrawn, then the refusal alone: what is stored too.
     assert events[retract_at].data == {"withdrawnChars": len(shown)}
-    # Shown as it came: the 4 clean checks before "the" let well over 50 tokens through.
-    assert len(shown.split()) > 50, shown
+    # Shown as it came: the last clean check read at least 42 tokens (a check every 16, and
+    # the next one reads past "the" at 57), and all the text fed until then was shown.
+    assert len(TOKEN.findall(shown)) >= 42, shown
     assert events[retract_at + 1].data == {"text": REFUSAL}
     assert events[-1].data["finish"] == "refused"
     assert (stored[-1]["content"], stored[-1]["finish"]) == (REFUSAL, "FINISH_REASON_REFUSED")
@@ -119,9 +131,7 @@ async def test_a_free_answer_still_holds_back_and_never_shows_the_flagged_word(
     assert "retract" not in names
     assert names[0] == "meta" and names[-1] == "done"
     shown = "".join(e.data["text"] for e in events if e.event == "delta")
-    # "the" comes 57 tokens in: the check that reads it is the first that could release
-    # anything (50 tokens held back behind it), so nothing but the refusal is ever shown.
-    assert shown == REFUSAL
+    assert_held_back(shown)
     assert events[-1].data["finish"] == "refused"
     assert stored[-1]["content"] == shown
 
@@ -139,5 +149,5 @@ async def test_a_completion_holds_back_even_for_a_plus_caller(platform) -> None:
     chunks = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: {")]
     choices = [choice for chunk in chunks for choice in chunk["choices"]]
     text = "".join(choice["delta"].get("content", "") for choice in choices)
-    assert text == REFUSAL  # held back as for Free: nothing of the flagged answer shown
+    assert_held_back(text)  # as for Free
     assert choices[-1]["finish_reason"] == "content_filter"
