@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from domain.breaker import BreakerPolicy, Breakers
@@ -12,10 +13,12 @@ from domain.context import Prompt
 from domain.safety import ALLOWED, OutputGuard, OutputMode, Refusals, StreamCheckConfig, Verdict
 from domain.types import Finish, Role, Tier, Turn, Usage
 from gateway.answers import Answer, AnswerWriter, Plan, StreamTimeouts
+from gateway.main import GatewayConfig, build_policies
 from gateway.metrics import GatewayMetrics
 from gateway.node_client import Chunk, Finished
 from gateway.runs import Delta, Event, MessageRun, Retract, shown_pieces
 from gateway.scheduler_client import ReplicaPick
+from infra.config import ConfigError
 
 REFUSAL = Refusals().output
 PICK = ReplicaPick(node_id="node-a", address="127.0.0.1:1", model="m")
@@ -128,3 +131,15 @@ def test_a_retract_drops_every_delta_before_it() -> None:
     events: list[Event] = [Delta("a"), Delta("b"), Retract(2), Delta("c")]
     assert shown_pieces(events) == (["c"], True)
     assert shown_pieces([Delta("a")]) == (["a"], False)
+
+
+def test_each_tier_holds_back_unless_set_to_retract() -> None:
+    shipped = build_policies(GatewayConfig(router=False))
+    assert [shipped.output_mode(tier) for tier in Tier] == [OutputMode.HOLDBACK] * 2
+    plus = build_policies(GatewayConfig(router=False, plus_output_mode="retract"))
+    assert plus.output_mode(Tier.PLUS) is OutputMode.RETRACT
+    assert plus.output_mode(Tier.FREE) is OutputMode.HOLDBACK
+    assert plus.new_output_guard is not None
+    assert plus.new_output_guard(OutputMode.RETRACT).mode is OutputMode.RETRACT
+    with pytest.raises(ConfigError, match="holdback, retract"):
+        build_policies(GatewayConfig(router=False, free_output_mode="later"))
