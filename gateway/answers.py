@@ -154,7 +154,7 @@ class AnswerWriter:
         self, run: MessageRun, plan: Plan, answer: Answer, finish: Finish
     ) -> Finish:
         """Reads the whole answer once more before `done`; a violation ends it as refused,
-        with the held-back text never shown."""
+        with the held-back text never shown (or, in retract mode, what was shown withdrawn)."""
         guard = answer.guard
         if guard is None:
             return finish
