@@ -11,6 +11,8 @@ is one exception type, `ClientError(code, message, retry_after_s)`.
             async for event in events:
                 if isinstance(event, Delta):
                     print(event.text, end="")
+                elif isinstance(event, Retract):  # the text so far was withdrawn
+                    print("\n[withdrawn]")
 
 `tls` is the CA and a certificate of the client role (or operator) that a platform with mutual
 TLS asks for: `chatctl up` writes them to <state dir>/tls. Without it the client talks
@@ -127,6 +129,16 @@ class Delta:
 
 
 @dataclass(frozen=True, slots=True)
+class Retract:
+    """The output check flagged text already shown (a tier in retract mode): drop all of the
+    answer's text received so far. The refusal follows as a Delta; only it is stored."""
+
+    event_id: int
+    # How much was withdrawn, in characters (code points): everything of the answer so far.
+    withdrawn_chars: int
+
+
+@dataclass(frozen=True, slots=True)
 class Done:
     event_id: int
     # stop | length | cancelled | refused | error
@@ -143,7 +155,18 @@ class Error:
     message: str
 
 
-ChatEvent = Meta | Delta | Done | Error
+ChatEvent = Meta | Delta | Retract | Done | Error
+
+
+def answer_text(events: list[ChatEvent]) -> str:
+    """The answer's text as it stands after these events: a Retract drops what came before."""
+    pieces: list[str] = []
+    for event in events:
+        if isinstance(event, Delta):
+            pieces.append(event.text)
+        elif isinstance(event, Retract):
+            pieces.clear()
+    return "".join(pieces)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +210,8 @@ def event_from_pb(event: chat_pb.ChatEvent) -> ChatEvent:
             return Meta(event.event_id, m.message_id, m.conversation_id, m.model, m.replica_id)
         case "delta":
             return Delta(event.event_id, event.delta.text)
+        case "retract":
+            return Retract(event.event_id, event.retract.withdrawn_chars)
         case "done":
             u = event.done.usage
             finish = _enum_name(event.done.finish, common_pb2.FinishReason, "FINISH_REASON_")

@@ -54,7 +54,11 @@ def _op(summary: str, responses: dict[str, Any], **extra: Any) -> dict[str, Any]
 
 
 STREAM_200 = {
-    "description": "the answer's events: meta, delta..., then done or error; ids count 1, 2, 3",
+    "description": (
+        "the answer's events: meta, delta..., then done or error; ids count 1, 2, 3. "
+        "retract {withdrawnChars} (a tier in retract mode): remove all of the answer's text "
+        "shown so far; the refusal follows as a delta"
+    ),
     "content": {SSE: {"schema": {"type": "string"}}},
 }
 CONVERSATION = _path_param("conversation_id", ID)

@@ -33,6 +33,9 @@ def event_payload(event: pb.ChatEvent) -> tuple[str, dict[str, object]]:
         }
     if kind == "delta":
         return "delta", {"text": event.delta.text}
+    if kind == "retract":
+        # Remove all of this answer's text shown so far; the refusal follows as a delta.
+        return "retract", {"withdrawnChars": event.retract.withdrawn_chars}
     if kind == "done":
         u = event.done.usage
         return "done", {

@@ -14,11 +14,11 @@ from domain.breaker import Breakers
 from domain.context import Prompt
 from domain.errors import Unavailable
 from domain.repetition import RepetitionGuard
-from domain.safety import OutputGuard
+from domain.safety import OutputGuard, OutputMode, Refusals
 from domain.types import Finish, Tier, Usage
 from gateway.metrics import GatewayMetrics
 from gateway.node_client import Chunk, GenerateSpec, Generation, NodeClient, StreamBroken
-from gateway.runs import Delta, MessageRun
+from gateway.runs import Delta, MessageRun, Retract
 from gateway.scheduler_client import ReplicaPick, SchedulerClient
 
 # Sampling for chat answers.
@@ -45,6 +45,9 @@ class Plan:
     tier: Tier
     # The window the prompt was fitted into (the tier's, capped by the model's context).
     window_tokens: int = 0
+    # How the output check shows text: the tier's choice for messages; completions always
+    # hold back, since their clients cannot withdraw text (docs/decisions.md, "Retract mode").
+    output_mode: OutputMode = OutputMode.HOLDBACK
 
 
 @dataclass(slots=True)
@@ -57,8 +60,10 @@ class Answer:
     # How many tokens the pieces hold (a node sends several to a chunk).
     tokens: int = 0
     # What the user was shown (the output check holds text back and never shows flagged
-    # text): what is saved.
+    # text, or withdraws it in retract mode): what is saved.
     shown: list[str] = field(default_factory=list)
+    # The output check withdrew what was shown: the answer is refused, whoever writes it on.
+    withdrawn: bool = False
     finish: Finish = Finish.ERROR
     usage: Usage = field(default_factory=Usage)
     guard: OutputGuard | None = None
@@ -88,7 +93,7 @@ class AnswerWriter:
         timeouts: StreamTimeouts,
         metrics: GatewayMetrics,
         breakers: Breakers,
-        new_guard: Callable[[], OutputGuard] | None = None,
+        new_guard: Callable[[OutputMode], OutputGuard] | None = None,
     ) -> None:
         self._scheduler = scheduler
         self._nodes = nodes
@@ -106,7 +111,13 @@ class AnswerWriter:
         # An answer taken over from a dead gateway already has text: it is continued, too.
         continued = bool(answer.pieces)
         if answer.guard is None and self._new_guard is not None:
-            answer.guard = self._new_guard()
+            answer.guard = self._new_guard(plan.output_mode)
+        if answer.withdrawn:
+            # Taken over after the check withdrew the text: only the refusal is left to show.
+            await self._show_refusal(run, answer)
+            answer.finish = Finish.REFUSED
+            answer.usage = Usage(plan.prompt.tokens, 0, answer.tokens)
+            return
         for _ in range(self._timeouts.max_failovers + 1):
             sent_before = answer.tokens
             try:
@@ -143,7 +154,7 @@ class AnswerWriter:
         self, run: MessageRun, plan: Plan, answer: Answer, finish: Finish
     ) -> Finish:
         """Reads the whole answer once more before `done`; a violation ends it as refused,
-        with the held-back text never shown."""
+        with the held-back text never shown (or, in retract mode, what was shown withdrawn)."""
         guard = answer.guard
         if guard is None:
             return finish
@@ -156,11 +167,31 @@ class AnswerWriter:
             return finish
         self._metrics.refusals.labels(plan.tier.value, "safety_output").inc()
         self._log.warning("answer stopped by the output check", message_id=run.message_id,
-                          category=guard.verdict.category)  # fmt: skip
+                          category=guard.verdict.category, mode=guard.mode.value)  # fmt: skip
+        if guard.mode is OutputMode.RETRACT:
+            # The flagged text was shown: withdraw all of it, so what stays on screen and what
+            # is saved is the refusal alone.
+            await self._withdraw(run, plan, answer)
+            await self._show_refusal(run, answer)
+            return Finish.REFUSED
         refusal = ("\n\n" if answer.shown else "") + guard.refusal_text
         answer.shown.append(refusal)
         await run.append(Delta(refusal))
         return Finish.REFUSED
+
+    async def _withdraw(self, run: MessageRun, plan: Plan, answer: Answer) -> None:
+        answer.withdrawn = True
+        chars = sum(len(piece) for piece in answer.shown)
+        answer.shown.clear()
+        if chars:
+            self._metrics.retracted_chars.labels(plan.tier.value).observe(chars)
+            await run.append(Retract(chars))
+
+    async def _show_refusal(self, run: MessageRun, answer: Answer) -> None:
+        refusal = answer.guard.refusal_text if answer.guard is not None else Refusals().output
+        if "".join(answer.shown) != refusal:  # a takeover may find it shown already
+            answer.shown.append(refusal)
+            await run.append(Delta(refusal))
 
     async def _failover_pick(self, run: MessageRun, plan: Plan, lost: list[str]) -> ReplicaPick:
         return await self._scheduler.pick(run.conversation_id, plan.pool, plan.tier,

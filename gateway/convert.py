@@ -9,7 +9,7 @@ from chat.v1 import common_pb2
 from domain.errors import InvalidArgument
 from domain.types import Finish
 from gateway.completions import CallerTurn, CompleteRequest
-from gateway.runs import Delta, Done, Event, Failed, Meta
+from gateway.runs import Delta, Done, Event, Failed, Meta, Retract
 from infra.enums import FINISH_TO_PB, ROLE_FROM_PB, ROLE_TO_PB
 from store.records import ConversationRecord, MessageRecord
 
@@ -59,6 +59,9 @@ def event_to_pb(event_id: int, event: Event) -> pb.ChatEvent:
             )
         case Delta():
             return pb.ChatEvent(event_id=event_id, delta=pb.DeltaEvent(text=event.text))
+        case Retract():
+            retract = pb.RetractEvent(withdrawn_chars=event.chars)
+            return pb.ChatEvent(event_id=event_id, retract=retract)
         case Done():
             usage = common_pb2.Usage(
                 input_tokens=event.usage.input_tokens,

@@ -20,6 +20,7 @@ from domain.safety import (
     DEFAULT_BLOCKLIST,
     InputGuard,
     OutputGuard,
+    OutputMode,
     StreamCheckConfig,
     load_blocklist,
 )
@@ -114,6 +115,12 @@ class GatewayConfig:
     # How often the output check reads its window: the user's view trails the newest text by
     # holdback to holdback + this many tokens.
     output_check_every_tokens: int = 16
+    # How each tier's answers meet the output check: "holdback" (text shows once checked, as
+    # above) or "retract" (text shows as it comes; text the check flags later is withdrawn
+    # with a `retract` event, then the refusal). Completions (the OpenAI-compatible API)
+    # always hold back. docs/decisions.md, "Retract mode".
+    free_output_mode: str = "holdback"
+    plus_output_mode: str = "holdback"
     # Where answers in flight live: "memory" (this gateway only) or "redis" (any gateway
     # resumes any answer, retries never run the model twice, a dead gateway's answers are
     # taken over by the others).
@@ -169,9 +176,19 @@ def build_policies(config: GatewayConfig) -> MessagePolicies:
         holdback_tokens=config.output_holdback_tokens,
         check_every_tokens=config.output_check_every_tokens,
     )
-    return MessagePolicies(
-        router, difficulty, InputGuard(classifier), lambda: OutputGuard(classifier, stream)
-    )
+    modes = {Tier.FREE: output_mode(config.free_output_mode),
+             Tier.PLUS: output_mode(config.plus_output_mode)}  # fmt: skip
+    return MessagePolicies(router, difficulty, InputGuard(classifier),
+                           lambda mode: OutputGuard(classifier, stream, mode=mode),
+                           modes)  # fmt: skip
+
+
+def output_mode(name: str) -> OutputMode:
+    try:
+        return OutputMode(name)
+    except ValueError:
+        choices = ", ".join(mode.value for mode in OutputMode)
+        raise ConfigError(f"an output mode must be one of {choices}, not {name!r}") from None
 
 
 def build_compactor(

@@ -11,6 +11,7 @@ from domain.types import Tier, Usage
 _SECONDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0)
 _TOKEN_SECONDS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0)
 _TOKENS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768)
+_CHARS = (50, 100, 200, 400, 800, 1600, 3200, 6400)
 _SHARES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 1.0)
 
 
@@ -41,6 +42,11 @@ class GatewayMetrics:
         self.refusals = Counter("gateway_refusals_total",
                                 "messages refused before the model: busy (rung 3), safety",
                                 ["tier", "reason"], registry=registry)  # fmt: skip
+        self.retracted_chars = Histogram(
+            "gateway_retracted_chars",
+            "text shown then withdrawn by the output check (retract mode), in characters",
+            ["tier"], buckets=_CHARS, registry=registry,
+        )  # fmt: skip
         self.sheds = Counter("gateway_sheds_total",
                              "what the ladder took from a message: small_pool, capped_answer",
                              ["tier", "what"], registry=registry)  # fmt: skip

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import re
 import time
@@ -199,6 +200,7 @@ class ChatPipeline:
             )
         except PoolsDown as down:
             return await self._busy_answer(user, request, fingerprint, down)
+        plan = dataclasses.replace(plan, output_mode=self._policies.output_mode(user.tier))
         run = MessageRun(user.user_id, request.conversation_id, request.message_id, fingerprint,
                          started_at=arrived)  # fmt: skip
         self._runs.add(run)
@@ -296,6 +298,8 @@ class ChatPipeline:
         route = self._policies.route(newest, user.tier, "", request.pool,
                                      self._policy.default_pool)  # fmt: skip
         self._metrics.routes.labels(route.reason.value, route.pool).inc()
+        # The plan's output mode stays hold-back whatever the tier's: an OpenAI-compatible
+        # client has no way to withdraw text it was sent (docs/decisions.md, "Retract mode").
         plan = await self._planner.plan_completion(user, key, request, route.pool)
         self._runs.add(run)
         self._start(run, self._drive_completion(run, user, plan))

@@ -3,14 +3,14 @@ safety check and the model router. Plain objects composed in main; each may be s
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import structlog
 
 from domain.difficulty import DifficultyModel
 from domain.router import POOLS, RouteDecision, Router, RouteReason, RouteRequest
-from domain.safety import InputGuard, OutputGuard, Verdict
+from domain.safety import InputGuard, OutputGuard, OutputMode, Verdict
 from domain.types import Tier
 
 
@@ -22,7 +22,12 @@ class MessagePolicies:
     difficulty: DifficultyModel | None = None
     # None: no safety checks on this gateway.
     input_guard: InputGuard | None = None
-    new_output_guard: Callable[[], OutputGuard] | None = None
+    new_output_guard: Callable[[OutputMode], OutputGuard] | None = None
+    # How each tier's answers meet the output check; a tier not named holds back.
+    output_modes: Mapping[Tier, OutputMode] = field(default_factory=dict)
+
+    def output_mode(self, tier: Tier) -> OutputMode:
+        return self.output_modes.get(tier, OutputMode.HOLDBACK)
 
     def check_input(self, content: str) -> tuple[Verdict, str] | None:
         """None when the message may go on; else why not and the text to answer with."""

@@ -17,7 +17,7 @@ from gateway.answers import Answer, Plan
 from gateway.metrics import GatewayMetrics
 from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
 from gateway.run_sharing import LOCAL_CLAIM, Claim, FollowedRun, Resume
-from gateway.runs import Delta, Event, MessageRun, RunRegistry
+from gateway.runs import Event, MessageRun, RunRegistry, shown_pieces
 from gateway.shared_runs import RemoteRun, SharedRuns
 
 
@@ -105,10 +105,11 @@ class RedisRunSharing:
         if orphan.stop_requested:
             run.stop_requested.set()
         self._runs.add(run)
-        pieces = [event.text for event in events if isinstance(event, Delta)]
+        # What the log's reader was left with: after a retract, the refusal alone (if any).
+        pieces, withdrawn = shown_pieces(events)
         # The log keeps what was shown, not token counts: a delta stands in for a token.
         answer = Answer(served_by=orphan.plan.pick, pieces=pieces, shown=list(pieces),
-                        tokens=len(pieces))  # fmt: skip
+                        tokens=len(pieces), withdrawn=withdrawn)  # fmt: skip
         self._metrics.takeovers.inc()
         self._log.info("took over a run whose gateway died", message_id=message_id,
                        events=len(events))  # fmt: skip

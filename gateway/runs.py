@@ -27,6 +27,14 @@ class Delta:
 
 
 @dataclass(frozen=True, slots=True)
+class Retract:
+    """Withdraws every character of the answer shown so far: the output check (retract mode)
+    flagged text it had already released. The refusal follows as a delta."""
+
+    chars: int
+
+
+@dataclass(frozen=True, slots=True)
 class Done:
     finish: Finish
     usage: Usage
@@ -45,7 +53,21 @@ class Failed:
     message: str
 
 
-Event = Meta | Delta | Done | Failed
+Event = Meta | Delta | Retract | Done | Failed
+
+
+def shown_pieces(events: list[Event]) -> tuple[list[str], bool]:
+    """The answer's text a reader of these events is left with, and whether a retract came:
+    a retract drops every delta before it."""
+    pieces: list[str] = []
+    retracted = False
+    for event in events:
+        if isinstance(event, Delta):
+            pieces.append(event.text)
+        elif isinstance(event, Retract):
+            pieces.clear()
+            retracted = True
+    return pieces, retracted
 
 
 @dataclass(slots=True)

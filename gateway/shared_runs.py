@@ -33,9 +33,10 @@ from redis.exceptions import RedisError, ResponseError
 
 from domain.context import Prompt
 from domain.errors import Unavailable
+from domain.safety import OutputMode
 from domain.types import Finish, Role, Tier, Turn, Usage
 from gateway.answers import Plan
-from gateway.runs import Delta, Done, Event, Failed, Meta
+from gateway.runs import Delta, Done, Event, Failed, Meta, Retract
 from gateway.scheduler_client import ReplicaPick, pick_from_wire
 
 RUN_PREFIX = "chat:run:"
@@ -378,6 +379,8 @@ def encode_event(event: Event) -> str:
                     "replica_id": event.replica_id}  # fmt: skip
         case Delta():
             body = {"k": "delta", "text": event.text}
+        case Retract():
+            body = {"k": "retract", "chars": event.chars}
         case Done():
             usage = event.usage
             body = {"k": "done", "finish": event.finish.value, "input": usage.input_tokens,
@@ -395,6 +398,8 @@ def decode_event(raw: bytes | str) -> Event:
                         body["replica_id"])  # fmt: skip
         case "delta":
             return Delta(body["text"])
+        case "retract":
+            return Retract(body["chars"])
         case "done":
             usage = Usage(body["input"], body["cached"], body["output"])
             return Done(Finish(body["finish"]), usage)
@@ -414,6 +419,7 @@ def _encode_plan(plan: Plan, answer_parent_seq: int | None) -> str:
             "pool": plan.pool,
             "tier": plan.tier.value,
             "window": plan.window_tokens,
+            "output": plan.output_mode.value,
             "parent_seq": answer_parent_seq,
         },
         separators=(",", ":"),
@@ -429,6 +435,8 @@ def _decode_plan(raw: bytes) -> tuple[Plan, int | None]:
         if "replica" in body
         else pick_from_wire(base64.b64decode(body["pick"]))
     )
+    # "output": absent from plans an earlier release wrote, which always held back.
     plan = Plan(prompt, pick, body["max_answer_tokens"], body["reserved"], body["pool"],
-                Tier(body["tier"]), body.get("window", 0))  # fmt: skip
+                Tier(body["tier"]), body.get("window", 0),
+                OutputMode(body.get("output", OutputMode.HOLDBACK)))  # fmt: skip
     return plan, body["parent_seq"]

@@ -17,6 +17,7 @@ from clients.chat_client import (
     Done,
     Error,
     Meta,
+    Retract,
     new_conversation_id,
     new_message_id,
 )
@@ -166,6 +167,11 @@ class ChatSession:
                     f"[{event.finish}; {u.input_tokens} tokens in "
                     f"({u.cached_tokens} cached), {u.output_tokens} out]"
                 )
+            case Retract():
+                # Printed text cannot be taken back reliably (it may have wrapped or
+                # scrolled), so the withdrawal is said; the refusal follows on its own line.
+                print(flush=True)
+                note("[the text above was withdrawn: the output check flagged it]")
             case Error():
                 print(flush=True)
                 self.failed = True

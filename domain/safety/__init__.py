@@ -13,12 +13,16 @@ messages and a fresh `OutputGuard(classifier, config)` for every answer:
         if guard.violated: cancel upstream; break
     shown = guard.finish()                       # final pass over the whole answer
     if shown: append Delta(shown)
-    if guard.violated: done, finish `refused`, guard.refusal_text (guard.verdict says why)"""
+    if guard.violated: done, finish `refused`, guard.refusal_text (guard.verdict says why)
+
+`OutputGuard(classifier, config, mode=OutputMode.RETRACT)` returns every chunk at once instead;
+when it is violated, withdraw what was shown of the answer before the refusal."""
 
 from domain.safety.guards import (
     InputDecision,
     InputGuard,
     OutputGuard,
+    OutputMode,
     Refusals,
     StreamCheckConfig,
 )
@@ -41,6 +45,7 @@ __all__ = [
     "InputDecision",
     "InputGuard",
     "OutputGuard",
+    "OutputMode",
     "Refusals",
     "SafetyClassifier",
     "StreamCheckConfig",

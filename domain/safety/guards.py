@@ -1,10 +1,11 @@
 """The two safety checkpoints outside the model: one on the user's message
 before anything is queued, one on the answer as it streams, holding text back until it is
-checked."""
+checked (or, in retract mode, showing it at once and withdrawing it when a check flags it)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from domain.safety.rules import ALLOWED, SafetyClassifier, Verdict
 from domain.safety.text import TOKEN
@@ -80,10 +81,26 @@ class StreamCheckConfig:
         return self.window_tokens + self.lookback_tokens - self.holdback_tokens
 
 
+class OutputMode(StrEnum):
+    """How the output check meets the user's first words (docs/decisions.md, "Retract mode").
+
+    HOLDBACK: text shows only once a clean check read it with `holdback_tokens` after it, so a
+    flagged span is never shown; the first words wait for that many tokens. RETRACT: text shows
+    as it comes, the same checks run, and a flag withdraws everything shown of the answer: the
+    first words are not delayed, but flagged text may be on screen until the next check."""
+
+    HOLDBACK = "holdback"
+    RETRACT = "retract"
+
+
 class OutputGuard:
     """Checks one answer as it streams. Feed it the engine's chunks; send the user only what it
     returns. Once it finds a violation it releases nothing more: stop the answer and show
     `refusal_text`. `finish()` reads the whole answer once more, for harm no window sees alone.
+
+    In RETRACT mode every chunk is returned at once (after the checks it completes, so a chunk
+    that completes a flagged window is not shown); once `violated`, the caller withdraws what it
+    showed of this answer before showing `refusal_text`.
 
     Cost: a chunk appends to a short buffer and re-reads only the newest, possibly unfinished
     token; a check reads at most window + lookback tokens, once every `check_every_tokens`."""
@@ -93,9 +110,14 @@ class OutputGuard:
         classifier: SafetyClassifier,
         config: StreamCheckConfig = StreamCheckConfig(),
         refusals: Refusals = Refusals(),
+        mode: OutputMode = OutputMode.HOLDBACK,
     ) -> None:
         self._classifier = classifier
         self._config = config
+        self._mode = mode
+        # Nothing waits behind a check in retract mode, so a check may read further ahead.
+        holdback = config.holdback_tokens if mode is OutputMode.HOLDBACK else 0
+        self._max_advance = config.window_tokens + config.lookback_tokens - holdback
         self._refusal_text = refusals.output
         self._pieces: list[str] = []  # the whole answer, for the final pass
         # The answer from char offset `_base` on: older text no check or release needs again.
@@ -120,6 +142,10 @@ class OutputGuard:
     def refusal_text(self) -> str:
         return self._refusal_text
 
+    @property
+    def mode(self) -> OutputMode:
+        return self._mode
+
     def feed(self, chunk: str) -> str:
         """Takes the next chunk of the answer; returns the text that may be shown now (often "")."""
         if self._finished:
@@ -133,7 +159,10 @@ class OutputGuard:
         while self._complete_tokens() - self._checked >= self._config.check_every_tokens:
             if not self._check_next_window():
                 break
-            released.append(self._release(self._checked - self._config.holdback_tokens))
+            if self._mode is OutputMode.HOLDBACK:
+                released.append(self._release(self._checked - self._config.holdback_tokens))
+        if self._mode is OutputMode.RETRACT and not self.violated:
+            return self._release_rest()
         return "".join(released)
 
     def finish(self) -> str:
@@ -147,9 +176,7 @@ class OutputGuard:
         if not verdict.allowed:
             self._verdict = verdict
             return ""
-        rest = self._live[self._released_to - self._base :]
-        self._released_to = self._base + len(self._live)
-        return rest
+        return self._release_rest()
 
     def _count_new_tokens(self) -> None:
         # Only the newest token can grow ("forb" + "idden"), so reading resumes at its start.
@@ -168,7 +195,7 @@ class OutputGuard:
 
     def _check_next_window(self) -> bool:
         config = self._config
-        end = min(self._complete_tokens(), self._checked + config.max_advance)
+        end = min(self._complete_tokens(), self._checked + self._max_advance)
         start = max(0, end - config.window_tokens - config.lookback_tokens)
         window = self._text(self._token_starts[start], self._token_starts[end])
         verdict = self._classifier.classify(window)
@@ -190,6 +217,11 @@ class OutputGuard:
         text = self._text(self._released_to, end)
         self._released_to = end
         return text
+
+    def _release_rest(self) -> str:
+        rest = self._live[self._released_to - self._base :]
+        self._released_to = self._base + len(self._live)
+        return rest
 
     def _forget_before(self, token: int) -> None:
         """Drops buffered text that no later check (which starts at this token or after) and no

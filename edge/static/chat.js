@@ -174,6 +174,10 @@ async function readAnswer(response, view, pending) {
     } else if (name === "delta") {
       pending.text += data.text;
       view.setText(pending.text);
+    } else if (name === "retract") {
+      // The output check flagged text already shown: all of it goes; the refusal follows.
+      pending.text = "";
+      view.setText("");
     } else if (name === "done") {
       view.end(data.finish);
       ended = true;

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -16,6 +17,7 @@ from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 from prometheus_client import CollectorRegistry
 
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
+from domain.safety import Refusals
 from edge.app import EdgeSettings, build_app
 
 CHROMIUM = "/usr/bin/chromium"
@@ -34,6 +36,7 @@ CHROMIUM_ARGS = [
 MODEL = "smollm2-135m-instruct"
 LONG = "Write a very long story about the sea, in many chapters."
 SLOW_S = 240  # a whole answer on a busy 2-core machine
+RETRACT_BLOCKLIST = Path(__file__).parents[1] / "e2e" / "data" / "blocks_the.json"
 
 
 # Served as plain files ---------------------------------------------------------------------------
@@ -280,3 +283,45 @@ async def test_a_429_says_when_to_try_again(short_answers: LocalPlatform, page: 
     await expect(page.locator(".turn")).to_have_count(0)
     await expect(page.locator("#input")).to_have_value(question.strip())
     await expect(page.locator("#send")).to_be_enabled()
+
+
+@pytest.fixture(scope="module")
+async def retracting(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalPlatform]:
+    """Plus in retract mode on the simulated engine, whose answers hold the word the test
+    blocklist flags ("the"); slower than real time, so the text is on the page a while."""
+    platform = LocalPlatform(
+        PlatformSettings(
+            state_dir=tmp_path_factory.mktemp("page-retract"),
+            edge_listen="127.0.0.1:0",
+            extra_env={
+                "CHAT_NODEAGENT_ENGINE": "sim",
+                "CHAT_NODEAGENT_SIM_PRESET": "8b-1xh100",
+                "CHAT_NODEAGENT_SIM_SPEED": "0.3",
+                "CHAT_GATEWAY_SAFETY_BLOCKLIST": str(RETRACT_BLOCKLIST),
+                "CHAT_GATEWAY_PLUS_OUTPUT_MODE": "retract",
+                "CHAT_GATEWAY_ROUTER": "false",
+            },
+        )
+    )
+    try:
+        await platform.start()
+        yield platform
+    finally:
+        await platform.stop()
+
+
+@pytest.mark.slow
+async def test_a_withdrawn_answer_leaves_only_the_refusal_on_the_page(
+    retracting: LocalPlatform, page: Page
+) -> None:
+    token = retracting.tokens["plus"]
+    await sign_in(page, retracting.edge_url, token)
+    await ask(page, "Describe a quiet morning.")  # the simulator says "the" 57 tokens in
+    answer = page.locator(".assistant")
+    await expect(answer.locator(".text")).not_to_be_empty(timeout=30_000)
+    assert not (await answer.locator(".text").text_content() or "").startswith("I can't")
+    await expect(answer).to_have_attribute("data-state", "refused", timeout=30_000)
+    refusal = Refusals().output
+    await expect(answer.locator(".text")).to_have_text(refusal)
+    stored = await stored_messages(retracting, token, page)
+    assert [m["content"] for m in stored] == ["Describe a quiet morning.", refusal]

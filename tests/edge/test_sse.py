@@ -20,3 +20,8 @@ def test_done_event_is_written_with_id_name_and_usage() -> None:
 def test_delta_keeps_unicode_and_newlines_inside_json() -> None:
     event = pb.ChatEvent(event_id=2, delta=pb.DeltaEvent(text="héllo\nworld"))
     assert encode(event) == b'id: 2\nevent: delta\ndata: {"text":"h\xc3\xa9llo\\nworld"}\n\n'
+
+
+def test_retract_names_how_much_was_withdrawn() -> None:
+    event = pb.ChatEvent(event_id=9, retract=pb.RetractEvent(withdrawn_chars=312))
+    assert encode(event) == b'id: 9\nevent: retract\ndata: {"withdrawnChars":312}\n\n'

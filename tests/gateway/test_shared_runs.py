@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -14,10 +15,11 @@ from redis.asyncio import Redis
 
 from chat.v1 import scheduler_service_pb2
 from domain.context import Prompt
+from domain.safety import OutputMode
 from domain.types import Finish, Role, Tier, Turn, Usage
 from gateway.answers import Plan
 from gateway.redis_buckets import connect
-from gateway.runs import Delta, Done, Meta
+from gateway.runs import Delta, Done, Meta, Retract
 from gateway.scheduler_client import ReplicaPick
 from gateway.shared_runs import (
     OwnershipLost,
@@ -66,9 +68,20 @@ def test_events_survive_the_codec() -> None:
     events = [
         Meta("m1", "c1", "model", "node-1"),
         Delta("héllo\n"),
+        Retract(6),
         Done(Finish.STOP, Usage(10, 4, 7)),
     ]
     assert [decode_event(encode_event(e)) for e in events] == events
+
+
+def test_a_plan_keeps_its_output_mode_and_an_earlier_one_held_back() -> None:
+    plan = dataclasses.replace(_plan(), output_mode=OutputMode.RETRACT)
+    raw = _encode_plan(plan, None)
+    assert json.loads(raw)["output"] == "retract"
+    assert _decode_plan(raw.encode()) == (plan, None)
+    earlier = json.loads(raw)
+    del earlier["output"]
+    assert _decode_plan(json.dumps(earlier).encode())[0].output_mode is OutputMode.HOLDBACK
 
 
 def test_a_plan_is_plain_json_and_an_earlier_releases_plan_still_reads() -> None:

@@ -23,18 +23,20 @@ MODEL_CHOICE_SMALL: ModelChoice
 MODEL_CHOICE_LARGE: ModelChoice
 
 class ChatEvent(_message.Message):
-    __slots__ = ("event_id", "meta", "delta", "done", "error")
+    __slots__ = ("event_id", "meta", "delta", "done", "error", "retract")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     META_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    RETRACT_FIELD_NUMBER: _ClassVar[int]
     event_id: int
     meta: MetaEvent
     delta: DeltaEvent
     done: DoneEvent
     error: ErrorEvent
-    def __init__(self, event_id: _Optional[int] = ..., meta: _Optional[_Union[MetaEvent, _Mapping]] = ..., delta: _Optional[_Union[DeltaEvent, _Mapping]] = ..., done: _Optional[_Union[DoneEvent, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ...) -> None: ...
+    retract: RetractEvent
+    def __init__(self, event_id: _Optional[int] = ..., meta: _Optional[_Union[MetaEvent, _Mapping]] = ..., delta: _Optional[_Union[DeltaEvent, _Mapping]] = ..., done: _Optional[_Union[DoneEvent, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ..., retract: _Optional[_Union[RetractEvent, _Mapping]] = ...) -> None: ...
 
 class MetaEvent(_message.Message):
     __slots__ = ("message_id", "conversation_id", "model", "replica_id")
@@ -61,6 +63,12 @@ class DoneEvent(_message.Message):
     finish: _common_pb2.FinishReason
     usage: _common_pb2.Usage
     def __init__(self, finish: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ...) -> None: ...
+
+class RetractEvent(_message.Message):
+    __slots__ = ("withdrawn_chars",)
+    WITHDRAWN_CHARS_FIELD_NUMBER: _ClassVar[int]
+    withdrawn_chars: int
+    def __init__(self, withdrawn_chars: _Optional[int] = ...) -> None: ...
 
 class ErrorEvent(_message.Message):
     __slots__ = ("code", "message")
