@@ -103,12 +103,15 @@ CONFIGS = {
 }
 
 
-async def gateway_cost(messages: int, rounds: int, concurrency: int, env: dict[str, str]) -> dict:
+async def gateway_cost(
+    messages: int, rounds: int, concurrency: int, env: dict[str, str], insecure: bool
+) -> dict:
     with tempfile.TemporaryDirectory() as state:
         platform = LocalPlatform(
             PlatformSettings(
                 state_dir=Path(state),
                 edge_listen="127.0.0.1:0",
+                insecure=insecure,
                 extra_env={
                     "CHAT_NODEAGENT_ENGINE": "sim",
                     "CHAT_NODEAGENT_SIM_PRESET": "8b-1xh100",
@@ -225,16 +228,22 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--limiter-seconds", type=float, default=5.0)
     parser.add_argument("--limiter-concurrency", type=int, default=64)
+    parser.add_argument(
+        "--insecure", action="store_true", help="services in plaintext (default: mutual TLS)"
+    )
     args = parser.parse_args()
     costs = {
-        name: asyncio.run(gateway_cost(args.messages, args.rounds, args.concurrency, env))
+        name: asyncio.run(
+            gateway_cost(args.messages, args.rounds, args.concurrency, env, args.insecure)
+        )
         for name, env in CONFIGS.items()
     }
     pairs = asyncio.run(limiter_pairs(args.limiter_seconds, args.limiter_concurrency))
     lines = [
         f"gateway: {args.messages} messages ({args.concurrency} at once) to one gateway, "
         f"simulated 8B engine, {ANSWER_TOKENS}-token answers; 'production' = defaults (router, "
-        "input check, output check holding 50 tokens back), 'bare' = router and safety off",
+        "input check, output check holding 50 tokens back), 'bare' = router and safety off; "
+        + ("services in plaintext" if args.insecure else "mutual TLS between the services"),
         f"{'config':<11} {'CPU ms/msg':>10} {'msg/s':>7} {'TTFT p50':>9} {'p99':>7} "
         f"{'node p50':>9} {'p99':>7} {'added p50':>10} {'p99':>7}",
     ]
