@@ -106,9 +106,8 @@ class RedisRunSharing:
             run.stop_requested.set()
         self._runs.add(run)
         pieces = [event.text for event in events if isinstance(event, Delta)]
-        # The log keeps what was shown, not token counts: a delta stands in for a token.
-        answer = Answer(served_by=orphan.plan.pick, pieces=pieces, shown=list(pieces),
-                        tokens=len(pieces))  # fmt: skip
+        # The log keeps what was shown, not token counts: the writer counts them.
+        answer = Answer(served_by=orphan.plan.pick, pieces=pieces, shown=list(pieces))
         self._metrics.takeovers.inc()
         self._log.info("took over a run whose gateway died", message_id=message_id,
                        events=len(events))  # fmt: skip
