@@ -15,6 +15,7 @@ from domain.context import Prompt
 from domain.errors import Unavailable
 from domain.repetition import RepetitionGuard
 from domain.safety import OutputGuard, OutputMode, Refusals
+from domain.safety.text import TOKEN
 from domain.types import Finish, Tier, Usage
 from gateway.metrics import GatewayMetrics
 from gateway.node_client import Chunk, GenerateSpec, Generation, NodeClient, StreamBroken
@@ -110,6 +111,8 @@ class AnswerWriter:
         lost: list[str] = []
         # An answer taken over from a dead gateway already has text: it is continued, too.
         continued = bool(answer.pieces)
+        if continued:
+            await self._count_taken_over(answer)
         if answer.guard is None and self._new_guard is not None:
             answer.guard = self._new_guard(plan.output_mode)
         if answer.withdrawn:
@@ -141,6 +144,17 @@ class AnswerWriter:
             )
             return
         raise Unavailable(f"the answer lost {len(lost)} replicas in a row; try again")
+
+    async def _count_taken_over(self, answer: Answer) -> None:
+        """The log a takeover reads keeps text, not token counts, and a delta may hold many
+        tokens: the serving model counts them, so that the continuation keeps to the cap and
+        the usage is right."""
+        text = "".join(answer.pieces)
+        try:
+            [answer.tokens] = await self._nodes.tokenize(answer.served_by.address, [text])
+        except Unavailable:
+            # The node is gone too (a failover follows): an estimate, not a count of deltas.
+            answer.tokens = len(TOKEN.findall(text))
 
     async def _show(self, run: MessageRun, answer: Answer, text: str) -> None:
         """Passes engine text through the output check; the user gets what it releases."""

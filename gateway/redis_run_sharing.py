@@ -107,9 +107,9 @@ class RedisRunSharing:
         self._runs.add(run)
         # What the log's reader was left with: after a retract, the refusal alone (if any).
         pieces, withdrawn = shown_pieces(events)
-        # The log keeps what was shown, not token counts: a delta stands in for a token.
+        # The log keeps what was shown, not token counts: the writer counts them.
         answer = Answer(served_by=orphan.plan.pick, pieces=pieces, shown=list(pieces),
-                        tokens=len(pieces), withdrawn=withdrawn)  # fmt: skip
+                        withdrawn=withdrawn)  # fmt: skip
         self._metrics.takeovers.inc()
         self._log.info("took over a run whose gateway died", message_id=message_id,
                        events=len(events))  # fmt: skip

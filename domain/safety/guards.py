@@ -214,8 +214,11 @@ class OutputGuard:
         end = self._token_starts[tokens]
         if end <= self._released_to:
             return ""
-        text = self._text(self._released_to, end)
-        self._released_to = end
+        # Up to the last released token's end: the space before the next token goes with it.
+        # What was shown is what a takeover continues from, and an engine's next token carries
+        # its own leading space: a shown text ending in one would get it twice.
+        text = self._text(self._released_to, end).rstrip()
+        self._released_to += len(text)
         return text
 
     def _release_rest(self) -> str:

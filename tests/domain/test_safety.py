@@ -420,6 +420,20 @@ class CountingClassifier:
         return self.inner.classify(text)
 
 
+@pytest.mark.parametrize("holdback", [0, 50])
+def test_released_text_ends_at_a_token_not_at_the_space_before_the_next(
+    classifier: BlocklistClassifier, holdback: int
+) -> None:
+    """What was shown is what a takeover continues from, and an engine's next token brings its
+    own leading space: shown text ending in a space would get that space twice."""
+    text = benign_answer(300).rstrip()
+    chunks = re.findall(r"\s*\S+", text)  # as engines send them: " word"
+    guard = OutputGuard(classifier, StreamCheckConfig(holdback_tokens=holdback))
+    shown = [released for _, released in stream(guard, chunks) if released]
+    assert shown and all(not released[-1].isspace() for released in shown)
+    assert shown[-1] + guard.finish() == text
+
+
 def test_checks_run_at_window_boundaries_not_per_chunk(classifier: BlocklistClassifier) -> None:
     config = StreamCheckConfig()
     counting = CountingClassifier(classifier)

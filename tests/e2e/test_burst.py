@@ -11,9 +11,7 @@ import aiohttp
 import pytest
 
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
-from domain.types import Role
-from nodeagent.engine import PromptTurn
-from nodeagent.sim import planned_answer, rendered
+from tests.simtext import expected_answer
 from tests.sse import read_events
 
 pytestmark = pytest.mark.slow
@@ -54,11 +52,6 @@ async def burst_platform(tmp_path_factory):
         await platform.stop()
 
 
-def expected_text(content: str) -> str:
-    turns = [PromptTurn(Role.SYSTEM, SYSTEM_PROMPT), PromptTurn(Role.USER, content)]
-    return "".join(rendered(planned_answer(turns, ANSWER_TOKENS), 0))
-
-
 @pytest.mark.timeout(420)
 async def test_500_streams_started_within_two_seconds_all_end_done(burst_platform) -> None:
     platform = burst_platform
@@ -88,6 +81,6 @@ async def test_500_streams_started_within_two_seconds_all_end_done(burst_platfor
     assert endings == ["done"] * STREAMS, {e: endings.count(e) for e in set(endings)}
     for content, _, events in outcomes:
         text = "".join(e.data["text"] for e in events if e.event == "delta")
-        assert text == expected_text(content)
+        assert text == expected_answer(content, SYSTEM_PROMPT, ANSWER_TOKENS)
         assert [e.id for e in events] == list(range(1, len(events) + 1))
     print(f"{STREAMS} streams in {seconds:.1f} s")

@@ -5,10 +5,7 @@ through the edge still works."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import re
-import signal
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -17,6 +14,7 @@ import aiohttp
 import pytest
 
 from clients.chatctl.platform import Child, LocalPlatform, PlatformSettings
+from tests.faults import kill, streaming_gateway
 from tests.servers import Redis
 from tests.sse import SseEvent, iter_events
 
@@ -25,7 +23,6 @@ pytestmark = pytest.mark.slow
 STORY = "Write a long story about a lighthouse keeper and a storm."
 PLUS_ANSWER_TOKENS = 300
 FREE_ANSWER_TOKENS = 12
-STREAMING = re.compile(r"^gateway_answers_streaming ([0-9.]+)$", re.MULTILINE)
 
 
 @pytest.fixture(scope="module")
@@ -68,23 +65,6 @@ async def gateways_back(platform: LocalPlatform) -> AsyncIterator[None]:
 
 def bearer(platform: LocalPlatform, tier: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {platform.tokens[tier]}"}
-
-
-async def streaming_gateway(http: aiohttp.ClientSession, platform: LocalPlatform) -> Child:
-    """The gateway generating the one answer in flight, as its metrics tell an operator."""
-    while True:
-        for child in platform.children:
-            if child.name.startswith("gateway"):
-                async with http.get(f"http://127.0.0.1:{child.ready['metrics']}/metrics") as r:
-                    found = STREAMING.search(await r.text())
-                if found and float(found.group(1)) == 1:
-                    return child
-        await asyncio.sleep(0.05)
-
-
-async def kill(child: Child) -> None:
-    child.process.send_signal(signal.SIGKILL)
-    await child.process.wait()
 
 
 async def stored_answer(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> str:

@@ -17,6 +17,7 @@ import pytest
 
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from nodeagent.sim import count_tokens
+from tests.simtext import expected_answer
 
 pytestmark = pytest.mark.slow
 
@@ -101,6 +102,11 @@ async def test_a_node_killed_mid_answer_hands_the_answer_to_another(two_nodes) -
     await asyncio.sleep(0)
 
 
+SIM_SYSTEM_PROMPT = "You are a helpful assistant."
+SIM_ANSWER_TOKENS = (400, 400)
+SIM_CAP = 100
+
+
 @pytest.fixture(scope="module")
 async def two_sim_nodes(tmp_path_factory):
     """Two simulated 70B replicas (about 40 tokens a second) whose every answer is 400 tokens,
@@ -112,9 +118,12 @@ async def two_sim_nodes(tmp_path_factory):
             nodes=2,
             extra_env={
                 "CHAT_NODEAGENT_ENGINE": "sim",
-                "CHAT_NODEAGENT_SIM_ANSWER_TOKENS": "400,400",
+                "CHAT_NODEAGENT_SIM_ANSWER_TOKENS": ",".join(map(str, SIM_ANSWER_TOKENS)),
                 "CHAT_NODEAGENT_STREAM_INTERVAL_S": "0.5",
-                "CHAT_GATEWAY_PLUS_MAX_ANSWER_TOKENS": "100",
+                "CHAT_GATEWAY_PLUS_MAX_ANSWER_TOKENS": str(SIM_CAP),
+                # The prompt is then the system prompt and the message: the answer is known.
+                "CHAT_GATEWAY_SYSTEM_PROMPT": SIM_SYSTEM_PROMPT,
+                "CHAT_GATEWAY_ROUTER": "false",
                 **UNHELD,
             },
         )
@@ -148,7 +157,11 @@ async def test_the_continuation_after_a_failover_keeps_to_the_answer_cap(two_sim
             stored = (await r.json())["messages"][-1]
     assert names[-1] == "done" and "error" not in names
     assert stored["replicaId"] != replica
-    # The node's tokenizer is one token per word or mark: the whole answer, both parts, is the
-    # cap exactly. The continuation asked for the cap less the tokens already received; had
-    # chunks been counted as tokens, it would have asked for more.
-    assert count_tokens(stored["content"]) == 100
+    # The whole answer, both parts, is the uninterrupted one cut at the cap. The continuation
+    # asked for the cap less the tokens already received; had chunks been counted as tokens,
+    # it would have asked for more.
+    expected = expected_answer(
+        "Tell me about foxes.", SIM_SYSTEM_PROMPT, SIM_ANSWER_TOKENS, SIM_CAP
+    )
+    assert stored["content"] == expected
+    assert count_tokens(expected) == SIM_CAP
