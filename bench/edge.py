@@ -30,7 +30,7 @@ from pathlib import Path
 
 import aiohttp
 from aiohttp import web
-from benchkit import publish
+from benchkit import cpu_seconds, publish
 
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from domain.types import Role
@@ -40,7 +40,6 @@ from nodeagent.sim import planned_answer
 
 EVENTS = 400  # per stream: meta, 398 deltas, done
 DELTAS = EVENTS - 2
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # Each phase stops here: 2,000 streams through edge + gateway on a 2-core machine would take
 # minutes; the rate over the first LIMIT_S seconds, all streams running, is the figure.
 LIMIT_S = 45.0
@@ -55,11 +54,6 @@ def rss_bytes(pid: int) -> int:
     status = Path(f"/proc/{pid}/status").read_text()
     found = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
     return int(found.group(1)) * 1024 if found else 0
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 @dataclass

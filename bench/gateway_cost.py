@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import statistics
 import subprocess
@@ -30,7 +29,7 @@ import time
 import uuid
 from pathlib import Path
 
-from benchkit import publish
+from benchkit import cpu_seconds, pct, publish
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -49,16 +48,6 @@ TOPICS = ["rivers", "owls", "bread", "comets", "glass", "tides", "maps", "bees"]
 
 def prompt(i: int) -> str:
     return f"Message {i}: tell me one thing about {TOPICS[i % len(TOPICS)]}."
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 async def through_gateway(chat: ChatClient, text: str) -> float:

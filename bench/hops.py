@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
-from benchkit import publish
+from benchkit import pct, publish
 
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from domain.types import Role, Tier, Turn
@@ -177,11 +177,6 @@ class Route:
     platform: LocalPlatform
     direct: Callable[[str], Awaitable[Sample]]
     pairs: list[tuple[Sample, Sample]]  # (direct, platform), same-shaped prompts
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 async def run_engine(

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -34,7 +33,7 @@ from pathlib import Path
 
 import aiohttp
 import grpc
-from benchkit import publish
+from benchkit import cpu_seconds, pct, publish
 from hops import platform_settings, prompt, to_node, via_edge
 
 from chat.v1 import chat_service_pb2 as pb
@@ -44,7 +43,6 @@ from domain.types import Tier
 from gateway.node_client import NodeClient
 from gateway.scheduler_client import SchedulerClient
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 STEPS = ("pick", "tokenize", "node_first_chunk", "gateway_grpc", "edge_http")
 
 
@@ -131,14 +129,9 @@ async def hops(rounds: int, against: str) -> dict[str, dict[str, dict[str, float
 def percentiles(samples: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     return {
         step: {"p50_ms": round(statistics.median(v), 2),
-               "p90_ms": round(sorted(v)[int(0.9 * (len(v) - 1))], 2)}
+               "p90_ms": round(pct(v, 0.9), 2)}
         for step, v in samples.items()
     }  # fmt: skip
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 async def idle(seconds: float) -> dict[str, float]:
