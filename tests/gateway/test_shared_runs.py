@@ -8,7 +8,7 @@ import base64
 import dataclasses
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from redis.asyncio import Redis
@@ -22,6 +22,8 @@ from gateway.redis_buckets import connect
 from gateway.runs import Delta, Done, Meta, Retract
 from gateway.scheduler_client import ReplicaPick
 from gateway.shared_runs import (
+    GATEWAY_PREFIX,
+    STOP_CHANNEL,
     OwnershipLost,
     SharedRuns,
     SharedRunsConfig,
@@ -53,10 +55,28 @@ def _ids() -> tuple[str, str]:
     return f"u_{uuid.uuid4().hex[:8]}", f"m_{uuid.uuid4().hex[:8]}"
 
 
-async def _alive(runs: SharedRuns) -> asyncio.Task[None]:
+async def _until(check: Callable[[], Awaitable[bool]], timeout_s: float = 5.0) -> None:
+    """Returns once check() holds; fails the test after timeout_s."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not await check():
+        assert loop.time() < deadline, f"{check.__name__} did not hold within {timeout_s} s"
+        await asyncio.sleep(0.01)
+
+
+async def _alive(runs: SharedRuns, redis: Redis) -> asyncio.Task[None]:
     task = asyncio.create_task(runs.keep_alive())
-    await asyncio.sleep(0.05)
+
+    async def renewed() -> bool:
+        return bool(await redis.exists(GATEWAY_PREFIX + runs.gateway_id))
+
+    await _until(renewed)
     return task
+
+
+async def _blocked_readers(redis: Redis) -> int:
+    """Clients blocked in a command (XREAD BLOCK here): a follower waiting for events."""
+    return sum(1 for client in await redis.client_list() if "b" in client["flags"])
 
 
 async def _stop(task: asyncio.Task[None]) -> None:
@@ -108,7 +128,7 @@ def test_a_plan_is_plain_json_and_an_earlier_releases_plan_still_reads() -> None
 
 async def test_one_claim_per_message_id(redis) -> None:
     a, b = SharedRuns(redis, FAST), SharedRuns(redis, FAST)
-    alive = await _alive(a)
+    alive = await _alive(a, redis)
     user, message = _ids()
     try:
         assert await a.claim(user, message, "fp1", "c1") is None
@@ -134,7 +154,7 @@ async def test_a_claim_abandoned_before_planning_is_free_again(redis) -> None:
 
 async def test_followers_read_the_log_from_any_event_and_live(redis) -> None:
     owner, reader = SharedRuns(redis, FAST), SharedRuns(redis, FAST)
-    alive = await _alive(owner)
+    alive = await _alive(owner, redis)
     user, message = _ids()
     try:
         async with asyncio.timeout(30):  # where it waits is in the traceback, if it hangs
@@ -150,8 +170,13 @@ async def test_followers_read_the_log_from_any_event_and_live(redis) -> None:
                 return [item async for batch in reader.follow(user, message, after, idle)
                         for item in batch]  # fmt: skip
 
+            blocked_before = await _blocked_readers(redis)
             following = asyncio.create_task(read(1))
-            await asyncio.sleep(0.2)
+
+            async def waiting() -> bool:
+                return await _blocked_readers(redis) > blocked_before
+
+            await _until(waiting)  # the follower reads live from here
             await owner.append(user, message, 3, Delta(" world"))
             await owner.append(user, message, 4, Done(Finish.STOP, Usage(5, 0, 2)))
             await owner.end(user, message)
@@ -179,8 +204,8 @@ async def test_the_log_is_fenced(redis) -> None:
 
 async def test_takeover_only_after_the_owner_stops_renewing(redis) -> None:
     owner, heir = SharedRuns(redis, FAST), SharedRuns(redis, FAST)
-    alive = await _alive(owner)
-    heir_alive = await _alive(heir)
+    alive = await _alive(owner, redis)
+    heir_alive = await _alive(heir, redis)
     user, message = _ids()
     try:
         await owner.claim(user, message, "fp", "c1")
@@ -189,8 +214,11 @@ async def test_takeover_only_after_the_owner_stops_renewing(redis) -> None:
         assert await heir.take_over(user, message) is None  # the owner is alive
         assert (user, message) not in await heir.orphans()
         await _stop(alive)
-        await asyncio.sleep(FAST.liveness_s + 0.2)
-        assert (user, message) in await heir.orphans()
+
+        async def orphaned() -> bool:
+            return (user, message) in await heir.orphans()
+
+        await _until(orphaned)  # once the owner's liveness key ran out
         orphan = await heir.take_over(user, message)
         assert orphan is not None
         assert orphan.conversation_id == "c1" and orphan.answer_parent_seq == 7
@@ -215,7 +243,11 @@ async def test_a_stop_reaches_the_owner(redis) -> None:
 
     watcher = asyncio.create_task(owner.watch_stops(on_stop))
     try:
-        await asyncio.sleep(0.2)  # subscribed
+
+        async def subscribed() -> bool:
+            return any(count for _, count in await redis.pubsub_numsub(STOP_CHANNEL))
+
+        await _until(subscribed)
         assert await asker.ask_stop(user, message) is True
         assert await asyncio.wait_for(heard.get(), 5) == (user, message)
         await owner.end(user, message)
