@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
 
 from domain.types import Finish, Role
 from nodeagent.engine import Chunk, Finished, GenerationRequest, PromptTurn
@@ -55,21 +59,40 @@ async def test_continue_from_a_partial_answer(engine: LlamaCppEngine) -> None:
     assert "one" not in text.split(",")[0].lower()  # it went on, it did not start again
 
 
-async def test_closing_the_stream_frees_the_request(engine: LlamaCppEngine) -> None:
-    stream = engine.generate(request("x1", "Write a long poem about rain.", 400))
+@pytest.fixture(scope="module")
+async def one_slot() -> AsyncIterator[LlamaCppEngine]:
+    """llama-server with a single slot: a request left running there blocks every other."""
+    started = LlamaCppEngine("smollm2-135m-instruct", slot_context_tokens=2048, parallel=1)
+    await started.start()
+    yield started
+    await started.stop()
+
+
+async def busy_slots(engine: LlamaCppEngine) -> list[bool]:
+    """What llama-server itself says of its slots (its /slots endpoint)."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"{engine.base_url}/slots") as response,
+    ):
+        return [bool(slot["is_processing"]) for slot in await response.json()]
+
+
+async def test_closing_the_stream_frees_the_engines_slot(one_slot: LlamaCppEngine) -> None:
+    stream = one_slot.generate(request("x1", "Write a very long poem about rain.", 2000))
     async for item in stream:
         assert isinstance(item, Chunk)
         break
-    load = await engine.load()
-    assert load.running_requests == 1
+    assert await busy_slots(one_slot) == [True]
     await stream.aclose()
-    load = await engine.load()
-    assert load.running_requests == 0 and load.waiting_requests == 0
-    # The slot is free again: a new request is answered at once.
-    items = await asyncio.wait_for(
-        asyncio.create_task(_collect(engine.generate(request("x2", "Hi", 3)))), 10
-    )
+    deadline = asyncio.get_running_loop().time() + 5.0
+    while await busy_slots(one_slot) != [False]:
+        assert asyncio.get_running_loop().time() < deadline, "the slot is still generating"
+        await asyncio.sleep(0.05)
+    # The one slot is free: a new request starts and ends while the first would still be
+    # generating its 2,000 tokens.
+    items = await asyncio.wait_for(_collect(one_slot.generate(request("x2", "Hi", 3))), 10)
     assert isinstance(items[-1], Finished)
+    assert await busy_slots(one_slot) == [False]
 
 
 async def _collect(stream):
