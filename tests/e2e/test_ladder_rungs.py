@@ -48,6 +48,21 @@ async def pin(platform: LocalPlatform, rung: int | None) -> None:
         )
 
 
+async def until_a_report_shows_a_queue(platform: LocalPlatform, timeout_s: float = 10.0) -> None:
+    """Waits for the scheduler's table (what the ladder and the refusal read) to show the
+    node with a request waiting or a prompt queued."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    admin = (("authorization", f"Bearer {platform.admin_token}"),)
+    async with platform.channel(platform.scheduler_address) as channel:
+        stub = pb_grpc.SchedulerServiceStub(channel)
+        while True:
+            nodes = (await stub.ListNodes(pb.ListNodesRequest(), metadata=admin)).nodes
+            if any(n.load.waiting_requests or n.load.queued_prefill_tokens for n in nodes):
+                return
+            assert asyncio.get_running_loop().time() < deadline, "no report showed a queue"
+            await asyncio.sleep(0.05)
+
+
 async def post(http, platform: LocalPlatform, tier: str, content: str):
     return http.post(
         f"{platform.edge_url}/v1/conversations/c_{uuid.uuid4().hex[:8]}/messages",
@@ -78,7 +93,7 @@ async def test_rung_three_refuses_a_waiting_free_message_at_once(one_slot) -> No
             queued = await post(http, one_slot, "plus", "Write a long story about owls.")
             async with long_one as first, queued as second:
                 assert first.status == second.status == 200
-                await asyncio.sleep(0.6)  # a load report shows the queued prompt
+                await until_a_report_shows_a_queue(one_slot)
                 started = time.perf_counter()
                 async with await post(http, one_slot, "free", "Hi!") as refused:
                     elapsed = time.perf_counter() - started
