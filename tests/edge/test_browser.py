@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -16,6 +17,7 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 from prometheus_client import CollectorRegistry
 
+from clients.chat_client import AdminClient
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from domain.safety import Refusals
 from edge.app import EdgeSettings, build_app
@@ -258,9 +260,14 @@ async def test_a_reload_mid_answer_resumes_it_to_the_end(
 @pytest.mark.slow
 async def test_a_429_says_when_to_try_again(short_answers: LocalPlatform, page: Page) -> None:
     question = "Give this one title: " + "the quick brown fox jumps over the lazy dog, " * 10
-    await sign_in(page, short_answers.edge_url, short_answers.tokens["free"])
+    # A Free user of its own: draining the dev user's bucket would refuse the other tests'.
+    async with AdminClient(
+        short_answers.scheduler_address, short_answers.admin_token, tls=short_answers.tls()
+    ) as admin:
+        created = await admin.create_user(f"drain-{uuid.uuid4().hex[:8]}", "free")
+    await sign_in(page, short_answers.edge_url, created.token)
     refused = None
-    # Refused at once after the reload test's answer, or at the second try when run alone.
+    # The bucket affords one answer, so the second question is refused.
     for _ in range(3):
         await page.click("#new-chat")
         async with page.expect_response(lambda r: r.request.method == "POST") as sent:
