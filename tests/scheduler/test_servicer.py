@@ -104,6 +104,12 @@ async def states(stub) -> dict[str, int]:
     return {n.registration.node_id: n.load.state for n in nodes}
 
 
+async def last_reports(stub) -> dict[str, int]:
+    """Each node's last report time as the scheduler keeps it (nanoseconds)."""
+    nodes = (await stub.ListNodes(pb.ListNodesRequest(), metadata=AUTH)).nodes
+    return {n.registration.node_id: n.last_report_at.ToNanoseconds() for n in nodes}
+
+
 async def eventually(check, timeout_s: float = 5.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout_s
     while not await check():
@@ -357,7 +363,14 @@ async def test_the_expected_wait_counts_a_full_batch_and_the_picks_since_the_rep
 
         # Room in the batch: only its prompt queue counts (1,000 tokens at 2,000 a second).
         assert await wait_on("roomy-node", common_pb2.TIER_FREE) == pytest.approx(0.5)
-        await asyncio.sleep(0.3)  # reports forget the picks just made
+        # A report from each node after those picks: it replaces what they were charged.
+        picked_at = await last_reports(scheduler)
+
+        async def reported_since() -> bool:
+            now = await last_reports(scheduler)
+            return all(now[name] > picked_at[name] for name in picked_at)
+
+        await eventually(reported_since)
         for node in nodes:
             node.reporting = False  # alive for report_timeout_s more: picks pile up unreported
         plus = await wait_on("full-node", common_pb2.TIER_PLUS)
