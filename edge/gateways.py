@@ -14,6 +14,7 @@ import grpc
 from grpc_health.v1 import health_pb2_grpc
 
 from chat.v1 import chat_service_pb2_grpc as pb_grpc
+from infra.keepalive import CLIENT_KEEPALIVE
 from infra.tls import TlsConfig, open_channel
 
 T = TypeVar("T")
@@ -26,14 +27,12 @@ NOT_CONNECTED = "failed to connect"
 # One address may be a DNS name for several gateways; round_robin spreads calls over all it
 # resolves to and passes over the ones that are down (gRPC's default would pin to the first).
 # A restarted gateway is called again within max_reconnect_backoff_ms, not gRPC's 120 s. Pings
-# find a gateway whose host vanished without closing the connection (the gateway's server
-# allows one every 5 s).
+# find a gateway whose host vanished without closing the connection (infra/keepalive.py).
 CHANNEL_OPTIONS = (
     ("grpc.lb_policy_name", "round_robin"),
     ("grpc.initial_reconnect_backoff_ms", 500),
     ("grpc.max_reconnect_backoff_ms", 5000),
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
+    *CLIENT_KEEPALIVE,
 )
 
 

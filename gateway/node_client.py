@@ -14,12 +14,11 @@ from chat.v1 import common_pb2, node_service_pb2, node_service_pb2_grpc
 from domain.errors import Unavailable
 from domain.types import Finish, Tier, Turn, Usage
 from infra.enums import FINISH_FROM_PB, ROLE_TO_PB, TIER_TO_PB
+from infra.keepalive import CLIENT_KEEPALIVE
 from infra.tls import TlsConfig, open_channel
 
-CHANNEL_OPTIONS = [
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-]
+# A node behind a silent link fails its streams within 3 s, and the answer fails over.
+CHANNEL_OPTIONS = CLIENT_KEEPALIVE
 # A node that cannot take a cancel this fast is gone, and its work with it.
 CANCEL_TIMEOUT_S = 2.0
 

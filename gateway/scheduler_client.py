@@ -20,13 +20,11 @@ from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from domain.errors import InvalidArgument, NoReplica, Unavailable
 from domain.types import Tier
 from infra.enums import TIER_TO_PB
+from infra.keepalive import CLIENT_KEEPALIVE
 from infra.status import REASON_NO_REPLICA, CallFailure
 from infra.tls import TlsConfig, open_channel
 
-CHANNEL_OPTIONS = [
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-]
+CHANNEL_OPTIONS = CLIENT_KEEPALIVE
 
 
 @dataclass(frozen=True, slots=True)

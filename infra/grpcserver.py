@@ -13,6 +13,7 @@ from grpc_reflection.v1alpha import reflection
 
 from domain import errors
 from infra.access import RoleCheck
+from infra.keepalive import SERVER_KEEPALIVE
 from infra.status import to_rpc_status
 from infra.tls import TlsConfig, server_credentials
 
@@ -46,11 +47,9 @@ def maps_domain_errors(method: Callable[..., Any]) -> Callable[..., Any]:
 # and refuses calls at random past 1,000 waiting (RESOURCE_EXHAUSTED, all past 3,000). A burst
 # of thousands of streams on a busy loop reaches both, and the client saw CANCELLED before
 # its first event. Waiting calls cost core a few hundred bytes each: let them wait instead
-# (docs/decisions.md, "Bursts of streams").
+# (docs/decisions.md, "Bursts of streams"). Keepalive: infra/keepalive.py.
 SERVER_OPTIONS = [
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    *SERVER_KEEPALIVE,
     ("grpc.server_max_unrequested_time_in_server", 600),
     ("grpc.server.max_pending_requests", 50_000),
     ("grpc.server.max_pending_requests_hard_limit", 100_000),

@@ -12,6 +12,7 @@ import structlog
 
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
+from infra.keepalive import CLIENT_KEEPALIVE
 from infra.tls import TlsConfig, open_channel
 from nodeagent.engine import Engine
 
@@ -60,7 +61,7 @@ class LoadReporter:
         backoff_s = 0.1
         while True:
             try:
-                async with open_channel(address, self._tls) as scheduler:
+                async with open_channel(address, self._tls, CLIENT_KEEPALIVE) as scheduler:
                     stub = pb_grpc.SchedulerServiceStub(scheduler)
                     call = stub.ConnectNode(self.messages())
                     backoff_s = 0.1
