@@ -584,14 +584,15 @@ async def platform_systems(platform, state: Path, names: list[str]) -> dict[str,
         )  # fmt: skip
     if "platform-h0" in names:
         store_url = f"sqlite:///{state / 'chat.db'}"
-        env = platform._gateway_env(store_url)
+        env = platform._gateway_env("gateway-h0", store_url)
         env["CHAT_GATEWAY_OUTPUT_HOLDBACK_TOKENS"] = "0"
         env["CHAT_GATEWAY_OUTPUT_CHECK_EVERY_TOKENS"] = "1"
         await platform._spawn("gateway-h0", "gateway.main", env)
         gateway = platform._child("gateway-h0")
         await platform._spawn(
             "edge-h0", "edge.main",
-            {**platform._edge_env(str(gateway.ready["grpc"])), "CHAT_EDGE_LISTEN": "127.0.0.1:0"},
+            {**platform._edge_env("edge-h0"), "CHAT_EDGE_LISTEN": "127.0.0.1:0",
+             "CHAT_EDGE_GATEWAY_ADDRESSES": str(gateway.ready["grpc"])},
         )  # fmt: skip
         edge = platform._child("edge-h0")
         systems["platform-h0"] = System(

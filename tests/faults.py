@@ -22,7 +22,8 @@ async def streaming_gateway(http: aiohttp.ClientSession, platform: LocalPlatform
     while True:
         for child in platform.children:
             if child.name.startswith("gateway"):
-                async with http.get(f"http://127.0.0.1:{child.ready['metrics']}/metrics") as r:
+                host = str(child.ready["grpc"]).rsplit(":", 1)[0]
+                async with http.get(f"http://{host}:{child.ready['metrics']}/metrics") as r:
                     found = STREAMING.search(await r.text())
                 if found and float(found.group(1)) == 1:
                     return child

@@ -1,5 +1,6 @@
 """Real servers for tests: etcd, Redis and PostgreSQL from Debian's packages, each started on a
-free port of 127.0.0.1 in a directory of its own, and stopped by its own process id."""
+free port of 127.0.0.1 (or at a Place: another address, inside a network namespace) in a
+directory of its own, and stopped by its own process id."""
 
 from __future__ import annotations
 
@@ -34,9 +35,28 @@ def _wait_until(
         time.sleep(0.05)
 
 
-def _port_open(port: int) -> Callable[[], bool]:
+@dataclass(frozen=True)
+class Place:
+    """Where a server runs: the address it binds, and the command its command line is run
+    under (`ip netns exec NAME` for a network namespace, tests/netns.py)."""
+
+    host: str = "127.0.0.1"
+    prefix: tuple[str, ...] = ()
+    # A fresh namespace has every port free; on the shared loopback one is looked for.
+    port: int = 0
+
+    def port_or_free(self, default: int) -> int:
+        if self.prefix:
+            return self.port or default
+        return self.port or free_port()
+
+
+LOOPBACK = Place()
+
+
+def _port_open(port: int, host: str = "127.0.0.1") -> Callable[[], bool]:
     def check() -> bool:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+        with contextlib.suppress(OSError), socket.create_connection((host, port), 0.2):
             return True
         return False
 
@@ -60,29 +80,32 @@ class Redis:
 
 
 @contextlib.contextmanager
-def run_redis() -> Iterator[Redis]:
-    port = free_port()
+def run_redis(place: Place = LOOPBACK) -> Iterator[Redis]:
+    port = place.port_or_free(6379)
     with tempfile.TemporaryDirectory() as folder:
         process = subprocess.Popen(
             [
+                *place.prefix,
                 "redis-server",
                 "--port",
                 str(port),
                 "--bind",
-                "127.0.0.1",
+                place.host,
                 "--save",
                 "",
                 "--appendonly",
                 "no",
                 "--dir",
                 folder,
+                # Off the loopback it takes callers only with a password, else.
+                *(("--protected-mode", "no") if place.prefix else ()),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
         try:
-            _wait_until(_port_open(port), process, "redis-server")
-            yield Redis(f"redis://127.0.0.1:{port}/0", port)
+            _wait_until(_port_open(port, place.host), process, "redis-server")
+            yield Redis(f"redis://{place.host}:{port}/0", port)
         finally:
             _stop(process)
 
@@ -96,14 +119,14 @@ class Etcd:
 
 
 @contextlib.contextmanager
-def run_etcd(client: int | None = None) -> Iterator[Etcd]:
+def run_etcd(client: int | None = None, place: Place = LOOPBACK) -> Iterator[Etcd]:
     """etcd with an empty data directory; on a chosen client port when given (to restart one)."""
-    client = client or free_port()
-    peer = free_port()
-    client_url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
+    client = client or place.port_or_free(2379)
+    peer = place.port_or_free(2380) if place.prefix else free_port()
+    client_url, peer_url = f"http://{place.host}:{client}", f"http://{place.host}:{peer}"
     with tempfile.TemporaryDirectory() as folder:
         process = subprocess.Popen(
-            ["etcd", "--name", "test", "--data-dir", f"{folder}/data",
+            [*place.prefix, "etcd", "--name", "test", "--data-dir", f"{folder}/data",
              "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
              "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
              "--initial-cluster", f"test={peer_url}"],
@@ -111,8 +134,8 @@ def run_etcd(client: int | None = None) -> Iterator[Etcd]:
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
         try:
-            _wait_until(_port_open(client), process, "etcd")
-            yield Etcd(f"127.0.0.1:{client}", "127.0.0.1", client, process)
+            _wait_until(_port_open(client, place.host), process, "etcd")
+            yield Etcd(f"{place.host}:{client}", place.host, client, process)
         finally:
             _stop(process)
 
@@ -131,8 +154,8 @@ def _pg_bin(name: str) -> str:
 
 
 @contextlib.contextmanager
-def run_postgres() -> Iterator[Postgres]:
-    port = free_port()
+def run_postgres(place: Place = LOOPBACK) -> Iterator[Postgres]:
+    port = place.port_or_free(5432)
     # initdb refuses to run as root: when root, the server runs as the postgres user.
     as_root = os.geteuid() == 0
     owner = {"user": "postgres", "group": "postgres", "extra_groups": []} if as_root else {}
@@ -147,15 +170,24 @@ def run_postgres() -> Iterator[Postgres]:
         stderr=subprocess.DEVNULL,
         **owner,
     )
+    if place.prefix:
+        # Callers come from the namespace's subnet, not from 127.0.0.1.
+        with (data / "pg_hba.conf").open("a") as hba:
+            hba.write("host all all samenet trust\n")
+    # `ip netns exec` needs root: the switch to the postgres user comes after it, by setpriv.
+    become = ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--"]
+    server_owner = owner if not place.prefix else {}
     process = subprocess.Popen(
         [
+            *place.prefix,
+            *(become if place.prefix and as_root else []),
             _pg_bin("postgres"),
             "-D",
             str(data),
             "-p",
             str(port),
             "-h",
-            "127.0.0.1",
+            place.host,
             "-k",
             folder,
             "-c",
@@ -165,20 +197,20 @@ def run_postgres() -> Iterator[Postgres]:
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        **owner,
+        **server_owner,
     )
     try:
 
         def ready() -> bool:
             probe = subprocess.run(
-                [_pg_bin("pg_isready"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres"],
+                [_pg_bin("pg_isready"), "-h", place.host, "-p", str(port), "-U", "postgres"],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
             return probe.returncode == 0
 
         _wait_until(ready, process, "postgres")
-        yield Postgres(f"postgresql://postgres@127.0.0.1:{port}/postgres", port)
+        yield Postgres(f"postgresql://postgres@{place.host}:{port}/postgres", port)
     finally:
         _stop(process)
         shutil.rmtree(folder, ignore_errors=True)

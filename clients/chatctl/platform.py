@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import grpc
 
@@ -25,7 +26,7 @@ from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from infra.bearer import new_token
-from infra.certs import Authority
+from infra.certs import LOCAL_HOSTS, Authority
 from infra.process import dies_with_parent
 from infra.tls import Role, TlsConfig, open_channel
 
@@ -38,6 +39,25 @@ TLS_DIR = "tls"
 
 class PlatformError(RuntimeError):
     pass
+
+
+class Placement(Protocol):
+    """Where each service runs (by its name: "gateway", "gateway-1", "nodeagent-0"...): the
+    address it binds all its ports to, and the command line that starts it there."""
+
+    def host(self, service: str) -> str: ...
+
+    def command(self, service: str, argv: list[str]) -> list[str]: ...
+
+
+class OneHost:
+    """Every service on this machine's loopback: `chatctl up` and most tests."""
+
+    def host(self, service: str) -> str:
+        return "127.0.0.1"
+
+    def command(self, service: str, argv: list[str]) -> list[str]:
+        return argv
 
 
 @dataclass
@@ -60,6 +80,10 @@ class PlatformSettings:
     extra_env: dict[str, str] = field(default_factory=dict)
     # Plaintext between the services, for debugging: no CA, no certificates, no role checks.
     insecure: bool = False
+    # Edges in front of the gateways: "edge" listens on edge_listen, the others on a free port.
+    edges: int = 1
+    # Several hosts on one machine (tests/netns.py); the edge's edge_listen is taken as is.
+    placement: Placement = field(default_factory=OneHost)
 
     def __post_init__(self) -> None:
         if self.schedulers > 1 and not self.etcd_endpoint:
@@ -102,6 +126,9 @@ class LocalPlatform:
     def gateway_address(self) -> str:
         return str(self._child("gateway").ready["grpc"])
 
+    def edge_urls(self) -> list[str]:
+        return [str(c.ready["http"]) for c in self.children if c.name.startswith("edge")]
+
     def gateway_addresses(self) -> list[str]:
         return [str(c.ready["grpc"]) for c in self.children if c.name.startswith("gateway")]
 
@@ -132,15 +159,27 @@ class LocalPlatform:
         """A channel to one of this platform's services, with a certificate of `role`."""
         return open_channel(address, self.tls(role))
 
+    def _service_names(self) -> list[str]:
+        settings = self.settings
+        return [
+            *(_numbered("scheduler", i) for i in range(settings.schedulers)),
+            *(f"nodeagent-{i}" for i in range(settings.nodes)),
+            *(_numbered("gateway", i) for i in range(settings.gateways)),
+            *(_numbered("edge", i) for i in range(settings.edges)),
+        ]
+
     def _make_certificates(self) -> None:
         if self.tls_dir is None:
             return
         authority = Authority.create()
         authority.save(self.tls_dir)
+        # Each certificate names every host a service runs on: any of them may serve with it.
+        placed = {self.settings.placement.host(name) for name in self._service_names()}
+        hosts = [*LOCAL_HOSTS, *sorted(placed - set(LOCAL_HOSTS))]
         for role in (Role.SCHEDULER, Role.GATEWAY, Role.EDGE, Role.OPERATOR, Role.CLIENT):
-            authority.save_holder(self.tls_dir, role)
+            authority.save_holder(self.tls_dir, role, hosts=hosts)
         for index in range(self.settings.nodes):
-            authority.save_holder(self.tls_dir, Role.NODE, self._node_id(index))
+            authority.save_holder(self.tls_dir, Role.NODE, self._node_id(index), hosts=hosts)
 
     def _tls_env(self, section: str, tls: TlsConfig) -> dict[str, str]:
         prefix = f"CHAT_{section.upper()}_"
@@ -157,24 +196,24 @@ class LocalPlatform:
         settings.state_dir.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(self._make_certificates)
         store_url = settings.store_url or f"sqlite:///{settings.state_dir / 'chat.db'}"
+        schedulers = [_numbered("scheduler", i) for i in range(settings.schedulers)]
         await asyncio.gather(
-            *(
-                self._spawn("scheduler" if i == 0 else f"scheduler-{i}", "scheduler.main",
-                            self._scheduler_env(store_url))
-                for i in range(settings.schedulers)
-            )
+            *(self._spawn(name, "scheduler.main", self._scheduler_env(name, store_url))
+              for name in schedulers)
         )  # fmt: skip
         starting = [
             self._spawn(f"nodeagent-{i}", "nodeagent.main", self._node_env(i))
             for i in range(settings.nodes)
         ]
         starting.extend(
-            self._spawn("gateway" if i == 0 else f"gateway-{i}", "gateway.main",
-                        self._gateway_env(store_url))
-            for i in range(settings.gateways)
-        )  # fmt: skip
+            self._spawn(name, "gateway.main", self._gateway_env(name, store_url))
+            for name in (_numbered("gateway", i) for i in range(settings.gateways))
+        )
         await asyncio.gather(*starting)
-        await self._spawn("edge", "edge.main", self._edge_env())
+        await asyncio.gather(
+            *(self._spawn(name, "edge.main", self._edge_env(name))
+              for name in (_numbered("edge", i) for i in range(settings.edges)))
+        )  # fmt: skip
         await self._wait_for_nodes()
         await self._provision_dev_users()
         self._write_state_files()
@@ -202,12 +241,17 @@ class LocalPlatform:
         partial.replace(self.settings.state_dir / PLATFORM_FILE)
         self._wrote_state_files = True
 
-    def _scheduler_env(self, store_url: str) -> dict[str, str]:
+    def _listens(self, section: str, service: str) -> dict[str, str]:
+        """A service's gRPC, health and metrics ports, on its host, each on a free port."""
+        host = self.settings.placement.host(service)
+        prefix = f"CHAT_{section.upper()}_"
+        return {f"{prefix}{port}_LISTEN": f"{host}:0" for port in ("GRPC", "HEALTH", "METRICS")}
+
+    def _scheduler_env(self, name: str, store_url: str) -> dict[str, str]:
         env = {
-            "CHAT_SCHEDULER_GRPC_LISTEN": "127.0.0.1:0",
+            **self._listens("scheduler", name),
             "CHAT_SCHEDULER_STORE_URL": store_url,
             "CHAT_SCHEDULER_ADMIN_TOKEN": self.admin_token,
-            "CHAT_SCHEDULER_HEALTH_LISTEN": "127.0.0.1:0",
             **self._tls_env("scheduler", self.tls(Role.SCHEDULER)),
         }
         if self.settings.etcd_endpoint:
@@ -222,7 +266,7 @@ class LocalPlatform:
         node_id = self._node_id(index)
         return {
             "CHAT_NODEAGENT_NODE_ID": node_id,
-            "CHAT_NODEAGENT_HEALTH_LISTEN": "127.0.0.1:0",
+            **self._listens("nodeagent", f"nodeagent-{index}"),
             **self._tls_env("nodeagent", self.tls(Role.NODE, node_id)),
             # Every node reports to every scheduler: each holds the whole load table.
             "CHAT_NODEAGENT_SCHEDULER_ADDRESSES": ",".join(self.scheduler_addresses()),
@@ -232,15 +276,14 @@ class LocalPlatform:
             "CHAT_NODEAGENT_THREADS": str(max(1, (os.cpu_count() or 2))),
         }
 
-    def _gateway_env(self, store_url: str) -> dict[str, str]:
+    def _gateway_env(self, name: str, store_url: str) -> dict[str, str]:
         env = {
-            "CHAT_GATEWAY_GRPC_LISTEN": "127.0.0.1:0",
+            **self._listens("gateway", name),
             "CHAT_GATEWAY_SCHEDULER_ADDRESS": self.scheduler_address,
             # Every scheduler: a pick that cannot reach one goes to the next.
             "CHAT_GATEWAY_SCHEDULER_ADDRESSES": ",".join(self.scheduler_addresses()),
             "CHAT_GATEWAY_STORE_URL": store_url,
             "CHAT_GATEWAY_DEFAULT_POOL": self.settings.pool,
-            "CHAT_GATEWAY_HEALTH_LISTEN": "127.0.0.1:0",
             **self._tls_env("gateway", self.tls(Role.GATEWAY)),
         }
         if self.settings.redis_url:
@@ -249,9 +292,10 @@ class LocalPlatform:
             env["CHAT_GATEWAY_REDIS_URL"] = self.settings.redis_url
         return env
 
-    def _edge_env(self) -> dict[str, str]:
+    def _edge_env(self, name: str) -> dict[str, str]:
+        host = self.settings.placement.host(name)
         return {
-            "CHAT_EDGE_LISTEN": self.settings.edge_listen,
+            "CHAT_EDGE_LISTEN": self.settings.edge_listen if name == "edge" else f"{host}:0",
             # Every gateway: a stream whose gateway dies carries on through another.
             "CHAT_EDGE_GATEWAY_ADDRESSES": ",".join(self.gateway_addresses()),
             **self._tls_env("edge", self.tls(Role.EDGE)),
@@ -268,8 +312,9 @@ class LocalPlatform:
             f"CHAT_{section}_READY_FILE": str(ready_file),
         }
         log = await asyncio.to_thread(open, self.settings.state_dir / f"{name}.log", "ab")
+        argv = dies_with_parent([sys.executable, "-m", module])
         process = await asyncio.create_subprocess_exec(
-            *dies_with_parent([sys.executable, "-m", module]),
+            *self.settings.placement.command(name, argv),
             env=full_env,
             stdout=log,
             stderr=log,
@@ -361,3 +406,8 @@ class LocalPlatform:
             for name in (PLATFORM_FILE, ADMIN_TOKEN_FILE):
                 (self.settings.state_dir / name).unlink(missing_ok=True)
             self._wrote_state_files = False
+
+
+def _numbered(service: str, index: int) -> str:
+    """The first of a kind keeps the plain name ("gateway"), the others get their index."""
+    return service if index == 0 else f"{service}-{index}"
