@@ -190,7 +190,10 @@ class LadderKeeper:
                     next_tick = self._clock() + self._tick_s
                     await self._tick(version)
             except ETCD_ERRORS as error:
-                # Picks go on with the last known rung; nothing moves until etcd is back.
+                # Picks go on with the last known rung; nothing moves until etcd is back. And
+                # this scheduler no longer leads: its lease lapses at etcd within the TTL and
+                # another takes the lead; two must never say they lead.
+                self.leading = False
                 self._log.warning("ladder store unreachable", error=type(error).__name__)
 
     async def _tick(self, version: int) -> None:

@@ -24,7 +24,12 @@ from infra.metrics import MetricsServer
 from infra.runner import run_service, write_ready_file
 from infra.tls import TlsConfig
 from scheduler.ladder import EtcdLadderStore, InProcessLadderStore, LadderKeeper, LadderStore
-from scheduler.membership import EtcdMembership, InProcessMembership, Membership
+from scheduler.membership import (
+    ETCD_CHANNEL_OPTIONS,
+    EtcdMembership,
+    InProcessMembership,
+    Membership,
+)
 from scheduler.servicer import SchedulerServicer
 from scheduler.table import LoadTable
 from store.factory import open_store
@@ -89,7 +94,9 @@ async def _expire_forever(
 def _build_ladder_store(config: SchedulerConfig) -> LadderStore:
     if config.membership == "etcd":
         host, port = _etcd_address(config.etcd_endpoint)
-        client = aetcd.Client(host=host, port=port, timeout=1.0)
+        # Membership's reconnect backoff: gRPC's default grows to 120 s, and the ladder kept
+        # failing for that long after etcd came back.
+        client = aetcd.Client(host=host, port=port, timeout=1.0, options=ETCD_CHANNEL_OPTIONS)
         return EtcdLadderStore(client, config.scheduler_id)
     return InProcessLadderStore()
 

@@ -28,7 +28,7 @@ import structlog
 ETCD_ERRORS = (aetcd.ClientError, grpc.aio.AioRpcError, TimeoutError)
 _RETRY_S = 0.5
 T = TypeVar("T")
-_CHANNEL_OPTIONS = {
+ETCD_CHANNEL_OPTIONS = {
     # gRPC's default reconnect backoff grows to 120 s; membership must recover within seconds.
     "grpc.initial_reconnect_backoff_ms": 200,
     "grpc.min_reconnect_backoff_ms": 200,
@@ -184,7 +184,7 @@ class EtcdMembership(_View):
         # A call that outlives the lease is useless: the key would be gone by the time it lands.
         timeout = self._lease_ttl / 2
         self._client = aetcd.Client(
-            host=self._host, port=self._port, timeout=timeout, options=_CHANNEL_OPTIONS
+            host=self._host, port=self._port, timeout=timeout, options=ETCD_CHANNEL_OPTIONS
         )
         revision = await self._try(self._resync(), "read members")
         self._watcher = asyncio.create_task(self._watch_forever(revision))

@@ -52,8 +52,11 @@ class Sent:
     content: str
     status: int = 0
     body: Any = None
-    # Every event the client read, with when (monotonic s), across resumes.
+    # Every event of the answer the client read, with when (monotonic s), across resumes.
     events: list[tuple[float, SseEvent]] = field(default_factory=list)
+    # The edge's own `error` events (id 0, not in the answer's log): "I lost the answer",
+    # which a client answers by resuming elsewhere.
+    interruptions: list[SseEvent] = field(default_factory=list)
 
     @property
     def accepted(self) -> bool:
@@ -94,6 +97,8 @@ class Ledger:
         self._platform = platform
         self.accounts: list[Account] = []
         self.sent: list[Sent] = []
+        # Where the outcome is read from: an edge the scenario left reachable.
+        self.read_through = ""
 
     async def account(self, tier: str) -> Account:
         user_id = f"u-{tier}-{uuid.uuid4().hex[:10]}"
@@ -145,6 +150,9 @@ class Ledger:
     ) -> None:
         acted = act is None
         async for event in iter_events(response):
+            if event.event == "error" and event.id == 0 and sent.events:
+                sent.interruptions.append(event)
+                continue
             sent.events.append((time.monotonic(), event))
             if not acted and sent.deltas() == act_after:
                 acted = True
@@ -153,7 +161,7 @@ class Ledger:
 
     async def stored(self, sent: Sent) -> list[dict[str, Any]] | None:
         """The conversation's stored messages; None when it was never stored."""
-        url = f"{self._platform.edge_url}/v1/conversations/{sent.conversation_id}/messages"
+        url = f"{self._reader()}/v1/conversations/{sent.conversation_id}/messages"
         async with self.http.get(url, headers=sent.account.bearer) as response:
             if response.status == 404:
                 return None
@@ -161,12 +169,13 @@ class Ledger:
             return list((await response.json())["messages"])
 
     async def level(self, account: Account) -> tuple[float, float]:
-        async with self.http.get(
-            f"{self._platform.edge_url}/v1/limits", headers=account.bearer
-        ) as response:
+        async with self.http.get(f"{self._reader()}/v1/limits", headers=account.bearer) as response:
             assert response.status == 200, await response.text()
             limits = await response.json()
         return float(limits.get("level", 0.0)), float(limits["capacity"])
+
+    def _reader(self) -> str:
+        return self.read_through or self._platform.edge_url
 
     async def check(self) -> None:
         """The four rules above, over every message sent through this ledger."""

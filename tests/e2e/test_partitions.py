@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
+import aetcd
 import aiohttp
 import pytest
 
@@ -128,9 +130,14 @@ async def ready_nodes(platform: LocalPlatform) -> list[set[str]]:
     return views
 
 
+SCHEDULERS = ("scheduler", "scheduler-1")
+
+
 async def leading(platform: LocalPlatform) -> list[bool]:
+    """Whether each of SCHEDULERS says it leads the ladder, in that order."""
     flags = []
-    for address in platform.scheduler_addresses():
+    for name in SCHEDULERS:
+        address = str(child_of(platform, name).ready["grpc"])
         async with AdminClient(address, platform.admin_token, tls=platform.tls()) as admin:
             flags.append((await admin.ladder()).leading)
     return flags
@@ -188,3 +195,190 @@ async def test_a_gateway_cut_off_from_its_node_fails_over_within_keepalive(
     print(f"gateway cut from node {cut}: pause {pause:.2f} s")
     assert pause < FAILOVER_PAUSE_S, f"the answer paused {pause:.1f} s"
     await ledger.check()
+
+
+async def test_a_node_cut_off_from_the_schedulers_finishes_its_answer_and_gets_no_new_ones(
+    cluster: Cluster, ledger: Ledger
+) -> None:
+    platform, net = cluster.platform, cluster.network
+    dropped: list[asyncio.Task[float]] = []
+
+    async def cut_node_from_schedulers(sent: Sent) -> None:
+        node = serving_node(platform, sent.replica)
+        for scheduler in SCHEDULERS:
+            net.cut(node.name, scheduler)
+
+        async def gone() -> bool:
+            return all(sent.replica not in view for view in await ready_nodes(platform))
+
+        # Watched beside the answer, which the client keeps reading meanwhile.
+        dropped.append(asyncio.create_task(eventually(gone, 10, "the cut node dropped")))
+
+    account = await ledger.account("free")
+    sent = await ledger.send(account, "Cut from the schedulers: tell me about owls.",
+                             act=cut_node_from_schedulers)  # fmt: skip
+    assert sent.accepted, (sent.status, sent.body)
+    # The gateway still reaches the node: the answer goes on there, unchanged, without a pause.
+    assert sent.text == expected(sent)
+    stored = await ledger.stored(sent)
+    assert stored is not None and stored[1]["replicaId"] == sent.replica
+    assert sent.pause_s() < 2.0, f"the answer paused {sent.pause_s():.1f} s"
+    # Its reports stopped reaching the schedulers: both stop picking it (report timeout, 2 s).
+    dropped_s = await dropped[0]
+    print(f"node cut from the schedulers: dropped from both after {dropped_s:.2f} s")
+    for turn in range(3):
+        new = await ledger.send(account, f"Meanwhile, question {turn}: what is a fjord?")
+        assert new.accepted, (new.status, new.body)
+        assert new.replica != sent.replica
+        assert new.text == expected(new)
+    await ledger.check()
+
+
+async def test_an_edge_cut_off_from_its_gateways_the_client_resumes_through_another_edge(
+    cluster: Cluster, ledger: Ledger
+) -> None:
+    platform, net = cluster.platform, cluster.network
+    first, second = platform.edge_urls()
+
+    async def cut_edge_from_gateways(sent: Sent) -> None:
+        for gateway in ("gateway", "gateway-1"):
+            net.cut("edge", gateway)
+
+    account = await ledger.account("plus")
+    content = "Edge cut: tell me about harbours."
+    sent = await ledger.send(account, content, edge_url=first, act=cut_edge_from_gateways)
+    assert sent.accepted, (sent.status, sent.body)
+    # The edge found every gateway silent and said so; the client resumes through the other.
+    assert [e.data["code"] for e in sent.interruptions] == [14], (
+        sent.names[-3:],
+        sent.interruptions,
+    )
+    await ledger.resume(sent, second)
+    assert sent.text == expected(sent)
+    pause = sent.pause_s()
+    print(f"edge cut from its gateways: the client's pause {pause:.2f} s")
+    # Keepalive (2 s) and the edge's reattach timeout (3 s here) before the resume.
+    assert pause < 8.0, f"the answer paused {pause:.1f} s"
+    ledger.read_through = second
+    await ledger.check()
+
+
+async def test_a_scheduler_cut_off_from_etcd_hands_the_ladder_over_and_two_never_lead(
+    cluster: Cluster, ledger: Ledger
+) -> None:
+    platform, net = cluster.platform, cluster.network
+    names = SCHEDULERS
+    flags = await leading(platform)
+    assert sorted(flags) == [False, True], flags
+    leader, other = (0, 1) if flags[0] else (1, 0)
+    start = await etcd_revision(cluster.etcd)
+    net.cut(names[leader], "etcd")
+
+    async def handed_over() -> bool:
+        flags = await leading(platform)
+        assert not all(flags), "two schedulers say they lead at once"
+        return flags[other] and not flags[leader]
+
+    took_s = await eventually(handed_over, 20, "the other scheduler leads")
+    print(f"scheduler cut from etcd: the other leads after {took_s:.2f} s")
+    # Picks go on at both schedulers meanwhile.
+    account = await ledger.account("free")
+    sent = await ledger.send(account, "While etcd is away from one: what is a delta?")
+    assert sent.text == expected(sent)
+    net.heal(names[leader], "etcd")
+    await eventually(lambda: same_leading(platform, other), 20, "the old leader follows")
+    # etcd's history of the leader key: taken only when free, the last by the other one.
+    history = await leader_history(cluster.etcd, start)
+    holder: bytes | None = None
+    for kind, value in history:
+        if kind == "put":
+            assert holder is None, f"the leader key was taken while {holder!r} held it"
+        holder = value if kind == "put" else None
+    ids = [scheduler_id(child_of(platform, name)).encode() for name in names]
+    assert holder == ids[other], (history, ids)
+    await ledger.check()
+
+
+async def test_redis_unreachable_mid_answer_the_answer_ends_whole(
+    cluster: Cluster, ledger: Ledger
+) -> None:
+    platform, net = cluster.platform, cluster.network
+    cut: list[str] = []
+
+    async def cut_gateway_from_redis(sent: Sent) -> None:
+        gateway = await streaming_gateway(ledger.http, platform)
+        net.cut(gateway.name, "redis")
+        cut.append(gateway.name)
+        asyncio.get_running_loop().call_later(REDIS_AWAY_S, net.heal, gateway.name, "redis")
+
+    account = await ledger.account("plus")
+    sent = await ledger.send(account, "Redis away: tell me about glaciers.",
+                             act=cut_gateway_from_redis)  # fmt: skip
+    assert sent.accepted, (sent.status, sent.body)
+    assert sent.text == expected(sent)
+    print(f"redis away from {cut} for {REDIS_AWAY_S} s: the answer paused {sent.pause_s():.2f} s")
+    await ledger.check()
+
+
+async def test_postgres_unreachable_the_user_is_told_and_nothing_is_stored(
+    cluster: Cluster, ledger: Ledger
+) -> None:
+    net = cluster.network
+    account = await ledger.account("free")
+    for gateway in ("gateway", "gateway-1"):
+        net.cut(gateway, "postgres")
+    began = time.monotonic()
+    sent = await ledger.send(account, "The store is away: what is a moraine?")
+    took_s = time.monotonic() - began
+    print(f"postgres away: {sent.status} after {took_s:.2f} s: {sent.body}")
+    assert sent.status == 503, (sent.status, sent.body)
+    assert took_s < 10.0
+    net.heal_all()
+    # Once it is back, nothing of the refused message is stored, and nothing was charged.
+    await ledger.check()
+    again = await ledger.send(account, "The store is back: what is a moraine?")
+    assert again.text == expected(again)
+    await ledger.check()
+
+
+REDIS_AWAY_S = 2.0
+
+
+async def same_leading(platform: LocalPlatform, leader: int) -> bool:
+    return (await leading(platform)) == [index == leader for index in range(2)]
+
+
+def scheduler_id(child: Child) -> str:
+    """The id a scheduler holds the leader key with (scheduler.main: host name and pid)."""
+    return f"{socket.gethostname()}-{child.process.pid}"
+
+
+async def etcd_revision(etcd: Etcd) -> int:
+    """etcd's revision now, read with the leader key (always held while a scheduler runs)."""
+    async with aetcd.Client(host=etcd.host, port=etcd.port) as client:
+        found = await client.get(LEADER_KEY)
+    assert found is not None, "no scheduler holds the leader key"
+    return int(found.header.revision)
+
+
+async def leader_history(etcd: Etcd, start: int) -> list[tuple[str, bytes | None]]:
+    """Every put and delete of the ladder's leader key since revision `start`, in order."""
+    now = await etcd_revision(etcd)
+    found: list[tuple[str, bytes | None]] = []
+    async with aetcd.Client(host=etcd.host, port=etcd.port) as client:
+        watch = await client.watch(LEADER_KEY, start_revision=start)
+        try:
+            async with asyncio.timeout(5):
+                async for event in watch:
+                    put = event.kind == aetcd.EventKind.PUT
+                    found.append(("put" if put else "delete", event.kv.value if put else None))
+                    if event.kv.mod_revision >= now:
+                        break
+        except TimeoutError:
+            pass  # no event after the last one: the history is all read
+        finally:
+            await watch.cancel()
+    return found
+
+
+LEADER_KEY = b"/chat/v1/ladder/leader"
