@@ -6,13 +6,15 @@ writes that SQLite serializes with BEGIN IMMEDIATE take row locks here instead.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Awaitable, Iterator
+from typing import TypeVar
 
 import asyncpg
 
-from domain.errors import AlreadyExists, InvalidArgument, NotFound
+from domain.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
 from domain.types import Role, Tier
 from store import migrations
 from store.records import ConversationRecord, MessageRecord, NewMessage, UserRecord
@@ -29,6 +31,15 @@ _USER_COLUMNS = "user_id, tier, token_hash, created_at"
 _MESSAGE_ID_CONSTRAINT = "messages_message_id_unique"  # named in 001_init.sql
 # Any fixed key will do; every process that migrates this database must use the same one.
 _MIGRATION_LOCK_KEY = 0x63686174_73746F72  # "chatstor"
+# A database behind a silent link (a partition: no RST, no error) held each call, and the
+# user's request with it, for as long as TCP retried: minutes. Past this a connect, a wait for
+# a pooled connection or a statement fails, and the caller is told UNAVAILABLE. Generous: a
+# statement here takes milliseconds.
+CALL_TIMEOUT_S = 5.0
+# The database could not be reached, or stopped answering: the same call may work later.
+_UNREACHABLE = (OSError, TimeoutError, asyncpg.PostgresConnectionError,
+                asyncpg.CannotConnectNowError)  # fmt: skip
+T = TypeVar("T")
 
 
 def _user(row: asyncpg.Record) -> UserRecord:
@@ -53,12 +64,14 @@ def _count(status: str) -> int:
 
 
 @contextlib.contextmanager
-def _text_errors() -> Iterator[None]:
-    # SQLite stores NUL characters but PostgreSQL text cannot: say so, not a driver error.
+def _driver_errors() -> Iterator[None]:
     try:
         yield
+    # SQLite stores NUL characters but PostgreSQL text cannot: say so, not a driver error.
     except asyncpg.CharacterNotInRepertoireError as exc:
         raise InvalidArgument("text must not contain NUL characters") from exc
+    except _UNREACHABLE as exc:
+        raise Unavailable(f"the database is unreachable ({type(exc).__name__})") from exc
 
 
 class PostgresStore:
@@ -67,10 +80,16 @@ class PostgresStore:
         self._min_size = min_size
         self._max_size = max_size
         self._pool: asyncpg.Pool | None = None
+        # Calls past CALL_TIMEOUT_S, cancelled and ending in the background.
+        self._abandoned: set[asyncio.Future[object]] = set()
 
     async def open(self) -> None:
         pool = await asyncpg.create_pool(
-            self._dsn, min_size=self._min_size, max_size=self._max_size
+            self._dsn,
+            min_size=self._min_size,
+            max_size=self._max_size,
+            timeout=CALL_TIMEOUT_S,
+            command_timeout=CALL_TIMEOUT_S,
         )
         try:
             async with pool.acquire() as conn:
@@ -82,8 +101,36 @@ class PostgresStore:
 
     async def close(self) -> None:
         if self._pool is not None:
-            await self._pool.close()
+            if self._abandoned:
+                # Their connections wait on a dead link: closing would wait for them too.
+                self._pool.terminate()
+            else:
+                await self._pool.close()
             self._pool = None
+
+    async def _bounded(self, call: Awaitable[T]) -> T:
+        """One call to the database, its errors as domain errors, answered within
+        CALL_TIMEOUT_S. A call past that is cancelled and left to end in the background: a
+        cancelled statement's connection is let go only once its cancel request reached the
+        server, over the same link (command_timeout more)."""
+        task = asyncio.ensure_future(call)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=CALL_TIMEOUT_S)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if not done:
+            task.cancel()
+            self._abandoned.add(task)
+            task.add_done_callback(self._forget)
+            raise Unavailable(f"the database did not answer within {CALL_TIMEOUT_S:g} s")
+        with _driver_errors():
+            return task.result()
+
+    def _forget(self, task: asyncio.Future[object]) -> None:
+        self._abandoned.discard(task)
+        if not task.cancelled():
+            task.exception()  # its caller was told already
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -115,16 +162,13 @@ class PostgresStore:
         return int(version or 0)
 
     async def _fetchrow(self, sql: str, *args: object) -> asyncpg.Record | None:
-        with _text_errors():
-            return await self.pool.fetchrow(sql, *args)
+        return await self._bounded(self.pool.fetchrow(sql, *args))
 
     async def _fetch(self, sql: str, *args: object) -> list[asyncpg.Record]:
-        with _text_errors():
-            return await self.pool.fetch(sql, *args)
+        return list(await self._bounded(self.pool.fetch(sql, *args)))
 
     async def _execute(self, sql: str, *args: object) -> int:
-        with _text_errors():
-            return _count(await self.pool.execute(sql, *args))
+        return _count(await self._bounded(self.pool.execute(sql, *args)))
 
     # Users ------------------------------------------------------------------------------------
 
@@ -272,21 +316,9 @@ class PostgresStore:
         """Appends a turn; the first turn of a new conversation id creates the conversation."""
         now = time.time()
         try:
-            async with self._transaction() as conn:
-                await _lock_conversation(conn, user_id, conversation_id, title, message.model, now)
-                seq = await _insert_message(conn, user_id, conversation_id, message, now)
-                await conn.execute(
-                    "UPDATE conversations SET updated_at = $1, total_tokens = total_tokens + $2, "
-                    "model = CASE WHEN $3 <> '' THEN $3 ELSE model END, "
-                    "pool = CASE WHEN $6 <> '' THEN $6 ELSE pool END "
-                    "WHERE user_id = $4 AND conversation_id = $5",
-                    now,
-                    message.tokens,
-                    message.model,
-                    user_id,
-                    conversation_id,
-                    message.pool,
-                )
+            seq = await self._bounded(
+                self._add_message(user_id, conversation_id, message, title, now)
+            )
         except asyncpg.UniqueViolationError as exc:
             # Only a reused id is the caller's doing; a clashing seq would be a bug here.
             if exc.constraint_name != _MESSAGE_ID_CONSTRAINT:
@@ -306,11 +338,26 @@ class PostgresStore:
             now,
         )
 
-    @contextlib.asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[asyncpg.Connection]:
-        with _text_errors():
-            async with self.pool.acquire() as conn, conn.transaction():
-                yield conn
+    async def _add_message(
+        self, user_id: str, conversation_id: str, message: NewMessage, title: str, now: float
+    ) -> int:
+        """The turn's transaction; its seq."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await _lock_conversation(conn, user_id, conversation_id, title, message.model, now)
+            seq = await _insert_message(conn, user_id, conversation_id, message, now)
+            await conn.execute(
+                "UPDATE conversations SET updated_at = $1, total_tokens = total_tokens + $2, "
+                "model = CASE WHEN $3 <> '' THEN $3 ELSE model END, "
+                "pool = CASE WHEN $6 <> '' THEN $6 ELSE pool END "
+                "WHERE user_id = $4 AND conversation_id = $5",
+                now,
+                message.tokens,
+                message.model,
+                user_id,
+                conversation_id,
+                message.pool,
+            )
+        return seq
 
 
 async def _lock_conversation(

@@ -28,7 +28,8 @@ from tests.netns import NetnsPlacement, Network, unavailable
 from tests.servers import Etcd, run_etcd, run_postgres, run_redis
 from tests.simtext import expected_answer
 
-pytestmark = pytest.mark.slow
+# Each scenario within a minute: a hang is a failure, not a wait for the suite timeout.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
 SYSTEM_PROMPT = "You are a careful assistant."
 # About 40 tokens a second: an answer streams for 4-5 s.

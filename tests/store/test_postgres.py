@@ -13,10 +13,11 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from domain.errors import AlreadyExists, InvalidArgument, NotFound
-from domain.types import Role
-from store.postgres import PostgresStore
+from domain.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
+from domain.types import Role, Tier
+from store.postgres import CALL_TIMEOUT_S, PostgresStore
 from store.records import NewMessage
+from tests.relay import SilentRelay
 from tests.servers import Postgres
 
 
@@ -137,3 +138,32 @@ async def test_a_closed_store_says_so(dsn) -> None:
     await s.close()
     with pytest.raises(RuntimeError, match="not open"):
         await s.get_user("u1")
+
+
+async def test_a_database_behind_a_silent_link_fails_calls_as_unavailable_in_time(
+    dsn: str,
+) -> None:
+    """A partition sends no RST: without a bound, a call waited for TCP's retries (minutes)."""
+    port = int(dsn.rsplit(":", 1)[1].split("/", 1)[0])
+    relay = SilentRelay("127.0.0.1", port)
+    await relay.start()
+    store = PostgresStore(dsn.replace(f"127.0.0.1:{port}", relay.address), max_size=2)
+    await store.open()
+    try:
+        await store.create_user("alice", Tier.FREE, "hash-a")
+        relay.freeze()
+        loop = asyncio.get_running_loop()
+        for call in (lambda: store.user_by_token_hash("hash-a"),
+                     lambda: store.add_message("alice", "c1", msg("m1"))):  # fmt: skip
+            began = loop.time()
+            with pytest.raises(Unavailable):
+                await call()
+            assert loop.time() - began < CALL_TIMEOUT_S + 1.0
+        relay.thaw()
+        # Back: nothing of the refused turn was stored.
+        with pytest.raises(NotFound):
+            await store.list_messages("alice", "c1")
+    finally:
+        relay.thaw()
+        await store.close()
+        await relay.close()
