@@ -419,10 +419,13 @@ class ChatPipeline:
             ending = Done(answer.finish, answer.usage)
         except Unavailable as error:
             ending = Failed(FailureCode.UNAVAILABLE, error.reason)
-        except OwnershipLost:
-            # Another gateway took this run over (this one was thought dead): it saves,
-            # settles and ends the answer; writing more here would only repeat it.
-            self._log.warning("run taken over by another gateway", message_id=run.message_id)
+        except OwnershipLost as lost:
+            # Another gateway took this run over (this one was thought dead), or will: it
+            # saves, settles and ends the answer; writing more here would only repeat it.
+            # Whoever follows it here attaches there.
+            self._log.warning("run left to another gateway", message_id=run.message_id,
+                              reason=str(lost))  # fmt: skip
+            await run.abandon()
             self._runs.discard(run)
             return
         if store_answer:
@@ -441,6 +444,7 @@ class ChatPipeline:
         try:
             await run.append(ending)
         except OwnershipLost:
+            await run.abandon()
             self._runs.discard(run)
             return
         self._runs.mark_ended(run)

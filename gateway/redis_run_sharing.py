@@ -18,7 +18,10 @@ from gateway.metrics import GatewayMetrics
 from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
 from gateway.run_sharing import LOCAL_CLAIM, Claim, FollowedRun, Resume
 from gateway.runs import Event, MessageRun, RunRegistry, shown_pieces
-from gateway.shared_runs import RemoteRun, SharedRuns
+from gateway.shared_runs import OwnershipLost, RemoteRun, SharedRuns
+
+# How soon a write to a run's log that could not reach Redis is tried again.
+LOG_RETRY_S = 0.1
 
 
 @dataclass(slots=True)
@@ -60,11 +63,27 @@ class RedisRunSharing:
         return claim
 
     def sink(self, user_id: str, message_id: str) -> Callable[[int, Event], Awaitable[None]]:
-        """Writes each of the run's events to the shared log before local followers see it."""
-        shared = self.shared
+        """Writes each of the run's events to the shared log before local followers see it.
+
+        While Redis cannot be reached the write is tried again, and the answer waits: its log
+        must stay whole for resumes and takeovers. Past the gateway's liveness window the other
+        gateways take this one for dead and take its run over from the log, so the run is
+        left to them (OwnershipLost), as if this gateway had died."""
+        shared, log = self.shared, self._log
 
         async def write(event_id: int, event: Event) -> None:
-            await shared.append(user_id, message_id, event_id, event)
+            loop = asyncio.get_running_loop()
+            give_up_at = loop.time() + shared.config.liveness_s
+            while True:
+                try:
+                    await shared.append(user_id, message_id, event_id, event)
+                    return
+                except REDIS_UNAVAILABLE as error:
+                    if loop.time() >= give_up_at:
+                        raise OwnershipLost(f"the run's log was unreachable: {error}") from error
+                    log.warning("run log unreachable; writing again", message_id=message_id,
+                                event_id=event_id, error=str(error))  # fmt: skip
+                    await asyncio.sleep(LOG_RETRY_S)
 
         return write
 

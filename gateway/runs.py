@@ -70,6 +70,11 @@ def shown_pieces(events: list[Event]) -> tuple[list[str], bool]:
     return pieces, retracted
 
 
+class RunAbandoned(Exception):
+    """This gateway stopped writing the run (another took it over, or will): its followers
+    must attach elsewhere."""
+
+
 @dataclass(slots=True)
 class MessageRun:
     user_id: str
@@ -87,6 +92,7 @@ class MessageRun:
     # When the message arrived and when its answer's first text was appended (monotonic s).
     started_at: float = field(default_factory=time.monotonic)
     first_text_at: float | None = None
+    abandoned: bool = False
 
     @property
     def ended(self) -> bool:
@@ -99,6 +105,12 @@ class MessageRun:
             self.first_text_at = time.monotonic()
         async with self.changed:
             self.events.append(event)
+            self.changed.notify_all()
+
+    async def abandon(self) -> None:
+        """No more events will come from here; followers get RunAbandoned."""
+        async with self.changed:
+            self.abandoned = True
             self.changed.notify_all()
 
     async def follow(self, after_event_id: int = 0) -> AsyncIterator[tuple[int, Event]]:
@@ -117,8 +129,12 @@ class MessageRun:
             if self.ended and sent >= len(self.events):
                 return  # asked for what comes after the last event: nothing will
             async with self.changed:
-                await self.changed.wait_for(lambda seen=sent: len(self.events) > seen)
+                await self.changed.wait_for(
+                    lambda seen=sent: len(self.events) > seen or self.abandoned
+                )
                 pending = self.events[sent : sent + most]
+            if not pending:
+                raise RunAbandoned(f"this gateway stopped writing {self.message_id}")
             batch = list(enumerate(pending, start=sent + 1))
             sent += len(batch)
             for index, (_, event) in enumerate(batch):

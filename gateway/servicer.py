@@ -20,6 +20,7 @@ from gateway.convert import (
     pool_of,
 )
 from gateway.pipeline import ChatPipeline, SendRequest, check_id
+from gateway.runs import RunAbandoned
 from infra.enums import TIER_TO_PB
 from infra.grpcserver import maps_domain_errors
 from store.base import Store
@@ -55,9 +56,12 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
                 pool=pool_of(request.model),
             ),
         )
-        async for batch in run.follow_batches(0):
-            first, *more = events_to_pb(batch)
-            yield pb.SendMessageResponse(event=first, more=more)
+        try:
+            async for batch in run.follow_batches(0):
+                first, *more = events_to_pb(batch)
+                yield pb.SendMessageResponse(event=first, more=more)
+        except RunAbandoned as error:
+            await _attach_elsewhere(context, error)
 
     @maps_domain_errors
     async def AttachMessage(
@@ -65,9 +69,12 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
     ) -> AsyncIterator[pb.AttachMessageResponse]:
         user = await self._auth.user_of(context)
         run = await self._pipeline.attach(user, request.message_id)
-        async for batch in run.follow_batches(request.after_event_id):
-            first, *more = events_to_pb(batch)
-            yield pb.AttachMessageResponse(event=first, more=more)
+        try:
+            async for batch in run.follow_batches(request.after_event_id):
+                first, *more = events_to_pb(batch)
+                yield pb.AttachMessageResponse(event=first, more=more)
+        except RunAbandoned as error:
+            await _attach_elsewhere(context, error)
 
     @maps_domain_errors
     async def StopMessage(
@@ -164,3 +171,9 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
             refill_per_second=limit.refill_per_s,
             full_in_seconds=(limit.capacity - bucket.level) / limit.refill_per_s,
         )
+
+
+async def _attach_elsewhere(context: grpc.aio.ServicerContext, error: RunAbandoned) -> None:
+    """UNAVAILABLE without a status in the trailers: the edge takes it as this gateway gone and
+    attaches at another after the last event it relayed, where the answer goes on."""
+    await context.abort(grpc.StatusCode.UNAVAILABLE, str(error))

@@ -223,15 +223,27 @@ class SharedRuns:
 
     async def append(self, user_id: str, message_id: str, event_id: int, event: Event) -> None:
         member = _member(user_id, message_id)
+        encoded = encode_event(event)
         try:
             written = await self._append(
                 keys=[RUN_PREFIX + member, EVENTS_PREFIX + member],
-                args=[self.gateway_id, event_id, encode_event(event), self._config.running_ttl_s],
+                args=[self.gateway_id, event_id, encoded, self._config.running_ttl_s],
             )
         except ResponseError as error:
+            if await self._logged(member, event_id, encoded):
+                # A retry of a write whose answer was lost on the way (Redis ran it).
+                return
             raise OwnershipLost(f"event {event_id} is already in the log: {error}") from error
         if not written:
             raise OwnershipLost("another gateway owns this run now")
+
+    async def _logged(self, member: str, event_id: int, encoded: str) -> bool:
+        """Whether the log holds exactly this event at this id, and this gateway owns it."""
+        entry_id = f"0-{event_id}"
+        found = await self._redis.xrange(EVENTS_PREFIX + member, entry_id, entry_id)
+        owner = await self._redis.hget(RUN_PREFIX + member, "owner")
+        ours = owner is not None and owner.decode() == self.gateway_id
+        return ours and bool(found) and found[0][1].get(b"e") == encoded.encode()
 
     async def end(self, user_id: str, message_id: str) -> None:
         member = _member(user_id, message_id)
