@@ -38,22 +38,30 @@ class SilentRelay:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-        for writer in self._writers:
-            writer.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        for writer in self._writers:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
         if self._server is not None:
             await self._server.wait_closed()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.append(writer)
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
         await self._flowing.wait()
         up_reader, up_writer = await asyncio.open_connection(*self._target)
-        self._writers += [writer, up_writer]
+        self._writers.append(up_writer)
         for source, sink in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.create_task(self._pump(source, sink))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            pump = asyncio.create_task(self._pump(source, sink))
+            self._tasks.add(pump)
+            pump.add_done_callback(self._tasks.discard)
+        if task is not None:
+            self._tasks.discard(task)
 
     async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError):

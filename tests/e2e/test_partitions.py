@@ -239,7 +239,7 @@ async def test_an_edge_cut_off_from_its_gateways_the_client_resumes_through_anot
     cluster: Cluster, ledger: Ledger
 ) -> None:
     platform, net = cluster.platform, cluster.network
-    first, second = platform.edge_urls()
+    first, second = (str(child_of(platform, name).ready["http"]) for name in ("edge", "edge-1"))
 
     async def cut_edge_from_gateways(sent: Sent) -> None:
         for gateway in ("gateway", "gateway-1"):

@@ -1,7 +1,9 @@
 import asyncio
 
+import pytest
+
 from domain.types import Finish, Usage
-from gateway.runs import Delta, Done, MessageRun, Meta, RunRegistry
+from gateway.runs import Delta, Done, MessageRun, Meta, RunAbandoned, RunRegistry
 
 
 def run(mid: str = "m1", user: str = "u1") -> MessageRun:
@@ -91,3 +93,23 @@ async def test_following_from_after_the_last_event_of_an_ended_run_returns_at_on
     await run.append(Done(Finish.STOP, Usage()))
     assert [i async for i, _ in run.follow(2)] == []
     assert [i async for i, _ in run.follow(1)] == [2]
+
+
+async def test_a_run_this_gateway_stops_writing_sends_its_followers_elsewhere() -> None:
+    r = run()
+    await r.append(Meta("m1", "c1", "model", "node"))
+    await r.append(Delta("a"))
+    follower = r.follow_batches(0)
+    assert [i for i, _ in await anext(follower)] == [1, 2]
+    waiting = asyncio.ensure_future(anext(follower))
+    await asyncio.sleep(0)  # one turn of the loop: it now waits for a third event
+    assert not waiting.done()
+    await r.abandon()
+    with pytest.raises(RunAbandoned):
+        await waiting
+    # A follower that comes later still reads what there is, then is sent elsewhere too.
+    late: list[tuple[int, object]] = []
+    with pytest.raises(RunAbandoned):
+        async for item in r.follow(1):
+            late.append(item)
+    assert late == [(2, Delta("a"))]

@@ -200,6 +200,21 @@ async def test_the_log_is_fenced(redis) -> None:
         await owner.append(user, message, 1, Delta("again"))  # an id already written
     with pytest.raises(OwnershipLost):
         await other.append(user, message, 2, Delta("not mine"))  # not the owner
+    with pytest.raises(OwnershipLost):
+        await other.append(user, message, 1, Meta(message, "c1", "m", "node-a"))  # same, not mine
+
+
+async def test_a_write_sent_again_after_its_answer_was_lost_is_not_a_lost_run(redis) -> None:
+    """Redis ran the write but its answer never came back (a link that fell silent): the
+    owner writes the same event again and must not take the refusal for a takeover."""
+    owner = SharedRuns(redis, FAST)
+    user, message = _ids()
+    await owner.claim(user, message, "fp", "c1")
+    await owner.record_plan(user, message, _plan(), None)
+    await owner.append(user, message, 1, Meta(message, "c1", "m", "node-a"))
+    await owner.append(user, message, 1, Meta(message, "c1", "m", "node-a"))
+    await owner.append(user, message, 2, Delta("on"))
+    assert await owner.read_all(user, message) == [Meta(message, "c1", "m", "node-a"), Delta("on")]
 
 
 async def test_takeover_only_after_the_owner_stops_renewing(redis) -> None:
