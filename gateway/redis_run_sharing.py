@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from domain.errors import Unavailable
 from domain.types import User
 from gateway.answers import Answer, Plan
 from gateway.metrics import GatewayMetrics
@@ -92,7 +93,11 @@ class RedisRunSharing:
             await self.shared.end(run.user_id, run.message_id)
 
     async def find(self, user_id: str, message_id: str, resume: Resume) -> FollowedRun | None:
-        existing = await self.shared.exists(user_id, message_id)
+        try:
+            existing = await self.shared.exists(user_id, message_id)
+        except REDIS_UNAVAILABLE as error:
+            # UNAVAILABLE, not an unexpected error: the edge asks another gateway.
+            raise Unavailable(f"answers in flight are unreachable: {error}") from error
         if existing is None:
             return None
         return self._remote(user_id, message_id, existing.fingerprint, resume)

@@ -36,6 +36,7 @@ from domain.errors import Unavailable
 from domain.safety import OutputMode
 from domain.types import Finish, Role, Tier, Turn, Usage
 from gateway.answers import Plan
+from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
 from gateway.runs import Delta, Done, Event, Failed, Meta, Retract
 from gateway.scheduler_client import ReplicaPick, pick_from_wire
 
@@ -332,8 +333,12 @@ class SharedRuns:
         cursor = f"0-{after_event_id}"
         block_ms = int(self._config.follow_block_s * 1000)
         while True:
-            answer = await self._waiter.xread({EVENTS_PREFIX + member: cursor}, count=most,
-                                              block=block_ms)  # fmt: skip
+            try:
+                answer = await self._waiter.xread({EVENTS_PREFIX + member: cursor}, count=most,
+                                                  block=block_ms)  # fmt: skip
+            except REDIS_UNAVAILABLE as error:
+                # UNAVAILABLE, not an unexpected error: the edge asks another gateway.
+                raise Unavailable(f"the answer's log is unreachable: {error}") from error
             if not answer:
                 state = await self._redis.hmget(RUN_PREFIX + member, ["owner", "ended"])
                 if state[0] is None:

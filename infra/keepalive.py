@@ -5,9 +5,9 @@ SILENCE_NOTICED_S.
 A partition, a host that lost power or a cable pulled sends no FIN and no RST: without pings,
 a stream whose peer vanished that way waits for TCP's retransmissions (minutes), and an answer
 waited for the gateway's stall timeout (10 s) before it failed over. With a ping every
-second and one more second for its answer, the connection is closed and its calls fail with
-UNAVAILABLE within about two seconds of the link going silent, as fast as a refused connection
-after a crash is seen (docs/decisions.md, "Keepalive: a silent link is noticed in 2 s").
+second and 1.5 s for its answer, the connection is closed and its calls fail with UNAVAILABLE
+within 1.5-2.5 s of the link going silent (docs/decisions.md, "Keepalive: a silent link is
+noticed within 3 s").
 
 Servers must let these pings in: gRPC's default allows one every five minutes when the server
 sends no data (a load report stream's scheduler sends almost none), and after two pings sooner
@@ -19,7 +19,9 @@ from __future__ import annotations
 from typing import Any
 
 KEEPALIVE_TIME_MS = 1_000
-KEEPALIVE_TIMEOUT_MS = 1_000
+# Half a second more than the ping interval: a peer on a starved machine (two cores shared by a
+# whole platform in the tests) still answers in time, and nothing is failed over for nothing.
+KEEPALIVE_TIMEOUT_MS = 1_500
 # The bound callers are held to: a ping is due at most KEEPALIVE_TIME_MS after the link went
 # silent, and its answer is waited for KEEPALIVE_TIMEOUT_MS; the rest is timer slack.
 SILENCE_NOTICED_S = 3.0

@@ -166,6 +166,20 @@ def expected(sent: Sent, cap: int | None = None) -> str:
     return expected_answer(sent.content, SYSTEM_PROMPT, ANSWER_TOKENS, cap)
 
 
+def assert_exact(sent: Sent) -> None:
+    """The user read the uninterrupted answer to the message, character for character."""
+    want, got = expected(sent), sent.text
+    if got != want:
+        seam = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b),
+                    min(len(got), len(want)))  # fmt: skip
+        pytest.fail(
+            f"{sent.message_id}: the text read differs from the answer at character {seam} "
+            f"(read {len(got)}, answer {len(want)}): read ...{got[seam - 40 : seam + 80]!r}, "
+            f"answer ...{want[seam - 40 : seam + 80]!r}; events {sent.names}, "
+            f"the edge's errors {[e.data for e in sent.interruptions]}"
+        )
+
+
 def child_of(platform: LocalPlatform, name: str) -> Child:
     return next(c for c in platform.children if c.name == name)
 
@@ -189,7 +203,7 @@ async def test_a_gateway_cut_off_from_its_node_fails_over_within_keepalive(
     content = "Partition: tell me about tides."
     sent = await ledger.send(account, content, act=cut_gateway_from_node)
     assert sent.accepted, (sent.status, sent.body)
-    assert sent.text == expected(sent)
+    assert_exact(sent)
     stored = await ledger.stored(sent)
     assert stored is not None and stored[1]["replicaId"] != sent.replica
     pause = sent.pause_s()
@@ -220,7 +234,7 @@ async def test_a_node_cut_off_from_the_schedulers_finishes_its_answer_and_gets_n
                              act=cut_node_from_schedulers)  # fmt: skip
     assert sent.accepted, (sent.status, sent.body)
     # The gateway still reaches the node: the answer goes on there, unchanged, without a pause.
-    assert sent.text == expected(sent)
+    assert_exact(sent)
     stored = await ledger.stored(sent)
     assert stored is not None and stored[1]["replicaId"] == sent.replica
     assert sent.pause_s() < 2.0, f"the answer paused {sent.pause_s():.1f} s"
@@ -231,7 +245,7 @@ async def test_a_node_cut_off_from_the_schedulers_finishes_its_answer_and_gets_n
         new = await ledger.send(account, f"Meanwhile, question {turn}: what is a fjord?")
         assert new.accepted, (new.status, new.body)
         assert new.replica != sent.replica
-        assert new.text == expected(new)
+        assert_exact(new)
     await ledger.check()
 
 
@@ -255,7 +269,7 @@ async def test_an_edge_cut_off_from_its_gateways_the_client_resumes_through_anot
         sent.interruptions,
     )
     await ledger.resume(sent, second)
-    assert sent.text == expected(sent)
+    assert_exact(sent)
     pause = sent.pause_s()
     print(f"edge cut from its gateways: the client's pause {pause:.2f} s")
     # Keepalive (2 s) and the edge's reattach timeout (3 s here) before the resume.
@@ -285,7 +299,7 @@ async def test_a_scheduler_cut_off_from_etcd_hands_the_ladder_over_and_two_never
     # Picks go on at both schedulers meanwhile.
     account = await ledger.account("free")
     sent = await ledger.send(account, "While etcd is away from one: what is a delta?")
-    assert sent.text == expected(sent)
+    assert_exact(sent)
     net.heal(names[leader], "etcd")
     await eventually(lambda: same_leading(platform, other), 20, "the old leader follows")
     # etcd's history of the leader key: taken only when free, the last by the other one.
@@ -319,7 +333,7 @@ async def test_redis_unreachable_mid_answer_the_answer_ends_whole(
     sent = await ledger.send(account, f"Redis away {away_s} s: tell me about glaciers.",
                              act=cut_gateway_from_redis)  # fmt: skip
     assert sent.accepted, (sent.status, sent.body)
-    assert sent.text == expected(sent)
+    assert_exact(sent)
     pause = sent.pause_s()
     print(f"redis away from {cut} for {away_s} s: the answer paused {pause:.2f} s")
     assert pause < away_s + FAILOVER_PAUSE_S
@@ -343,7 +357,7 @@ async def test_postgres_unreachable_the_user_is_told_and_nothing_is_stored(
     # Once it is back, nothing of the refused message is stored, and nothing was charged.
     await ledger.check()
     again = await ledger.send(account, "The store is back: what is a moraine?")
-    assert again.text == expected(again)
+    assert_exact(again)
     await ledger.check()
 
 
