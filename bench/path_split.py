@@ -35,7 +35,7 @@ from pathlib import Path
 
 import aiohttp
 import grpc
-from benchkit import pct, publish, cpu_seconds
+from benchkit import cpu_seconds, pct, publish
 from hops import platform_settings, prompt, to_node, via_edge
 
 from chat.v1 import chat_service_pb2 as pb
