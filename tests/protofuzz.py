@@ -1,0 +1,202 @@
+"""Hypothesis strategies made from protobuf descriptors, for fuzzing gRPC services.
+
+`requests(descriptor, strings)` walks a message's fields (scalars at their edges, enums with
+numbers the enum does not name, repeated and nested fields, oneofs, maps), so a field added to
+a .proto file is fuzzed without touching a test. `encodings` turns those messages into the
+bytes a caller puts on the wire, and adds bytes a well-behaved client never sends: garbage,
+truncated messages, strings that are not UTF-8, fields the message does not have.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import message_factory
+from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
+from google.protobuf.message import Message
+from hypothesis import strategies as st
+
+INT32 = (-(2**31), 2**31 - 1)
+INT64 = (-(2**63), 2**63 - 1)
+UINT32 = (0, 2**32 - 1)
+UINT64 = (0, 2**64 - 1)
+_INTEGERS = {
+    FieldDescriptor.TYPE_INT32: INT32,
+    FieldDescriptor.TYPE_SINT32: INT32,
+    FieldDescriptor.TYPE_SFIXED32: INT32,
+    FieldDescriptor.TYPE_INT64: INT64,
+    FieldDescriptor.TYPE_SINT64: INT64,
+    FieldDescriptor.TYPE_SFIXED64: INT64,
+    FieldDescriptor.TYPE_UINT32: UINT32,
+    FieldDescriptor.TYPE_FIXED32: UINT32,
+    FieldDescriptor.TYPE_UINT64: UINT64,
+    FieldDescriptor.TYPE_FIXED64: UINT64,
+}
+# Wire types (the low 3 bits of a field's tag).
+VARINT, LENGTH_DELIMITED = 0, 2
+# More than gRPC takes by default (4 MiB): the server must refuse it before any servicer runs.
+OVER_GRPC_LIMIT = 4 * 1024 * 1024 + 1
+MAX_REPEATED = 4
+# Field numbers protobuf keeps for itself.
+RESERVED = range(19_000, 20_000)
+
+
+def message_class(descriptor: Descriptor) -> type[Message]:
+    return message_factory.GetMessageClass(descriptor)
+
+
+def integers(bounds: tuple[int, int]) -> st.SearchStrategy[int]:
+    low, high = bounds
+    edges = sorted({low, high, 0, 1, min(high, 2**31), max(low, -1)})
+    return st.one_of(st.sampled_from(edges), st.integers(low, high))
+
+
+def enums(enum: EnumDescriptor) -> st.SearchStrategy[int]:
+    """The enum's own numbers, and (open enums only) any int32 it does not name."""
+    named = st.sampled_from([value.number for value in enum.values])
+    if enum.is_closed:
+        return named
+    return st.one_of(named, integers(INT32))
+
+
+def huge_texts() -> st.SearchStrategy[str]:
+    """Long strings: past the API's own limits, and past what gRPC accepts at all."""
+    sizes = st.sampled_from([1_000, 40_000, 300_000, OVER_GRPC_LIMIT])
+    return st.builds(lambda size, char: char * size, sizes, st.sampled_from("x\u00e9\u4e2d"))
+
+
+def default_strings() -> st.SearchStrategy[str]:
+    return st.one_of(st.text(max_size=40), huge_texts())
+
+
+def scalars(field: FieldDescriptor, strings: st.SearchStrategy[str]) -> st.SearchStrategy[Any]:
+    kind = field.type
+    if kind in _INTEGERS:
+        return integers(_INTEGERS[kind])
+    if kind == FieldDescriptor.TYPE_STRING:
+        return strings
+    if kind == FieldDescriptor.TYPE_BYTES:
+        return st.binary(max_size=64)
+    if kind == FieldDescriptor.TYPE_BOOL:
+        return st.booleans()
+    if kind == FieldDescriptor.TYPE_DOUBLE:
+        return st.floats()
+    if kind == FieldDescriptor.TYPE_FLOAT:
+        return st.floats(width=32)
+    if kind == FieldDescriptor.TYPE_ENUM:
+        return enums(field.enum_type)
+    raise TypeError(f"no strategy for {field.full_name} (type {kind})")
+
+
+def values(
+    field: FieldDescriptor, strings: st.SearchStrategy[str], depth: int
+) -> st.SearchStrategy[Any]:
+    """One value for a field as the message's constructor takes it."""
+    if field.message_type is not None and field.message_type.GetOptions().map_entry:
+        key = values(field.message_type.fields_by_name["key"], strings, depth)
+        value = values(field.message_type.fields_by_name["value"], strings, depth)
+        return st.dictionaries(key, value, max_size=MAX_REPEATED)
+    if field.message_type is not None:
+        single = requests(field.message_type, strings, depth - 1)
+    else:
+        single = scalars(field, strings)
+    if field.is_repeated:
+        return st.lists(single, max_size=MAX_REPEATED)
+    return single
+
+
+def requests(
+    descriptor: Descriptor, strings: st.SearchStrategy[str] | None = None, depth: int = 3
+) -> st.SearchStrategy[Message]:
+    """Messages of `descriptor`: each field set or left unset, at most one field per oneof,
+    nested messages down to `depth`. `strings` gives every string field's values."""
+    strings = strings if strings is not None else default_strings()
+    cls = message_class(descriptor)
+    if depth <= 0:
+        return st.just(cls())
+    plain = [f for f in descriptor.fields if f.containing_oneof is None]
+    fields = {
+        f.name: st.one_of(st.none(), values(f, strings, depth)) for f in plain
+    }  # None leaves the field unset
+    oneofs = [
+        st.one_of(
+            st.none(),
+            st.sampled_from(list(oneof.fields)).flatmap(
+                lambda f: st.tuples(st.just(f.name), values(f, strings, depth))
+            ),
+        )
+        for oneof in descriptor.oneofs
+    ]
+
+    def build(chosen: dict[str, Any], members: list[tuple[str, Any] | None]) -> Message:
+        kwargs = {name: value for name, value in chosen.items() if value is not None}
+        kwargs.update(member for member in members if member is not None)
+        return cls(**kwargs)
+
+    return st.builds(build, st.fixed_dictionaries(fields), st.tuples(*oneofs).map(list))
+
+
+def varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def tag(number: int, wire_type: int) -> bytes:
+    return varint(number << 3 | wire_type)
+
+
+def _string_fields(descriptor: Descriptor) -> list[FieldDescriptor]:
+    return [f for f in descriptor.fields if f.type == FieldDescriptor.TYPE_STRING]
+
+
+def mangled(descriptor: Descriptor) -> st.SearchStrategy[bytes]:
+    """Bytes that claim to be a `descriptor` message but break protobuf's rules."""
+    encoded = requests(descriptor).map(lambda m: m.SerializeToString())
+    broken = [
+        # Not protobuf at all (mostly: a few random strings happen to parse).
+        st.binary(min_size=1, max_size=64),
+        # Cut short: a field's length or varint runs past the end.
+        encoded.filter(len).map(lambda raw: raw[:-1]),
+        # A varint longer than ten bytes.
+        st.just(tag(1, VARINT) + b"\xff" * 11),
+        # A length past the end of the message.
+        st.just(tag(1, LENGTH_DELIMITED) + varint(1_000)),
+        # A field number of zero, which no message may use.
+        st.just(tag(0, VARINT) + b"\x01"),
+    ]
+    if strings := _string_fields(descriptor):
+        # A string field (proto3 strings are UTF-8) carrying bytes that are not.
+        bad = st.sampled_from([b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"ok\xfe"])
+        broken.append(
+            st.builds(
+                lambda field, raw: tag(field.number, LENGTH_DELIMITED) + varint(len(raw)) + raw,
+                st.sampled_from(strings),
+                bad,
+            )
+        )
+    return st.one_of(broken)
+
+
+def unknown_fields(descriptor: Descriptor) -> st.SearchStrategy[bytes]:
+    """A valid message followed by fields it does not have: protobuf skips them."""
+    known = {f.number for f in descriptor.fields}
+    numbers = st.integers(1, 2**29 - 1).filter(lambda n: n not in known and n not in RESERVED)
+    extra = st.builds(lambda n, v: tag(n, VARINT) + varint(v), numbers, st.integers(0, 2**63))
+    encoded = requests(descriptor).map(lambda m: m.SerializeToString())
+    return st.builds(bytes.__add__, encoded, extra)
+
+
+def encodings(
+    descriptor: Descriptor, strings: st.SearchStrategy[str] | None = None
+) -> st.SearchStrategy[bytes]:
+    """What a caller may send for a `descriptor` message: mostly well-formed messages, also
+    ones with unknown fields, and bytes that do not parse."""
+    encoded = requests(descriptor, strings).map(lambda m: m.SerializeToString())
+    kinds = [encoded] * 6 + [unknown_fields(descriptor)] + [mangled(descriptor)] * 3
+    # One draw picks the kind: one_of would flatten `mangled`'s own choices into as many
+    # branches, and the well-formed messages (which reach the servicers) would be few.
+    return st.integers(0, len(kinds) - 1).flatmap(kinds.__getitem__)
