@@ -9,7 +9,8 @@ truncated messages, strings that are not UTF-8, fields the message does not have
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from google.protobuf import message_factory
 from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
@@ -37,12 +38,28 @@ VARINT, LENGTH_DELIMITED = 0, 2
 # More than gRPC takes by default (4 MiB): the server must refuse it before any servicer runs.
 OVER_GRPC_LIMIT = 4 * 1024 * 1024 + 1
 MAX_REPEATED = 4
+# How often a field is set rather than left unset: a request with most fields set reaches
+# further into a servicer than one that misses a required field.
+SET_WEIGHT, UNSET_WEIGHT = 9, 1
+T = TypeVar("T")
+# What each string field gets: a strategy for all of them, or one chosen per field.
+Strings = st.SearchStrategy[str] | Callable[[FieldDescriptor], st.SearchStrategy[str]]
 # Field numbers protobuf keeps for itself.
 RESERVED = range(19_000, 20_000)
 
 
 def message_class(descriptor: Descriptor) -> type[Message]:
     return message_factory.GetMessageClass(descriptor)
+
+
+def weighted(*choices: tuple[int, st.SearchStrategy[T]]) -> st.SearchStrategy[T]:
+    """One of the strategies, each `weight` times as likely as a strategy of weight 1.
+
+    One draw picks the strategy: st.one_of would flatten choices that are one_of themselves
+    into as many branches, skewing the weights. Hypothesis falls back on the first choice
+    when it simplifies an example, and often draws it besides: put the plausible one first."""
+    table = [strategy for weight, strategy in choices for _ in range(weight)]
+    return st.integers(0, len(table) - 1).flatmap(table.__getitem__)
 
 
 def integers(bounds: tuple[int, int]) -> st.SearchStrategy[int]:
@@ -52,11 +69,15 @@ def integers(bounds: tuple[int, int]) -> st.SearchStrategy[int]:
 
 
 def enums(enum: EnumDescriptor) -> st.SearchStrategy[int]:
-    """The enum's own numbers, and (open enums only) any int32 it does not name."""
-    named = st.sampled_from([value.number for value in enum.values])
+    """The enum's own numbers, and (open enums only) any int32 it does not name. Zero comes
+    after the others: by proto3's convention it is UNSPECIFIED, rarely a valid choice."""
+    numbers = [value.number for value in enum.values]
+    chosen = [n for n in numbers if n != 0]
+    named = [(3, st.sampled_from(chosen))] if chosen else []
+    named += [(1, st.just(0))] if 0 in numbers else []
     if enum.is_closed:
-        return named
-    return st.one_of(named, integers(INT32))
+        return weighted(*named)
+    return weighted(*named, (1, integers(INT32)))
 
 
 def huge_texts() -> st.SearchStrategy[str]:
@@ -66,15 +87,15 @@ def huge_texts() -> st.SearchStrategy[str]:
 
 
 def default_strings() -> st.SearchStrategy[str]:
-    return st.one_of(st.text(max_size=40), huge_texts())
+    return weighted((6, st.text(min_size=1, max_size=40)), (1, st.just("")), (1, huge_texts()))
 
 
-def scalars(field: FieldDescriptor, strings: st.SearchStrategy[str]) -> st.SearchStrategy[Any]:
+def scalars(field: FieldDescriptor, strings: Strings) -> st.SearchStrategy[Any]:
     kind = field.type
     if kind in _INTEGERS:
         return integers(_INTEGERS[kind])
     if kind == FieldDescriptor.TYPE_STRING:
-        return strings
+        return strings if isinstance(strings, st.SearchStrategy) else strings(field)
     if kind == FieldDescriptor.TYPE_BYTES:
         return st.binary(max_size=64)
     if kind == FieldDescriptor.TYPE_BOOL:
@@ -88,9 +109,7 @@ def scalars(field: FieldDescriptor, strings: st.SearchStrategy[str]) -> st.Searc
     raise TypeError(f"no strategy for {field.full_name} (type {kind})")
 
 
-def values(
-    field: FieldDescriptor, strings: st.SearchStrategy[str], depth: int
-) -> st.SearchStrategy[Any]:
+def values(field: FieldDescriptor, strings: Strings, depth: int) -> st.SearchStrategy[Any]:
     """One value for a field as the message's constructor takes it."""
     if field.message_type is not None and field.message_type.GetOptions().map_entry:
         key = values(field.message_type.fields_by_name["key"], strings, depth)
@@ -101,29 +120,35 @@ def values(
     else:
         single = scalars(field, strings)
     if field.is_repeated:
-        return st.lists(single, max_size=MAX_REPEATED)
+        # st.lists alone is empty a third of the time; a list with items reaches further.
+        return weighted((4, st.lists(single, min_size=1, max_size=MAX_REPEATED)), (1, st.just([])))
     return single
 
 
 def requests(
-    descriptor: Descriptor, strings: st.SearchStrategy[str] | None = None, depth: int = 3
+    descriptor: Descriptor, strings: Strings | None = None, depth: int = 3
 ) -> st.SearchStrategy[Message]:
     """Messages of `descriptor`: each field set or left unset, at most one field per oneof,
-    nested messages down to `depth`. `strings` gives every string field's values."""
+    nested messages down to `depth`. `strings` gives the string fields' values."""
     strings = strings if strings is not None else default_strings()
     cls = message_class(descriptor)
     if depth <= 0:
         return st.just(cls())
     plain = [f for f in descriptor.fields if f.containing_oneof is None]
+    # None leaves a field unset.
     fields = {
-        f.name: st.one_of(st.none(), values(f, strings, depth)) for f in plain
-    }  # None leaves the field unset
+        f.name: weighted((SET_WEIGHT, values(f, strings, depth)), (UNSET_WEIGHT, st.none()))
+        for f in plain
+    }
     oneofs = [
-        st.one_of(
-            st.none(),
-            st.sampled_from(list(oneof.fields)).flatmap(
-                lambda f: st.tuples(st.just(f.name), values(f, strings, depth))
+        weighted(
+            (
+                SET_WEIGHT,
+                st.sampled_from(list(oneof.fields)).flatmap(
+                    lambda f: st.tuples(st.just(f.name), values(f, strings, depth))
+                ),
             ),
+            (UNSET_WEIGHT, st.none()),
         )
         for oneof in descriptor.oneofs
     ]
@@ -190,13 +215,8 @@ def unknown_fields(descriptor: Descriptor) -> st.SearchStrategy[bytes]:
     return st.builds(bytes.__add__, encoded, extra)
 
 
-def encodings(
-    descriptor: Descriptor, strings: st.SearchStrategy[str] | None = None
-) -> st.SearchStrategy[bytes]:
-    """What a caller may send for a `descriptor` message: mostly well-formed messages, also
-    ones with unknown fields, and bytes that do not parse."""
+def encodings(descriptor: Descriptor, strings: Strings | None = None) -> st.SearchStrategy[bytes]:
+    """What a caller may send for a `descriptor` message: mostly well-formed messages (they
+    reach the servicers), also ones with unknown fields, and bytes that do not parse."""
     encoded = requests(descriptor, strings).map(lambda m: m.SerializeToString())
-    kinds = [encoded] * 6 + [unknown_fields(descriptor)] + [mangled(descriptor)] * 3
-    # One draw picks the kind: one_of would flatten `mangled`'s own choices into as many
-    # branches, and the well-formed messages (which reach the servicers) would be few.
-    return st.integers(0, len(kinds) - 1).flatmap(kinds.__getitem__)
+    return weighted((8, encoded), (1, unknown_fields(descriptor)), (1, mangled(descriptor)))
