@@ -206,12 +206,13 @@ class Call:
 
 @dataclass
 class Target:
-    """One method to fuzz: the channel (whose certificate) it is called on, what its string
-    fields and its metadata are drawn from, and whose rows a call may change (None: nobody's)."""
+    """One method to fuzz: the channel (whose certificate) it is called on, the values it
+    knows to be plausible for some fields, the metadata it sends, and whose rows a call may
+    change (None: nobody's)."""
 
     method: MethodDescriptor
     channel: grpc.Channel
-    strings: protofuzz.Strings
+    hints: protofuzz.Hints
     metadata: st.SearchStrategy[Metadata]
     owner: Callable[[Call], str | None]
     examples: int
@@ -259,7 +260,7 @@ def problems_of(target: Target, call: Call) -> list[str]:
 
 def fuzz_method(target: Target, database: Path, findings: Findings) -> None:
     method = target.method
-    single = protofuzz.encodings(method.input_type, target.strings)
+    single = protofuzz.encodings(method.input_type, target.hints)
     if method.client_streaming:
         requests = st.lists(single, min_size=1, max_size=3)
     else:

@@ -1,10 +1,13 @@
 """Hypothesis strategies made from protobuf descriptors, for fuzzing gRPC services.
 
-`requests(descriptor, strings)` walks a message's fields (scalars at their edges, enums with
+`requests(descriptor, hints)` walks a message's fields (scalars at their edges, enums with
 numbers the enum does not name, repeated and nested fields, oneofs, maps), so a field added to
-a .proto file is fuzzed without touching a test. `encodings` turns those messages into the
-bytes a caller puts on the wire, and adds bytes a well-behaved client never sends: garbage,
-truncated messages, strings that are not UTF-8, fields the message does not have.
+a .proto file is fuzzed without touching a test. `hints` lets a test say what is plausible
+for a field it knows (ids that exist, a pool the fleet has), to mix with the rest.
+
+`encodings` turns those messages into the bytes a caller puts on the wire, and adds bytes a
+well-behaved client never sends: garbage, truncated messages, strings that are not UTF-8,
+fields the message does not have.
 """
 
 from __future__ import annotations
@@ -42,8 +45,9 @@ MAX_REPEATED = 4
 # further into a servicer than one that misses a required field.
 SET_WEIGHT, UNSET_WEIGHT = 9, 1
 T = TypeVar("T")
-# What each string field gets: a strategy for all of them, or one chosen per field.
-Strings = st.SearchStrategy[str] | Callable[[FieldDescriptor], st.SearchStrategy[str]]
+# A test's values for one value of a field (one item of a repeated field), or None: the
+# field's type alone decides.
+Hints = Callable[[FieldDescriptor], st.SearchStrategy[Any] | None]
 # Field numbers protobuf keeps for itself.
 RESERVED = range(19_000, 20_000)
 
@@ -80,9 +84,15 @@ def enums(enum: EnumDescriptor) -> st.SearchStrategy[int]:
     return weighted(*named, (1, integers(INT32)))
 
 
-def huge_texts() -> st.SearchStrategy[str]:
-    """Long strings: past the API's own limits, and past what gRPC accepts at all."""
-    sizes = st.sampled_from([1_000, 40_000, 300_000, OVER_GRPC_LIMIT])
+def no_hints(field: FieldDescriptor) -> None:
+    return None
+
+
+def huge_texts(
+    sizes: tuple[int, ...] = (1_000, 40_000, 300_000, OVER_GRPC_LIMIT),
+) -> st.SearchStrategy[str]:
+    """Long strings: past the API's own limits, and (by default) past what gRPC accepts."""
+    sizes = st.sampled_from(sizes)
     return st.builds(lambda size, char: char * size, sizes, st.sampled_from("x\u00e9\u4e2d"))
 
 
@@ -90,12 +100,12 @@ def default_strings() -> st.SearchStrategy[str]:
     return weighted((6, st.text(min_size=1, max_size=40)), (1, st.just("")), (1, huge_texts()))
 
 
-def scalars(field: FieldDescriptor, strings: Strings) -> st.SearchStrategy[Any]:
+def scalars(field: FieldDescriptor) -> st.SearchStrategy[Any]:
     kind = field.type
     if kind in _INTEGERS:
         return integers(_INTEGERS[kind])
     if kind == FieldDescriptor.TYPE_STRING:
-        return strings if isinstance(strings, st.SearchStrategy) else strings(field)
+        return default_strings()
     if kind == FieldDescriptor.TYPE_BYTES:
         return st.binary(max_size=64)
     if kind == FieldDescriptor.TYPE_BOOL:
@@ -109,16 +119,19 @@ def scalars(field: FieldDescriptor, strings: Strings) -> st.SearchStrategy[Any]:
     raise TypeError(f"no strategy for {field.full_name} (type {kind})")
 
 
-def values(field: FieldDescriptor, strings: Strings, depth: int) -> st.SearchStrategy[Any]:
+def values(field: FieldDescriptor, hints: Hints, depth: int) -> st.SearchStrategy[Any]:
     """One value for a field as the message's constructor takes it."""
     if field.message_type is not None and field.message_type.GetOptions().map_entry:
-        key = values(field.message_type.fields_by_name["key"], strings, depth)
-        value = values(field.message_type.fields_by_name["value"], strings, depth)
+        key = values(field.message_type.fields_by_name["key"], hints, depth)
+        value = values(field.message_type.fields_by_name["value"], hints, depth)
         return st.dictionaries(key, value, max_size=MAX_REPEATED)
-    if field.message_type is not None:
-        single = requests(field.message_type, strings, depth - 1)
+    hinted = hints(field)
+    if hinted is not None:
+        single = hinted
+    elif field.message_type is not None:
+        single = requests(field.message_type, hints, depth - 1)
     else:
-        single = scalars(field, strings)
+        single = scalars(field)
     if field.is_repeated:
         # st.lists alone is empty a third of the time; a list with items reaches further.
         return weighted((4, st.lists(single, min_size=1, max_size=MAX_REPEATED)), (1, st.just([])))
@@ -126,18 +139,17 @@ def values(field: FieldDescriptor, strings: Strings, depth: int) -> st.SearchStr
 
 
 def requests(
-    descriptor: Descriptor, strings: Strings | None = None, depth: int = 3
+    descriptor: Descriptor, hints: Hints = no_hints, depth: int = 3
 ) -> st.SearchStrategy[Message]:
     """Messages of `descriptor`: each field set or left unset, at most one field per oneof,
-    nested messages down to `depth`. `strings` gives the string fields' values."""
-    strings = strings if strings is not None else default_strings()
+    nested messages down to `depth`, `hints` first for the fields it names."""
     cls = message_class(descriptor)
     if depth <= 0:
         return st.just(cls())
     plain = [f for f in descriptor.fields if f.containing_oneof is None]
     # None leaves a field unset.
     fields = {
-        f.name: weighted((SET_WEIGHT, values(f, strings, depth)), (UNSET_WEIGHT, st.none()))
+        f.name: weighted((SET_WEIGHT, values(f, hints, depth)), (UNSET_WEIGHT, st.none()))
         for f in plain
     }
     oneofs = [
@@ -145,7 +157,7 @@ def requests(
             (
                 SET_WEIGHT,
                 st.sampled_from(list(oneof.fields)).flatmap(
-                    lambda f: st.tuples(st.just(f.name), values(f, strings, depth))
+                    lambda f: st.tuples(st.just(f.name), values(f, hints, depth))
                 ),
             ),
             (UNSET_WEIGHT, st.none()),
@@ -215,8 +227,8 @@ def unknown_fields(descriptor: Descriptor) -> st.SearchStrategy[bytes]:
     return st.builds(bytes.__add__, encoded, extra)
 
 
-def encodings(descriptor: Descriptor, strings: Strings | None = None) -> st.SearchStrategy[bytes]:
+def encodings(descriptor: Descriptor, hints: Hints = no_hints) -> st.SearchStrategy[bytes]:
     """What a caller may send for a `descriptor` message: mostly well-formed messages (they
     reach the servicers), also ones with unknown fields, and bytes that do not parse."""
-    encoded = requests(descriptor, strings).map(lambda m: m.SerializeToString())
+    encoded = requests(descriptor, hints).map(lambda m: m.SerializeToString())
     return weighted((8, encoded), (1, unknown_fields(descriptor)), (1, mangled(descriptor)))

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import string
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from chat.v1 import chat_service_pb2 as chat_pb
 from chat.v1 import chat_service_pb2_grpc as chat_grpc
+from chat.v1 import common_pb2 as common_pb
 from chat.v1 import scheduler_service_pb2 as scheduler_pb
 from clients.chat_client import AdminClient, ChatClient, ClientError, Done, Meta, answer_text
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
@@ -65,7 +66,8 @@ VALID_IDS = st.from_regex(r"[A-Za-z0-9_-]{1,64}", fullmatch=True)
 ODD_IDS = st.sampled_from(
     ["", " ", "a" * 64, "a" * 65, "../x", "c\x00", "\u00e9t\u00e9", "x.answer"]
 )
-HUGE = protofuzz.huge_texts()
+# Ids too long for any store or echo, though not for gRPC: they reach the servicers.
+HUGE_IDS = protofuzz.huge_texts((1_000, 40_000, 300_000))
 # The certificate each service's fuzzing uses: the first role the access table lets call it.
 ROLE_ORDER = (Role.CLIENT, Role.OPERATOR, Role.GATEWAY, Role.NODE)
 
@@ -160,26 +162,36 @@ def examples_of(method: MethodDescriptor) -> int:
 # ChatService ------------------------------------------------------------------------------------
 
 
-def chat_strings(own: Ids, other: Ids) -> Callable[[FieldDescriptor], st.SearchStrategy[str]]:
+def chat_hints(own: Ids, other: Ids) -> protofuzz.Hints:
     """Ids (`..._id` fields) that are mostly the caller's own or new and valid, else another
-    user's, odd or any text; any other string field gets any text."""
+    user's, odd, huge or any text; a parent mostly none or the caller's; turns mostly the
+    user's (a completion must end with one); an affinity key mostly none or valid."""
     own_messages = st.sampled_from([own.message_id, own.message_id + ".answer"])
     others = st.sampled_from(other.all())
     fresh = protofuzz.weighted(
         (3, VALID_IDS), (1, st.sampled_from([own.conversation_id, own.message_id]))
     )
     ids = protofuzz.weighted(
-        (6, fresh), (1, others), (1, ODD_IDS), (1, protofuzz.default_strings()), (1, HUGE)
+        (6, fresh), (1, others), (1, ODD_IDS), (1, protofuzz.default_strings()), (1, HUGE_IDS)
     )
-    # A parent is mostly none (the newest message) or one of the caller's own messages.
     parents = protofuzz.weighted((3, st.just("")), (2, own_messages), (1, others), (1, ODD_IDS))
+    keys = protofuzz.weighted((2, st.just("")), (2, VALID_IDS), (1, protofuzz.default_strings()))
 
-    def strings(field: FieldDescriptor) -> st.SearchStrategy[str]:
+    def hints(field: FieldDescriptor) -> st.SearchStrategy[object] | None:
+        if field.name == "role":
+            user = st.just(common_pb.ROLE_USER)
+            return protofuzz.weighted((3, user), (1, protofuzz.enums(field.enum_type)))
+        if field.type != FieldDescriptor.TYPE_STRING:
+            return None
         if field.name == "parent_id":
             return parents
-        return ids if field.name.endswith("_id") else protofuzz.default_strings()
+        if field.name.endswith("_id"):
+            return ids
+        if field.name == "session_key":
+            return keys
+        return None
 
-    return strings
+    return hints
 
 
 def stored_as_seen(call: Call, user_id: str | None) -> list[str]:
@@ -216,12 +228,12 @@ def chat_targets(fuzzed: Fuzzed, stack: ExitStack) -> list[Target]:
         (1, HEADER_TEXT.map(bearer)),
     )
     users = {bearer(free): fuzzed.free.user_id}
-    strings = chat_strings(fuzzed.free, fuzzed.plus)
+    hints = chat_hints(fuzzed.free, fuzzed.plus)
     return [
         Target(
             m,
             channel_for(platform, m, stack),
-            strings,
+            hints,
             metadata,
             owner=lambda call: users.get(call.metadata),
             examples=examples_of(m),
@@ -250,20 +262,24 @@ def report(findings: Findings, service: str) -> None:
 # SchedulerService -------------------------------------------------------------------------------
 
 
-def admin_strings(users: list[str]) -> Callable[[FieldDescriptor], st.SearchStrategy[str]]:
+def admin_hints(users: list[str]) -> protofuzz.Hints:
     """Users the test made (never the dev users the chat test calls as), the real node (but
-    not for a registration: that would stand in for the node), the real pool, or anything."""
+    not in a registration: that would stand in for the node), the real pool, or anything."""
     user_ids = protofuzz.weighted(
         (3, st.sampled_from(users)),
         (3, VALID_IDS),
         (1, ODD_IDS),
         (1, protofuzz.default_strings()),
-        (1, HUGE),
+        (1, HUGE_IDS),
     )
-    node_ids = protofuzz.weighted((2, st.just(NODE_ID)), (3, VALID_IDS), (1, ODD_IDS), (1, HUGE))
-    pools = protofuzz.weighted((3, st.just(POOL)), (1, protofuzz.default_strings()), (1, HUGE))
+    node_ids = protofuzz.weighted(
+        (2, st.just(NODE_ID)), (3, VALID_IDS), (1, ODD_IDS), (1, HUGE_IDS)
+    )
+    pools = protofuzz.weighted((3, st.just(POOL)), (1, protofuzz.default_strings()))
 
-    def strings(field: FieldDescriptor) -> st.SearchStrategy[str]:
+    def hints(field: FieldDescriptor) -> st.SearchStrategy[object] | None:
+        if field.type != FieldDescriptor.TYPE_STRING:
+            return None
         if field.name == "user_id":
             return user_ids
         if field.name in ("node_id", "exclude_node_ids"):
@@ -271,9 +287,9 @@ def admin_strings(users: list[str]) -> Callable[[FieldDescriptor], st.SearchStra
             return VALID_IDS if registering else node_ids
         if field.name == "pool":
             return pools
-        return protofuzz.default_strings()
+        return None
 
-    return strings
+    return hints
 
 
 def named_user(call: Call) -> str | None:
@@ -292,12 +308,12 @@ def scheduler_targets(fuzzed: Fuzzed, stack: ExitStack, users: list[str]) -> lis
         (1, st.just(bearer(platform.tokens["free"]))),
         (1, HEADER_TEXT.map(bearer)),
     )
-    strings = admin_strings(users)
+    hints = admin_hints(users)
     return [
         Target(
             m,
             channel_for(platform, m, stack),
-            strings,
+            hints,
             metadata,
             owner=named_user,
             examples=examples_of(m),
