@@ -471,3 +471,33 @@ async def test_no_user_reads_resumes_stops_or_deletes_another_users_answer_as_it
     assert after.of_others("dev-plus") == before.of_others("dev-plus")
     stored = message_row(after, "dev-plus", answer_id)
     assert stored is not None and stored[6] == answer_text(events)  # type: ignore[arg-type]
+
+
+async def test_a_page_token_the_api_never_gave_out_is_invalid_even_if_it_parses(
+    fuzzed: Fuzzed,
+) -> None:
+    """ "nan" and "inf" parse as floats: they answered OK, with no page or the first one."""
+    platform = fuzzed.platform
+    async with platform.channel(platform.gateway_address, Role.CLIENT) as channel:
+        stub = chat_grpc.ChatServiceStub(channel)
+        listing = {"metadata": bearer(platform.tokens["free"]), "timeout": CALL_S}
+        first = await stub.ListConversations(
+            chat_pb.ListConversationsRequest(page_size=1), **listing
+        )
+        after_first = await stub.ListConversations(
+            chat_pb.ListConversationsRequest(page_size=1, page_token=first.next_page_token),
+            **listing,
+        )
+        codes = {
+            token: await refusal_of(
+                stub.ListConversations(
+                    chat_pb.ListConversationsRequest(page_token=token), **listing
+                )
+            )
+            for token in ("nan", "inf", "-inf", "1e999", "soon")
+        }
+    assert first.next_page_token and float(first.next_page_token) > 0
+    assert [c.conversation_id for c in after_first.conversations] != [
+        c.conversation_id for c in first.conversations
+    ]
+    assert codes == dict.fromkeys(codes, grpc.StatusCode.INVALID_ARGUMENT)
