@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import string
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import ExitStack
@@ -30,6 +31,7 @@ from hypothesis import strategies as st
 from chat.v1 import chat_service_pb2 as chat_pb
 from chat.v1 import chat_service_pb2_grpc as chat_grpc
 from chat.v1 import common_pb2 as common_pb
+from chat.v1 import node_service_pb2 as node_pb
 from chat.v1 import scheduler_service_pb2 as scheduler_pb
 from clients.chat_client import AdminClient, ChatClient, ClientError, Done, Meta, answer_text
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
@@ -53,6 +55,7 @@ pytestmark = pytest.mark.slow
 
 CHAT = chat_pb.DESCRIPTOR.services_by_name["ChatService"]
 SCHEDULER = scheduler_pb.DESCRIPTOR.services_by_name["SchedulerService"]
+NODE = node_pb.DESCRIPTOR.services_by_name["NodeService"]
 # Calls per method. Most are unary and answered in milliseconds; an accepted send streams an
 # answer of at most 8 tokens. Sends and completions need several valid fields at once to get
 # past validation, so they get more.
@@ -149,8 +152,13 @@ def channel_for(
     """A channel with the certificate of the role that calls `method` (a node's: its own id)."""
     roles = allowed_roles(method_path(method))
     role = next(r for r in ROLE_ORDER if r in roles)
-    address = platform.gateway_address if method.containing_service is CHAT else None
-    address = address or platform.scheduler_address
+    service = method.containing_service
+    if service is CHAT:
+        address = platform.gateway_address
+    elif service is NODE:
+        (address,) = platform.node_addresses()
+    else:
+        address = platform.scheduler_address
     tls = platform.tls(role, NODE_ID if role == Role.NODE else "")
     return stack.enter_context(sync_channel(address, tls))
 
@@ -330,11 +338,11 @@ async def restored(platform: LocalPlatform) -> None:
     ) as admin:
         await admin.undrain(NODE_ID)
         await admin.pin(None)
-        for _ in range(200):  # the node says so in its next load report, every 250 ms
-            if [n.state for n in await admin.nodes()] == ["ready"]:
-                return
+        deadline = time.monotonic() + 30
+        # The node says so in its next load report (every 250 ms).
+        while (nodes := await admin.nodes()) and [n.state for n in nodes] != ["ready"]:
+            assert time.monotonic() < deadline, f"the node is not ready again: {nodes}"
             await asyncio.sleep(0.05)
-        raise AssertionError(f"the node is not ready again: {await admin.nodes()}")
 
 
 async def test_the_scheduler_api_answers_every_request_with_a_specific_status(
@@ -501,3 +509,43 @@ async def test_a_page_token_the_api_never_gave_out_is_invalid_even_if_it_parses(
         c.conversation_id for c in first.conversations
     ]
     assert codes == dict.fromkeys(codes, grpc.StatusCode.INVALID_ARGUMENT)
+
+
+# NodeService ------------------------------------------------------------------------------------
+
+
+def node_hints(field: FieldDescriptor) -> st.SearchStrategy[object] | None:
+    """Short answers (any other number is past the node's window, or zero: refused at once),
+    request ids that repeat (a start under a running id attaches to it), user turns."""
+    if field.name == "max_tokens":
+        return protofuzz.weighted((3, st.integers(1, 16)), (1, protofuzz.scalars(field)))
+    if field.name == "request_id":
+        repeated = st.sampled_from(["r-fuzz-a", "r-fuzz-b"])
+        return protofuzz.weighted((2, repeated), (2, VALID_IDS), (1, ODD_IDS), (1, HUGE_IDS))
+    if field.name == "role":
+        user = st.just(common_pb.ROLE_USER)
+        return protofuzz.weighted((3, user), (1, protofuzz.enums(field.enum_type)))
+    return None
+
+
+async def test_the_node_api_answers_every_request_with_a_specific_status(fuzzed: Fuzzed) -> None:
+    """The gateway's calls to a node, as the gateway's certificate: what a gateway with a bug
+    (or a caller holding its certificate) could send. A node stores nothing."""
+    no_metadata = st.just(())
+    with ExitStack() as stack:
+        targets = [
+            Target(
+                m,
+                channel_for(fuzzed.platform, m, stack),
+                node_hints,
+                no_metadata,
+                owner=lambda call: None,
+                examples=examples_of(m),
+            )
+            for m in NODE.methods
+        ]
+        findings = await asyncio.to_thread(fuzz, targets, fuzzed.database)
+    report(findings, "NodeService")
+    assert findings.problems == []
+    assert findings.statuses["Generate"]["OK"] >= 5
+    assert all(child.process.returncode is None for child in fuzzed.platform.children)
