@@ -92,7 +92,7 @@ class GrpcServer:
         self._health_server: grpc.aio.Server | None = None
         self.health_port = 0
         if health_listen:
-            self._health_server = grpc.aio.server()
+            self._health_server = grpc.aio.server(interceptors=[DecodeCheck()])
             health_pb2_grpc.add_HealthServicer_to_server(self.health, self._health_server)
             self.health_port = self._health_server.add_insecure_port(health_listen)
             if self.health_port == 0:

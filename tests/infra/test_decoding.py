@@ -56,6 +56,8 @@ class CountingSim(SimEngine):
 class Node:
     address: str
     engine: CountingSim
+    # The plaintext port that serves health alone, for probes.
+    health_address: str
 
 
 async def serve_node(tls: TlsConfig) -> AsyncIterator[Node]:
@@ -64,14 +66,16 @@ async def serve_node(tls: TlsConfig) -> AsyncIterator[Node]:
     registry = RequestRegistry(engine, keep_after_finish_s=5, reattach_grace_s=1)
     accepting = asyncio.Event()
     accepting.set()
-    server = GrpcServer("127.0.0.1:0", ["chat.v1.NodeService"], tls=tls)
+    server = GrpcServer(
+        "127.0.0.1:0", ["chat.v1.NodeService"], tls=tls, health_listen="127.0.0.1:0"
+    )
     node_grpc.add_NodeServiceServicer_to_server(
         NodeServicer(engine, registry, accepting), server.server
     )
     await server.start()
     await server.set_serving(True)
     try:
-        yield Node(server.address, engine)
+        yield Node(server.address, engine, f"127.0.0.1:{server.health_port}")
     finally:
         await server.stop(1)
         await registry.close()
@@ -200,3 +204,10 @@ async def test_a_refused_role_is_told_so_before_its_bytes_are_read(
     assert refused.code() == grpc.StatusCode.PERMISSION_DENIED
     assert invalid.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert tls_node.engine.tokenized == []
+
+
+async def test_the_health_port_refuses_undecodable_probes_too(plain_node: Node) -> None:
+    async with grpc.aio.insecure_channel(plain_node.health_address) as channel:
+        error = await raw_unary(channel, "/grpc.health.v1.Health/Check", CORRUPT)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "grpc.health.v1.HealthCheckRequest" in error.details()
