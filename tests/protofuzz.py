@@ -7,7 +7,7 @@ for a field it knows (ids that exist, a pool the fleet has), to mix with the res
 
 `encodings` turns those messages into the bytes a caller puts on the wire, and adds bytes a
 well-behaved client never sends: garbage, truncated messages, strings that are not UTF-8,
-fields the message does not have.
+fields the message does not have, fields of its own with the wrong wire type.
 """
 
 from __future__ import annotations
@@ -218,17 +218,37 @@ def mangled(descriptor: Descriptor) -> st.SearchStrategy[bytes]:
     return st.one_of(broken)
 
 
-def unknown_fields(descriptor: Descriptor) -> st.SearchStrategy[bytes]:
-    """A valid message followed by fields it does not have: protobuf skips them."""
+_LENGTH_DELIMITED_TYPES = frozenset(
+    {FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES, FieldDescriptor.TYPE_MESSAGE}
+)
+
+
+def _wire_type_swapped(field: FieldDescriptor) -> st.SearchStrategy[bytes]:
+    """The field under its own number with the other wire type: a number where a string or a
+    message belongs, bytes where a number does (or a packed list, for a repeated number)."""
+    if field.type in _LENGTH_DELIMITED_TYPES:
+        return st.integers(0, 2**63).map(lambda v: tag(field.number, VARINT) + varint(v))
+    return st.binary(max_size=16).map(
+        lambda raw: tag(field.number, LENGTH_DELIMITED) + varint(len(raw)) + raw
+    )
+
+
+def skipped_fields(descriptor: Descriptor, hints: Hints = no_hints) -> st.SearchStrategy[bytes]:
+    """A valid message followed by a field it does not have, or by one of its own fields with
+    the wrong wire type: protobuf skips both as unknown fields (or, for some, cannot parse)."""
     known = {f.number for f in descriptor.fields}
     numbers = st.integers(1, 2**29 - 1).filter(lambda n: n not in known and n not in RESERVED)
-    extra = st.builds(lambda n, v: tag(n, VARINT) + varint(v), numbers, st.integers(0, 2**63))
-    encoded = requests(descriptor).map(lambda m: m.SerializeToString())
-    return st.builds(bytes.__add__, encoded, extra)
+    unknown = st.builds(lambda n, v: tag(n, VARINT) + varint(v), numbers, st.integers(0, 2**63))
+    extras = [(1, unknown)]
+    if descriptor.fields:
+        swapped = st.sampled_from(list(descriptor.fields)).flatmap(_wire_type_swapped)
+        extras.append((1, swapped))
+    encoded = requests(descriptor, hints).map(lambda m: m.SerializeToString())
+    return st.builds(bytes.__add__, encoded, weighted(*extras))
 
 
 def encodings(descriptor: Descriptor, hints: Hints = no_hints) -> st.SearchStrategy[bytes]:
     """What a caller may send for a `descriptor` message: mostly well-formed messages (they
-    reach the servicers), also ones with unknown fields, and bytes that do not parse."""
+    reach the servicers), also ones with fields protobuf skips, and bytes that do not parse."""
     encoded = requests(descriptor, hints).map(lambda m: m.SerializeToString())
-    return weighted((8, encoded), (1, unknown_fields(descriptor)), (1, mangled(descriptor)))
+    return weighted((8, encoded), (1, skipped_fields(descriptor, hints)), (1, mangled(descriptor)))
