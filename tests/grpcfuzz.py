@@ -31,6 +31,7 @@ from chat.v1 import chat_service_pb2
 from infra.tls import TlsConfig
 from tests import protofuzz
 from tests.protofuzz import message_class
+from tests.seeded import Metadata
 
 RETRY_INFO = error_details_pb2.RetryInfo.DESCRIPTOR
 # What gRPC itself says of a request over its size limit: the one RESOURCE_EXHAUSTED that
@@ -65,7 +66,6 @@ WRITERS = frozenset(
     }
 )
 CALL_S = 30.0
-Metadata = tuple[tuple[str, str], ...]
 
 
 def method_path(method: MethodDescriptor) -> str:

@@ -1,10 +1,12 @@
 """Hypothesis fuzzes the gRPC API from its protobuf descriptors, against a running platform with
 mutual TLS: every ChatService method as a user (with ids of their own, of another user, random
 ones; huge fields; enum numbers no enum names; bytes that do not parse; no token or a wrong
-one), and every SchedulerService method with the certificate of the role that calls it (the
-operator's admin calls, the gateway's pick, a node's stream). Each call ends OK or with a
-specific status, never UNKNOWN or INTERNAL; a refused call leaves the store as it was; no call
-touches another user's rows; an answer a user saw is the answer stored.
+one), every SchedulerService method with the certificate of the role that calls it (the
+operator's admin calls, the gateway's pick, a node's stream), and NodeService as the gateway.
+Each call ends OK or with a specific status: never UNKNOWN or INTERNAL, no RESOURCE_EXHAUSTED
+but a limit's (with RetryInfo) or gRPC's own for a request over 4 MiB. A refused call leaves
+the store as it was, no call touches another user's rows, and an answer a user saw is the
+answer stored. tests/e2e/test_grpc_refusals.py tells what it found once, plainly.
 
 The requests come from tests/protofuzz.py, so a field or method added to proto/ is fuzzed too;
 tests/grpcfuzz.py makes the calls and the checks. The examples are derandomized: a failure
@@ -14,14 +16,11 @@ replays the same way on every run. Run with -s to see the statuses each method a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import string
 import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import ExitStack
-from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 import pytest
@@ -29,27 +28,16 @@ from google.protobuf.descriptor import FieldDescriptor, MethodDescriptor
 from hypothesis import strategies as st
 
 from chat.v1 import chat_service_pb2 as chat_pb
-from chat.v1 import chat_service_pb2_grpc as chat_grpc
 from chat.v1 import common_pb2 as common_pb
 from chat.v1 import node_service_pb2 as node_pb
 from chat.v1 import scheduler_service_pb2 as scheduler_pb
-from clients.chat_client import AdminClient, ChatClient, ClientError, Done, Meta, answer_text
-from clients.chatctl.platform import LocalPlatform, PlatformSettings
+from clients.chat_client import AdminClient
+from clients.chatctl.platform import LocalPlatform
 from infra.access import allowed_roles
 from infra.tls import Role
 from tests import protofuzz
-from tests.grpcfuzz import (
-    CALL_S,
-    Call,
-    Findings,
-    Metadata,
-    Target,
-    fuzz,
-    message_row,
-    method_path,
-    rows,
-    sync_channel,
-)
+from tests.grpcfuzz import Call, Findings, Target, fuzz, message_row, method_path, sync_channel
+from tests.seeded import NODE_ID, POOL, Ids, Seeded, bearer, seeded_platform
 
 pytestmark = pytest.mark.slow
 
@@ -61,8 +49,6 @@ NODE = node_pb.DESCRIPTOR.services_by_name["NodeService"]
 # past validation, so they get more.
 EXAMPLES = 100
 EXAMPLES_OF = {"SendMessage": 250, "Complete": 200}
-NODE_ID = "local-small-0"
-POOL = "small"
 # Printable ASCII without the line breaks gRPC metadata cannot carry.
 HEADER_TEXT = st.text(alphabet=string.ascii_letters + string.digits + "-._~+/= ", max_size=40)
 VALID_IDS = st.from_regex(r"[A-Za-z0-9_-]{1,64}", fullmatch=True)
@@ -75,75 +61,10 @@ HUGE_IDS = protofuzz.huge_texts((1_000, 40_000, 300_000))
 ROLE_ORDER = (Role.CLIENT, Role.OPERATOR, Role.GATEWAY, Role.NODE)
 
 
-def bearer(token: str) -> Metadata:
-    return (("authorization", f"Bearer {token}"),)
-
-
-@dataclass(frozen=True)
-class Ids:
-    """A conversation and its first message, of one user."""
-
-    user_id: str
-    conversation_id: str
-    message_id: str
-
-    def all(self) -> list[str]:
-        answer = self.message_id + ".answer"
-        return [self.user_id, self.conversation_id, self.message_id, answer]
-
-
-@dataclass
-class Fuzzed:
-    platform: LocalPlatform
-    database: Path
-    free: Ids
-    plus: Ids
-
-
-async def first_exchange(platform: LocalPlatform, tier: str, stop: bool) -> Ids:
-    """A conversation with one answered message; `stop` ends the answer after its meta."""
-    conversation_id, message_id = f"c_{tier}_{uuid.uuid4().hex[:8]}", f"m_{uuid.uuid4().hex[:8]}"
-    tls = platform.tls(Role.CLIENT)
-    async with ChatClient(platform.gateway_address, platform.tokens[tier], tls=tls) as chat:
-        async for event in chat.send(conversation_id, "Hello there.", message_id=message_id):
-            if isinstance(event, Meta) and stop:
-                assert await chat.stop(message_id)
-            if isinstance(event, Done):
-                break
-    return Ids(f"dev-{tier}", conversation_id, message_id)
-
-
 @pytest.fixture(scope="module")
-async def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Fuzzed]:
-    state = tmp_path_factory.mktemp("grpc-fuzz")
-    platform = LocalPlatform(
-        PlatformSettings(
-            state_dir=state,
-            edge_listen="127.0.0.1:0",
-            pool=POOL,
-            extra_env={
-                "CHAT_NODEAGENT_ENGINE": "sim",
-                "CHAT_NODEAGENT_SIM_PRESET": "8b-1xh100",
-                # Answers of 5 s at the simulated speed: a Plus answer is still streaming
-                # while another user tries it; Free's are cut at 8 tokens, so the fuzzer's
-                # accepted sends are quick.
-                "CHAT_NODEAGENT_SIM_ANSWER_TOKENS": "500,500",
-                "CHAT_GATEWAY_FREE_MAX_ANSWER_TOKENS": "8",
-                "CHAT_GATEWAY_FREE_BUCKET_CAPACITY": "1e9",
-                "CHAT_GATEWAY_PLUS_BUCKET_CAPACITY": "1e9",
-                # Compaction writes a summary in the background after an answer: a later
-                # call would see the store change under it. The fuzzer probes the API.
-                "CHAT_GATEWAY_COMPACTION": "false",
-            },
-        )
-    )
-    try:
-        await platform.start()
-        free = await first_exchange(platform, "free", stop=False)
-        plus = await first_exchange(platform, "plus", stop=True)
-        yield Fuzzed(platform, state / "chat.db", free, plus)
-    finally:
-        await platform.stop()
+async def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Seeded]:
+    async with seeded_platform(tmp_path_factory.mktemp("grpc-fuzz")) as platform:
+        yield platform
 
 
 def channel_for(
@@ -226,7 +147,7 @@ def stored_as_seen(call: Call, user_id: str | None) -> list[str]:
     return problems
 
 
-def chat_targets(fuzzed: Fuzzed, stack: ExitStack) -> list[Target]:
+def chat_targets(fuzzed: Seeded, stack: ExitStack) -> list[Target]:
     platform = fuzzed.platform
     free = platform.tokens["free"]
     metadata = protofuzz.weighted(
@@ -251,7 +172,7 @@ def chat_targets(fuzzed: Fuzzed, stack: ExitStack) -> list[Target]:
     ]
 
 
-async def test_the_chat_api_answers_every_request_with_a_specific_status(fuzzed: Fuzzed) -> None:
+async def test_the_chat_api_answers_every_request_with_a_specific_status(fuzzed: Seeded) -> None:
     with ExitStack() as stack:
         targets = chat_targets(fuzzed, stack)
         findings = await asyncio.to_thread(fuzz, targets, fuzzed.database)
@@ -308,7 +229,7 @@ def named_user(call: Call) -> str | None:
     return request.user_id  # type: ignore[attr-defined]
 
 
-def scheduler_targets(fuzzed: Fuzzed, stack: ExitStack, users: list[str]) -> list[Target]:
+def scheduler_targets(fuzzed: Seeded, stack: ExitStack, users: list[str]) -> list[Target]:
     platform = fuzzed.platform
     metadata = protofuzz.weighted(
         (16, st.just(bearer(platform.admin_token))),
@@ -346,7 +267,7 @@ async def restored(platform: LocalPlatform) -> None:
 
 
 async def test_the_scheduler_api_answers_every_request_with_a_specific_status(
-    fuzzed: Fuzzed,
+    fuzzed: Seeded,
 ) -> None:
     platform = fuzzed.platform
     users = [f"fuzz-{uuid.uuid4().hex[:6]}" for _ in range(2)]
@@ -367,150 +288,6 @@ async def test_the_scheduler_api_answers_every_request_with_a_specific_status(
     assert all(child.process.returncode is None for child in platform.children)
 
 
-# What the fuzzer found, and what it checks in bulk, told once plainly -----------------------------
-
-
-async def test_an_id_too_long_to_quote_gets_its_own_status_not_resource_exhausted(
-    fuzzed: Fuzzed,
-) -> None:
-    """The reason quoting a 300,000-character id once made trailers no client accepts: the
-    caller read RESOURCE_EXHAUSTED (HTTP 429 at the edge) for a user that does not exist."""
-    platform, huge = fuzzed.platform, "x" * 300_000
-    async with AdminClient(
-        platform.scheduler_address, platform.admin_token, tls=platform.tls(Role.OPERATOR)
-    ) as admin:
-        with pytest.raises(ClientError) as rotating:
-            await admin.rotate_token(huge)
-        with pytest.raises(ClientError) as draining:
-            await admin.drain(huge)
-    async with platform.channel(platform.gateway_address, Role.CLIENT) as channel:
-        reading = chat_grpc.ChatServiceStub(channel).GetMessage(
-            chat_pb.GetMessageRequest(message_id=huge),
-            metadata=bearer(platform.tokens["free"]),
-            timeout=CALL_S,
-        )
-        with pytest.raises(grpc.aio.AioRpcError) as read:
-            await reading
-    assert (rotating.value.code, draining.value.code) == ("NOT_FOUND", "NOT_FOUND")
-    assert read.value.code() == grpc.StatusCode.NOT_FOUND
-    assert rotating.value.message.startswith("no user 'xxxxxxxx")
-    assert read.value.details().startswith("no message 'xxxxxxxx")
-    assert read.value.details().endswith("\u2026") and len(read.value.details()) <= 1024
-
-
-async def refusal_of(call: grpc.aio.Call) -> grpc.StatusCode:
-    """The status a call ended with, its answers (none are expected) read to the end."""
-    with contextlib.suppress(grpc.aio.AioRpcError):
-        if isinstance(call, grpc.aio.UnaryStreamCall):
-            async for _ in call:
-                pass
-        else:
-            await call
-    return await call.code()
-
-
-def tries_on(
-    stub: chat_grpc.ChatServiceStub, token: str, conversation_id: str, message_id: str
-) -> dict[str, grpc.aio.Call]:
-    """Every call that names a conversation or a message, as the holder of `token`."""
-    kw = {"metadata": bearer(token), "timeout": CALL_S}
-    answer_id = message_id + ".answer"
-    return {
-        "GetConversation": stub.GetConversation(
-            chat_pb.GetConversationRequest(conversation_id=conversation_id), **kw
-        ),
-        "ListMessages": stub.ListMessages(
-            chat_pb.ListMessagesRequest(conversation_id=conversation_id), **kw
-        ),
-        "GetMessage": stub.GetMessage(chat_pb.GetMessageRequest(message_id=message_id), **kw),
-        "GetMessage answer": stub.GetMessage(chat_pb.GetMessageRequest(message_id=answer_id), **kw),
-        "AttachMessage": stub.AttachMessage(
-            chat_pb.AttachMessageRequest(message_id=message_id), **kw
-        ),
-        "StopMessage": stub.StopMessage(chat_pb.StopMessageRequest(message_id=message_id), **kw),
-        "DeleteConversation": stub.DeleteConversation(
-            chat_pb.DeleteConversationRequest(conversation_id=conversation_id), **kw
-        ),
-        # An answer to that message, in a conversation of the caller's with the same id.
-        "SendMessage": stub.SendMessage(
-            chat_pb.SendMessageRequest(
-                conversation_id=conversation_id,
-                message_id="m_reply",
-                parent_id=message_id,
-                content="And then?",
-            ),
-            **kw,
-        ),
-    }
-
-
-async def test_no_user_reads_resumes_stops_or_deletes_another_users_answer_as_it_streams(
-    fuzzed: Fuzzed,
-) -> None:
-    platform = fuzzed.platform
-    conversation_id, message_id = f"c_{uuid.uuid4().hex[:8]}", f"m_{uuid.uuid4().hex[:8]}"
-    answer_id = message_id + ".answer"
-    before = rows(fuzzed.database)
-    events: list[object] = []
-    tls = platform.tls(Role.CLIENT)
-    async with (
-        ChatClient(platform.gateway_address, platform.tokens["plus"], tls=tls) as plus,
-        platform.channel(platform.gateway_address, Role.CLIENT) as channel,
-    ):
-        stub = chat_grpc.ChatServiceStub(channel)
-        async for event in plus.send(conversation_id, "Tell me a long story.", message_id):
-            events.append(event)
-            if len(events) != 2:  # meta, then the first text: the answer is streaming
-                continue
-            tries = tries_on(stub, platform.tokens["free"], conversation_id, message_id)
-            codes = {name: await refusal_of(call) for name, call in tries.items()}
-            # Plus's answer was still streaming after all of them: not stored yet.
-            own = stub.GetMessage(
-                chat_pb.GetMessageRequest(message_id=answer_id),
-                metadata=bearer(platform.tokens["plus"]),
-                timeout=CALL_S,
-            )
-            still_streaming = await refusal_of(own)
-    assert codes == dict.fromkeys(tries, grpc.StatusCode.NOT_FOUND)
-    assert still_streaming == grpc.StatusCode.NOT_FOUND
-    done = events[-1]
-    assert isinstance(done, Done) and done.finish == "stop"  # Free's stop stopped nothing
-    after = rows(fuzzed.database)
-    assert after.of_others("dev-plus") == before.of_others("dev-plus")
-    stored = message_row(after, "dev-plus", answer_id)
-    assert stored is not None and stored[6] == answer_text(events)  # type: ignore[arg-type]
-
-
-async def test_a_page_token_the_api_never_gave_out_is_invalid_even_if_it_parses(
-    fuzzed: Fuzzed,
-) -> None:
-    """ "nan" and "inf" parse as floats: they answered OK, with no page or the first one."""
-    platform = fuzzed.platform
-    async with platform.channel(platform.gateway_address, Role.CLIENT) as channel:
-        stub = chat_grpc.ChatServiceStub(channel)
-        listing = {"metadata": bearer(platform.tokens["free"]), "timeout": CALL_S}
-        first = await stub.ListConversations(
-            chat_pb.ListConversationsRequest(page_size=1), **listing
-        )
-        after_first = await stub.ListConversations(
-            chat_pb.ListConversationsRequest(page_size=1, page_token=first.next_page_token),
-            **listing,
-        )
-        codes = {
-            token: await refusal_of(
-                stub.ListConversations(
-                    chat_pb.ListConversationsRequest(page_token=token), **listing
-                )
-            )
-            for token in ("nan", "inf", "-inf", "1e999", "soon")
-        }
-    assert first.next_page_token and float(first.next_page_token) > 0
-    assert [c.conversation_id for c in after_first.conversations] != [
-        c.conversation_id for c in first.conversations
-    ]
-    assert codes == dict.fromkeys(codes, grpc.StatusCode.INVALID_ARGUMENT)
-
-
 # NodeService ------------------------------------------------------------------------------------
 
 
@@ -528,7 +305,7 @@ def node_hints(field: FieldDescriptor) -> st.SearchStrategy[object] | None:
     return None
 
 
-async def test_the_node_api_answers_every_request_with_a_specific_status(fuzzed: Fuzzed) -> None:
+async def test_the_node_api_answers_every_request_with_a_specific_status(fuzzed: Seeded) -> None:
     """The gateway's calls to a node, as the gateway's certificate: what a gateway with a bug
     (or a caller holding its certificate) could send. A node stores nothing."""
     no_metadata = st.just(())
