@@ -74,20 +74,22 @@ class _CheckedStream:
 def _guard(behavior: Callable[..., Any], streaming_requests: bool) -> Any:
     """The behavior, refusing an undecodable request (or stream message) first."""
 
-    async def refused(stream: _CheckedStream | None, context: grpc.aio.ServicerContext) -> None:
-        """After the call's task was cancelled: the refusal, if a stream message caused it."""
-        task = asyncio.current_task()
-        if stream is None or stream.refusal is None or task is None:
-            raise asyncio.CancelledError
-        task.uncancel()
-        await _refuse(context, stream.refusal)
-
     async def checked(request: Any, context: grpc.aio.ServicerContext) -> Any:
         if streaming_requests:
             return _CheckedStream(request, context)
         if isinstance(request, Undecodable):
             await _refuse(context, request)
         return request
+
+    def refusal_of(request: Any) -> Undecodable | None:
+        """After the call's task was cancelled: the message that caused it, if one did."""
+        return request.refusal if isinstance(request, _CheckedStream) else None
+
+    async def refuse_instead(context: grpc.aio.ServicerContext, refusal: Undecodable) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()  # the cancellation was ours, not the caller's
+        await _refuse(context, refusal)
 
     if inspect.isasyncgenfunction(behavior):
 
@@ -97,7 +99,9 @@ def _guard(behavior: Callable[..., Any], streaming_requests: bool) -> Any:
                 async for item in behavior(request, context):
                     yield item
             except asyncio.CancelledError:
-                await refused(request if streaming_requests else None, context)
+                if (refusal := refusal_of(request)) is None:
+                    raise
+                await refuse_instead(context, refusal)
 
         return streaming
 
@@ -106,7 +110,9 @@ def _guard(behavior: Callable[..., Any], streaming_requests: bool) -> Any:
         try:
             return await behavior(request, context)
         except asyncio.CancelledError:
-            await refused(request if streaming_requests else None, context)
+            if (refusal := refusal_of(request)) is None:
+                raise
+            await refuse_instead(context, refusal)
 
     return once
 
