@@ -11,6 +11,8 @@
 
     .venv/bin/python bench/path_split.py [--rounds 100] [--idle-seconds 30] [--against DIR]
 
+--rounds 0 skips the first part, --idle-seconds 0 the second.
+
 --against DIR adds a second platform whose services import another checkout (say a worktree
 of the previous commit: `git worktree add ../before HEAD~1`), measured in the same rounds,
 taking turns: a change's effect side by side.
@@ -134,25 +136,40 @@ def percentiles(samples: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     }  # fmt: skip
 
 
-async def idle(seconds: float) -> dict[str, float]:
+async def idle(seconds: float, against: str) -> dict[str, dict[str, float]]:
+    """Each process's CPU per second of wall time (all its threads, ended ones too, in 10 ms
+    ticks: a long window resolves it); with `against`, both platforms idle over the same
+    window, so the machine's noise falls on both alike."""
+    checkouts = {"this": ""} | ({"against": against} if against else {})
     with tempfile.TemporaryDirectory() as state:
-        settings = PlatformSettings(state_dir=Path(state), edge_listen="127.0.0.1:0", nodes=3,
-                                    parallel=1, slot_context_tokens=2048)  # fmt: skip
-        platform = LocalPlatform(settings)
-        await platform.start()
+        platforms = {}
         try:
+            for label, checkout in checkouts.items():
+                settings = PlatformSettings(state_dir=Path(state) / label,
+                                            edge_listen="127.0.0.1:0", nodes=3, parallel=1,
+                                            slot_context_tokens=2048)  # fmt: skip
+                if checkout:
+                    settings.extra_env["PYTHONPATH"] = checkout
+                platforms[label] = LocalPlatform(settings)
+                await platforms[label].start()
             await asyncio.sleep(5.0)  # start-up work settles
-            pids = {c.name: c.process.pid for c in platform.children}
-            before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            pids = {
+                (label, child.name): child.process.pid
+                for label, platform in platforms.items()
+                for child in platform.children
+            }
+            before = {key: cpu_seconds(pid) for key, pid in pids.items()}
             started = time.monotonic()
             await asyncio.sleep(seconds)
             wall = time.monotonic() - started
-            return {
-                name: round((cpu_seconds(pid) - before[name]) / wall * 1000, 2)
-                for name, pid in pids.items()
-            }
+            burn: dict[str, dict[str, float]] = {label: {} for label in platforms}
+            for (label, name), pid in pids.items():
+                spent = cpu_seconds(pid) - before[(label, name)]
+                burn[label][name] = round(spent / wall * 1000, 2)
+            return burn
         finally:
-            await platform.stop()
+            for platform in platforms.values():
+                await platform.stop()
 
 
 def split_lines(label: str, split: dict[str, dict[str, float]]) -> list[str]:
@@ -172,8 +189,8 @@ def gateway_own(split: dict[str, dict[str, float]]) -> float:
 
 
 async def run(args: argparse.Namespace) -> str:
-    splits = await hops(args.rounds, args.against)
-    burn = await idle(args.idle_seconds) if args.idle_seconds > 0 else {}
+    splits = await hops(args.rounds, args.against) if args.rounds > 0 else {}
+    burns = await idle(args.idle_seconds, args.against) if args.idle_seconds > 0 else {}
     lines = [
         f"path split: {args.rounds} rounds on the simulated engine (100x), control plane alone "
         "(router and safety off), mutual TLS; one call at a time"
@@ -182,20 +199,21 @@ async def run(args: argparse.Namespace) -> str:
     for label, split in splits.items():
         lines.extend(split_lines(label, split))
     result: dict = {"bench": "path_split", "rounds": args.rounds, "split": splits}
-    if "against" in splits:
+    if "this" in splits and "against" in splits:
         ratio = (
             splits["this"]["gateway_grpc"]["p50_ms"] / splits["against"]["gateway_grpc"]["p50_ms"]
         )
         result["gateway_grpc_p50_ratio"] = round(ratio, 3)
         lines.append(f"gateway TTFT p50, this / against: {ratio:.3f}")
-    if burn:
-        lines.append(f"idle platform, ms of CPU per s over {args.idle_seconds:.0f} s (llama.cpp "
-                     "processes not counted):")  # fmt: skip
+    for label, burn in burns.items():
+        lines.append(f"idle platform ({label}), ms of CPU per s over {args.idle_seconds:.0f} s "
+                     "(llama.cpp processes not counted):")  # fmt: skip
         for name, ms in burn.items():
             lines.append(f"  {name:<14} {ms:>6.2f}")
         total = round(sum(burn.values()), 2)
         lines.append(f"  {'total':<14} {total:>6.2f}   (goal 2)")
-        result |= {"idle_cpu_ms_per_s": burn, "idle_total_ms_per_s": total}
+        suffix = "" if label == "this" else f"_{label}"
+        result |= {f"idle_cpu_ms_per_s{suffix}": burn, f"idle_total_ms_per_s{suffix}": total}
     lines.append(json.dumps(result))
     return "\n".join(lines)
 

@@ -125,8 +125,10 @@ class GatewayConfig:
     # resumes any answer, retries never run the model twice, a dead gateway's answers are
     # taken over by the others).
     runs: str = "memory"
-    # A gateway silent this long (redis runs) is dead and its answers are taken over.
-    gateway_liveness_s: float = 3.0
+    # A gateway silent this long (redis runs) is dead and its answers are taken over. Renewed
+    # every third of it: a live gateway whose loop stalls past two thirds of it loses its runs
+    # to another, which goes on from the logged text (docs/decisions.md).
+    gateway_liveness_s: float = 2.0
     shutdown_grace_s: float = 30.0
     ready_file: str = ""
     log_level: str = "info"

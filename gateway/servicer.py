@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator
 
 import grpc
@@ -26,6 +27,20 @@ from infra.grpcserver import maps_domain_errors
 from store.base import Store
 
 MAX_PAGE = 100
+
+
+def _page_cursor(token: str) -> float | None:
+    """The updated_at a page token stands for; None for the first page. The tokens given out
+    are finite times: "nan" or "inf" parse as floats, but would page nowhere or everywhere."""
+    if not token:
+        return None
+    try:
+        before = float(token)
+    except ValueError as exc:
+        raise InvalidArgument("page_token is not one this API gave out") from exc
+    if not math.isfinite(before):
+        raise InvalidArgument("page_token is not one this API gave out")
+    return before
 
 
 class ChatServicer(pb_grpc.ChatServiceServicer):
@@ -99,12 +114,7 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         user = await self._auth.user_of(context)
         if request.page_size > MAX_PAGE:
             raise InvalidArgument(f"page_size must be at most {MAX_PAGE}")
-        before = None
-        if request.page_token:
-            try:
-                before = float(request.page_token)
-            except ValueError as exc:
-                raise InvalidArgument("page_token is not one this API gave out") from exc
+        before = _page_cursor(request.page_token)
         size = request.page_size or 20
         records = await self._store.list_conversations(user.user_id, size, before)
         next_token = repr(records[-1].updated_at) if len(records) == size else ""

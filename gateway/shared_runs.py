@@ -9,7 +9,7 @@ Keys, per run (member = user id + US + message id):
 - `chat:events:<member>`  stream; entry ids are `0-<event id>`, so event ids count 1, 2, 3...
   and a write with an id that is not the next one fails. That is the fence: a gateway that
   lost its run (it was slow, not dead) cannot write into the new owner's log.
-- `chat:gateway:<id>`  a gateway's liveness, renewed every second, gone 3 s after it dies.
+- `chat:gateway:<id>`  a gateway's liveness, renewed every 0.67 s, gone 2 s after it dies.
 - `chat:runs:active`  the runs not ended, which every gateway's sweeper scans for orphans.
 - channel `chat:stop`  a stop asked at one gateway for a run another one owns.
 
@@ -133,7 +133,7 @@ class Orphan:
 @dataclass(frozen=True, slots=True)
 class SharedRunsConfig:
     # A gateway silent this long is dead and its runs are taken over.
-    liveness_s: float = 3.0
+    liveness_s: float = 2.0
     # How long a run's keys live while it runs, and after it ended (for retries and resumes).
     running_ttl_s: int = 3600
     keep_after_end_s: int = 600

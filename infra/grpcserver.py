@@ -13,6 +13,7 @@ from grpc_reflection.v1alpha import reflection
 
 from domain import errors
 from infra.access import RoleCheck
+from infra.decoding import DecodeCheck
 from infra.keepalive import SERVER_KEEPALIVE
 from infra.status import to_rpc_status
 from infra.tls import TlsConfig, server_credentials
@@ -71,7 +72,8 @@ class GrpcServer:
         tls.check()
         self.server = grpc.aio.server(
             options=SERVER_OPTIONS,
-            interceptors=[] if tls.insecure else [RoleCheck()],
+            # The role check first: a caller the table refuses learns nothing of its request.
+            interceptors=[DecodeCheck()] if tls.insecure else [RoleCheck(), DecodeCheck()],
         )
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -89,7 +91,7 @@ class GrpcServer:
         self._health_server: grpc.aio.Server | None = None
         self.health_port = 0
         if health_listen:
-            self._health_server = grpc.aio.server()
+            self._health_server = grpc.aio.server(interceptors=[DecodeCheck()])
             health_pb2_grpc.add_HealthServicer_to_server(self.health, self._health_server)
             self.health_port = self._health_server.add_insecure_port(health_listen)
             if self.health_port == 0:

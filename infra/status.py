@@ -32,6 +32,11 @@ _REASONS: list[tuple[type[errors.DomainError], str]] = [
 ]
 ERROR_DOMAIN = "chat.v1"
 MAX_RETRY_AFTER_S = 24 * 3600.0
+# A reason travels twice in the trailers (grpc-message, percent-encoded, and inside
+# grpc-status-details-bin), and gRPC clients refuse trailers past 16 KiB (past 8 KiB, some at
+# random): a reason quoting a huge id reached the caller as RESOURCE_EXHAUSTED from its own
+# transport, hiding the real status. 1 KiB of UTF-8 stays under 5 KiB of trailers.
+MAX_REASON_BYTES = 1024
 
 _HTTP: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
@@ -56,6 +61,14 @@ def grpc_code_of(error: errors.DomainError) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
+def bounded(reason: str) -> str:
+    """The reason, cut (at a character) to MAX_REASON_BYTES of UTF-8 with an ellipsis."""
+    encoded = reason.encode()
+    if len(encoded) <= MAX_REASON_BYTES:
+        return reason
+    return encoded[: MAX_REASON_BYTES - 3].decode(errors="ignore") + "\u2026"
+
+
 def to_rpc_status(error: errors.DomainError) -> grpc.Status:
     code = grpc_code_of(error)
     details: list[any_pb2.Any] = []
@@ -74,7 +87,7 @@ def to_rpc_status(error: errors.DomainError) -> grpc.Status:
             packed.Pack(error_details_pb2.ErrorInfo(reason=reason, domain=ERROR_DOMAIN))
             details.append(packed)
             break
-    status = status_pb2.Status(code=code.value[0], message=error.reason, details=details)
+    status = status_pb2.Status(code=code.value[0], message=bounded(error.reason), details=details)
     return rpc_status.to_status(status)
 
 

@@ -23,6 +23,8 @@ from infra.process import dies_with_parent
 from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
 
 _FINISH = {"stop": Finish.STOP, "length": Finish.LENGTH}
+# The health check's bound: llama-server answers /health at once, even mid-generation.
+HEALTH_TIMEOUT_S = 5.0
 
 
 def bundled_model_path() -> Path:
@@ -140,6 +142,11 @@ class LlamaCppEngine:
                 self._process.kill()
                 await self._process.wait()
 
+    @property
+    def process_id(self) -> int | None:
+        """llama-server's process id while it runs (operators and tests signal it)."""
+        return self._process.pid if self._process else None
+
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
             raise EngineError("the engine is not started")
@@ -147,9 +154,12 @@ class LlamaCppEngine:
 
     async def healthy(self) -> bool:
         try:
-            async with self._http().get(f"{self._base_url}/health") as response:
+            # A hung engine is unhealthy too: without a bound the check waited for ever, and
+            # the node went on reporting the last answer it got.
+            timeout = aiohttp.ClientTimeout(total=HEALTH_TIMEOUT_S)
+            async with self._http().get(f"{self._base_url}/health", timeout=timeout) as response:
                 return response.status == 200
-        except aiohttp.ClientError:
+        except (aiohttp.ClientError, TimeoutError):
             return False
 
     async def tokenize(self, texts: list[str]) -> list[int]:

@@ -99,7 +99,7 @@ async def test_a_stream_whose_gateway_is_killed_carries_on_to_done(platform) -> 
     assert [e.id for _, e in events] == list(range(1, len(events) + 1))  # no gap, no repeat
     assert "".join(e.data["text"] for _, e in events if e.event == "delta") == stored
     assert 'edge_stream_reattaches_total{outcome="ok"} 1.0' in metrics
-    # The client saw a pause (the dead gateway's liveness, 3 s, running out, then the
+    # The client saw a pause (the dead gateway's liveness, 2 s, running out, then the
     # takeover), then the rest at the usual pace.
     assert max(b - a for (a, _), (b, _) in itertools.pairwise(events)) < 10.0
 

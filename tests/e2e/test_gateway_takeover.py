@@ -127,5 +127,5 @@ async def test_a_gateway_killed_mid_answer_is_taken_over(gateways) -> None:
     assert [m.role for m in stored] == ["user", "assistant"]
     assert stored[1].content == text  # the answer the user read is the one saved
     assert first_after is not None
-    # Goal: a pause of a few seconds (liveness 3 s + one sweep); the bound is generous.
+    # Goal: a pause of a few seconds (liveness 2 s + one sweep); the bound is generous.
     assert first_after - killed_at < 20.0

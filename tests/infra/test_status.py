@@ -45,3 +45,18 @@ def test_an_endless_wait_is_capped_to_a_number() -> None:
     info = error_details_pb2.RetryInfo()
     decoded.details[0].Unpack(info)
     assert info.retry_delay.seconds == 24 * 3600
+
+
+@pytest.mark.parametrize("char", ["x", "\u4e2d"])
+def test_a_reason_quoting_a_huge_value_is_cut_to_fit_the_trailers(char: str) -> None:
+    status = to_rpc_status(errors.NotFound(f"no user {char * 300_000!r}"))
+    assert status.code == grpc.StatusCode.NOT_FOUND
+    assert status.details.startswith(f"no user '{char * 100}")
+    assert status.details.endswith("\u2026")
+    assert len(status.details.encode()) <= 1024
+    ((_, value),) = status.trailing_metadata
+    assert len(value) < 1200
+
+
+def test_a_short_reason_is_kept_whole() -> None:
+    assert to_rpc_status(errors.NotFound("no user 'u1'")).details == "no user 'u1'"

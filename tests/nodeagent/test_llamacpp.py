@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -10,7 +12,7 @@ import pytest
 
 from domain.types import Finish, Role
 from nodeagent.engine import Chunk, Finished, GenerationRequest, PromptTurn
-from nodeagent.llamacpp import LlamaCppEngine
+from nodeagent.llamacpp import HEALTH_TIMEOUT_S, LlamaCppEngine
 
 
 def request(rid: str, text: str, max_tokens: int = 16, **extra) -> GenerationRequest:
@@ -97,3 +99,17 @@ async def test_closing_the_stream_frees_the_engines_slot(one_slot: LlamaCppEngin
 
 async def _collect(stream):
     return [i async for i in stream]
+
+
+async def test_a_hung_engine_is_unhealthy_within_the_checks_bound(one_slot: LlamaCppEngine) -> None:
+    """A stopped llama-server accepts connections (the kernel does) but answers nothing: the
+    health check must give up, or the node would go on reporting the engine as ready."""
+    pid = one_slot.process_id
+    assert pid is not None and await one_slot.healthy()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # Without its bound the check waits for ever: this wait fails the test instead.
+        assert not await asyncio.wait_for(one_slot.healthy(), HEALTH_TIMEOUT_S + 5.0)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert await one_slot.healthy()
