@@ -314,9 +314,10 @@ async def test_a_scheduler_cut_off_from_etcd_hands_the_ladder_over_and_two_never
     await ledger.check()
 
 
-# Shorter than the gateways' liveness window (3 s): the gateway waits for Redis and goes on.
-# Longer: the other gateway takes the answer over from its log, and the edge follows it there.
-@pytest.mark.parametrize("away_s", [2.0, 6.0])
+# Shorter than the gateways' liveness window (2 s): the gateway waits for Redis and goes on (or,
+# when its reconnect takes it past the window, is taken over). Longer: the other gateway takes
+# the answer over from its log, and the edge follows it there. Either way, exactly once.
+@pytest.mark.parametrize("away_s", [1.0, 5.0])
 async def test_redis_unreachable_mid_answer_the_answer_ends_whole(
     cluster: Cluster, ledger: Ledger, away_s: float
 ) -> None:
