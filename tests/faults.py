@@ -1,20 +1,26 @@
 """Faults for tests and bench/faults.py to cause on a LocalPlatform mid-answer: which process
-serves an answer, killing it, and waiting for the platform to be whole again."""
+serves an answer, killing it, and waiting for the platform to be whole again; what the
+schedulers and etcd say of the fleet and the ladder's lead."""
 
 from __future__ import annotations
 
 import asyncio
 import re
 import signal
+import socket
 import time
+from collections.abc import Sequence
 
+import aetcd
 import aiohttp
 
 from clients.chat_client import AdminClient
 from clients.chatctl.platform import Child, LocalPlatform
+from tests.servers import Etcd
 
 STREAMING = re.compile(r"^gateway_answers_streaming ([0-9.]+)$", re.MULTILINE)
 READY_TIMEOUT_S = 60.0
+LEADER_KEY = b"/chat/v1/ladder/leader"
 
 
 async def streaming_gateway(http: aiohttp.ClientSession, platform: LocalPlatform) -> Child:
@@ -63,3 +69,59 @@ async def restart_the_dead(platform: LocalPlatform, http: aiohttp.ClientSession)
         if time.monotonic() > deadline:
             raise RuntimeError(f"the edge does not reach every gateway: {gateways}")
         await asyncio.sleep(0.05)
+
+
+def child_of(platform: LocalPlatform, name: str) -> Child:
+    return next(c for c in platform.children if c.name == name)
+
+
+async def ready_nodes(platform: LocalPlatform) -> list[set[str]]:
+    """The ready nodes each scheduler lists."""
+    views = []
+    for address in platform.scheduler_addresses():
+        async with AdminClient(address, platform.admin_token, tls=platform.tls()) as admin:
+            views.append({n.node_id for n in await admin.nodes() if n.state == "ready"})
+    return views
+
+
+async def leading(platform: LocalPlatform, schedulers: Sequence[str]) -> list[bool]:
+    """Whether each scheduler named says it leads the ladder, in that order."""
+    flags = []
+    for name in schedulers:
+        address = str(child_of(platform, name).ready["grpc"])
+        async with AdminClient(address, platform.admin_token, tls=platform.tls()) as admin:
+            flags.append((await admin.ladder()).leading)
+    return flags
+
+
+def scheduler_id(child: Child) -> str:
+    """The id a scheduler holds the ladder's leader key with (scheduler.main: host and pid)."""
+    return f"{socket.gethostname()}-{child.process.pid}"
+
+
+async def etcd_revision(etcd: Etcd) -> int:
+    """etcd's revision now, read with the leader key (held while any scheduler runs)."""
+    async with aetcd.Client(host=etcd.host, port=etcd.port) as client:
+        found = await client.get(LEADER_KEY)
+    assert found is not None, "no scheduler holds the leader key"
+    return int(found.header.revision)
+
+
+async def leader_history(etcd: Etcd, start: int) -> list[tuple[str, bytes | None]]:
+    """Every put and delete of the ladder's leader key from revision `start` on, in order, up
+    to its put now held: etcd's own record of who led."""
+    async with aetcd.Client(host=etcd.host, port=etcd.port) as client:
+        held = await client.get(LEADER_KEY)
+        assert held is not None, "no scheduler holds the leader key"
+        found: list[tuple[str, bytes | None]] = []
+        watch = await client.watch(LEADER_KEY, start_revision=start)
+        try:
+            async with asyncio.timeout(READY_TIMEOUT_S):
+                async for event in watch:
+                    put = event.kind == aetcd.EventKind.PUT
+                    found.append(("put" if put else "delete", event.kv.value if put else None))
+                    if event.kv.mod_revision >= held.mod_revision:
+                        return found
+        finally:
+            await watch.cancel()
+    raise AssertionError("etcd's watch ended before the leader key's last put")

@@ -11,24 +11,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
-import aetcd
 import aiohttp
 import pytest
 
-from clients.chat_client import AdminClient
-from clients.chatctl.platform import Child, LocalPlatform, PlatformSettings
-from tests.faults import serving_node, streaming_gateway
+from clients.chatctl.platform import LocalPlatform, PlatformSettings
+from tests.faults import (
+    child_of,
+    etcd_revision,
+    leader_history,
+    leading,
+    ready_nodes,
+    scheduler_id,
+    serving_node,
+    streaming_gateway,
+)
 from tests.ledger import Ledger, Sent
 from tests.netns import NetnsPlacement, Network, unavailable
 from tests.servers import Etcd, run_etcd, run_postgres, run_redis
 from tests.simtext import expected_answer
 
-# Each scenario within a minute: a hang is a failure, not a wait for the suite timeout.
+# Each scenario within 90 s: a hang is a failure, not a wait for the suite's timeout.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
 SYSTEM_PROMPT = "You are a careful assistant."
@@ -122,26 +128,7 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float, wha
     return time.monotonic() - start
 
 
-async def ready_nodes(platform: LocalPlatform) -> list[set[str]]:
-    """The ready nodes each scheduler lists (empty for a scheduler that cannot be asked)."""
-    views = []
-    for address in platform.scheduler_addresses():
-        async with AdminClient(address, platform.admin_token, tls=platform.tls()) as admin:
-            views.append({n.node_id for n in await admin.nodes() if n.state == "ready"})
-    return views
-
-
 SCHEDULERS = ("scheduler", "scheduler-1")
-
-
-async def leading(platform: LocalPlatform) -> list[bool]:
-    """Whether each of SCHEDULERS says it leads the ladder, in that order."""
-    flags = []
-    for name in SCHEDULERS:
-        address = str(child_of(platform, name).ready["grpc"])
-        async with AdminClient(address, platform.admin_token, tls=platform.tls()) as admin:
-            flags.append((await admin.ladder()).leading)
-    return flags
 
 
 async def whole_again(cluster: Cluster, http: aiohttp.ClientSession) -> None:
@@ -150,7 +137,7 @@ async def whole_again(cluster: Cluster, http: aiohttp.ClientSession) -> None:
     async def whole() -> bool:
         if await ready_nodes(platform) != [set(NODES)] * 2:
             return False
-        if sorted(await leading(platform)) != [False, True]:
+        if sorted(await leading(platform, SCHEDULERS)) != [False, True]:
             return False
         for url in platform.edge_urls():
             async with http.get(f"{url}/readyz") as response:
@@ -178,10 +165,6 @@ def assert_exact(sent: Sent) -> None:
             f"answer ...{want[seam - 40 : seam + 80]!r}; events {sent.names}, "
             f"the edge's errors {[e.data for e in sent.interruptions]}"
         )
-
-
-def child_of(platform: LocalPlatform, name: str) -> Child:
-    return next(c for c in platform.children if c.name == name)
 
 
 # Scenarios ---------------------------------------------------------------------------------------
@@ -283,14 +266,14 @@ async def test_a_scheduler_cut_off_from_etcd_hands_the_ladder_over_and_two_never
 ) -> None:
     platform, net = cluster.platform, cluster.network
     names = SCHEDULERS
-    flags = await leading(platform)
+    flags = await leading(platform, SCHEDULERS)
     assert sorted(flags) == [False, True], flags
     leader, other = (0, 1) if flags[0] else (1, 0)
     start = await etcd_revision(cluster.etcd)
     net.cut(names[leader], "etcd")
 
     async def handed_over() -> bool:
-        flags = await leading(platform)
+        flags = await leading(platform, SCHEDULERS)
         assert not all(flags), "two schedulers say they lead at once"
         return flags[other] and not flags[leader]
 
@@ -363,40 +346,4 @@ async def test_postgres_unreachable_the_user_is_told_and_nothing_is_stored(
 
 
 async def same_leading(platform: LocalPlatform, leader: int) -> bool:
-    return (await leading(platform)) == [index == leader for index in range(2)]
-
-
-def scheduler_id(child: Child) -> str:
-    """The id a scheduler holds the leader key with (scheduler.main: host name and pid)."""
-    return f"{socket.gethostname()}-{child.process.pid}"
-
-
-async def etcd_revision(etcd: Etcd) -> int:
-    """etcd's revision now, read with the leader key (always held while a scheduler runs)."""
-    async with aetcd.Client(host=etcd.host, port=etcd.port) as client:
-        found = await client.get(LEADER_KEY)
-    assert found is not None, "no scheduler holds the leader key"
-    return int(found.header.revision)
-
-
-async def leader_history(etcd: Etcd, start: int) -> list[tuple[str, bytes | None]]:
-    """Every put and delete of the ladder's leader key since revision `start`, in order."""
-    now = await etcd_revision(etcd)
-    found: list[tuple[str, bytes | None]] = []
-    async with aetcd.Client(host=etcd.host, port=etcd.port) as client:
-        watch = await client.watch(LEADER_KEY, start_revision=start)
-        try:
-            async with asyncio.timeout(5):
-                async for event in watch:
-                    put = event.kind == aetcd.EventKind.PUT
-                    found.append(("put" if put else "delete", event.kv.value if put else None))
-                    if event.kv.mod_revision >= now:
-                        break
-        except TimeoutError:
-            pass  # no event after the last one: the history is all read
-        finally:
-            await watch.cancel()
-    return found
-
-
-LEADER_KEY = b"/chat/v1/ladder/leader"
+    return (await leading(platform, SCHEDULERS)) == [index == leader for index in range(2)]
