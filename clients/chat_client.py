@@ -45,6 +45,7 @@ from chat.v1 import chat_service_pb2_grpc as chat_grpc
 from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as sched_pb
 from chat.v1 import scheduler_service_pb2_grpc as sched_grpc
+from infra.enums import AUTO_MODEL, MODEL_CHOICES
 from infra.status import CallFailure
 from infra.tls import TlsConfig, open_channel
 
@@ -53,11 +54,8 @@ DEFAULT_TIMEOUT_S = 10.0
 # Re-attaches in a row without a new event before send() gives up.
 DEFAULT_MAX_RESUMES = 5
 
-MODELS = {
-    "auto": chat_pb.MODEL_CHOICE_AUTO,
-    "small": chat_pb.MODEL_CHOICE_SMALL,
-    "large": chat_pb.MODEL_CHOICE_LARGE,
-}
+# The model names send() takes.
+MODELS = MODEL_CHOICES
 TIERS = {"free": common_pb2.TIER_FREE, "plus": common_pb2.TIER_PLUS}
 _TIER_NAMES = {v: k for k, v in TIERS.items()}
 _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
@@ -322,7 +320,7 @@ class ChatClient(_Client):
         content: str,
         message_id: str | None = None,
         parent_id: str = "",
-        model: str = "auto",
+        model: str = AUTO_MODEL,
     ) -> AsyncIterator[ChatEvent]:
         """Sends a message and yields its answer's events, meta first, done (or error) last."""
         if model not in MODELS:

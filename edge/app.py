@@ -24,6 +24,7 @@ from edge.openai_api import MAX_BODY_KEY, OpenAIApi
 from edge.openapi import openapi_handler
 from edge.ops import Cors, PerAddressLimit
 from edge.relay import Relay
+from infra.enums import AUTO_MODEL
 from infra.metrics import metrics_handler
 
 EVENT_ID = re.compile(r"[0-9]{1,18}")
@@ -103,7 +104,7 @@ class Edge:
         body = await self._json_body(request)
         content = body.get("content")
         parent_id = body.get("parentId", "") or ""
-        model = body.get("model", "auto")
+        model = body.get("model", AUTO_MODEL)
         if not isinstance(content, str):
             raise HttpError(400, "'content' must be a string")
         if not isinstance(parent_id, str):

@@ -5,12 +5,8 @@ from __future__ import annotations
 
 from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import common_pb2
+from infra.enums import MODEL_CHOICES
 
-MODEL_CHOICES = {
-    "auto": pb.MODEL_CHOICE_AUTO,
-    "small": pb.MODEL_CHOICE_SMALL,
-    "large": pb.MODEL_CHOICE_LARGE,
-}
 # How an answer ended, as server-sent events name it.
 FINISH_NAMES = {
     common_pb2.FINISH_REASON_STOP: "stop",

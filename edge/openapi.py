@@ -7,6 +7,8 @@ from typing import Any
 
 from aiohttp import web
 
+from infra.enums import MODEL_CHOICES
+
 JSON = "application/json"
 SSE = "text/event-stream"
 ID = {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}
@@ -98,7 +100,7 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "content": {"type": "string", "minLength": 1, "maxLength": 32000},
             "parentId": PARENT_ID,
-            "model": {"type": "string", "enum": ["auto", "small", "large"]},
+            "model": {"type": "string", "enum": list(MODEL_CHOICES)},
         },
     },
     "Conversation": {"type": "object"},
@@ -132,7 +134,7 @@ SCHEMAS: dict[str, Any] = {
         "type": "object",
         "required": ["model", "messages"],
         "properties": {
-            "model": {"type": "string", "enum": ["auto", "small", "large"]},
+            "model": {"type": "string", "enum": list(MODEL_CHOICES)},
             "messages": {"type": "array", "minItems": 1, "items": _ref("ChatMessage")},
             "stream": {"type": "boolean"},
             "stream_options": {

@@ -1,8 +1,9 @@
-"""The shared enums of common.proto <-> their domain values, defined once for every service."""
+"""The shared enums of common.proto <-> their domain values, and the model names callers
+choose from, defined once for every service and client."""
 
 from __future__ import annotations
 
-from chat.v1 import common_pb2
+from chat.v1 import chat_service_pb2, common_pb2
 from domain.types import Finish, Role, Tier
 
 ROLE_FROM_PB = {
@@ -21,3 +22,11 @@ FINISH_TO_PB = {
     Finish.ERROR: common_pb2.FINISH_REASON_ERROR,
 }
 FINISH_FROM_PB = {v: k for k, v in FINISH_TO_PB.items()}
+# The model a caller asks for, by name: "auto" lets the router choose the pool, the others
+# are pool names. The HTTP API, the OpenAI-compatible API and the Python client take these.
+AUTO_MODEL = "auto"
+MODEL_CHOICES = {
+    AUTO_MODEL: chat_service_pb2.MODEL_CHOICE_AUTO,
+    "small": chat_service_pb2.MODEL_CHOICE_SMALL,
+    "large": chat_service_pb2.MODEL_CHOICE_LARGE,
+}
