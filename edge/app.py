@@ -13,7 +13,6 @@ from typing import Any
 
 import grpc
 from aiohttp import web
-from google.protobuf import json_format
 from prometheus_client import CollectorRegistry
 
 from edge import convert
@@ -92,10 +91,12 @@ class Edge:
             raise HttpError(400, "the body must be a JSON object")
         return body
 
-    async def _unary(self, send: Callable[[Any], Awaitable[Any]]) -> web.Response:
+    async def _unary(
+        self, send: Callable[[Any], Awaitable[Any]], to_json: Callable[[Any], dict[str, Any]]
+    ) -> web.Response:
         """A read, at the next live gateway."""
         reply = await self._gateways.call(send)
-        return web.json_response(json_format.MessageToDict(reply))
+        return web.json_response(to_json(reply))
 
     # Routes -------------------------------------------------------------------------------------
 
@@ -151,14 +152,16 @@ class Edge:
         ask = convert.list_conversations_request(int(size), request.query.get("cursor", ""))
         metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
         return await self._unary(
-            lambda chat: chat.ListConversations(ask, metadata=metadata, timeout=timeout)
+            lambda chat: chat.ListConversations(ask, metadata=metadata, timeout=timeout),
+            convert.conversation_page_json,
         )
 
     async def get_conversation(self, request: web.Request) -> web.Response:
         ask = convert.get_conversation_request(request.match_info["conversation_id"])
         metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
         return await self._unary(
-            lambda chat: chat.GetConversation(ask, metadata=metadata, timeout=timeout)
+            lambda chat: chat.GetConversation(ask, metadata=metadata, timeout=timeout),
+            convert.conversation_reply_json,
         )
 
     async def delete_conversation(self, request: web.Request) -> web.Response:
@@ -175,21 +178,24 @@ class Edge:
         ask = convert.list_messages_request(request.match_info["conversation_id"])
         metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
         return await self._unary(
-            lambda chat: chat.ListMessages(ask, metadata=metadata, timeout=timeout)
+            lambda chat: chat.ListMessages(ask, metadata=metadata, timeout=timeout),
+            convert.messages_json,
         )
 
     async def get_message(self, request: web.Request) -> web.Response:
         ask = convert.get_message_request(request.match_info["message_id"])
         metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
         return await self._unary(
-            lambda chat: chat.GetMessage(ask, metadata=metadata, timeout=timeout)
+            lambda chat: chat.GetMessage(ask, metadata=metadata, timeout=timeout),
+            convert.message_reply_json,
         )
 
     async def limits(self, request: web.Request) -> web.Response:
         metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
         ask = convert.limits_request()
         return await self._unary(
-            lambda chat: chat.GetLimits(ask, metadata=metadata, timeout=timeout)
+            lambda chat: chat.GetLimits(ask, metadata=metadata, timeout=timeout),
+            convert.limits_json,
         )
 
     async def healthz(self, _: web.Request) -> web.Response:

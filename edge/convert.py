@@ -1,20 +1,19 @@
-"""Protobuf <-> the HTTP API's values: the requests the edge sends a gateway, and the names
-its JSON uses for protobuf's enums."""
+"""Protobuf <-> the HTTP API's values: the requests the edge sends a gateway, and the JSON of
+its replies.
+
+One JSON style for the whole HTTP API, the events' (edge/sse.py): camelCase names
+(`messageId`), the serving replica as `replica`, enums as the domain's short lowercase names
+(`"finish": "stop"`, `"role": "user"`, `"tier": "free"`), every field present (`""` for an
+id that is not there, null for a finish a turn does not have)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import common_pb2
-from infra.enums import MODEL_CHOICES
+from infra.enums import FINISH_NAMES, MODEL_CHOICES, ROLE_NAMES, TIER_NAMES
 
-# How an answer ended, as server-sent events name it.
-FINISH_NAMES = {
-    common_pb2.FINISH_REASON_STOP: "stop",
-    common_pb2.FINISH_REASON_LENGTH: "length",
-    common_pb2.FINISH_REASON_CANCELLED: "cancelled",
-    common_pb2.FINISH_REASON_REFUSED: "refused",
-    common_pb2.FINISH_REASON_ERROR: "error",
-}
 FINISH_ERROR = common_pb2.FINISH_REASON_ERROR
 # The OpenAI-compatible API's roles; "developer" is what newer OpenAI clients send in place
 # of "system".
@@ -88,3 +87,61 @@ def completion_request(
         max_tokens=max_tokens,
         session_key=session_key,
     )
+
+
+def conversation_json(c: pb.Conversation) -> dict[str, Any]:
+    return {
+        "conversationId": c.conversation_id,
+        "title": c.title,
+        "model": c.model,
+        "totalTokens": c.total_tokens,
+        "createdAt": c.created_at.ToJsonString(),
+        "updatedAt": c.updated_at.ToJsonString(),
+    }
+
+
+def message_json(m: pb.Message) -> dict[str, Any]:
+    return {
+        "messageId": m.message_id,
+        "conversationId": m.conversation_id,
+        "seq": m.seq,
+        "parentId": m.parent_id,
+        "role": ROLE_NAMES.get(m.role),
+        "content": m.content,
+        "tokens": m.tokens,
+        "model": m.model,
+        "replica": m.replica_id,
+        # null for the user's turns: no model wrote them.
+        "finish": FINISH_NAMES.get(m.finish),
+        "createdAt": m.created_at.ToJsonString(),
+    }
+
+
+def conversation_page_json(reply: pb.ListConversationsResponse) -> dict[str, Any]:
+    """nextCursor: the `cursor` of the next page, "" after the last."""
+    return {
+        "conversations": [conversation_json(c) for c in reply.conversations],
+        "nextCursor": reply.next_page_token,
+    }
+
+
+def conversation_reply_json(reply: pb.GetConversationResponse) -> dict[str, Any]:
+    return {"conversation": conversation_json(reply.conversation)}
+
+
+def messages_json(reply: pb.ListMessagesResponse) -> dict[str, Any]:
+    return {"messages": [message_json(m) for m in reply.messages]}
+
+
+def message_reply_json(reply: pb.GetMessageResponse) -> dict[str, Any]:
+    return {"message": message_json(reply.message)}
+
+
+def limits_json(reply: pb.GetLimitsResponse) -> dict[str, Any]:
+    return {
+        "tier": TIER_NAMES.get(reply.tier),
+        "level": reply.level,
+        "capacity": reply.capacity,
+        "refillPerSecond": reply.refill_per_second,
+        "fullInSeconds": reply.full_in_seconds,
+    }

@@ -22,6 +22,11 @@ FINISH_TO_PB = {
     Finish.ERROR: common_pb2.FINISH_REASON_ERROR,
 }
 FINISH_FROM_PB = {v: k for k, v in FINISH_TO_PB.items()}
+# What callers read: the domain's short lowercase names ("stop", "user", "free"), never
+# protobuf's FINISH_REASON_STOP. The HTTP API's JSON and events and the Python client use them.
+ROLE_NAMES = {value: role.value for value, role in ROLE_FROM_PB.items()}
+TIER_NAMES = {value: tier.value for value, tier in TIER_FROM_PB.items()}
+FINISH_NAMES = {value: finish.value for value, finish in FINISH_FROM_PB.items()}
 # The model a caller asks for, by name: "auto" lets the router choose the pool, the others
 # are pool names. The HTTP API, the OpenAI-compatible API and the Python client take these.
 AUTO_MODEL = "auto"
