@@ -26,6 +26,7 @@ from scheduler.ladder import EtcdLadderStore, InProcessLadderStore, LadderKeeper
 from scheduler.membership import EtcdMembership, InProcessMembership, Membership
 from scheduler.servicer import SchedulerServicer
 from scheduler.table import LoadTable
+from scheduler.users import UserAdmin
 from store.factory import open_store
 
 
@@ -157,7 +158,7 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
             SchedulerServicer(
                 table,
                 membership,
-                store,
+                UserAdmin(store),
                 config.admin_token,
                 ladder,
                 frozenset(config.pools),

@@ -1,4 +1,5 @@
-"""SchedulerService: node streams in, picks and admin calls out. Translates and delegates."""
+"""SchedulerService: node streams in, picks and admin calls out. Translates and delegates:
+users to scheduler/users.py, protobuf to scheduler/convert.py."""
 
 from __future__ import annotations
 
@@ -21,14 +22,14 @@ from domain.errors import (
 )
 from domain.ladder import MAX_RUNG
 from domain.picker import ReplicaLoad
-from infra.bearer import bearer_from_metadata, new_token, same_secret, token_hash
+from infra.bearer import bearer_from_metadata, same_secret
 from infra.grpcserver import maps_domain_errors
 from infra.tls import peer
 from scheduler import convert
 from scheduler.ladder import ETCD_ERRORS, LadderKeeper
 from scheduler.membership import Membership
 from scheduler.table import LoadTable, NodeEntry
-from store.base import Store
+from scheduler.users import UserAdmin
 
 MAX_ID_CHARS = 128
 
@@ -38,7 +39,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         self,
         table: LoadTable,
         membership: Membership,
-        users: Store,
+        users: UserAdmin,
         admin_token: str,
         ladder: LadderKeeper,
         pools: frozenset[str],
@@ -210,12 +211,8 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         self, request: pb.CreateUserRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateUserResponse:
         self._check_admin(context)
-        if not request.user_id or len(request.user_id) > MAX_ID_CHARS:
-            raise InvalidArgument(f"user_id must be 1..{MAX_ID_CHARS} characters")
-        token = new_token("u")
-        user = await self._users.create_user(
-            request.user_id, convert.tier_from_pb(request.tier), token_hash(token)
-        )
+        tier = convert.tier_from_pb(request.tier)
+        user, token = await self._users.create(request.user_id, tier)
         return pb.CreateUserResponse(user=convert.user_to_pb(user), token=token)
 
     @maps_domain_errors
@@ -223,15 +220,14 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         self, request: pb.ListUsersRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListUsersResponse:
         self._check_admin(context)
-        users = await self._users.list_users()
-        return pb.ListUsersResponse(users=[convert.user_to_pb(u) for u in users])
+        return pb.ListUsersResponse(users=[convert.user_to_pb(u) for u in await self._users.all()])
 
     @maps_domain_errors
     async def SetUserTier(
         self, request: pb.SetUserTierRequest, context: grpc.aio.ServicerContext
     ) -> pb.SetUserTierResponse:
         self._check_admin(context)
-        user = await self._users.set_user_tier(request.user_id, convert.tier_from_pb(request.tier))
+        user = await self._users.set_tier(request.user_id, convert.tier_from_pb(request.tier))
         return pb.SetUserTierResponse(user=convert.user_to_pb(user))
 
     @maps_domain_errors
@@ -239,14 +235,12 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         self, request: pb.RotateUserTokenRequest, context: grpc.aio.ServicerContext
     ) -> pb.RotateUserTokenResponse:
         self._check_admin(context)
-        token = new_token("u")
-        await self._users.set_user_token_hash(request.user_id, token_hash(token))
-        return pb.RotateUserTokenResponse(token=token)
+        return pb.RotateUserTokenResponse(token=await self._users.rotate_token(request.user_id))
 
     @maps_domain_errors
     async def RevokeUserTokens(
         self, request: pb.RevokeUserTokensRequest, context: grpc.aio.ServicerContext
     ) -> pb.RevokeUserTokensResponse:
         self._check_admin(context)
-        await self._users.set_user_token_hash(request.user_id, None)
+        await self._users.revoke_tokens(request.user_id)
         return pb.RevokeUserTokensResponse()
