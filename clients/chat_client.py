@@ -44,7 +44,7 @@ from chat.v1 import chat_service_pb2 as chat_pb
 from chat.v1 import chat_service_pb2_grpc as chat_grpc
 from chat.v1 import scheduler_service_pb2 as sched_pb
 from chat.v1 import scheduler_service_pb2_grpc as sched_grpc
-from infra.enums import AUTO_MODEL, FINISH_NAMES, MODEL_CHOICES, ROLE_NAMES, TIER_NAMES
+from infra.convert import AUTO_MODEL, FINISH_NAMES, MODEL_CHOICES, ROLE_NAMES, TIER_NAMES
 from infra.status import CallFailure
 from infra.tls import TlsConfig, open_channel
 

@@ -23,7 +23,7 @@ from edge.openai_api import MAX_BODY_KEY, OpenAIApi
 from edge.openapi import openapi_handler
 from edge.ops import Cors, PerAddressLimit
 from edge.relay import Relay
-from infra.enums import AUTO_MODEL
+from infra.convert import AUTO_MODEL
 from infra.metrics import metrics_handler
 
 EVENT_ID = re.compile(r"[0-9]{1,18}")

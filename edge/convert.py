@@ -12,7 +12,7 @@ from typing import Any
 
 from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import common_pb2
-from infra.enums import FINISH_NAMES, MODEL_CHOICES, ROLE_NAMES, TIER_NAMES
+from infra.convert import FINISH_NAMES, MODEL_CHOICES, ROLE_NAMES, TIER_NAMES
 
 FINISH_ERROR = common_pb2.FINISH_REASON_ERROR
 # The OpenAI-compatible API's roles; "developer" is what newer OpenAI clients send in place

@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from domain.types import Finish, Role, Tier
-from infra.enums import MODEL_CHOICES
+from infra.convert import MODEL_CHOICES
 
 JSON = "application/json"
 SSE = "text/event-stream"

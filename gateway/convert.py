@@ -10,7 +10,7 @@ from domain.errors import InvalidArgument
 from domain.types import Finish
 from gateway.completions import CallerTurn, CompleteRequest
 from gateway.runs import Delta, Done, Event, Failed, Meta, Retract
-from infra.enums import AUTO_MODEL, FINISH_TO_PB, MODEL_CHOICES, ROLE_FROM_PB, ROLE_TO_PB
+from infra.convert import AUTO_MODEL, FINISH_TO_PB, MODEL_CHOICES, ROLE_FROM_PB, ROLE_TO_PB
 from store.records import ConversationRecord, MessageRecord
 
 # A model named by its pool runs there; "auto" (or none) lets the router choose.

@@ -19,7 +19,7 @@ from infra.tls import TlsConfig
 from nodeagent.engine import Engine
 from nodeagent.llamacpp import LlamaCppEngine
 from nodeagent.reporter import LoadReporter, NodeIdentity
-from nodeagent.requests import RequestRegistry
+from nodeagent.request_registry import RequestRegistry
 from nodeagent.servicer import NodeServicer
 from nodeagent.sim import SimEngine
 from nodeagent.token_counts import TokenCounts

@@ -9,7 +9,7 @@ from domain.errors import InvalidArgument
 from domain.ladder import LadderState
 from domain.picker import PickReason, ReplicaLoad
 from domain.types import NodeState, Tier
-from infra.enums import TIER_FROM_PB, TIER_TO_PB
+from infra.convert import TIER_FROM_PB, TIER_TO_PB
 from scheduler.membership import NodeRecord
 from scheduler.table import NodeEntry
 from store.records import UserRecord

@@ -25,7 +25,7 @@ from clients.chatctl.output import CtlError
 from clients.chatctl.plan import add_plan_parser, run_plan
 from clients.chatctl.simulate import add_simulate_parser, run_simulate
 from clients.chatctl.users import users
-from infra.enums import AUTO_MODEL
+from infra.convert import AUTO_MODEL
 
 # Flag types and the flags commands share --------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""The shared enums of common.proto <-> their domain values, and the model names callers
-choose from, defined once for every service and client."""
+"""Protobuf <-> domain values shared by every service and client, defined once: common.proto's
+enums, the short names callers read for them, and the model names callers choose from."""
 
 from __future__ import annotations
 
