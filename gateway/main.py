@@ -279,7 +279,7 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         background = sharing.start(pipeline.resume)
         # Once the drain ended every run: the takeover work stops, nothing is left to take.
         service.closes(lambda: sharing.retire(background))
-        # New calls are refused from here; answers already running finish and are saved.
+        # After the stop (health NOT_SERVING): answers already running finish and are saved.
         service.drains(lambda: pipeline.close(config.shutdown_grace_s))
         await service.serve(
             stop,
