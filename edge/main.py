@@ -11,7 +11,8 @@ from prometheus_client import CollectorRegistry
 from edge.app import EdgeSettings, build_app
 from edge.gateways import Gateways
 from infra.logs import configure_logging
-from infra.runner import run_service, write_ready_file
+from infra.runner import run_service
+from infra.service import Service
 from infra.tls import TlsConfig
 
 
@@ -49,36 +50,32 @@ class EdgeConfig:
 async def serve(config: EdgeConfig, stop: asyncio.Event) -> None:
     log = configure_logging("edge", config.log_level)
     addresses = [a.strip() for a in config.gateway_addresses if a.strip()]
-    gateways = Gateways.dial(
-        addresses or [config.gateway_address], config.tls, config.gateway_cooldown_s
-    )
-    settings = EdgeSettings(
-        max_body_bytes=config.max_body_bytes,
-        keepalive_s=config.keepalive_s,
-        cors_origins=tuple(config.cors_origins),
-        max_requests_per_ip=config.max_requests_per_ip,
-        reattach_timeout_s=config.reattach_timeout_s,
-    )
-    app = build_app(gateways, settings, CollectorRegistry())
-    runner = web.AppRunner(
-        app,
-        access_log=None,
-        shutdown_timeout=config.shutdown_grace_s,
-        max_line_size=config.max_header_bytes,
-        max_field_size=config.max_header_bytes,
-        max_headers=config.max_headers,
-    )
-    await runner.setup()
-    host, port = config.listen.rsplit(":", 1)
-    await web.TCPSite(runner, host, int(port)).start()
-    bound = runner.addresses[0][1]
-    write_ready_file(config.ready_file, {"http": f"http://{host}:{bound}"})
-    log.info("edge ready", url=f"http://{host}:{bound}")
-    await stop.wait()
-    # Open streams end here; apps resume them on any edge with Last-Event-ID.
-    await runner.cleanup()
-    await gateways.close()
-    log.info("edge stopped")
+    async with Service("edge", log) as service:
+        gateways = Gateways.dial(
+            addresses or [config.gateway_address], config.tls, config.gateway_cooldown_s
+        )
+        service.closes(gateways.close)
+        settings = EdgeSettings(
+            max_body_bytes=config.max_body_bytes,
+            keepalive_s=config.keepalive_s,
+            cors_origins=tuple(config.cors_origins),
+            max_requests_per_ip=config.max_requests_per_ip,
+            reattach_timeout_s=config.reattach_timeout_s,
+        )
+        runner = web.AppRunner(
+            build_app(gateways, settings, CollectorRegistry()),
+            access_log=None,
+            shutdown_timeout=config.shutdown_grace_s,
+            max_line_size=config.max_header_bytes,
+            max_field_size=config.max_header_bytes,
+            max_headers=config.max_headers,
+        )
+        # Open streams end at the cleanup; apps resume them on any edge with Last-Event-ID.
+        await service.opens(runner.setup, runner.cleanup)
+        host, port = config.listen.rsplit(":", 1)
+        await web.TCPSite(runner, host, int(port)).start()
+        url = f"http://{host}:{runner.addresses[0][1]}"
+        await service.serve(stop, config.ready_file, {"http": url}, url=url)
 
 
 def main() -> None:

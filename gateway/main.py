@@ -45,8 +45,8 @@ from gateway.shared_runs import SharedRuns, SharedRunsConfig
 from infra.config import ConfigError
 from infra.grpcserver import GrpcServer
 from infra.logs import configure_logging
-from infra.metrics import MetricsServer
-from infra.runner import run_service, write_ready_file
+from infra.runner import run_service
+from infra.service import Service
 from infra.tls import TlsConfig
 from store.base import Store
 from store.factory import open_store
@@ -237,59 +237,59 @@ def build_run_sharing(
 async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
     log = configure_logging("gateway", config.log_level)
     policy = build_policy(config)
-    store = await open_store(config.store_url)
-    scheduler = SchedulerClient(
-        config.scheduler_addresses or [config.scheduler_address], tls=config.tls
-    )
-    nodes = NodeClient(tls=config.tls)
-    runs = RunRegistry(time.monotonic, config.keep_ended_runs_s)
-    redis_client = connect_redis(config)
-    buckets = build_buckets(config, policy, redis_client)
-    registry = CollectorRegistry()
-    metrics = GatewayMetrics(registry)
-    sharing = build_run_sharing(config, redis_client, runs, metrics)
-    pipeline = ChatPipeline(
-        store,
-        scheduler,
-        nodes,
-        runs,
-        buckets,
-        policy,
-        time.monotonic,
-        sharing,
-        metrics,
-        build_policies(config),
-        build_compactor(config, store, scheduler, nodes),
-    )
-    service_name = chat_service_pb2.DESCRIPTOR.services_by_name["ChatService"].full_name
-    server = GrpcServer(
-        config.grpc_listen, [service_name], tls=config.tls, health_listen=config.health_listen
-    )
-    chat_service_pb2_grpc.add_ChatServiceServicer_to_server(
-        ChatServicer(Authenticator(store), pipeline, store, buckets), server.server
-    )
-    streaming = Gauge("gateway_answers_streaming", "answers being generated", registry=registry)
-    streaming.set_function(lambda: len(runs.running()))
-    metrics_server = MetricsServer(registry, config.metrics_listen)
-    await server.start()
-    await server.set_serving(True)
-    await metrics_server.start()
-    background = sharing.start(pipeline.resume)
-    write_ready_file(config.ready_file, server.ready({"metrics": metrics_server.port}))
-    log.info("gateway ready", grpc=server.address, metrics_port=metrics_server.port)
-    await stop.wait()
-    # New calls are refused from here; answers already running finish and are saved.
-    await server.set_serving(False)
-    await pipeline.close(config.shutdown_grace_s)
-    await sharing.retire(background)
-    await server.stop(grace_s=2.0)
-    await scheduler.close()
-    await nodes.close()
-    if redis_client is not None:
-        await redis_client.aclose()
-    await metrics_server.stop()
-    await store.close()
-    log.info("gateway stopped")
+    async with Service("gateway", log) as service:
+        store = await open_store(config.store_url)
+        service.closes(store.close)
+        scheduler = SchedulerClient(
+            config.scheduler_addresses or [config.scheduler_address], tls=config.tls
+        )
+        service.closes(scheduler.close)
+        nodes = NodeClient(tls=config.tls)
+        service.closes(nodes.close)
+        runs = RunRegistry(time.monotonic, config.keep_ended_runs_s)
+        redis_client = connect_redis(config)
+        if redis_client is not None:
+            service.closes(redis_client.aclose)
+        buckets = build_buckets(config, policy, redis_client)
+        registry = CollectorRegistry()
+        metrics = GatewayMetrics(registry)
+        sharing = build_run_sharing(config, redis_client, runs, metrics)
+        pipeline = ChatPipeline(
+            store,
+            scheduler,
+            nodes,
+            runs,
+            buckets,
+            policy,
+            time.monotonic,
+            sharing,
+            metrics,
+            build_policies(config),
+            build_compactor(config, store, scheduler, nodes),
+        )
+        streaming = Gauge("gateway_answers_streaming", "answers being generated", registry=registry)
+        streaming.set_function(lambda: len(runs.running()))
+        metrics_server = await service.metrics(registry, config.metrics_listen)
+        service_name = chat_service_pb2.DESCRIPTOR.services_by_name["ChatService"].full_name
+        server = GrpcServer(
+            config.grpc_listen, [service_name], tls=config.tls, health_listen=config.health_listen
+        )
+        chat_service_pb2_grpc.add_ChatServiceServicer_to_server(
+            ChatServicer(Authenticator(store), pipeline, store, buckets), server.server
+        )
+        await service.grpc(server)
+        background = sharing.start(pipeline.resume)
+        # Once the drain ended every run: the takeover work stops, nothing is left to take.
+        service.closes(lambda: sharing.retire(background))
+        # After the stop (health NOT_SERVING): answers already running finish and are saved.
+        service.drains(lambda: pipeline.close(config.shutdown_grace_s))
+        await service.serve(
+            stop,
+            config.ready_file,
+            server.ready({"metrics": metrics_server.port}),
+            grpc=server.address,
+            metrics_port=metrics_server.port,
+        )
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ from gateway.convert import (
     pool_of,
 )
 from gateway.pipeline import ChatPipeline, SendRequest, check_id
-from infra.enums import TIER_TO_PB
+from infra.convert import TIER_TO_PB
 from infra.grpcserver import maps_domain_errors
 from store.base import Store
 

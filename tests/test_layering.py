@@ -29,6 +29,27 @@ GATEWAY_PROTOBUF_ALLOWED = {
     "gateway/main.py",
 }
 
+# The same for the other services. The edge's relays (SSE and the OpenAI-compatible stream)
+# read the gateway's events as they arrive: turning each into a plain value first would add
+# work per event on the hot path, so they read the generated types directly.
+SERVICE_PROTOBUF_ALLOWED = {
+    "scheduler": {"scheduler/servicer.py", "scheduler/convert.py", "scheduler/main.py"},
+    "nodeagent": {
+        "nodeagent/servicer.py",
+        "nodeagent/convert.py",
+        "nodeagent/reporter.py",  # its typed client of the scheduler
+        "nodeagent/main.py",
+    },
+    "edge": {
+        "edge/convert.py",
+        "edge/gateways.py",  # its typed client of the gateways
+        "edge/relay.py",
+        "edge/sse.py",
+        "edge/openai_api.py",
+        "edge/main.py",
+    },
+}
+
 
 def imported_modules(path: Path) -> set[str]:
     """Every module a file imports, at any depth (function-level imports included)."""
@@ -62,6 +83,17 @@ def test_generated_protobuf_stays_behind_the_gateways_servicer_convert_and_clien
         found = sorted(m for m in imported_modules(path) if top(m) == "chat")
         if found:
             offenders[name] = found
+    assert offenders == {}
+
+
+def test_generated_protobuf_stays_behind_each_services_servicer_convert_and_clients() -> None:
+    offenders = {}
+    for package, allowed in SERVICE_PROTOBUF_ALLOWED.items():
+        for path in sorted((ROOT / package).glob("*.py")):
+            name = str(path.relative_to(ROOT))
+            found = sorted(m for m in imported_modules(path) if top(m) == "chat")
+            if found and name not in allowed:
+                offenders[name] = found
     assert offenders == {}
 
 

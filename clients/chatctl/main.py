@@ -25,6 +25,7 @@ from clients.chatctl.output import CtlError
 from clients.chatctl.plan import add_plan_parser, run_plan
 from clients.chatctl.simulate import add_simulate_parser, run_simulate
 from clients.chatctl.users import users
+from infra.convert import AUTO_MODEL
 
 # Flag types and the flags commands share --------------------------------------------------------
 
@@ -196,7 +197,7 @@ def add_users(commands: Any) -> None:
 
 def add_chat(commands: Any) -> None:
     command = commands.add_parser("chat", parents=[user_flags()], help="chat from this terminal")
-    command.add_argument("--model", choices=sorted(MODELS), default="auto")
+    command.add_argument("--model", choices=sorted(MODELS), default=AUTO_MODEL)
     command.add_argument("--conversation", metavar="ID", help="continue this conversation")
     command.set_defaults(handler=chat)
     listing = commands.add_parser(
