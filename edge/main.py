@@ -10,6 +10,8 @@ from prometheus_client import CollectorRegistry
 
 from edge.app import EdgeSettings, build_app
 from edge.gateways import Gateways
+from edge.workers import EdgeWorkers
+from infra.config import ConfigError
 from infra.logs import configure_logging
 from infra.runner import run_service
 from infra.service import Service
@@ -43,11 +45,27 @@ class EdgeConfig:
     max_requests_per_ip: int = 256
     keepalive_s: float = 15.0
     shutdown_grace_s: float = 10.0
+    # Processes serving HTTP on `listen`, the kernel spreading connections across them
+    # (SO_REUSEPORT): more than 1 makes this process their supervisor (edge/workers.py).
+    workers: int = 1
+    # Binds `listen` with SO_REUSEPORT, so that other edges may bind it too (the workers do).
+    reuse_port: bool = False
     ready_file: str = ""
     log_level: str = "info"
 
 
 async def serve(config: EdgeConfig, stop: asyncio.Event) -> None:
+    if config.workers < 1:
+        raise ConfigError(f"workers must be at least 1, not {config.workers}")
+    if config.workers > 1:
+        configure_logging("edge", config.log_level)
+        workers = EdgeWorkers(config.workers, config.listen, config.shutdown_grace_s)
+        await workers.serve(stop, config.ready_file)
+        return
+    await serve_one(config, stop)
+
+
+async def serve_one(config: EdgeConfig, stop: asyncio.Event) -> None:
     log = configure_logging("edge", config.log_level)
     addresses = [a.strip() for a in config.gateway_addresses if a.strip()]
     async with Service("edge", log) as service:
@@ -73,7 +91,7 @@ async def serve(config: EdgeConfig, stop: asyncio.Event) -> None:
         # Open streams end at the cleanup; apps resume them on any edge with Last-Event-ID.
         await service.opens(runner.setup, runner.cleanup)
         host, port = config.listen.rsplit(":", 1)
-        await web.TCPSite(runner, host, int(port)).start()
+        await web.TCPSite(runner, host, int(port), reuse_port=config.reuse_port or None).start()
         url = f"http://{host}:{runner.addresses[0][1]}"
         await service.serve(stop, config.ready_file, {"http": url}, url=url)
 

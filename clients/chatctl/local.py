@@ -38,6 +38,7 @@ SETTINGS_FLAGS = {
     "etcd": "etcd_endpoint",
     "redis": "redis_url",
     "store": "store_url",
+    "edge_workers": "edge_workers",
 }
 
 

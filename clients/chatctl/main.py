@@ -93,6 +93,12 @@ def user_flags() -> argparse.ArgumentParser:
 def add_up(commands: Any) -> None:
     up_parser = commands.add_parser("up", help="start the whole platform on this machine")
     up_parser.add_argument("--listen", default="127.0.0.1:8080", help="the edge's address")
+    up_parser.add_argument(
+        "--edge-workers",
+        type=int,
+        default=1,
+        help="edge processes sharing its port (SO_REUSEPORT): one per core serves more streams",
+    )
     up_parser.add_argument("--nodes", type=int, default=1, help="nodeagents to start")
     up_parser.add_argument("--pool", default="small", help="the model pool the nodes serve")
     add_state_dir(up_parser, "logs, database and dev tokens")
