@@ -89,6 +89,21 @@ def children_of(pid: int) -> set[int]:
     return found
 
 
+def gone(pid: int) -> bool:
+    """Whether pid has exited (a zombie has closed its sockets too)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+async def exited(pid: int) -> None:
+    while True:
+        if gone(pid):
+            return
+        await asyncio.sleep(0.01)
+
+
 async def ask(http: aiohttp.ClientSession, platform: LocalPlatform, content: str) -> str:
     headers = {"Authorization": f"Bearer {platform.tokens['plus']}"}
     async with http.post(
@@ -135,6 +150,9 @@ async def test_a_dead_worker_is_replaced_and_the_other_serves_meanwhile(workers_
     assert len(before) == 2
     victim = min(before)
     os.kill(victim, signal.SIGKILL)
+    # The kill lands asynchronously: a connection the kernel hands the dying worker's listener
+    # before it closes is reset (as with any SO_REUSEPORT server). Ask once it is gone.
+    await asyncio.wait_for(exited(victim), 30)
     contents = [f"After the kill {i}: tell me about tides." for i in range(6)]
     async with aiohttp.ClientSession() as http:
         texts = [await ask(http, platform, content) for content in contents]
