@@ -1,10 +1,11 @@
 """Sizing 000's scenarios, each a set of runs of the fleet simulator and the figures it checks.
 
-The fleets come from the platform's own capacity planner (`chatctl plan`, preset 000): 3,012
-GPUs of 70B for the large-only fleet (753 replicas of 4 H100s), 904 + 566 GPUs for the routed
-region of about 1,500 (226 large replicas, 566 small ones). A scale below 1 shrinks the fleet
-and the traffic alike, so each replica sees the same load; GPU counts are reported back at full
-scale (divided by the scale actually built, after rounding to whole replicas).
+The fleets come from the platform's own capacity planner (domain/capacity/, `chatctl plan`'s
+preset 000): 3,012 GPUs of 70B for the large-only fleet (753 replicas of 4 H100s), 904 + 566 GPUs
+for the routed region of about 1,500 (226 large replicas, 566 small ones). A scale below 1
+shrinks the fleet and the traffic alike, so each replica sees the same load; GPU counts are
+reported back at full scale (divided by the scale actually built, after rounding to whole
+replicas).
 
 Pure: runs in memory and returns results; fleet.report writes them.
 """
@@ -16,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from clients.chatctl.plan import MessageInputs, plan_messages
+from domain.capacity import MessageInputs, plan_messages
 from domain.replica_sim import H100_8B, H100x4_70B
 from fleet import scenario_figures as _figures
 from fleet.engine import Failures, FleetConfig, FleetSim

@@ -75,6 +75,17 @@ def test_domain_imports_only_the_standard_library_numpy_and_itself() -> None:
     assert offenders == {}
 
 
+def test_the_fleet_simulator_imports_no_client() -> None:
+    """The simulator sits below the clients (chatctl runs it), never beside them: what both
+    need, the capacity planner, lives in domain/."""
+    offenders = {}
+    for path in sorted((ROOT / "fleet").rglob("*.py")):
+        found = sorted(m for m in imported_modules(path) if top(m) == "clients")
+        if found:
+            offenders[str(path.relative_to(ROOT))] = found
+    assert offenders == {}
+
+
 def test_the_check_sees_an_import_where_there_is_one(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
     sample.write_text("import os\n\ndef f():\n    from chat.v1 import common_pb2\n")
