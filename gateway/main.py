@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,19 +11,19 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Gauge
 from redis.asyncio import Redis
 
+import domain
 from chat.v1 import chat_service_pb2, chat_service_pb2_grpc
 from domain.breaker import BreakerPolicy
 from domain.compaction import CompactionPolicy
-from domain.difficulty import DEFAULT_DIFFICULTY_MODEL, DifficultyModel
+from domain.difficulty import DifficultyModel
 from domain.limiter import Limit
 from domain.router import Router
 from domain.safety import (
-    DEFAULT_BLOCKLIST,
+    BlocklistClassifier,
     InputGuard,
     OutputGuard,
     OutputMode,
     StreamCheckConfig,
-    load_blocklist,
 )
 from domain.shedding import SheddingPolicy
 from domain.types import Tier
@@ -50,6 +51,11 @@ from infra.runner import run_service, write_ready_file
 from infra.tls import TlsConfig
 from store.base import Store
 from store.factory import open_store
+
+# What the project ships, package data of domain/: the difficulty classifier trained by
+# scripts/train_router.py, and the narrow hard-block rule set.
+SHIPPED_DIFFICULTY_MODEL = Path(domain.__file__).parent / "data" / "difficulty_model.json"
+SHIPPED_BLOCKLIST = Path(domain.__file__).parent / "safety" / "blocklist.json"
 
 
 @dataclass
@@ -163,13 +169,13 @@ def build_policy(config: GatewayConfig) -> PipelinePolicy:
 def build_policies(config: GatewayConfig) -> MessagePolicies:
     router = difficulty = None
     if config.router:
-        path = Path(config.router_model) if config.router_model else DEFAULT_DIFFICULTY_MODEL
-        difficulty = DifficultyModel.load(path)
+        path = Path(config.router_model) if config.router_model else SHIPPED_DIFFICULTY_MODEL
+        difficulty = DifficultyModel.from_dict(read_json(path))
         router = Router(difficulty.threshold)
     if not config.safety:
         return MessagePolicies(router, difficulty)
-    blocklist = Path(config.safety_blocklist) if config.safety_blocklist else DEFAULT_BLOCKLIST
-    classifier = load_blocklist(blocklist)
+    blocklist = Path(config.safety_blocklist) if config.safety_blocklist else SHIPPED_BLOCKLIST
+    classifier = BlocklistClassifier.from_data(read_json(blocklist))
     stream = StreamCheckConfig(
         window_tokens=config.output_window_tokens,
         lookback_tokens=config.output_lookback_tokens,
@@ -181,6 +187,12 @@ def build_policies(config: GatewayConfig) -> MessagePolicies:
     return MessagePolicies(router, difficulty, InputGuard(classifier),
                            lambda mode: OutputGuard(classifier, stream, mode=mode),
                            modes)  # fmt: skip
+
+
+def read_json(path: Path) -> dict:
+    """A policy's data file, read once here: domain/ builds policies from data, never from
+    files."""
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def output_mode(name: str) -> OutputMode:
