@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from domain import limiter
 from domain.ladder import LadderPolicy, LadderState, busy_share, ladder_busy, tick
-from domain.replica_sim import SimFinish, StepResult
+from domain.replica_requests import SimFinish, StepResult
 from domain.shedding import SMALL_POOL, SheddingPolicy, refuse_at_door
 from domain.start_wait import StartWaitModel
 from domain.types import NodeState, Tier

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from domain.capacity import MessageInputs, plan_messages
-from domain.replica_sim import H100_8B, H100x4_70B
+from domain.replica_hardware import H100_8B, H100x4_70B
 from fleet import scenario_figures as _figures
 from fleet.engine import Failures, FleetConfig, FleetSim
 from fleet.gateway import LARGE_POOL

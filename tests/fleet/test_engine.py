@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from domain.replica_sim import H100_8B, H100x4_70B
+from domain.replica_hardware import H100_8B, H100x4_70B
 from fleet.engine import Failures, FleetConfig, FleetSim
 from fleet.metrics import Outcome, Recorder, summarize
 from fleet.replicas import PoolSpec, Strategy, prefill_gpu_s_per_token
