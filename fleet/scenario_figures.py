@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fleet.gateway import LARGE_POOL
+from domain.pools import LARGE_POOL
 
 if TYPE_CHECKING:
     from fleet.scenarios import ScenarioResult

@@ -18,16 +18,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from domain.capacity import MessageInputs, plan_messages
+from domain.pools import LARGE_POOL, SMALL_POOL
 from domain.replica_hardware import H100_8B, H100x4_70B
 from fleet import scenario_figures as _figures
 from fleet.engine import Failures, FleetConfig, FleetSim
-from fleet.gateway import LARGE_POOL
 from fleet.metrics import Recorder, Summary, summarize
 from fleet.replicas import PoolSpec, Strategy, prefill_gpu_s_per_token
 from fleet.scenario_figures import Figure
-from fleet.workload import Workload, WorkloadSpec
+from fleet.workload import Workload, WorkloadSpec, easy_share_for
 
-_PLAN = plan_messages(MessageInputs())
+_INPUTS = MessageInputs()
+_PLAN = plan_messages(_INPUTS)
 PLANNED_PEAK = _PLAN.traffic.messages_per_s_peak  # 3,500 messages/s (rounded in sizing 000)
 LARGE_ONLY = round(_PLAN.fleet.fleet_large_only / H100x4_70B.gpus)
 ROUTED_LARGE = round(_PLAN.fleet.fleet_routed_large / H100x4_70B.gpus)
@@ -68,7 +69,7 @@ class ScenarioResult:
 def _pools(large: int, small: int, scale: float) -> tuple[PoolSpec, ...]:
     pools = [PoolSpec(LARGE_POOL, H100x4_70B, max(1, round(large * scale)))]
     if small:
-        pools.append(PoolSpec("small", H100_8B, max(1, round(small * scale))))
+        pools.append(PoolSpec(SMALL_POOL, H100_8B, max(1, round(small * scale))))
     return tuple(pools)
 
 
@@ -135,7 +136,7 @@ def shortest_duration_s(name: str) -> float:
 
 def _full_counts(pools: tuple[PoolSpec, ...]) -> tuple[int, int]:
     counts = {p.name: p.replicas for p in pools}
-    return counts.get(LARGE_POOL, 0), counts.get("small", 0)
+    return counts.get(LARGE_POOL, 0), counts.get(SMALL_POOL, 0)
 
 
 def _scaled(pools: tuple[PoolSpec, ...], scale: float) -> tuple[PoolSpec, ...]:
@@ -145,7 +146,12 @@ def _scaled(pools: tuple[PoolSpec, ...], scale: float) -> tuple[PoolSpec, ...]:
 
 # --- the scenarios ---------------------------------------------------------------------------
 
-_PEAK = WorkloadSpec(peak_messages_per_s=PLANNED_PEAK)
+# Sizing 000 routes 70 % of messages to the 8B: the share of easy conversations at which the
+# router, misjudging some openings, does so (fleet.workload, easy_share_for: about 75 %).
+_PEAK = WorkloadSpec(
+    peak_messages_per_s=PLANNED_PEAK,
+    easy_share=easy_share_for(_INPUTS.small_model_share, WorkloadSpec()),
+)
 # The scenarios about the ladder and failures run the platform's own picker, escape included
 # (domain.picker.EscapeRule: leave the favourite only past a 1 s start wait). Its earlier rule
 # (leave when the reported prompt queue beat the idlest's by the reusable prefix) fed on itself:

@@ -17,6 +17,7 @@ from domain.breaker import BreakerPolicy
 from domain.compaction import CompactionPolicy
 from domain.difficulty import DifficultyModel
 from domain.limiter import Limit
+from domain.pools import SMALL_POOL
 from domain.router import Router
 from domain.safety import (
     BlocklistClassifier,
@@ -26,6 +27,7 @@ from domain.safety import (
     StreamCheckConfig,
 )
 from domain.shedding import SheddingPolicy
+from domain.tiers import BUCKET_REFILL_S, FREE_DEFAULTS, PLUS_DEFAULTS, TierPolicy
 from domain.types import Tier
 from gateway.answers import StreamTimeouts
 from gateway.auth import Authenticator
@@ -34,7 +36,7 @@ from gateway.compactor import Compactor
 from gateway.metrics import GatewayMetrics
 from gateway.node_client import NodeClient
 from gateway.pipeline import ChatPipeline
-from gateway.planner import PipelinePolicy, TierPolicy
+from gateway.planner import PipelinePolicy
 from gateway.policies import MessagePolicies
 from gateway.redis_buckets import RedisBuckets, connect
 from gateway.redis_run_sharing import RedisRunSharing
@@ -56,6 +58,9 @@ from store.factory import open_store
 # scripts/train_router.py, and the narrow hard-block rule set.
 SHIPPED_DIFFICULTY_MODEL = Path(domain.__file__).parent / "data" / "difficulty_model.json"
 SHIPPED_BLOCKLIST = Path(domain.__file__).parent / "safety" / "blocklist.json"
+# The policies' own defaults (domain/), which the configuration's defaults repeat.
+_SHEDDING = SheddingPolicy()
+_BREAKER = BreakerPolicy()
 
 
 @dataclass
@@ -73,14 +78,15 @@ class GatewayConfig:
     scheduler_addresses: list[str] = field(default_factory=list)
     store_url: str = "sqlite:///.chat/chat.db"
     system_prompt: str = "You are a helpful assistant. Answer clearly and briefly."
-    default_pool: str = "small"
-    free_window_tokens: int = 8000
-    plus_window_tokens: int = 32000
-    free_max_answer_tokens: int = 1000
-    plus_max_answer_tokens: int = 4000
-    free_bucket_capacity: float = 25_000
-    plus_bucket_capacity: float = 250_000
-    bucket_refill_s: float = 3 * 3600
+    default_pool: str = SMALL_POOL
+    # Each tier's window, answer cap and bucket (domain/tiers.py).
+    free_window_tokens: int = FREE_DEFAULTS.window_tokens
+    plus_window_tokens: int = PLUS_DEFAULTS.window_tokens
+    free_max_answer_tokens: int = FREE_DEFAULTS.max_answer_tokens
+    plus_max_answer_tokens: int = PLUS_DEFAULTS.max_answer_tokens
+    free_bucket_capacity: float = FREE_DEFAULTS.limit.capacity
+    plus_bucket_capacity: float = PLUS_DEFAULTS.limit.capacity
+    bucket_refill_s: float = BUCKET_REFILL_S
     buckets: str = "memory"  # "memory" (this process only) or "redis" (shared by all gateways)
     redis_url: str = "redis://127.0.0.1:6379/0"
     # With Redis unreachable: admit unmetered (open) or refuse with Retry-After (closed).
@@ -89,16 +95,16 @@ class GatewayConfig:
     max_message_chars: int = 32_000
     max_open_streams_per_user: int = 4
     # The ladder: Free answers are capped at rung 2; at rung 3 Free waits over this are refused.
-    shed_answer_tokens: int = 300
-    shed_max_wait_s: float = 2.0
+    shed_answer_tokens: int = _SHEDDING.capped_answer_tokens
+    shed_max_wait_s: float = _SHEDDING.max_wait_s
     node_first_token_timeout_s: float = 120.0
     node_stall_timeout_s: float = 10.0
     max_failovers: int = 2
     # A pool with this many failures (no replica, replica lost) within the window is skipped
     # for the cooldown: large falls to small, small to a composed "busy" answer.
-    breaker_failures_to_open: int = 5
-    breaker_window_s: float = 30.0
-    breaker_cooldown_s: float = 15.0
+    breaker_failures_to_open: int = _BREAKER.failures_to_open
+    breaker_window_s: float = _BREAKER.window_s
+    breaker_cooldown_s: float = _BREAKER.cooldown_s
     keep_ended_runs_s: float = 600.0
     # The router: each conversation starts on the pool its first message needs (the shipped
     # difficulty classifier, or router_model), escalates small -> large at most once.
@@ -111,7 +117,7 @@ class GatewayConfig:
     # summary (first message, last 6 turns and pinned constraints stay verbatim), at most once
     # per compaction_min_tokens_between tokens.
     compaction: bool = True
-    compaction_pool: str = "small"
+    compaction_pool: str = SMALL_POOL
     compaction_min_tokens_between: int = 3000
     safety: bool = True
     safety_blocklist: str = ""
