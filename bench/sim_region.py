@@ -50,7 +50,7 @@ from pathlib import Path
 from benchkit import pin_to_one_core, publish
 
 from fleet import compiled
-from fleet.engine import FleetSim
+from fleet.region import FleetSim
 from fleet.scenarios import SCENARIOS, Variant, _scaled
 from fleet.workload import Workload
 
@@ -94,7 +94,7 @@ def measure(scale: float, duration_s: float, seed: int) -> dict[str, object]:
 
 
 # Modules whose compiled form a worker checks it imported.
-_HOT = ("domain.replica_sim", "domain.pool_index", "fleet.engine", "fleet.replicas")
+_HOT = ("domain.replica_sim", "domain.pool_index", "fleet.region", "fleet.replicas")
 
 
 def in_worker(

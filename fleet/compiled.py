@@ -50,11 +50,11 @@ COMPILED = (
     "domain/start_wait.py",
     "domain/tiers.py",
     "domain/types.py",
-    "fleet/engine.py",
     "fleet/events.py",
-    "fleet/gateway.py",
-    "fleet/metrics.py",
+    "fleet/recorder.py",
+    "fleet/region.py",
     "fleet/replicas.py",
+    "fleet/sim_gateway.py",
     "fleet/workload.py",
 )
 STAMP = ".source-digest"

@@ -21,8 +21,8 @@ from domain.capacity import MessageInputs, plan_messages
 from domain.pools import LARGE_POOL, SMALL_POOL
 from domain.replica_hardware import H100_8B, H100x4_70B
 from fleet import scenario_figures as _figures
-from fleet.engine import Failures, FleetConfig, FleetSim
-from fleet.metrics import Recorder, Summary, summarize
+from fleet.recorder import Recorder, Summary, summarize
+from fleet.region import Failures, FleetConfig, FleetSim
 from fleet.replicas import PoolSpec, Strategy, prefill_gpu_s_per_token
 from fleet.scenario_figures import Figure
 from fleet.workload import Workload, WorkloadSpec, easy_share_for

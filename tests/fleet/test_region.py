@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from domain.replica_hardware import H100_8B, H100x4_70B
-from fleet.engine import Failures, FleetConfig, FleetSim
-from fleet.metrics import Outcome, Recorder, summarize
+from fleet.recorder import Outcome, Recorder, summarize
+from fleet.region import Failures, FleetConfig, FleetSim
 from fleet.replicas import PoolSpec, Strategy, prefill_gpu_s_per_token
 from fleet.workload import Workload, WorkloadSpec
 

@@ -1,4 +1,4 @@
-"""The fleet simulation's core: a region of simulated replicas in virtual time, one core.
+"""The region's event loop: a region of simulated replicas in virtual time, on one core.
 
 Events (a message arrives, a user's patience runs out, a replica dies, the scheduler notices,
 the system prompt changes) sit in a heap. Time moves in load-report ticks (250 ms, as the node
@@ -38,9 +38,9 @@ from domain.start_wait import StartWaitModel
 from domain.tiers import TierPolicy
 from domain.types import NodeState, Tier
 from fleet.events import EventQueue
-from fleet.gateway import Conversation, Plan, SimGateway
-from fleet.metrics import Outcome, Recorder
+from fleet.recorder import Outcome, Recorder
 from fleet.replicas import Pool, PoolSpec, SimReplica, Strategy, prefill_tokens_per_s
+from fleet.sim_gateway import Conversation, Plan, SimGateway
 from fleet.workload import ConversationPlan, Workload
 
 # Kinds of event, the handlers' order in _run. Final: compiled in (fleet/compiled.py).
@@ -55,7 +55,7 @@ _FLUSH: Final = 4
 def _cyclic_gc_paused() -> Iterator[None]:
     """A region holds millions of long-lived objects (conversations, their turns, requests),
     and every full pass of Python's cycle collector walks all of them: about a fifth of the run
-    went there. The simulation makes no reference cycles (tests/fleet/test_engine.py checks),
+    went there. The simulation makes no reference cycles (tests/fleet/test_region.py checks),
     so reference counting frees everything and the collector has nothing to find."""
     was_enabled = gc.isenabled()
     gc.disable()

@@ -10,7 +10,7 @@ from domain.pools import LARGE_POOL, SMALL_POOL
 from domain.router import RouteReason
 from domain.shedding import SheddingPolicy
 from domain.types import Tier
-from fleet.gateway import Conversation, SimGateway
+from fleet.sim_gateway import Conversation, SimGateway
 from fleet.workload import Workload, WorkloadSpec, easy_share_for
 
 ROUTED = frozenset({LARGE_POOL, SMALL_POOL})

@@ -2,11 +2,11 @@
 the router (domain.router, on a difficulty score the workload draws), the ladder's rung
 (domain.shedding), the context builder (domain.context), the token bucket (domain.limiter) and
 refuse-at-door. The picking itself is the pool's (fleet.replicas), walking the fallback chain
-(domain.breaker.fallback_chain) when a pool has no replica left (fleet.engine).
+(domain.breaker.fallback_chain) when a pool has no replica left (fleet.region).
 
 The platform's gateway learns the rung from its pick, so it picks first (gateway/planner.py);
 the simulation reads the region's rung directly, so the order here is: route, shed by rung,
-build the prompt inside the tier's window, reserve the worst case, then (fleet.engine) pick,
+build the prompt inside the tier's window, reserve the worst case, then (fleet.region) pick,
 refuse at the door if the pick's wait is too long, and settle with the real usage at the end.
 
 What the simulation leaves out:
