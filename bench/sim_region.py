@@ -103,9 +103,8 @@ def in_worker(
     """One measurement in a fresh process: compiled when `build` is given (its directory first
     on the path), the plain modules otherwise; pinned to `cpu` when given."""
     env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
-    if build is not None:
-        env["PYTHONPATH"] = str(build)
+    # This checkout's modules, compiled or plain, whatever else the path or an install holds.
+    env["PYTHONPATH"] = str(build if build is not None else compiled.REPO)
     job = json.dumps({"scale": scale, "duration_s": duration_s, "seed": seed, "cpu": cpu})
     done = subprocess.run(
         [sys.executable, __file__, "--worker", job],
