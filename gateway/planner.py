@@ -13,7 +13,9 @@ from domain import limiter
 from domain.breaker import BreakerPolicy, Breakers, fallback_chain
 from domain.context import ContextBuilder, Prompt
 from domain.errors import MessageTooLarge, NoReplica, ResourceExhausted, Unavailable
+from domain.pools import SMALL_POOL
 from domain.shedding import SheddingPolicy, refuse_at_door, shed
+from domain.tiers import TierPolicy
 from domain.types import Role, Tier, Turn, User
 from gateway import completions
 from gateway.answers import AnswerPlan, StreamTimeouts
@@ -30,17 +32,10 @@ class PoolsDown(Unavailable):
 
 
 @dataclass(frozen=True, slots=True)
-class TierPolicy:
-    window_tokens: int
-    max_answer_tokens: int
-    limit: limiter.Limit
-
-
-@dataclass(frozen=True, slots=True)
 class PipelinePolicy:
     system_prompt: str
     tiers: dict[Tier, TierPolicy]
-    default_pool: str = "small"
+    default_pool: str = SMALL_POOL
     shedding: SheddingPolicy = field(default_factory=SheddingPolicy)
     streaming: StreamTimeouts = field(default_factory=StreamTimeouts)
     max_message_chars: int = 32_000

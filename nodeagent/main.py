@@ -10,7 +10,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Gauge
 
 from chat.v1 import node_service_pb2, node_service_pb2_grpc
-from domain.replica_sim import PRESETS
+from domain.replica_hardware import PRESETS
 from infra.grpcserver import GrpcServer
 from infra.logs import configure_logging
 from infra.runner import run_service
@@ -64,7 +64,7 @@ class NodeAgentConfig:
     # A request whose gateway vanished waits this long for another to re-attach.
     reattach_grace_s: float = 5.0
     health_interval_s: float = 1.0
-    # engine "sim": the simulated replica's hardware and model (see domain.replica_sim.PRESETS)
+    # engine "sim": the simulated replica's hardware and model (see domain.replica_hardware.PRESETS)
     # and how many times faster than real time it runs.
     sim_preset: str = "70b-4xh100"
     sim_speed: float = 1.0

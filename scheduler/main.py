@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from chat.v1 import scheduler_service_pb2, scheduler_service_pb2_grpc
 from domain.ladder import LadderPolicy
 from domain.picker import DEFAULT_ESCAPE, EscapeRule
+from domain.pools import LARGE_POOL, SMALL_POOL
 from domain.start_wait import StartWaitModel
 from infra.config import ConfigError
 from infra.grpcserver import GrpcServer
@@ -59,11 +60,11 @@ class SchedulerConfig:
     store_url: str = "sqlite:///.chat/chat.db"
     admin_token: str = ""
     # Pools a node may register in and a pick may ask for.
-    pools: list[str] = field(default_factory=lambda: ["large", "small"])
+    pools: list[str] = field(default_factory=lambda: [LARGE_POOL, SMALL_POOL])
     # The ladder follows this pool's busy share, and from rung 1 on also that of the pool
     # Free is shed to; it lives in etcd when membership does.
-    ladder_pool: str = "large"
-    ladder_shed_to_pool: str = "small"
+    ladder_pool: str = LARGE_POOL
+    ladder_shed_to_pool: str = SMALL_POOL
     # A replica whose admitted prompts wait longer than this to be read counts as saturated
     # (the gateway's rung-3 wait, shed_max_wait_s).
     ladder_saturated_wait_s: float = 2.0

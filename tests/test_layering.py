@@ -107,6 +107,55 @@ def test_domain_imports_only_the_standard_library_numpy_and_itself() -> None:
     assert offenders == {}
 
 
+# What reading or writing a file looks like in Python source: domain/ does neither (its data
+# files are read by the composition roots, which hand domain/ their contents).
+FILE_MODULES = {"io", "os", "pathlib", "shutil", "tempfile"}
+FILE_METHODS = {"open", "read_text", "read_bytes", "write_text", "write_bytes"}
+
+
+def file_access(path: Path) -> list[str]:
+    """Where a file imports a file-handling module or calls open() or a Path reader/writer."""
+    found = [f"import {m}" for m in sorted(imported_modules(path)) if top(m) in FILE_MODULES]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Call):
+            continue
+        called = node.func
+        if isinstance(called, ast.Name) and called.id == "open":
+            found.append(f"line {node.lineno}: open()")
+        elif isinstance(called, ast.Attribute) and called.attr in FILE_METHODS:
+            found.append(f"line {node.lineno}: .{called.attr}()")
+    return found
+
+
+def test_domain_reads_no_file() -> None:
+    offenders = {}
+    for path in sorted((ROOT / "domain").rglob("*.py")):
+        found = file_access(path)
+        if found:
+            offenders[str(path.relative_to(ROOT))] = found
+    assert offenders == {}
+
+
+def test_the_file_check_sees_a_read_where_there_is_one(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from pathlib import Path\n\ndef f(p):\n    return open(p).read() + p.read_text()\n"
+    )
+    found = sorted(file_access(sample))
+    assert found == ["import pathlib", "line 4: .read_text()", "line 4: open()"]
+
+
+def test_the_fleet_simulator_imports_no_client() -> None:
+    """The simulator sits below the clients (chatctl runs it), never beside them: what both
+    need, the capacity planner, lives in domain/."""
+    offenders = {}
+    for path in sorted((ROOT / "fleet").rglob("*.py")):
+        found = sorted(m for m in imported_modules(path) if top(m) == "clients")
+        if found:
+            offenders[str(path.relative_to(ROOT))] = found
+    assert offenders == {}
+
+
 def test_the_check_sees_an_import_where_there_is_one(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
     sample.write_text("import os\n\ndef f():\n    from chat.v1 import common_pb2\n")
