@@ -42,7 +42,7 @@ from benchkit import publish
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from domain.replica_sim import H100_8B, ReplicaPreset
+from domain.replica_hardware import H100_8B, ReplicaPreset
 from domain.step_calibration import Calibration, StepTiming, calibrate, gpu_preset
 
 NAME = "calibrate_gpu"

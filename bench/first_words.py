@@ -39,7 +39,7 @@ import aiohttp
 from benchkit import publish
 
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
-from domain.safety import load_blocklist
+from domain.safety import BlocklistClassifier
 
 # The 8B preset steps in ~10 ms at small batches (~100 tokens/s an answer in real time); at 0.4x
 # an answer streams at ~40 tokens/s, a large model's pace. The run measures it (`off`).
@@ -268,7 +268,7 @@ async def run(args: argparse.Namespace) -> str:
         state = Path(folder)
         blocklist = state / "blocklist.json"
         blocklist.write_text(json.dumps(BLOCKLIST))
-        classifier = load_blocklist(blocklist)
+        classifier = BlocklistClassifier.from_data(BLOCKLIST)
         for mode in args.modes.split(","):
             answers = await run_mode(mode, state, blocklist, args.messages, args.concurrency)
             results[mode] = summarize(mode, answers, classifier)

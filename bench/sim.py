@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 from benchkit import pin_to_one_core, publish
 
-from domain.replica_sim import H100_8B, H100x4_70B, ReplicaPreset, ReplicaSim
+from domain.replica_hardware import H100_8B, H100x4_70B, ReplicaPreset
+from domain.replica_sim import ReplicaSim
 
 GOAL_STEPS_PER_S = 20_000  # 750 replicas x about 30 steps/s
 # A conversation past this starts over: contexts average about 3,400 tokens, sizing 000's 1.1 GB.

@@ -22,14 +22,18 @@ measurement runs in a fresh process that imports the compiled modules and checks
 Prints a table and ends with one JSON line; results land in bench/results/sim_region.txt. Not
 part of `make test` (tests/fleet/test_compiled.py checks the compiled build at small scale).
 
-Measured (bench/results/sim_region.txt): the full region's 600 simulated s in 530 CPU s (goal
-met; 17 s of it the start), 126 us of one core per message over 4.07 million messages, cost
-~ GPUs^0.99; side by side at 1/10 the compiled simulator runs 2.1x the interpreted one and
-records the same simulation. Interpreted, the same full run took 1,114 CPU s the session
-before. What got it there, besides compiling: events in per-tick buckets (fleet/events.py)
-instead of one heap of half a million, the prefix cache remembering its LRUs' ends, module
-constants marked Final and the per-message records built by compiled __init__s; each checked
-to leave the simulation's fingerprint unchanged.
+Measured (bench/results/sim_region.txt): the full region's 600 simulated s in 336 CPU s (goal
+met; 16 s of it the start), 79 us of one core per message over 4.07 million messages, cost
+~ GPUs^1.07 (load average 9.7 on the 2 CPUs); side by side at 1/10 the compiled simulator runs
+2.4x the interpreted one and records the same simulation. The run before the simulated gateway
+ran the router took 530 CPU s in an earlier session; both versions on this session's machine,
+the full region for 40 simulated s: 84-113 us a message before, 90-94 after, the start 8-12 CPU s
+before and 15-17 after (the conversations under way are routed through their earlier turns).
+Interpreted, the full run took 1,114 CPU s two sessions before. What got it there, besides
+compiling: events in per-tick buckets (fleet/events.py) instead of one heap of half a million,
+the prefix cache remembering its LRUs' ends, module constants marked Final and the per-message
+records built by compiled __init__s; each checked to leave the simulation's fingerprint
+unchanged.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from pathlib import Path
 from benchkit import pin_to_one_core, publish
 
 from fleet import compiled
-from fleet.engine import FleetSim
+from fleet.region import FleetSim
 from fleet.scenarios import SCENARIOS, Variant, _scaled
 from fleet.workload import Workload
 
@@ -94,7 +98,7 @@ def measure(scale: float, duration_s: float, seed: int) -> dict[str, object]:
 
 
 # Modules whose compiled form a worker checks it imported.
-_HOT = ("domain.replica_sim", "domain.pool_index", "fleet.engine", "fleet.replicas")
+_HOT = ("domain.replica_sim", "domain.pool_index", "fleet.region", "fleet.replicas")
 
 
 def in_worker(
@@ -103,9 +107,8 @@ def in_worker(
     """One measurement in a fresh process: compiled when `build` is given (its directory first
     on the path), the plain modules otherwise; pinned to `cpu` when given."""
     env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
-    if build is not None:
-        env["PYTHONPATH"] = str(build)
+    # This checkout's modules, compiled or plain, whatever else the path or an install holds.
+    env["PYTHONPATH"] = str(build if build is not None else compiled.REPO)
     job = json.dumps({"scale": scale, "duration_s": duration_s, "seed": seed, "cpu": cpu})
     done = subprocess.run(
         [sys.executable, __file__, "--worker", job],

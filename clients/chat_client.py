@@ -42,9 +42,9 @@ from google.protobuf import timestamp_pb2
 
 from chat.v1 import chat_service_pb2 as chat_pb
 from chat.v1 import chat_service_pb2_grpc as chat_grpc
-from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as sched_pb
 from chat.v1 import scheduler_service_pb2_grpc as sched_grpc
+from infra.convert import AUTO_MODEL, FINISH_NAMES, MODEL_CHOICES, ROLE_NAMES, TIER_NAMES
 from infra.status import CallFailure
 from infra.tls import TlsConfig, open_channel
 
@@ -53,18 +53,14 @@ DEFAULT_TIMEOUT_S = 10.0
 # Re-attaches in a row without a new event before send() gives up.
 DEFAULT_MAX_RESUMES = 5
 
-MODELS = {
-    "auto": chat_pb.MODEL_CHOICE_AUTO,
-    "small": chat_pb.MODEL_CHOICE_SMALL,
-    "large": chat_pb.MODEL_CHOICE_LARGE,
-}
-TIERS = {"free": common_pb2.TIER_FREE, "plus": common_pb2.TIER_PLUS}
-_TIER_NAMES = {v: k for k, v in TIERS.items()}
+# The model names send() takes.
+MODELS = MODEL_CHOICES
+TIERS = {name: value for value, name in TIER_NAMES.items()}
 _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 
 
 def _enum_name(value: int, enum: Any, prefix: str) -> str:
-    """FINISH_REASON_STOP -> 'stop': the readable name callers compare against."""
+    """NODE_STATE_READY -> 'ready': the readable name callers compare against."""
     return enum.Name(value).removeprefix(prefix).lower()
 
 
@@ -190,7 +186,8 @@ class Message:
     tokens: int
     model: str
     replica_id: str
-    finish: str
+    # As Done's; None for the user's turns, which no model wrote.
+    finish: str | None
     created_at: datetime
 
 
@@ -214,7 +211,7 @@ def event_from_pb(event: chat_pb.ChatEvent) -> ChatEvent:
             return Retract(event.event_id, event.retract.withdrawn_chars)
         case "done":
             u = event.done.usage
-            finish = _enum_name(event.done.finish, common_pb2.FinishReason, "FINISH_REASON_")
+            finish = FINISH_NAMES.get(event.done.finish, "error")
             usage = Usage(u.input_tokens, u.cached_tokens, u.output_tokens)
             return Done(event.event_id, finish, usage)
         case _:
@@ -239,12 +236,12 @@ def _message(m: chat_pb.Message) -> Message:
         conversation_id=m.conversation_id,
         seq=m.seq,
         parent_id=m.parent_id,
-        role=_enum_name(m.role, common_pb2.Role, "ROLE_"),
+        role=ROLE_NAMES.get(m.role, "unknown"),
         content=m.content,
         tokens=m.tokens,
         model=m.model,
         replica_id=m.replica_id,
-        finish=_enum_name(m.finish, common_pb2.FinishReason, "FINISH_REASON_"),
+        finish=FINISH_NAMES.get(m.finish),
         created_at=_time(m.created_at),
     )
 
@@ -322,7 +319,7 @@ class ChatClient(_Client):
         content: str,
         message_id: str | None = None,
         parent_id: str = "",
-        model: str = "auto",
+        model: str = AUTO_MODEL,
     ) -> AsyncIterator[ChatEvent]:
         """Sends a message and yields its answer's events, meta first, done (or error) last."""
         if model not in MODELS:
@@ -426,7 +423,7 @@ class ChatClient(_Client):
     async def limits(self) -> Limits:
         reply = await self._unary(self._stub.GetLimits, chat_pb.GetLimitsRequest())
         return Limits(
-            tier=_TIER_NAMES.get(reply.tier, "unknown"),
+            tier=TIER_NAMES.get(reply.tier, "unknown"),
             level=reply.level,
             capacity=reply.capacity,
             refill_per_second=reply.refill_per_second,
@@ -521,7 +518,7 @@ def _ladder(reply: sched_pb.GetLadderResponse) -> Ladder:
 
 
 def _user(u: sched_pb.User) -> User:
-    return User(u.user_id, _TIER_NAMES.get(u.tier, "unknown"), _time(u.created_at), u.has_token)
+    return User(u.user_id, TIER_NAMES.get(u.tier, "unknown"), _time(u.created_at), u.has_token)
 
 
 def _tier(tier: str) -> int:

@@ -14,8 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-LARGE_POOL = "large"
-SMALL_POOL = "small"
+from domain.pools import LARGE_POOL, SMALL_POOL
 
 
 class BreakerState(enum.StrEnum):

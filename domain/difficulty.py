@@ -4,20 +4,19 @@ Features are hashed word unigrams and bigrams, hashed character trigrams of word
 dense signals (length, code, math, questions, "write/prove/debug" verbs). Hashing keeps the
 model a fixed size whatever the vocabulary, so the weights ship as one small JSON file and
 scoring is a few hundred additions. Training lives in scripts/train_router.py; what is here is
-shared by training and serving so both see exactly the same features.
+shared by training and serving so both see exactly the same features. The file is read where
+the gateway is composed (gateway/main.py); this module builds the model from its contents.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import re
 import string
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 FORMAT_VERSION = 1
@@ -63,9 +62,6 @@ DENSE_FEATURES = (
     "questions",
     "hard_verbs",
 )
-
-# The classifier the project ships, trained by scripts/train_router.py.
-DEFAULT_DIFFICULTY_MODEL = Path(__file__).parent / "data" / "difficulty_model.json"
 
 
 def looks_like_code(text: str) -> bool:
@@ -148,10 +144,6 @@ class DifficultyModel:
     @property
     def buckets(self) -> int:
         return len(self.hashed_weights)
-
-    @classmethod
-    def load(cls, path: Path) -> DifficultyModel:
-        return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DifficultyModel:

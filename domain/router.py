@@ -22,11 +22,9 @@ import enum
 from dataclasses import dataclass
 
 from domain.difficulty import looks_like_code, word_count
-from domain.shedding import SMALL_POOL, SheddingPolicy, shed
+from domain.pools import LARGE_POOL, POOLS, SMALL_POOL
+from domain.shedding import SheddingPolicy, shed
 from domain.types import Tier
-
-LARGE_POOL = "large"
-POOLS = (SMALL_POOL, LARGE_POOL)
 
 
 class RouteReason(enum.StrEnum):

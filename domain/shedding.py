@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
 
+from domain.pools import SMALL_POOL
 from domain.types import Tier
-
-SMALL_POOL: Final = "small"
 
 
 @dataclass(frozen=True, slots=True)

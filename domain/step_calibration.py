@@ -1,8 +1,8 @@
 """Calibrating the replica simulator's step-time model against step times measured on a GPU.
 
-`domain.replica_sim.step_seconds` is a roofline: a step takes the longer of its bytes over the
+`domain.replica_hardware.step_seconds` is a roofline: a step takes the longer of its bytes over the
 GPU's bandwidth times `bandwidth_efficiency` and its FLOPs over the GPU's peak times
-`flops_efficiency`. Both factors came from sizing 000's figures (domain/replica_sim.py). This
+`flops_efficiency`. Both factors came from sizing 000's figures (domain/replica_hardware.py). This
 module takes decode (and, optionally, prefill) steps timed on a real GPU (bench/calibrate_gpu.py
 times them), predicts each with `step_seconds` for that GPU, and fits the two factors that best
 explain them.
@@ -29,7 +29,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from domain.replica_sim import H100_8B, ReplicaPreset, step_seconds
+from domain.replica_hardware import H100_8B, ReplicaPreset, step_seconds
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import re
 import uuid
@@ -14,25 +13,19 @@ from typing import Any
 
 import grpc
 from aiohttp import web
-from google.protobuf import json_format
-from grpc_health.v1 import health_pb2
 from prometheus_client import CollectorRegistry
 
-from chat.v1 import chat_service_pb2 as pb
+from edge import convert
 from edge.errors import HttpError, error_for, error_response, from_rpc
-from edge.gateways import Gateway, Gateways, never_sent
+from edge.gateways import Gateways, never_sent
 from edge.metrics import EdgeMetrics
 from edge.openai_api import MAX_BODY_KEY, OpenAIApi
 from edge.openapi import openapi_handler
 from edge.ops import Cors, PerAddressLimit
 from edge.relay import Relay
+from infra.convert import AUTO_MODEL
 from infra.metrics import metrics_handler
 
-MODEL_CHOICES = {
-    "auto": pb.MODEL_CHOICE_AUTO,
-    "small": pb.MODEL_CHOICE_SMALL,
-    "large": pb.MODEL_CHOICE_LARGE,
-}
 EVENT_ID = re.compile(r"[0-9]{1,18}")
 PAGE_SIZE = re.compile(r"[1-9][0-9]?|100")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -98,10 +91,12 @@ class Edge:
             raise HttpError(400, "the body must be a JSON object")
         return body
 
-    async def _unary(self, send: Callable[[Any], Awaitable[Any]]) -> web.Response:
+    async def _unary(
+        self, send: Callable[[Any], Awaitable[Any]], to_json: Callable[[Any], dict[str, Any]]
+    ) -> web.Response:
         """A read, at the next live gateway."""
         reply = await self._gateways.call(send)
-        return web.json_response(json_format.MessageToDict(reply))
+        return web.json_response(to_json(reply))
 
     # Routes -------------------------------------------------------------------------------------
 
@@ -110,20 +105,16 @@ class Edge:
         body = await self._json_body(request)
         content = body.get("content")
         parent_id = body.get("parentId", "") or ""
-        model = body.get("model", "auto")
+        model = body.get("model", AUTO_MODEL)
         if not isinstance(content, str):
             raise HttpError(400, "'content' must be a string")
         if not isinstance(parent_id, str):
             raise HttpError(400, "'parentId' must be a string")
-        if model not in MODEL_CHOICES:
+        if model not in convert.MODEL_CHOICES:
             raise HttpError(400, "'model' must be one of auto, small, large")
         message_id = request.headers.get("Idempotency-Key") or f"m_{uuid.uuid4().hex}"
-        send = pb.SendMessageRequest(
-            conversation_id=request.match_info["conversation_id"],
-            message_id=message_id,
-            parent_id=parent_id,
-            content=content,
-            model=MODEL_CHOICES[model],
+        send = convert.send_request(
+            request.match_info["conversation_id"], message_id, parent_id, content, model
         )
         return await self._relay.stream(
             request, lambda chat: chat.SendMessage(send, metadata=metadata), message_id, metadata
@@ -136,7 +127,7 @@ class Edge:
         if not EVENT_ID.fullmatch(raw):
             raise HttpError(400, "Last-Event-ID must be a non-negative integer")
         message_id = request.match_info["message_id"]
-        attach = pb.AttachMessageRequest(message_id=message_id, after_event_id=int(raw))
+        attach = convert.attach_request(message_id, int(raw))
         return await self._relay.stream(
             request,
             lambda chat: chat.AttachMessage(attach, metadata=metadata),
@@ -145,7 +136,7 @@ class Edge:
         )
 
     async def stop(self, request: web.Request) -> web.Response:
-        stop = pb.StopMessageRequest(message_id=request.match_info["message_id"])
+        stop = convert.stop_request(request.match_info["message_id"])
         metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
         # A stop that reached a gateway is not sent again: the second would answer "not
         # stopped" for the answer the first one stopped.
@@ -158,23 +149,23 @@ class Edge:
         size = request.query.get("limit", "20")
         if not PAGE_SIZE.fullmatch(size):
             raise HttpError(400, "limit must be an integer from 1 to 100")
-        ask = pb.ListConversationsRequest(
-            page_size=int(size), page_token=request.query.get("cursor", "")
-        )
+        ask = convert.list_conversations_request(int(size), request.query.get("cursor", ""))
         metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
         return await self._unary(
-            lambda chat: chat.ListConversations(ask, metadata=metadata, timeout=timeout)
+            lambda chat: chat.ListConversations(ask, metadata=metadata, timeout=timeout),
+            convert.conversation_page_json,
         )
 
     async def get_conversation(self, request: web.Request) -> web.Response:
-        ask = pb.GetConversationRequest(conversation_id=request.match_info["conversation_id"])
+        ask = convert.get_conversation_request(request.match_info["conversation_id"])
         metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
         return await self._unary(
-            lambda chat: chat.GetConversation(ask, metadata=metadata, timeout=timeout)
+            lambda chat: chat.GetConversation(ask, metadata=metadata, timeout=timeout),
+            convert.conversation_reply_json,
         )
 
     async def delete_conversation(self, request: web.Request) -> web.Response:
-        ask = pb.DeleteConversationRequest(conversation_id=request.match_info["conversation_id"])
+        ask = convert.delete_conversation_request(request.match_info["conversation_id"])
         metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
         # A delete that reached a gateway is not sent again: the second would answer 404.
         await self._gateways.call(
@@ -184,23 +175,27 @@ class Edge:
         return web.json_response({"deleted": True})
 
     async def list_messages(self, request: web.Request) -> web.Response:
-        ask = pb.ListMessagesRequest(conversation_id=request.match_info["conversation_id"])
+        ask = convert.list_messages_request(request.match_info["conversation_id"])
         metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
         return await self._unary(
-            lambda chat: chat.ListMessages(ask, metadata=metadata, timeout=timeout)
+            lambda chat: chat.ListMessages(ask, metadata=metadata, timeout=timeout),
+            convert.messages_json,
         )
 
     async def get_message(self, request: web.Request) -> web.Response:
-        ask = pb.GetMessageRequest(message_id=request.match_info["message_id"])
+        ask = convert.get_message_request(request.match_info["message_id"])
         metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
         return await self._unary(
-            lambda chat: chat.GetMessage(ask, metadata=metadata, timeout=timeout)
+            lambda chat: chat.GetMessage(ask, metadata=metadata, timeout=timeout),
+            convert.message_reply_json,
         )
 
     async def limits(self, request: web.Request) -> web.Response:
         metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
+        ask = convert.limits_request()
         return await self._unary(
-            lambda chat: chat.GetLimits(pb.GetLimitsRequest(), metadata=metadata, timeout=timeout)
+            lambda chat: chat.GetLimits(ask, metadata=metadata, timeout=timeout),
+            convert.limits_json,
         )
 
     async def healthz(self, _: web.Request) -> web.Response:
@@ -208,7 +203,7 @@ class Edge:
 
     async def readyz(self, _: web.Request) -> web.Response:
         """Ready while any gateway serves; each gateway's state is listed for operators."""
-        states = await asyncio.gather(*(_health(gateway) for gateway in self._gateways.all))
+        states = await asyncio.gather(*(g.serving_state() for g in self._gateways.all))
         gateways = {
             gateway.address: state
             for gateway, state in zip(self._gateways.all, states, strict=True)
@@ -248,15 +243,6 @@ async def static_file(request: web.Request) -> web.FileResponse:
     if match.group(1) == "html":
         headers["Content-Security-Policy"] = PAGE_POLICY
     return web.FileResponse(path, headers=headers)
-
-
-async def _health(gateway: Gateway) -> str:
-    with contextlib.suppress(grpc.aio.AioRpcError):
-        reply = await gateway.health.Check(health_pb2.HealthCheckRequest(), timeout=2)
-        if reply.status == health_pb2.HealthCheckResponse.SERVING:
-            return "serving"
-        return "not serving"
-    return "unreachable"
 
 
 def build_app(

@@ -5,13 +5,14 @@ rather than the call's."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
-from grpc_health.v1 import health_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from chat.v1 import chat_service_pb2_grpc as pb_grpc
 from infra.keepalive import CLIENT_KEEPALIVE
@@ -94,6 +95,15 @@ class Gateway:
     channel: grpc.aio.Channel
     chat: pb_grpc.ChatServiceStub
     health: health_pb2_grpc.HealthStub
+
+    async def serving_state(self) -> str:
+        """serving, not serving or unreachable, as its gRPC health check says."""
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            reply = await self.health.Check(health_pb2.HealthCheckRequest(), timeout=2)
+            if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                return "serving"
+            return "not serving"
+        return "unreachable"
 
 
 class Gateways:

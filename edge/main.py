@@ -10,8 +10,11 @@ from prometheus_client import CollectorRegistry
 
 from edge.app import EdgeSettings, build_app
 from edge.gateways import Gateways
+from edge.workers import EdgeWorkers
+from infra.config import ConfigError
 from infra.logs import configure_logging
-from infra.runner import run_service, write_ready_file
+from infra.runner import run_service
+from infra.service import Service
 from infra.tls import TlsConfig
 
 
@@ -42,43 +45,55 @@ class EdgeConfig:
     max_requests_per_ip: int = 256
     keepalive_s: float = 15.0
     shutdown_grace_s: float = 10.0
+    # Processes serving HTTP on `listen`, the kernel spreading connections across them
+    # (SO_REUSEPORT): more than 1 makes this process their supervisor (edge/workers.py).
+    workers: int = 1
+    # Binds `listen` with SO_REUSEPORT, so that other edges may bind it too (the workers do).
+    reuse_port: bool = False
     ready_file: str = ""
     log_level: str = "info"
 
 
 async def serve(config: EdgeConfig, stop: asyncio.Event) -> None:
+    if config.workers < 1:
+        raise ConfigError(f"workers must be at least 1, not {config.workers}")
+    if config.workers > 1:
+        configure_logging("edge", config.log_level)
+        workers = EdgeWorkers(config.workers, config.listen, config.shutdown_grace_s)
+        await workers.serve(stop, config.ready_file)
+        return
+    await serve_one(config, stop)
+
+
+async def serve_one(config: EdgeConfig, stop: asyncio.Event) -> None:
     log = configure_logging("edge", config.log_level)
     addresses = [a.strip() for a in config.gateway_addresses if a.strip()]
-    gateways = Gateways.dial(
-        addresses or [config.gateway_address], config.tls, config.gateway_cooldown_s
-    )
-    settings = EdgeSettings(
-        max_body_bytes=config.max_body_bytes,
-        keepalive_s=config.keepalive_s,
-        cors_origins=tuple(config.cors_origins),
-        max_requests_per_ip=config.max_requests_per_ip,
-        reattach_timeout_s=config.reattach_timeout_s,
-    )
-    app = build_app(gateways, settings, CollectorRegistry())
-    runner = web.AppRunner(
-        app,
-        access_log=None,
-        shutdown_timeout=config.shutdown_grace_s,
-        max_line_size=config.max_header_bytes,
-        max_field_size=config.max_header_bytes,
-        max_headers=config.max_headers,
-    )
-    await runner.setup()
-    host, port = config.listen.rsplit(":", 1)
-    await web.TCPSite(runner, host, int(port)).start()
-    bound = runner.addresses[0][1]
-    write_ready_file(config.ready_file, {"http": f"http://{host}:{bound}"})
-    log.info("edge ready", url=f"http://{host}:{bound}")
-    await stop.wait()
-    # Open streams end here; apps resume them on any edge with Last-Event-ID.
-    await runner.cleanup()
-    await gateways.close()
-    log.info("edge stopped")
+    async with Service("edge", log) as service:
+        gateways = Gateways.dial(
+            addresses or [config.gateway_address], config.tls, config.gateway_cooldown_s
+        )
+        service.closes(gateways.close)
+        settings = EdgeSettings(
+            max_body_bytes=config.max_body_bytes,
+            keepalive_s=config.keepalive_s,
+            cors_origins=tuple(config.cors_origins),
+            max_requests_per_ip=config.max_requests_per_ip,
+            reattach_timeout_s=config.reattach_timeout_s,
+        )
+        runner = web.AppRunner(
+            build_app(gateways, settings, CollectorRegistry()),
+            access_log=None,
+            shutdown_timeout=config.shutdown_grace_s,
+            max_line_size=config.max_header_bytes,
+            max_field_size=config.max_header_bytes,
+            max_headers=config.max_headers,
+        )
+        # Open streams end at the cleanup; apps resume them on any edge with Last-Event-ID.
+        await service.opens(runner.setup, runner.cleanup)
+        host, port = config.listen.rsplit(":", 1)
+        await web.TCPSite(runner, host, int(port), reuse_port=config.reuse_port or None).start()
+        url = f"http://{host}:{runner.addresses[0][1]}"
+        await service.serve(stop, config.ready_file, {"http": url}, url=url)
 
 
 def main() -> None:

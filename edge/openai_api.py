@@ -21,30 +21,19 @@ import grpc
 from aiohttp import web
 
 from chat.v1 import chat_service_pb2 as pb
-from chat.v1 import common_pb2
 from edge import sse
+from edge.convert import (
+    FINISH_ERROR,
+    MODEL_CHOICES,
+    OPENAI_FINISH,
+    OPENAI_ROLES,
+    completion_request,
+    limits_request,
+)
 from edge.gateways import Gateways
 from edge.metrics import EdgeMetrics
 from infra.status import REASON_MESSAGE_TOO_LARGE, CallFailure
 
-MODELS = {
-    "auto": pb.MODEL_CHOICE_AUTO,
-    "small": pb.MODEL_CHOICE_SMALL,
-    "large": pb.MODEL_CHOICE_LARGE,
-}
-# "developer" is what newer OpenAI clients send in place of "system".
-ROLES = {
-    "system": common_pb2.ROLE_SYSTEM,
-    "developer": common_pb2.ROLE_SYSTEM,
-    "user": common_pb2.ROLE_USER,
-    "assistant": common_pb2.ROLE_ASSISTANT,
-}
-FINISH = {
-    common_pb2.FINISH_REASON_STOP: "stop",
-    common_pb2.FINISH_REASON_LENGTH: "length",
-    common_pb2.FINISH_REASON_CANCELLED: "stop",
-    common_pb2.FINISH_REASON_REFUSED: "content_filter",
-}
 SESSION_HEADER = "X-Session-Id"
 REPLICA_HEADER = "X-Replica"
 ERROR_TYPES = {401: "invalid_request_error", 403: "permission_error", 429: "rate_limit_error"}
@@ -153,7 +142,7 @@ def _text_of(content: Any, index: int) -> str:
     return "".join(texts)
 
 
-def _turns(messages: Any) -> list[common_pb2.Turn]:
+def _turns(messages: Any) -> list[tuple[str, str]]:
     if not isinstance(messages, list) or not messages:
         raise OpenAIError(400, "'messages' must be a non-empty list", None, "messages")
     turns = []
@@ -161,16 +150,14 @@ def _turns(messages: Any) -> list[common_pb2.Turn]:
         if not isinstance(message, dict):
             raise OpenAIError(400, f"'messages[{index}]' must be an object", None, "messages")
         role = message.get("role")
-        if role not in ROLES:
+        if role not in OPENAI_ROLES:
             raise OpenAIError(
                 400,
                 f"'messages[{index}].role' must be one of system, developer, user, assistant",
                 None,
                 f"messages[{index}].role",
             )
-        turns.append(
-            common_pb2.Turn(role=ROLES[role], content=_text_of(message.get("content"), index))
-        )
+        turns.append((role, _text_of(message.get("content"), index)))
     return turns
 
 
@@ -209,7 +196,7 @@ def parse_completion(body: dict[str, Any], session_key: str) -> Completion:
     model = body.get("model")
     if not isinstance(model, str):
         raise OpenAIError(400, "'model' must be a string", None, "model")
-    if model not in MODELS:
+    if model not in MODEL_CHOICES:
         raise OpenAIError(
             404,
             f"the model {model!r} does not exist; use auto, small or large",
@@ -222,12 +209,7 @@ def parse_completion(body: dict[str, Any], session_key: str) -> Completion:
     if body.get("tools"):
         raise OpenAIError(400, "tools are not supported", None, "tools")
     stream, include_usage = _stream_flags(body)
-    ask = pb.CompleteRequest(
-        turns=_turns(body.get("messages")),
-        model=MODELS[model],
-        max_tokens=_max_tokens(body),
-        session_key=session_key,
-    )
+    ask = completion_request(_turns(body.get("messages")), model, _max_tokens(body), session_key)
     return Completion(ask, model, stream, include_usage)
 
 
@@ -374,10 +356,10 @@ class OpenAIApi:
             return True
         if kind != "done":
             return False
-        if event.done.finish == common_pb2.FINISH_REASON_ERROR:
+        if event.done.finish == FINISH_ERROR:
             await writer.error(13, "the model failed while answering")
             return True
-        await writer.choice({}, FINISH.get(event.done.finish, "stop"))
+        await writer.choice({}, OPENAI_FINISH.get(event.done.finish, "stop"))
         if usage:
             await writer.usage(event.done)
         return True
@@ -415,7 +397,7 @@ class OpenAIApi:
             elif kind == "error":
                 raise OpenAIError(502 if event.error.code != 14 else 503, event.error.message)
             elif kind == "done":
-                if event.done.finish == common_pb2.FINISH_REASON_ERROR:
+                if event.done.finish == FINISH_ERROR:
                     raise OpenAIError(502, "the model failed while answering")
                 return web.json_response(
                     _completion_body(meta, "".join(texts), event.done),
@@ -426,21 +408,22 @@ class OpenAIApi:
     @openai_errors
     async def list_models(self, request: web.Request) -> web.Response:
         await self._check_key(request)
-        return web.json_response({"object": "list", "data": [_model(m) for m in MODELS]})
+        return web.json_response({"object": "list", "data": [_model(m) for m in MODEL_CHOICES]})
 
     @openai_errors
     async def get_model(self, request: web.Request) -> web.Response:
         await self._check_key(request)
         name = request.match_info["model"]
-        if name not in MODELS:
+        if name not in MODEL_CHOICES:
             raise OpenAIError(404, f"the model {name!r} does not exist", "model_not_found")
         return web.json_response(_model(name))
 
     async def _check_key(self, request: web.Request) -> None:
         """Only the gateway knows whether a token is valid; its cheapest call asks."""
         metadata, timeout = bearer(request), self._rpc_timeout_s
+        ask = limits_request()
         await self._gateways.call(
-            lambda chat: chat.GetLimits(pb.GetLimitsRequest(), metadata=metadata, timeout=timeout)
+            lambda chat: chat.GetLimits(ask, metadata=metadata, timeout=timeout)
         )
 
 
@@ -450,7 +433,7 @@ def _model(name: str) -> dict[str, Any]:
 
 def _completion_body(meta: pb.MetaEvent, text: str, done: pb.DoneEvent) -> dict[str, Any]:
     message = {"role": "assistant", "content": text, "refusal": None}
-    finish = FINISH.get(done.finish, "stop")
+    finish = OPENAI_FINISH.get(done.finish, "stop")
     return {
         "id": meta.message_id,
         "object": "chat.completion",

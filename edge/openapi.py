@@ -7,6 +7,9 @@ from typing import Any
 
 from aiohttp import web
 
+from domain.types import Finish, Role, Tier
+from infra.convert import MODEL_CHOICES
+
 JSON = "application/json"
 SSE = "text/event-stream"
 ID = {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}
@@ -55,14 +58,29 @@ def _op(summary: str, responses: dict[str, Any], **extra: Any) -> dict[str, Any]
 
 STREAM_200 = {
     "description": (
-        "the answer's events: meta, delta..., then done or error; ids count 1, 2, 3. "
-        "retract {withdrawnChars} (a tier in retract mode): remove all of the answer's text "
-        "shown so far; the refusal follows as a delta"
+        "the answer's events: meta {messageId, conversationId, model, replica}, delta {text}"
+        "..., then done {finish, usage {input, cached, output}} or error {code, message}; ids "
+        "count 1, 2, 3. retract {withdrawnChars} (a tier in retract mode): remove all of the "
+        "answer's text shown so far; the refusal follows as a delta"
     ),
     "content": {SSE: {"schema": {"type": "string"}}},
 }
 CONVERSATION = _path_param("conversation_id", ID)
 MESSAGE = _path_param("message_id", PARENT_ID)
+STRING = {"type": "string"}
+COUNT = {"type": "integer", "minimum": 0}
+TIME = {"type": "string", "format": "date-time"}
+
+
+def _object(properties: dict[str, Any]) -> dict[str, Any]:
+    """Every property is always there (edge/convert.py)."""
+    return {
+        "type": "object",
+        "required": list(properties),
+        "properties": properties,
+        "additionalProperties": False,
+    }
+
 
 SCHEMAS: dict[str, Any] = {
     "Error": {
@@ -98,11 +116,55 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "content": {"type": "string", "minLength": 1, "maxLength": 32000},
             "parentId": PARENT_ID,
-            "model": {"type": "string", "enum": ["auto", "small", "large"]},
+            "model": {"type": "string", "enum": list(MODEL_CHOICES)},
         },
     },
-    "Conversation": {"type": "object"},
-    "Message": {"type": "object"},
+    "Conversation": _object(
+        {
+            "conversationId": STRING,
+            "title": STRING,
+            "model": STRING,
+            "totalTokens": COUNT,
+            "createdAt": TIME,
+            "updatedAt": TIME,
+        }
+    ),
+    "Message": _object(
+        {
+            "messageId": STRING,
+            "conversationId": STRING,
+            "seq": COUNT,
+            "parentId": {**STRING, "description": "the message answered; empty for none"},
+            "role": {"enum": [role.value for role in Role]},
+            "content": STRING,
+            "tokens": COUNT,
+            "model": {**STRING, "description": "the model that wrote it, or counted its tokens"},
+            "replica": {
+                **STRING,
+                "description": "the replica that wrote it (as in meta); empty for a user's",
+            },
+            "finish": {
+                "enum": [*(finish.value for finish in Finish), None],
+                "description": "how the answer ended, as in done; null for a user's turn",
+            },
+            "createdAt": TIME,
+        }
+    ),
+    "ConversationPage": _object(
+        {
+            "conversations": {"type": "array", "items": _ref("Conversation")},
+            "nextCursor": {**STRING, "description": "the next page's cursor; empty after the last"},
+        }
+    ),
+    "Limits": _object(
+        {
+            "tier": {"enum": [tier.value for tier in Tier]},
+            "level": {"type": "number", "description": "tokens of budget left"},
+            "capacity": {"type": "number"},
+            "refillPerSecond": {"type": "number"},
+            "fullInSeconds": {"type": "number"},
+        }
+    ),
     "ChatMessage": {
         "type": "object",
         "required": ["role", "content"],
@@ -132,7 +194,7 @@ SCHEMAS: dict[str, Any] = {
         "type": "object",
         "required": ["model", "messages"],
         "properties": {
-            "model": {"type": "string", "enum": ["auto", "small", "large"]},
+            "model": {"type": "string", "enum": list(MODEL_CHOICES)},
             "messages": {"type": "array", "minItems": 1, "items": _ref("ChatMessage")},
             "stream": {"type": "boolean"},
             "stream_options": {
@@ -174,7 +236,10 @@ CONVERSATION_PATHS: dict[str, Any] = {
     "/v1/conversations": {
         "get": _op(
             "Lists the caller's conversations, newest first",
-            {"200": _json({"type": "object"}, "a page of conversations"), **_errors(400, 401)},
+            {
+                "200": _json(_ref("ConversationPage"), "a page of conversations"),
+                **_errors(400, 401),
+            },
             parameters=[
                 {
                     "name": "limit",
@@ -189,11 +254,17 @@ CONVERSATION_PATHS: dict[str, Any] = {
         "parameters": [CONVERSATION],
         "get": _op(
             "Reads one conversation",
-            {"200": _json(_ref("Conversation"), "the conversation"), **_errors(400, 401, 404)},
+            {
+                "200": _json(_object({"conversation": _ref("Conversation")}), "the conversation"),
+                **_errors(400, 401, 404),
+            },
         ),
         "delete": _op(
             "Deletes a conversation and its messages",
-            {"200": _json({"type": "object"}, "deleted"), **_errors(400, 401, 404)},
+            {
+                "200": _json(_object({"deleted": {"const": True}}), "deleted"),
+                **_errors(400, 401, 404),
+            },
         ),
     },
     "/v1/conversations/{conversation_id}/messages": {
@@ -209,14 +280,23 @@ CONVERSATION_PATHS: dict[str, Any] = {
         ),
         "get": _op(
             "Lists a conversation's messages, oldest first",
-            {"200": _json({"type": "object"}, "the messages"), **_errors(400, 401, 404)},
+            {
+                "200": _json(
+                    _object({"messages": {"type": "array", "items": _ref("Message")}}),
+                    "the messages",
+                ),
+                **_errors(400, 401, 404),
+            },
         ),
     },
     "/v1/messages/{message_id}": {
         "parameters": [MESSAGE],
         "get": _op(
             "Reads one message",
-            {"200": _json(_ref("Message"), "the message"), **_errors(400, 401, 404)},
+            {
+                "200": _json(_object({"message": _ref("Message")}), "the message"),
+                **_errors(400, 401, 404),
+            },
         ),
     },
     "/v1/messages/{message_id}/stream": {
@@ -238,13 +318,16 @@ CONVERSATION_PATHS: dict[str, Any] = {
         "parameters": [MESSAGE],
         "post": _op(
             "Stops an answer and frees its GPU slot at once",
-            {"200": _json({"type": "object"}, "whether it was running"), **_errors(400, 401, 404)},
+            {
+                "200": _json(_object({"stopped": {"type": "boolean"}}), "whether it was running"),
+                **_errors(400, 401, 404),
+            },
         ),
     },
     "/v1/limits": {
         "get": _op(
             "The caller's token bucket",
-            {"200": _json({"type": "object"}, "tier, level, capacity, refill"), **_errors(401)},
+            {"200": _json(_ref("Limits"), "the bucket"), **_errors(401)},
         )
     },
 }

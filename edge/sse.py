@@ -10,15 +10,7 @@ from aiohttp import web
 from google.protobuf import json_format
 
 from chat.v1 import chat_service_pb2 as pb
-from chat.v1 import common_pb2
-
-FINISH_NAMES = {
-    common_pb2.FINISH_REASON_STOP: "stop",
-    common_pb2.FINISH_REASON_LENGTH: "length",
-    common_pb2.FINISH_REASON_CANCELLED: "cancelled",
-    common_pb2.FINISH_REASON_REFUSED: "refused",
-    common_pb2.FINISH_REASON_ERROR: "error",
-}
+from edge.convert import FINISH_NAMES
 
 
 def event_payload(event: pb.ChatEvent) -> tuple[str, dict[str, object]]:

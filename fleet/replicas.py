@@ -18,7 +18,9 @@ import numpy as np
 
 from domain.picker import NEVER_ESCAPE, EscapeRule, ReplicaLoad
 from domain.pool_index import PoolIndex
-from domain.replica_sim import ReplicaPreset, ReplicaSim, StepResult, step_seconds
+from domain.replica_hardware import ReplicaPreset, step_seconds
+from domain.replica_requests import StepResult
+from domain.replica_sim import ReplicaSim
 from domain.start_wait import StartWaitModel
 from domain.types import NodeState
 

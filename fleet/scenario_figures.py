@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fleet.gateway import LARGE_POOL
+from domain.pools import LARGE_POOL
 
 if TYPE_CHECKING:
     from fleet.scenarios import ScenarioResult
@@ -239,20 +239,21 @@ FEW_STREAMS = (
 PREFILL_CAPPED = (
     "Sizing 000's 1,400 is what prefill would need; the simulation counts the GPU-time spent, "
     "which cannot pass what the pools have left beside decode (904 + 566 GPUs), so the jump "
-    "flattens near or below it (1,086 at seed 1; 1,116 to 1,132 before replicas shared the "
-    "system prompt's blocks, whose re-reading after the change then counted too) and lasts "
-    "longer."
+    "flattens near or below it (1,056 at seed 1; 1,086 before the simulated gateway ran the "
+    "router, 1,116 to 1,132 before replicas shared the system prompt's blocks, whose "
+    "re-reading after the change then counted too) and lasts longer."
 )
 
 
 PILED_MOVES = (
     "A scale artifact, measured: moved answers now spread over the survivors' shortest prompt "
     "queues (domain.pool_index.PoolIndex.pick_move), yet a replica's answers do not shrink "
-    "with the region: at 1/20 about 58 of them land on 10 survivors, six re-read prompts of a "
-    "few thousand tokens queued on each, and the longest waits 3.8 s (4.6 s with the rule new "
-    "messages meet, which followed each conversation's next favourite). At 1/4 of the region "
-    "(55 survivors) the longest pause is 3.0 s and the median 2.4 s, within the band; the "
-    "whole region spreads them thinner still."
+    "with the region: at 1/20 about 45 of them land on 10 survivors, four or five re-read "
+    "prompts of a few thousand tokens queued on each, and the longest waits 3.6 s (3.8 s with "
+    "58 moved before the simulated gateway ran the router; 4.6 s under the rule new messages "
+    "meet, which followed each conversation's next favourite). At 1/4 of the region (55 "
+    "survivors) the longest pause is 3.3 s and the median 2.2 s, within the band; the whole "
+    "region spreads them thinner still."
 )
 
 

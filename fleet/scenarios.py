@@ -1,10 +1,11 @@
 """Sizing 000's scenarios, each a set of runs of the fleet simulator and the figures it checks.
 
-The fleets come from the platform's own capacity planner (`chatctl plan`, preset 000): 3,012
-GPUs of 70B for the large-only fleet (753 replicas of 4 H100s), 904 + 566 GPUs for the routed
-region of about 1,500 (226 large replicas, 566 small ones). A scale below 1 shrinks the fleet
-and the traffic alike, so each replica sees the same load; GPU counts are reported back at full
-scale (divided by the scale actually built, after rounding to whole replicas).
+The fleets come from the platform's own capacity planner (domain/capacity/, `chatctl plan`'s
+preset 000): 3,012 GPUs of 70B for the large-only fleet (753 replicas of 4 H100s), 904 + 566 GPUs
+for the routed region of about 1,500 (226 large replicas, 566 small ones). A scale below 1
+shrinks the fleet and the traffic alike, so each replica sees the same load; GPU counts are
+reported back at full scale (divided by the scale actually built, after rounding to whole
+replicas).
 
 Pure: runs in memory and returns results; fleet.report writes them.
 """
@@ -16,17 +17,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from clients.chatctl.plan import MessageInputs, plan_messages
-from domain.replica_sim import H100_8B, H100x4_70B
+from domain.capacity import MessageInputs, plan_messages
+from domain.pools import LARGE_POOL, SMALL_POOL
+from domain.replica_hardware import H100_8B, H100x4_70B
 from fleet import scenario_figures as _figures
-from fleet.engine import Failures, FleetConfig, FleetSim
-from fleet.gateway import LARGE_POOL
-from fleet.metrics import Recorder, Summary, summarize
+from fleet.recorder import Recorder, Summary, summarize
+from fleet.region import Failures, FleetConfig, FleetSim
 from fleet.replicas import PoolSpec, Strategy, prefill_gpu_s_per_token
 from fleet.scenario_figures import Figure
-from fleet.workload import Workload, WorkloadSpec
+from fleet.workload import Workload, WorkloadSpec, easy_share_for
 
-_PLAN = plan_messages(MessageInputs())
+_INPUTS = MessageInputs()
+_PLAN = plan_messages(_INPUTS)
 PLANNED_PEAK = _PLAN.traffic.messages_per_s_peak  # 3,500 messages/s (rounded in sizing 000)
 LARGE_ONLY = round(_PLAN.fleet.fleet_large_only / H100x4_70B.gpus)
 ROUTED_LARGE = round(_PLAN.fleet.fleet_routed_large / H100x4_70B.gpus)
@@ -67,7 +69,7 @@ class ScenarioResult:
 def _pools(large: int, small: int, scale: float) -> tuple[PoolSpec, ...]:
     pools = [PoolSpec(LARGE_POOL, H100x4_70B, max(1, round(large * scale)))]
     if small:
-        pools.append(PoolSpec("small", H100_8B, max(1, round(small * scale))))
+        pools.append(PoolSpec(SMALL_POOL, H100_8B, max(1, round(small * scale))))
     return tuple(pools)
 
 
@@ -134,7 +136,7 @@ def shortest_duration_s(name: str) -> float:
 
 def _full_counts(pools: tuple[PoolSpec, ...]) -> tuple[int, int]:
     counts = {p.name: p.replicas for p in pools}
-    return counts.get(LARGE_POOL, 0), counts.get("small", 0)
+    return counts.get(LARGE_POOL, 0), counts.get(SMALL_POOL, 0)
 
 
 def _scaled(pools: tuple[PoolSpec, ...], scale: float) -> tuple[PoolSpec, ...]:
@@ -144,7 +146,12 @@ def _scaled(pools: tuple[PoolSpec, ...], scale: float) -> tuple[PoolSpec, ...]:
 
 # --- the scenarios ---------------------------------------------------------------------------
 
-_PEAK = WorkloadSpec(peak_messages_per_s=PLANNED_PEAK)
+# Sizing 000 routes 70 % of messages to the 8B: the share of easy conversations at which the
+# router, misjudging some openings, does so (fleet.workload, easy_share_for: about 75 %).
+_PEAK = WorkloadSpec(
+    peak_messages_per_s=PLANNED_PEAK,
+    easy_share=easy_share_for(_INPUTS.small_model_share, WorkloadSpec()),
+)
 # The scenarios about the ladder and failures run the platform's own picker, escape included
 # (domain.picker.EscapeRule: leave the favourite only past a 1 s start wait). Its earlier rule
 # (leave when the reported prompt queue beat the idlest's by the reusable prefix) fed on itself:

@@ -1,7 +1,8 @@
 """Who sends messages, when, and how long they are: a seeded model of chat users.
 
 Users hold conversations of several turns and read and type between them (think time). A
-conversation is Free or Plus and easy or hard (the router sends easy ones to the small model).
+conversation is Free or Plus and easy or hard, and each of its messages gets a difficulty score
+as the router's classifier would give it (`Workload.score`; domain.router decides on it).
 New conversations start at a rate that follows a daily curve and spikes, so that messages arrive
 at `peak_messages_per_s` x curve x spikes once the fleet has warmed up: in steady state every
 conversation sends all its turns, so messages/s = conversations/s x turns per conversation,
@@ -12,7 +13,18 @@ tokens of prompt per message" is the system prompt plus the history plus the new
 conversation's turn k reads about system + 500 (k - 1) + 100 tokens. With turns per conversation
 geometric of mean m, a message's mean turn is m (size bias: E[n(n+1)/2] / E[n] = 1/p), so a
 400-token system prompt and m = 6 give 500 x 6 = 3,000. Think time: "users read and type for
-about a minute between messages". Free sends 60 % of messages; 70 % are easy.
+about a minute between messages". Free sends 60 % of messages; 70 % of conversations are easy
+by default, and `easy_share_for` gives the share at which the router sends a wanted share of
+messages small (sizing 000's 70 %: 75 % of conversations easy).
+
+Scores: an easy conversation's messages score below the router's threshold, a hard one's at or
+above it, except that its opening message is misjudged at the shipped classifier's held-out
+rates (data/router/README.md: 7.2 % of easy messages score hard, 4.3 % of hard ones easy). A
+misjudged easy conversation stays on the large model (the router never de-escalates); a
+misjudged hard one starts small and escalates at its next message. That the classifier is
+wrong about a conversation at its start or not at all is an assumption: drawn independently
+for every message at 7.2 %, its errors would escalate about a third of easy conversations
+over their six turns, and no share of easy conversations would give sizing 000's 70 %.
 
 Pure: no I/O, no clock; every draw comes from the seeded generator the caller owns.
 """
@@ -132,7 +144,12 @@ class WorkloadSpec:
     daily: DailyCurve = field(default_factory=DailyCurve)
     spikes: tuple[Spike, ...] = ()
     plus_share: float = 0.4  # Free sends 60 % of messages
-    easy_share: float = 0.7  # the router's small-model share
+    easy_share: float = 0.7  # conversations the router should keep on the small model
+    # The router's threshold the scores are drawn against, and the classifier's mistakes on
+    # opening messages (the module notes).
+    score_threshold: float = 0.5
+    easy_misjudged: float = 0.072
+    hard_misjudged: float = 0.043
     turns_mean: float = 6.4
     max_turns: int = 40
     think_min_s: float = 5.0  # nobody reads an answer and types a reply in under this
@@ -251,6 +268,21 @@ class Workload:
             for _ in range(_poisson(rng, mean))
         ]
 
+    def score(self, easy: bool, opening: bool) -> float:
+        """A message's difficulty score, as the router's classifier would give it: below the
+        threshold for an easy conversation's message, at or above it for a hard one's; an
+        opening message on the other side at the classifier's rate of mistakes."""
+        spec = self.spec
+        threshold = spec.score_threshold
+        wrong = (spec.easy_misjudged if easy else spec.hard_misjudged) if opening else 0.0
+        # One draw gives the side and the place on it.
+        draw = self._rng.random()
+        right = draw < 1.0 - wrong
+        place = draw / (1.0 - wrong) if right else (draw - (1.0 - wrong)) / wrong
+        if right == easy:
+            return threshold * place
+        return threshold + (1.0 - threshold) * place
+
     def message_tokens(self) -> int:
         return self._message_tokens.next()
 
@@ -262,6 +294,14 @@ class Workload:
         return spec.think_min_s + self._rng.expovariate(
             1.0 / (spec.think_mean_s - spec.think_min_s)
         )
+
+
+def easy_share_for(small_share: float, spec: WorkloadSpec) -> float:
+    """The share of easy conversations at which the router sends `small_share` of messages to
+    the small model: an easy conversation's messages all go small unless its opening was
+    misjudged; a misjudged hard one sends its opening alone (one message in `turns_mean`)."""
+    hard_small = spec.hard_misjudged / spec.turns_mean
+    return (small_share - hard_small) / (1.0 - spec.easy_misjudged - hard_small)
 
 
 def _poisson(rng: random.Random, mean: float) -> int:

@@ -37,7 +37,10 @@ class StreamTimeouts:
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
+class AnswerPlan:
+    """How one answer is to be written: its prompt, the replica picked, its cap and the
+    tokens reserved for it (gateway/planner.py makes it)."""
+
     prompt: Prompt
     pick: ReplicaPick
     max_answer_tokens: int
@@ -105,7 +108,7 @@ class AnswerWriter:
         self._new_guard = new_guard
         self._log = structlog.get_logger(component="answer-writer")
 
-    async def write(self, run: MessageRun, plan: Plan, answer: Answer) -> None:
+    async def write(self, run: MessageRun, plan: AnswerPlan, answer: Answer) -> None:
         """Streams the answer; if the replica is lost mid-answer, another one of the pool
         continues from the text already sent, so the user sees a pause, not an error."""
         lost: list[str] = []
@@ -165,7 +168,7 @@ class AnswerWriter:
             await run.append(Delta(text))
 
     async def _final_check(
-        self, run: MessageRun, plan: Plan, answer: Answer, finish: Finish
+        self, run: MessageRun, plan: AnswerPlan, answer: Answer, finish: Finish
     ) -> Finish:
         """Reads the whole answer once more before `done`; a violation ends it as refused,
         with the held-back text never shown (or, in retract mode, what was shown withdrawn)."""
@@ -193,7 +196,7 @@ class AnswerWriter:
         await run.append(Delta(refusal))
         return Finish.REFUSED
 
-    async def _withdraw(self, run: MessageRun, plan: Plan, answer: Answer) -> None:
+    async def _withdraw(self, run: MessageRun, plan: AnswerPlan, answer: Answer) -> None:
         answer.withdrawn = True
         chars = sum(len(piece) for piece in answer.shown)
         answer.shown.clear()
@@ -207,12 +210,14 @@ class AnswerWriter:
             answer.shown.append(refusal)
             await run.append(Delta(refusal))
 
-    async def _failover_pick(self, run: MessageRun, plan: Plan, lost: list[str]) -> ReplicaPick:
+    async def _failover_pick(
+        self, run: MessageRun, plan: AnswerPlan, lost: list[str]
+    ) -> ReplicaPick:
         return await self._scheduler.pick(run.conversation_id, plan.pool, plan.tier,
                                           plan.prompt.tokens, exclude_node_ids=lost)  # fmt: skip
 
     async def _stream(
-        self, run: MessageRun, plan: Plan, pick: ReplicaPick, answer: Answer
+        self, run: MessageRun, plan: AnswerPlan, pick: ReplicaPick, answer: Answer
     ) -> tuple[Finish, Usage]:
         spec = GenerateSpec(
             request_id=f"{run.user_id}/{run.message_id}/{uuid.uuid4().hex[:8]}",

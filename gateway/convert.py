@@ -10,11 +10,12 @@ from domain.errors import InvalidArgument
 from domain.types import Finish
 from gateway.completions import CallerTurn, CompleteRequest
 from gateway.runs import Delta, Done, Event, Failed, Meta, Retract
-from infra.enums import FINISH_TO_PB, ROLE_FROM_PB, ROLE_TO_PB
+from infra.convert import AUTO_MODEL, FINISH_TO_PB, MODEL_CHOICES, ROLE_FROM_PB, ROLE_TO_PB
 from store.records import ConversationRecord, MessageRecord
 
-POOL_OF_CHOICE = {pb.MODEL_CHOICE_SMALL: "small", pb.MODEL_CHOICE_LARGE: "large"}
-ROUTED_CHOICES = (pb.MODEL_CHOICE_UNSPECIFIED, pb.MODEL_CHOICE_AUTO)
+# A model named by its pool runs there; "auto" (or none) lets the router choose.
+POOL_OF_CHOICE = {choice: name for name, choice in MODEL_CHOICES.items() if name != AUTO_MODEL}
+ROUTED_CHOICES = (pb.MODEL_CHOICE_UNSPECIFIED, MODEL_CHOICES[AUTO_MODEL])
 
 
 def pool_of(choice: int) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,21 +11,23 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Gauge
 from redis.asyncio import Redis
 
+import domain
 from chat.v1 import chat_service_pb2, chat_service_pb2_grpc
 from domain.breaker import BreakerPolicy
 from domain.compaction import CompactionPolicy
-from domain.difficulty import DEFAULT_DIFFICULTY_MODEL, DifficultyModel
+from domain.difficulty import DifficultyModel
 from domain.limiter import Limit
+from domain.pools import SMALL_POOL
 from domain.router import Router
 from domain.safety import (
-    DEFAULT_BLOCKLIST,
+    BlocklistClassifier,
     InputGuard,
     OutputGuard,
     OutputMode,
     StreamCheckConfig,
-    load_blocklist,
 )
 from domain.shedding import SheddingPolicy
+from domain.tiers import BUCKET_REFILL_S, FREE_DEFAULTS, PLUS_DEFAULTS, TierPolicy
 from domain.types import Tier
 from gateway.answers import StreamTimeouts
 from gateway.auth import Authenticator
@@ -33,7 +36,7 @@ from gateway.compactor import Compactor
 from gateway.metrics import GatewayMetrics
 from gateway.node_client import NodeClient
 from gateway.pipeline import ChatPipeline
-from gateway.planner import PipelinePolicy, TierPolicy
+from gateway.planner import PipelinePolicy
 from gateway.policies import MessagePolicies
 from gateway.redis_buckets import RedisBuckets, connect
 from gateway.redis_run_sharing import RedisRunSharing
@@ -45,11 +48,19 @@ from gateway.shared_runs import SharedRuns, SharedRunsConfig
 from infra.config import ConfigError
 from infra.grpcserver import GrpcServer
 from infra.logs import configure_logging
-from infra.metrics import MetricsServer
-from infra.runner import run_service, write_ready_file
+from infra.runner import run_service
+from infra.service import Service
 from infra.tls import TlsConfig
 from store.base import Store
 from store.factory import open_store
+
+# What the project ships, package data of domain/: the difficulty classifier trained by
+# scripts/train_router.py, and the narrow hard-block rule set.
+SHIPPED_DIFFICULTY_MODEL = Path(domain.__file__).parent / "data" / "difficulty_model.json"
+SHIPPED_BLOCKLIST = Path(domain.__file__).parent / "safety" / "blocklist.json"
+# The policies' own defaults (domain/), which the configuration's defaults repeat.
+_SHEDDING = SheddingPolicy()
+_BREAKER = BreakerPolicy()
 
 
 @dataclass
@@ -67,14 +78,15 @@ class GatewayConfig:
     scheduler_addresses: list[str] = field(default_factory=list)
     store_url: str = "sqlite:///.chat/chat.db"
     system_prompt: str = "You are a helpful assistant. Answer clearly and briefly."
-    default_pool: str = "small"
-    free_window_tokens: int = 8000
-    plus_window_tokens: int = 32000
-    free_max_answer_tokens: int = 1000
-    plus_max_answer_tokens: int = 4000
-    free_bucket_capacity: float = 25_000
-    plus_bucket_capacity: float = 250_000
-    bucket_refill_s: float = 3 * 3600
+    default_pool: str = SMALL_POOL
+    # Each tier's window, answer cap and bucket (domain/tiers.py).
+    free_window_tokens: int = FREE_DEFAULTS.window_tokens
+    plus_window_tokens: int = PLUS_DEFAULTS.window_tokens
+    free_max_answer_tokens: int = FREE_DEFAULTS.max_answer_tokens
+    plus_max_answer_tokens: int = PLUS_DEFAULTS.max_answer_tokens
+    free_bucket_capacity: float = FREE_DEFAULTS.limit.capacity
+    plus_bucket_capacity: float = PLUS_DEFAULTS.limit.capacity
+    bucket_refill_s: float = BUCKET_REFILL_S
     buckets: str = "memory"  # "memory" (this process only) or "redis" (shared by all gateways)
     redis_url: str = "redis://127.0.0.1:6379/0"
     # With Redis unreachable: admit unmetered (open) or refuse with Retry-After (closed).
@@ -83,16 +95,16 @@ class GatewayConfig:
     max_message_chars: int = 32_000
     max_open_streams_per_user: int = 4
     # The ladder: Free answers are capped at rung 2; at rung 3 Free waits over this are refused.
-    shed_answer_tokens: int = 300
-    shed_max_wait_s: float = 2.0
+    shed_answer_tokens: int = _SHEDDING.capped_answer_tokens
+    shed_max_wait_s: float = _SHEDDING.max_wait_s
     node_first_token_timeout_s: float = 120.0
     node_stall_timeout_s: float = 10.0
     max_failovers: int = 2
     # A pool with this many failures (no replica, replica lost) within the window is skipped
     # for the cooldown: large falls to small, small to a composed "busy" answer.
-    breaker_failures_to_open: int = 5
-    breaker_window_s: float = 30.0
-    breaker_cooldown_s: float = 15.0
+    breaker_failures_to_open: int = _BREAKER.failures_to_open
+    breaker_window_s: float = _BREAKER.window_s
+    breaker_cooldown_s: float = _BREAKER.cooldown_s
     keep_ended_runs_s: float = 600.0
     # The router: each conversation starts on the pool its first message needs (the shipped
     # difficulty classifier, or router_model), escalates small -> large at most once.
@@ -105,7 +117,7 @@ class GatewayConfig:
     # summary (first message, last 6 turns and pinned constraints stay verbatim), at most once
     # per compaction_min_tokens_between tokens.
     compaction: bool = True
-    compaction_pool: str = "small"
+    compaction_pool: str = SMALL_POOL
     compaction_min_tokens_between: int = 3000
     safety: bool = True
     safety_blocklist: str = ""
@@ -165,13 +177,13 @@ def build_policy(config: GatewayConfig) -> PipelinePolicy:
 def build_policies(config: GatewayConfig) -> MessagePolicies:
     router = difficulty = None
     if config.router:
-        path = Path(config.router_model) if config.router_model else DEFAULT_DIFFICULTY_MODEL
-        difficulty = DifficultyModel.load(path)
+        path = Path(config.router_model) if config.router_model else SHIPPED_DIFFICULTY_MODEL
+        difficulty = DifficultyModel.from_dict(read_json(path))
         router = Router(difficulty.threshold)
     if not config.safety:
         return MessagePolicies(router, difficulty)
-    blocklist = Path(config.safety_blocklist) if config.safety_blocklist else DEFAULT_BLOCKLIST
-    classifier = load_blocklist(blocklist)
+    blocklist = Path(config.safety_blocklist) if config.safety_blocklist else SHIPPED_BLOCKLIST
+    classifier = BlocklistClassifier.from_data(read_json(blocklist))
     stream = StreamCheckConfig(
         window_tokens=config.output_window_tokens,
         lookback_tokens=config.output_lookback_tokens,
@@ -183,6 +195,12 @@ def build_policies(config: GatewayConfig) -> MessagePolicies:
     return MessagePolicies(router, difficulty, InputGuard(classifier),
                            lambda mode: OutputGuard(classifier, stream, mode=mode),
                            modes)  # fmt: skip
+
+
+def read_json(path: Path) -> dict:
+    """A policy's data file, read once here: domain/ builds policies from data, never from
+    files."""
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def output_mode(name: str) -> OutputMode:
@@ -237,59 +255,59 @@ def build_run_sharing(
 async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
     log = configure_logging("gateway", config.log_level)
     policy = build_policy(config)
-    store = await open_store(config.store_url)
-    scheduler = SchedulerClient(
-        config.scheduler_addresses or [config.scheduler_address], tls=config.tls
-    )
-    nodes = NodeClient(tls=config.tls)
-    runs = RunRegistry(time.monotonic, config.keep_ended_runs_s)
-    redis_client = connect_redis(config)
-    buckets = build_buckets(config, policy, redis_client)
-    registry = CollectorRegistry()
-    metrics = GatewayMetrics(registry)
-    sharing = build_run_sharing(config, redis_client, runs, metrics)
-    pipeline = ChatPipeline(
-        store,
-        scheduler,
-        nodes,
-        runs,
-        buckets,
-        policy,
-        time.monotonic,
-        sharing,
-        metrics,
-        build_policies(config),
-        build_compactor(config, store, scheduler, nodes),
-    )
-    service_name = chat_service_pb2.DESCRIPTOR.services_by_name["ChatService"].full_name
-    server = GrpcServer(
-        config.grpc_listen, [service_name], tls=config.tls, health_listen=config.health_listen
-    )
-    chat_service_pb2_grpc.add_ChatServiceServicer_to_server(
-        ChatServicer(Authenticator(store), pipeline, store, buckets), server.server
-    )
-    streaming = Gauge("gateway_answers_streaming", "answers being generated", registry=registry)
-    streaming.set_function(lambda: len(runs.running()))
-    metrics_server = MetricsServer(registry, config.metrics_listen)
-    await server.start()
-    await server.set_serving(True)
-    await metrics_server.start()
-    background = sharing.start(pipeline.resume)
-    write_ready_file(config.ready_file, server.ready({"metrics": metrics_server.port}))
-    log.info("gateway ready", grpc=server.address, metrics_port=metrics_server.port)
-    await stop.wait()
-    # New calls are refused from here; answers already running finish and are saved.
-    await server.set_serving(False)
-    await pipeline.close(config.shutdown_grace_s)
-    await sharing.retire(background)
-    await server.stop(grace_s=2.0)
-    await scheduler.close()
-    await nodes.close()
-    if redis_client is not None:
-        await redis_client.aclose()
-    await metrics_server.stop()
-    await store.close()
-    log.info("gateway stopped")
+    async with Service("gateway", log) as service:
+        store = await open_store(config.store_url)
+        service.closes(store.close)
+        scheduler = SchedulerClient(
+            config.scheduler_addresses or [config.scheduler_address], tls=config.tls
+        )
+        service.closes(scheduler.close)
+        nodes = NodeClient(tls=config.tls)
+        service.closes(nodes.close)
+        runs = RunRegistry(time.monotonic, config.keep_ended_runs_s)
+        redis_client = connect_redis(config)
+        if redis_client is not None:
+            service.closes(redis_client.aclose)
+        buckets = build_buckets(config, policy, redis_client)
+        registry = CollectorRegistry()
+        metrics = GatewayMetrics(registry)
+        sharing = build_run_sharing(config, redis_client, runs, metrics)
+        pipeline = ChatPipeline(
+            store,
+            scheduler,
+            nodes,
+            runs,
+            buckets,
+            policy,
+            time.monotonic,
+            sharing,
+            metrics,
+            build_policies(config),
+            build_compactor(config, store, scheduler, nodes),
+        )
+        streaming = Gauge("gateway_answers_streaming", "answers being generated", registry=registry)
+        streaming.set_function(lambda: len(runs.running()))
+        metrics_server = await service.metrics(registry, config.metrics_listen)
+        service_name = chat_service_pb2.DESCRIPTOR.services_by_name["ChatService"].full_name
+        server = GrpcServer(
+            config.grpc_listen, [service_name], tls=config.tls, health_listen=config.health_listen
+        )
+        chat_service_pb2_grpc.add_ChatServiceServicer_to_server(
+            ChatServicer(Authenticator(store), pipeline, store, buckets), server.server
+        )
+        await service.grpc(server)
+        background = sharing.start(pipeline.resume)
+        # Once the drain ended every run: the takeover work stops, nothing is left to take.
+        service.closes(lambda: sharing.retire(background))
+        # After the stop (health NOT_SERVING): answers already running finish and are saved.
+        service.drains(lambda: pipeline.close(config.shutdown_grace_s))
+        await service.serve(
+            stop,
+            config.ready_file,
+            server.ready({"metrics": metrics_server.port}),
+            grpc=server.address,
+            metrics_port=metrics_server.port,
+        )
 
 
 def main() -> None:

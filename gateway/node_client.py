@@ -13,7 +13,7 @@ import grpc
 from chat.v1 import common_pb2, node_service_pb2, node_service_pb2_grpc
 from domain.errors import Unavailable
 from domain.types import Finish, Tier, Turn, Usage
-from infra.enums import FINISH_FROM_PB, ROLE_TO_PB, TIER_TO_PB
+from infra.convert import FINISH_FROM_PB, ROLE_TO_PB, TIER_TO_PB
 from infra.keepalive import CLIENT_KEEPALIVE
 from infra.tls import TlsConfig, open_channel
 

@@ -41,7 +41,7 @@ from domain.router import RouteDecision
 from domain.safety import Verdict
 from domain.types import Finish, Role, Usage, User
 from gateway import completions
-from gateway.answers import Answer, AnswerWriter, Plan
+from gateway.answers import Answer, AnswerPlan, AnswerWriter
 from gateway.buckets import Buckets
 from gateway.compactor import Compactor
 from gateway.completions import CompleteRequest
@@ -313,7 +313,7 @@ class ChatPipeline:
         await _compose(run, SAFETY_MODEL, refusal, Finish.REFUSED)
         return run
 
-    async def _drive_completion(self, run: MessageRun, user: User, plan: Plan) -> None:
+    async def _drive_completion(self, run: MessageRun, user: User, plan: AnswerPlan) -> None:
         try:
             await self._drive(run, user, plan, answer_parent_seq=None, store_answer=False)
         finally:
@@ -401,7 +401,7 @@ class ChatPipeline:
         self,
         run: MessageRun,
         user: User,
-        plan: Plan,
+        plan: AnswerPlan,
         answer_parent_seq: int | None,
         store_answer: bool = True,
         resumed: Answer | None = None,
@@ -507,7 +507,12 @@ class ChatPipeline:
         return True
 
     def resume(
-        self, run: MessageRun, user: User, plan: Plan, answer_parent_seq: int | None, answer: Answer
+        self,
+        run: MessageRun,
+        user: User,
+        plan: AnswerPlan,
+        answer_parent_seq: int | None,
+        answer: Answer,
     ) -> None:
         """Goes on writing a run taken over from a dead gateway, from the answer so far."""
         self._start(run, self._drive(run, user, plan, answer_parent_seq, resumed=answer))

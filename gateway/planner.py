@@ -13,10 +13,12 @@ from domain import limiter
 from domain.breaker import BreakerPolicy, Breakers, fallback_chain
 from domain.context import ContextBuilder, Prompt
 from domain.errors import MessageTooLarge, NoReplica, ResourceExhausted, Unavailable
+from domain.pools import SMALL_POOL
 from domain.shedding import SheddingPolicy, refuse_at_door, shed
+from domain.tiers import TierPolicy
 from domain.types import Role, Tier, Turn, User
 from gateway import completions
-from gateway.answers import Plan, StreamTimeouts
+from gateway.answers import AnswerPlan, StreamTimeouts
 from gateway.buckets import Buckets
 from gateway.completions import CompleteRequest
 from gateway.metrics import GatewayMetrics
@@ -30,17 +32,10 @@ class PoolsDown(Unavailable):
 
 
 @dataclass(frozen=True, slots=True)
-class TierPolicy:
-    window_tokens: int
-    max_answer_tokens: int
-    limit: limiter.Limit
-
-
-@dataclass(frozen=True, slots=True)
 class PipelinePolicy:
     system_prompt: str
     tiers: dict[Tier, TierPolicy]
-    default_pool: str = "small"
+    default_pool: str = SMALL_POOL
     shedding: SheddingPolicy = field(default_factory=SheddingPolicy)
     streaming: StreamTimeouts = field(default_factory=StreamTimeouts)
     max_message_chars: int = 32_000
@@ -93,7 +88,7 @@ class Planner:
 
     async def plan(
         self, user: User, conversation_id: str, content: str, parts: ContextParts, pool: str
-    ) -> Plan:
+    ) -> AnswerPlan:
         """The ladder's decision, the prompt that fits the window, the reservation and the
         replica for one message of a stored conversation."""
         # The pinned turn moves with every message, so it is never in the prefix cache.
@@ -118,7 +113,7 @@ class Planner:
 
     async def plan_completion(
         self, user: User, affinity_key: str, request: CompleteRequest, pool: str
-    ) -> Plan:
+    ) -> AnswerPlan:
         """The same for a stateless completion: the caller sent the whole history."""
         # The client resends its history each turn: all but the newest turn is what the
         # favourite replica's prefix cache holds, exactly as for a stored conversation.
@@ -188,7 +183,7 @@ class Planner:
         pool: str,
         tier: TierPolicy,
         prompt: Prompt,
-    ) -> Plan:
+    ) -> AnswerPlan:
         """Reserves the worst case (prompt + the answer cap) from the user's bucket."""
         reserved = limiter.worst_case_cost(prompt.tokens, tier.max_answer_tokens)
         decision = await self._buckets.reserve(user.user_id, user.tier, reserved)
@@ -204,7 +199,7 @@ class Planner:
                 decision.retry_after_s,
             )
         self._metrics.queue_wait.labels(user.tier.value, pool).observe(pick.expected_wait_s)
-        return Plan(prompt, pick, tier.max_answer_tokens, reserved, pool, user.tier,
+        return AnswerPlan(prompt, pick, tier.max_answer_tokens, reserved, pool, user.tier,
                     tier.window_tokens)  # fmt: skip
 
     async def _pick(

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 import structlog
 
 from domain.difficulty import DifficultyModel
-from domain.router import POOLS, RouteDecision, Router, RouteReason, RouteRequest
+from domain.pools import POOLS
+from domain.router import RouteDecision, Router, RouteReason, RouteRequest
 from domain.safety import InputGuard, OutputGuard, OutputMode, Verdict
 from domain.types import Tier
 

@@ -14,7 +14,7 @@ import structlog
 
 from domain.errors import Unavailable
 from domain.types import User
-from gateway.answers import Answer, Plan
+from gateway.answers import Answer, AnswerPlan
 from gateway.metrics import GatewayMetrics
 from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
 from gateway.run_sharing import LOCAL_CLAIM, Claim, FollowedRun, Resume
@@ -32,7 +32,9 @@ class _SharedClaim:
     message_id: str
     held: FollowedRun | None = None
 
-    async def publish(self, run: MessageRun, plan: Plan, answer_parent_seq: int | None) -> None:
+    async def publish(
+        self, run: MessageRun, plan: AnswerPlan, answer_parent_seq: int | None
+    ) -> None:
         await self.sharing.shared.record_plan(self.user_id, self.message_id, plan,
                                               answer_parent_seq)  # fmt: skip
         run.sink = self.sharing.sink(self.user_id, self.message_id)

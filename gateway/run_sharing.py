@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from domain.types import User
-from gateway.answers import Answer, Plan
+from gateway.answers import Answer, AnswerPlan
 from gateway.runs import Event, MessageRun
 
 # Starts writing a run taken over from a dead gateway: (run, user, plan, the answer's parent
 # seq, the answer so far). The pipeline's own drive loop.
-Resume = Callable[[MessageRun, User, Plan, int | None, Answer], None]
+Resume = Callable[[MessageRun, User, AnswerPlan, int | None, Answer], None]
 
 
 class FollowedRun(Protocol):
@@ -33,7 +33,9 @@ class Claim(Protocol):
     # Set when another attempt holds the id: its run, followed instead of running the model.
     held: FollowedRun | None
 
-    async def publish(self, run: MessageRun, plan: Plan, answer_parent_seq: int | None) -> None:
+    async def publish(
+        self, run: MessageRun, plan: AnswerPlan, answer_parent_seq: int | None
+    ) -> None:
         """Makes the run followable (and resumable) elsewhere before its first event."""
 
     async def release(self) -> None:
@@ -65,7 +67,9 @@ class RunSharing(Protocol):
 class _LocalClaim:
     held: FollowedRun | None = None
 
-    async def publish(self, run: MessageRun, plan: Plan, answer_parent_seq: int | None) -> None:
+    async def publish(
+        self, run: MessageRun, plan: AnswerPlan, answer_parent_seq: int | None
+    ) -> None:
         return None
 
     async def release(self) -> None:

@@ -19,7 +19,7 @@ from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from domain.errors import InvalidArgument, NoReplica, Unavailable
 from domain.types import Tier
-from infra.enums import TIER_TO_PB
+from infra.convert import TIER_TO_PB
 from infra.keepalive import CLIENT_KEEPALIVE
 from infra.status import REASON_NO_REPLICA, CallFailure
 from infra.tls import TlsConfig, open_channel

@@ -22,7 +22,7 @@ from gateway.convert import (
 )
 from gateway.pipeline import ChatPipeline, SendRequest, check_id
 from gateway.runs import RunAbandoned
-from infra.enums import TIER_TO_PB
+from infra.convert import TIER_TO_PB
 from infra.grpcserver import maps_domain_errors
 from store.base import Store
 

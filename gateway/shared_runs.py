@@ -35,7 +35,7 @@ from domain.context import Prompt
 from domain.errors import Unavailable
 from domain.safety import OutputMode
 from domain.types import Finish, Role, Tier, Turn, Usage
-from gateway.answers import Plan
+from gateway.answers import AnswerPlan
 from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
 from gateway.runs import Delta, Done, Event, Failed, Meta, Retract
 from gateway.scheduler_client import ReplicaPick, pick_from_wire
@@ -125,7 +125,7 @@ class Orphan:
     message_id: str
     conversation_id: str
     fingerprint: str
-    plan: Plan
+    plan: AnswerPlan
     answer_parent_seq: int | None
     stop_requested: bool
 
@@ -214,7 +214,7 @@ class SharedRuns:
         await self._redis.delete(RUN_PREFIX + _member(user_id, message_id))
 
     async def record_plan(
-        self, user_id: str, message_id: str, plan: Plan, answer_parent_seq: int | None
+        self, user_id: str, message_id: str, plan: AnswerPlan, answer_parent_seq: int | None
     ) -> None:
         member = _member(user_id, message_id)
         async with self._redis.pipeline(transaction=True) as pipe:
@@ -425,7 +425,7 @@ def decode_event(raw: bytes | str) -> Event:
     raise ValueError(f"unknown event kind {body['k']!r}")
 
 
-def _encode_plan(plan: Plan, answer_parent_seq: int | None) -> str:
+def _encode_plan(plan: AnswerPlan, answer_parent_seq: int | None) -> str:
     return json.dumps(
         {
             "turns": [[t.role.value, t.text, t.tokens] for t in plan.prompt.turns],
@@ -443,7 +443,7 @@ def _encode_plan(plan: Plan, answer_parent_seq: int | None) -> str:
     )
 
 
-def _decode_plan(raw: bytes) -> tuple[Plan, int | None]:
+def _decode_plan(raw: bytes) -> tuple[AnswerPlan, int | None]:
     body = json.loads(raw)
     prompt = Prompt(tuple(Turn(Role(r), text, n) for r, text, n in body["turns"]), body["dropped"])
     # "pick": the protobuf an earlier release wrote, read so a takeover during an upgrade works.
@@ -453,7 +453,7 @@ def _decode_plan(raw: bytes) -> tuple[Plan, int | None]:
         else pick_from_wire(base64.b64decode(body["pick"]))
     )
     # "output": absent from plans an earlier release wrote, which always held back.
-    plan = Plan(prompt, pick, body["max_answer_tokens"], body["reserved"], body["pool"],
+    plan = AnswerPlan(prompt, pick, body["max_answer_tokens"], body["reserved"], body["pool"],
                 Tier(body["tier"]), body.get("window", 0),
                 OutputMode(body.get("output", OutputMode.HOLDBACK)))  # fmt: skip
     return plan, body["parent_seq"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from chat.v1 import common_pb2, node_service_pb2
 from domain.types import Tier, Usage
-from infra.enums import FINISH_TO_PB, ROLE_FROM_PB, TIER_FROM_PB
+from infra.convert import FINISH_TO_PB, ROLE_FROM_PB, TIER_FROM_PB
 from nodeagent.engine import Finished, GenerationRequest, PromptTurn
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 from dataclasses import dataclass, field
 
@@ -11,16 +10,16 @@ import structlog
 from prometheus_client import CollectorRegistry, Gauge
 
 from chat.v1 import node_service_pb2, node_service_pb2_grpc
-from domain.replica_sim import PRESETS
+from domain.replica_hardware import PRESETS
 from infra.grpcserver import GrpcServer
 from infra.logs import configure_logging
-from infra.metrics import MetricsServer
-from infra.runner import run_service, write_ready_file
+from infra.runner import run_service
+from infra.service import Service
 from infra.tls import TlsConfig
 from nodeagent.engine import Engine
 from nodeagent.llamacpp import LlamaCppEngine
 from nodeagent.reporter import LoadReporter, NodeIdentity
-from nodeagent.requests import RequestRegistry
+from nodeagent.request_registry import RequestRegistry
 from nodeagent.servicer import NodeServicer
 from nodeagent.sim import SimEngine
 from nodeagent.token_counts import TokenCounts
@@ -65,7 +64,7 @@ class NodeAgentConfig:
     # A request whose gateway vanished waits this long for another to re-attach.
     reattach_grace_s: float = 5.0
     health_interval_s: float = 1.0
-    # engine "sim": the simulated replica's hardware and model (see domain.replica_sim.PRESETS)
+    # engine "sim": the simulated replica's hardware and model (see domain.replica_hardware.PRESETS)
     # and how many times faster than real time it runs.
     sim_preset: str = "70b-4xh100"
     sim_speed: float = 1.0
@@ -157,73 +156,75 @@ async def _watch_engine(
 async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
     log = configure_logging("nodeagent", config.log_level).bind(node=config.node_id)
     engine = build_engine(config)
-    await engine.start()
-    registry = RequestRegistry(engine, config.keep_after_finish_s, config.reattach_grace_s)
-    engine_ok = asyncio.Event()
-    engine_ok.set()
-    accepting = asyncio.Event()
-    accepting.set()
-    server = GrpcServer(
-        config.grpc_listen,
-        [node_service_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name],
-        tls=config.tls,
-        health_listen=config.health_listen,
-    )
-    node_service_pb2_grpc.add_NodeServiceServicer_to_server(
-        NodeServicer(
+    async with Service("nodeagent", log) as service:
+        await service.opens(engine.start, engine.stop)
+        registry = RequestRegistry(engine, config.keep_after_finish_s, config.reattach_grace_s)
+        service.closes(registry.close)
+        engine_ok = asyncio.Event()
+        engine_ok.set()
+        accepting = asyncio.Event()
+        accepting.set()
+        metrics_registry = CollectorRegistry()
+        running = Gauge(
+            "nodeagent_running_requests", "requests generating", registry=metrics_registry
+        )
+        running.set_function(lambda: len(registry))
+        metrics = await service.metrics(metrics_registry, config.metrics_listen)
+        server = GrpcServer(
+            config.grpc_listen,
+            [node_service_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name],
+            tls=config.tls,
+            health_listen=config.health_listen,
+        )
+        node_service_pb2_grpc.add_NodeServiceServicer_to_server(
+            NodeServicer(
+                engine,
+                registry,
+                accepting,
+                engine_ok,
+                config.stream_interval_s,
+                TokenCounts(config.tokenize_cache_texts),
+            ),
+            server.server,
+        )
+        await service.grpc(server)
+        identity = NodeIdentity(
+            config.node_id, config.advertise_address or server.address, config.pool
+        )
+        reporter = LoadReporter(
+            identity,
             engine,
-            registry,
+            config.scheduler_addresses,
             accepting,
+            config.report_interval_s,
             engine_ok,
-            config.stream_interval_s,
-            TokenCounts(config.tokenize_cache_texts),
-        ),
-        server.server,
-    )
-    metrics_registry = CollectorRegistry()
-    running = Gauge("nodeagent_running_requests", "requests generating", registry=metrics_registry)
-    running.set_function(lambda: len(registry))
-    metrics = MetricsServer(metrics_registry, config.metrics_listen)
-    await server.start()
-    await server.set_serving(True)
-    await metrics.start()
-    identity = NodeIdentity(config.node_id, config.advertise_address or server.address, config.pool)
-    reporter = LoadReporter(
-        identity,
-        engine,
-        config.scheduler_addresses,
-        accepting,
-        config.report_interval_s,
-        engine_ok,
-        config.report_heartbeat_s,
-        tls=config.tls,
-    )
-    reporting = asyncio.create_task(reporter.run())
-    watching = asyncio.create_task(_watch_engine(engine, engine_ok, config.health_interval_s, log))
-    write_ready_file(
-        config.ready_file,
-        server.ready(
-            {
-                "metrics": metrics.port,
-                "node_id": identity.node_id,
-                "engine_url": getattr(engine, "base_url", ""),
-            }
-        ),
-    )
-    log.info("nodeagent ready", grpc=server.address, metrics_port=metrics.port, model=engine.model)
-    await stop.wait()
-    # Drain: refuse new answers (the scheduler sees DRAINING), let running ones finish.
+            config.report_heartbeat_s,
+            tls=config.tls,
+        )
+        service.task(reporter.run(), "reporter")
+        service.task(
+            _watch_engine(engine, engine_ok, config.health_interval_s, log), "engine health"
+        )
+        service.drains(lambda: _drain(accepting, registry, config.shutdown_grace_s))
+        ready = {
+            "metrics": metrics.port,
+            "node_id": identity.node_id,
+            "engine_url": getattr(engine, "base_url", ""),
+        }
+        await service.serve(
+            stop,
+            config.ready_file,
+            server.ready(ready),
+            grpc=server.address,
+            metrics_port=metrics.port,
+            model=engine.model,
+        )
+
+
+async def _drain(accepting: asyncio.Event, registry: RequestRegistry, grace_s: float) -> None:
+    """Refuses new answers (the scheduler sees DRAINING) and lets running ones finish."""
     accepting.clear()
-    await registry.wait_idle(config.shutdown_grace_s)
-    for task in (reporting, watching):
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    await server.stop(grace_s=2.0)
-    await registry.close()
-    await metrics.stop()
-    await engine.stop()
-    log.info("nodeagent stopped")
+    await registry.wait_idle(grace_s)
 
 
 def main() -> None:

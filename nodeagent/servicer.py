@@ -10,11 +10,11 @@ import grpc
 
 from chat.v1 import node_service_pb2, node_service_pb2_grpc
 from domain.errors import InvalidArgument, NotFound, Unavailable
-from infra.enums import ROLE_FROM_PB
+from infra.convert import ROLE_FROM_PB
 from infra.grpcserver import maps_domain_errors
 from nodeagent.convert import finish_to_pb, request_from_pb
 from nodeagent.engine import Engine, EngineError
-from nodeagent.requests import RequestRegistry, RunningRequest
+from nodeagent.request_registry import RequestRegistry, RunningRequest
 from nodeagent.token_counts import TokenCounts
 
 MAX_TOKENIZE_TEXTS = 256

@@ -28,7 +28,9 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Hashable, Sequence
 from dataclasses import dataclass, field
 
-from domain.replica_sim import H100x4_70B, ReplicaPreset, ReplicaSim, StepResult
+from domain.replica_hardware import H100x4_70B, ReplicaPreset
+from domain.replica_requests import StepResult
+from domain.replica_sim import ReplicaSim
 from domain.types import Finish, Role, Tier, Usage
 from nodeagent.engine import (
     Chunk,

@@ -31,6 +31,7 @@ from domain.ladder import (
     pin,
     tick,
 )
+from domain.pools import SMALL_POOL
 from scheduler.table import LoadTable
 
 ETCD_ERRORS = (aetcd.ClientError, grpc.aio.AioRpcError, TimeoutError)
@@ -153,7 +154,7 @@ class LadderKeeper:
         clock: Callable[[], float],
         tick_s: float = 10.0,
         read_s: float = 1.0,
-        shed_to_pool: str = "small",
+        shed_to_pool: str = SMALL_POOL,
         saturated_queue_tokens: float = math.inf,
     ) -> None:
         self._store = store

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import socket
 import time
@@ -16,12 +15,13 @@ from prometheus_client import CollectorRegistry, Gauge
 from chat.v1 import scheduler_service_pb2, scheduler_service_pb2_grpc
 from domain.ladder import LadderPolicy
 from domain.picker import DEFAULT_ESCAPE, EscapeRule
+from domain.pools import LARGE_POOL, SMALL_POOL
 from domain.start_wait import StartWaitModel
 from infra.config import ConfigError
 from infra.grpcserver import GrpcServer
 from infra.logs import configure_logging
-from infra.metrics import MetricsServer
-from infra.runner import run_service, write_ready_file
+from infra.runner import run_service
+from infra.service import Service
 from infra.tls import TlsConfig
 from scheduler.ladder import EtcdLadderStore, InProcessLadderStore, LadderKeeper, LadderStore
 from scheduler.membership import (
@@ -32,6 +32,7 @@ from scheduler.membership import (
 )
 from scheduler.servicer import SchedulerServicer
 from scheduler.table import LoadTable
+from scheduler.users import UserAdmin
 from store.factory import open_store
 
 
@@ -64,11 +65,11 @@ class SchedulerConfig:
     store_url: str = "sqlite:///.chat/chat.db"
     admin_token: str = ""
     # Pools a node may register in and a pick may ask for.
-    pools: list[str] = field(default_factory=lambda: ["large", "small"])
+    pools: list[str] = field(default_factory=lambda: [LARGE_POOL, SMALL_POOL])
     # The ladder follows this pool's busy share, and from rung 1 on also that of the pool
     # Free is shed to; it lives in etcd when membership does.
-    ladder_pool: str = "large"
-    ladder_shed_to_pool: str = "small"
+    ladder_pool: str = LARGE_POOL
+    ladder_shed_to_pool: str = SMALL_POOL
     # A replica whose admitted prompts wait longer than this to be read counts as saturated
     # (the gateway's rung-3 wait, shed_max_wait_s).
     ladder_saturated_wait_s: float = 2.0
@@ -132,58 +133,56 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
         raise ConfigError("escape_min_wait_s must be 0 or more")
     escape = EscapeRule(wait_model, config.escape_min_wait_s)
     membership = _build_membership(config)
-    store = await open_store(config.store_url)
-    table = LoadTable(time.monotonic, config.report_timeout_s, escape)
-    ladder = LadderKeeper(
-        _build_ladder_store(config),
-        table,
-        config.ladder_pool,
-        LadderPolicy(tuple(config.ladder_up_at), config.ladder_down_gap),
-        time.time,
-        tick_s=config.ladder_tick_s,
-        shed_to_pool=config.ladder_shed_to_pool,
-        saturated_queue_tokens=config.prefill_tokens_per_s * config.ladder_saturated_wait_s,
-    )
-    service_name = scheduler_service_pb2.DESCRIPTOR.services_by_name["SchedulerService"].full_name
-    server = GrpcServer(
-        config.grpc_listen, [service_name], tls=config.tls, health_listen=config.health_listen
-    )
-    scheduler_service_pb2_grpc.add_SchedulerServiceServicer_to_server(
-        SchedulerServicer(
+    async with Service("scheduler", log) as service:
+        store = await open_store(config.store_url)
+        service.closes(store.close)
+        table = LoadTable(time.monotonic, config.report_timeout_s, escape)
+        ladder = LadderKeeper(
+            _build_ladder_store(config),
             table,
-            membership,
-            store,
-            config.admin_token,
-            ladder,
-            frozenset(config.pools),
-        ),
-        server.server,
-    )
-    registry = CollectorRegistry()
-    nodes = Gauge("scheduler_nodes", "nodes in the load table", registry=registry)
-    nodes.set_function(lambda: len(table.entries()))
-    metrics = MetricsServer(registry, config.metrics_listen)
-    # Before the server: the view from etcd is in place when the first node connects.
-    await membership.start()
-    await server.start()
-    await server.set_serving(True)
-    await metrics.start()
-    expiry = asyncio.create_task(_expire_forever(table, config.report_timeout_s / 4, log))
-    laddering = asyncio.create_task(ladder.run())
-    write_ready_file(config.ready_file, server.ready({"metrics": metrics.port}))
-    log.info("scheduler ready", grpc=server.address, metrics_port=metrics.port)
-    await stop.wait()
-    for task in (expiry, laddering):
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    await server.stop(grace_s=2.0)
-    # After the server: the node streams have ended and deregistered their nodes.
-    await membership.stop()
-    await ladder.close()
-    await metrics.stop()
-    await store.close()
-    log.info("scheduler stopped")
+            config.ladder_pool,
+            LadderPolicy(tuple(config.ladder_up_at), config.ladder_down_gap),
+            time.time,
+            tick_s=config.ladder_tick_s,
+            shed_to_pool=config.ladder_shed_to_pool,
+            saturated_queue_tokens=config.prefill_tokens_per_s * config.ladder_saturated_wait_s,
+        )
+        service.closes(ladder.close)
+        registry = CollectorRegistry()
+        nodes = Gauge("scheduler_nodes", "nodes in the load table", registry=registry)
+        nodes.set_function(lambda: len(table.entries()))
+        metrics = await service.metrics(registry, config.metrics_listen)
+        # Before the server: the view from etcd is in place when the first node connects.
+        # Stopped after it: the node streams have ended and deregistered their nodes.
+        await service.opens(membership.start, membership.stop)
+        service_name = scheduler_service_pb2.DESCRIPTOR.services_by_name["SchedulerService"]
+        server = GrpcServer(
+            config.grpc_listen,
+            [service_name.full_name],
+            tls=config.tls,
+            health_listen=config.health_listen,
+        )
+        scheduler_service_pb2_grpc.add_SchedulerServiceServicer_to_server(
+            SchedulerServicer(
+                table,
+                membership,
+                UserAdmin(store),
+                config.admin_token,
+                ladder,
+                frozenset(config.pools),
+            ),
+            server.server,
+        )
+        await service.grpc(server)
+        service.task(_expire_forever(table, config.report_timeout_s / 4, log), "expiry")
+        service.task(ladder.run(), "ladder")
+        await service.serve(
+            stop,
+            config.ready_file,
+            server.ready({"metrics": metrics.port}),
+            grpc=server.address,
+            metrics_port=metrics.port,
+        )
 
 
 def main() -> None:

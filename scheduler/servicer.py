@@ -1,4 +1,5 @@
-"""SchedulerService: node streams in, picks and admin calls out. Translates and delegates."""
+"""SchedulerService: node streams in, picks and admin calls out. Translates and delegates:
+users to scheduler/users.py, protobuf to scheduler/convert.py."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import time
 from collections.abc import AsyncIterator
 
 import grpc
-from google.protobuf import timestamp_pb2
 
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
@@ -20,104 +20,18 @@ from domain.errors import (
     Unauthenticated,
     Unavailable,
 )
-from domain.ladder import MAX_RUNG, LadderState
-from domain.picker import PickReason, ReplicaLoad
-from domain.types import NodeState, Tier
-from infra.bearer import bearer_from_metadata, new_token, same_secret, token_hash
-from infra.enums import TIER_FROM_PB, TIER_TO_PB
+from domain.ladder import MAX_RUNG
+from domain.picker import ReplicaLoad
+from infra.bearer import bearer_from_metadata, same_secret
 from infra.grpcserver import maps_domain_errors
 from infra.tls import peer
+from scheduler import convert
 from scheduler.ladder import ETCD_ERRORS, LadderKeeper
-from scheduler.membership import Membership, NodeRecord
+from scheduler.membership import Membership
 from scheduler.table import LoadTable, NodeEntry
-from store.base import Store
-from store.records import UserRecord
+from scheduler.users import UserAdmin
 
-_STATE_FROM_PB = {
-    pb.NODE_STATE_STARTING: NodeState.STARTING,
-    pb.NODE_STATE_READY: NodeState.READY,
-    pb.NODE_STATE_DRAINING: NodeState.DRAINING,
-    pb.NODE_STATE_DEAD: NodeState.DEAD,
-}
-_STATE_TO_PB = {v: k for k, v in _STATE_FROM_PB.items()}
-_REASON_TO_PB = {
-    PickReason.AFFINITY: pb.PICK_REASON_AFFINITY,
-    PickReason.ESCAPED_QUEUE: pb.PICK_REASON_ESCAPED_QUEUE,
-    PickReason.ESCAPED_KV_ROOM: pb.PICK_REASON_ESCAPED_KV_ROOM,
-    PickReason.NO_REPLICA: pb.PICK_REASON_NO_REPLICA,
-    PickReason.MOVED: pb.PICK_REASON_MOVED,
-}
 MAX_ID_CHARS = 128
-
-
-def _load_fields(report: pb.LoadReport) -> dict[str, object]:
-    return {
-        "kv_usage": report.kv_usage,
-        "free_kv_tokens": report.free_kv_tokens,
-        "queued_prefill_tokens": report.queued_prefill_tokens,
-        "running_requests": report.running_requests,
-        "waiting_requests": report.waiting_requests,
-        "prefix_hit_rate": report.prefix_hit_rate,
-        "state": _STATE_FROM_PB.get(report.state, NodeState.STARTING),
-    }
-
-
-def _registration_to_load(reg: pb.NodeRegistration) -> ReplicaLoad:
-    if not reg.node_id or not reg.address or not reg.pool:
-        raise InvalidArgument("a registration needs node_id, address and pool")
-    return ReplicaLoad(
-        node_id=reg.node_id,
-        address=reg.address,
-        pool=reg.pool,
-        model=reg.model,
-        state=NodeState.STARTING,
-        free_kv_tokens=reg.kv_capacity_tokens,
-        queued_prefill_tokens=0,
-        max_running_requests=reg.max_running_requests,
-    )
-
-
-def _user_to_pb(user: UserRecord) -> pb.User:
-    created = timestamp_pb2.Timestamp()
-    created.FromNanoseconds(int(user.created_at * 1e9))
-    return pb.User(
-        user_id=user.user_id,
-        tier=TIER_TO_PB[user.tier],
-        created_at=created,
-        has_token=user.has_token,
-    )
-
-
-def _timestamp(seconds: float) -> timestamp_pb2.Timestamp:
-    stamp = timestamp_pb2.Timestamp()
-    stamp.FromNanoseconds(int(seconds * 1e9))
-    return stamp
-
-
-def _ladder_to_pb(state: LadderState, leading: bool) -> pb.GetLadderResponse:
-    history = [
-        pb.LadderChange(
-            at=_timestamp(c.at),
-            from_rung=c.from_rung,
-            to_rung=c.to_rung,
-            busy_share=c.busy_share,
-            reason=c.reason,
-        )
-        for c in state.history
-    ]
-    return pb.GetLadderResponse(
-        rung=state.effective_rung,
-        busy_share=state.busy_share,
-        pinned=state.pinned is not None,
-        history=history,
-        leading=leading,
-    )
-
-
-def _tier(value: int) -> Tier:
-    if value not in TIER_FROM_PB:
-        raise InvalidArgument("tier must be TIER_FREE or TIER_PLUS")
-    return TIER_FROM_PB[value]
 
 
 class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
@@ -125,7 +39,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         self,
         table: LoadTable,
         membership: Membership,
-        users: Store,
+        users: UserAdmin,
         admin_token: str,
         ladder: LadderKeeper,
         pools: frozenset[str],
@@ -167,27 +81,19 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
             )
         self._check_pool(reg.pool)
         entry = self._table.join(
-            _registration_to_load(reg), reg.context_tokens, reg.kv_capacity_tokens
+            convert.registration_to_load(reg), reg.context_tokens, reg.kv_capacity_tokens
         )
         if entry.drained_by_operator:
-            entry.commands.put_nowait(pb.NODE_COMMAND_DRAIN)
+            entry.commands.put_nowait(True)
         reader = asyncio.create_task(self._read_reports(reg.node_id, request_iterator, entry))
         self._node_streams[reg.node_id] = entry
-        record = NodeRecord(
-            reg.node_id,
-            reg.address,
-            reg.pool,
-            reg.model,
-            reg.context_tokens,
-            reg.kv_capacity_tokens,
-        )
         try:
-            await self._membership.register(record)
+            await self._membership.register(convert.registration_to_record(reg))
             while not reader.done():
                 command = asyncio.create_task(entry.commands.get())
                 done, _ = await asyncio.wait({command, reader}, return_when="FIRST_COMPLETED")
                 if command in done:
-                    yield pb.ConnectNodeResponse(command=command.result())
+                    yield convert.command_to_pb(command.result())
                 else:
                     command.cancel()
         finally:
@@ -205,7 +111,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         with contextlib.suppress(grpc.aio.AioRpcError):
             async for message in requests:
                 if message.WhichOneof("kind") == "load":
-                    self._table.report(node_id, **_load_fields(message.load))
+                    self._table.report(node_id, **convert.load_fields(message.load))
 
     # Picking ------------------------------------------------------------------------------------
 
@@ -230,19 +136,16 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         )
         if pick.replica is None:
             raise NoReplica(f"no replica of pool {request.pool!r} is ready; retry shortly")
-        return pb.PickReplicaResponse(
-            node_id=pick.replica.node_id,
-            address=pick.replica.address,
-            reason=_REASON_TO_PB[pick.reason],
-            expected_wait_seconds=self._start_wait_s(request.pool, pick.replica, request.tier),
-            ladder_rung=self._ladder.state.effective_rung,
-            model=pick.replica.model,
-            context_tokens=self._table.context_tokens(pick.replica.node_id),
+        return convert.pick_to_pb(
+            pick.replica,
+            pick.reason,
+            self._start_wait_s(request.pool, pick.replica, request.tier),
+            self._ladder.state.effective_rung,
+            self._table.context_tokens(pick.replica.node_id),
         )
 
     def _start_wait_s(self, pool: str, replica: ReplicaLoad, tier: int) -> float:
-        paid = TIER_FROM_PB.get(tier) is Tier.PLUS  # unset counts as Free: the longer wait
-        return self._table.start_wait_s(pool, replica.node_id, paid)
+        return self._table.start_wait_s(pool, replica.node_id, convert.paid(tier))
 
     # Admin: fleet -------------------------------------------------------------------------------
 
@@ -251,35 +154,12 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         self, request: pb.ListNodesRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListNodesResponse:
         self._check_admin(context)
-        nodes = []
-        for node_id, entry in self._table.entries():
-            load = entry.load
-            if request.pool and load.pool != request.pool:
-                continue
+        nodes = [
             # The table's clock is monotonic; operators read wall-clock times.
-            at = _timestamp(time.time() - self._table.report_age_s(entry))
-            nodes.append(
-                pb.NodeStatus(
-                    registration=pb.NodeRegistration(
-                        node_id=node_id,
-                        address=load.address,
-                        model=load.model,
-                        pool=load.pool,
-                        context_tokens=entry.context_tokens,
-                        kv_capacity_tokens=entry.kv_capacity_tokens,
-                    ),
-                    load=pb.LoadReport(
-                        kv_usage=load.kv_usage,
-                        free_kv_tokens=load.free_kv_tokens,
-                        queued_prefill_tokens=load.queued_prefill_tokens,
-                        running_requests=load.running_requests,
-                        waiting_requests=load.waiting_requests,
-                        prefix_hit_rate=load.prefix_hit_rate,
-                        state=_STATE_TO_PB[load.state],
-                    ),
-                    last_report_at=at,
-                )
-            )
+            convert.node_status_to_pb(node_id, entry, time.time() - self._table.report_age_s(entry))
+            for node_id, entry in self._table.entries()
+            if not request.pool or entry.load.pool == request.pool
+        ]
         return pb.ListNodesResponse(nodes=nodes)
 
     async def _drain(self, node_id: str, drained: bool, context: grpc.aio.ServicerContext) -> None:
@@ -287,7 +167,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         entry = self._table.set_drained(node_id, drained)
         if entry is None:
             raise NotFound(f"no node {node_id!r}")
-        entry.commands.put_nowait(pb.NODE_COMMAND_DRAIN if drained else pb.NODE_COMMAND_UNDRAIN)
+        entry.commands.put_nowait(drained)
 
     @maps_domain_errors
     async def DrainNode(
@@ -308,7 +188,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         self, request: pb.GetLadderRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetLadderResponse:
         self._check_admin(context)
-        return _ladder_to_pb(self._ladder.state, self._ladder.leading)
+        return convert.ladder_to_pb(self._ladder.state, self._ladder.leading)
 
     @maps_domain_errors
     async def PinLadder(
@@ -331,42 +211,36 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         self, request: pb.CreateUserRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateUserResponse:
         self._check_admin(context)
-        if not request.user_id or len(request.user_id) > MAX_ID_CHARS:
-            raise InvalidArgument(f"user_id must be 1..{MAX_ID_CHARS} characters")
-        token = new_token("u")
-        user = await self._users.create_user(
-            request.user_id, _tier(request.tier), token_hash(token)
-        )
-        return pb.CreateUserResponse(user=_user_to_pb(user), token=token)
+        tier = convert.tier_from_pb(request.tier)
+        user, token = await self._users.create(request.user_id, tier)
+        return pb.CreateUserResponse(user=convert.user_to_pb(user), token=token)
 
     @maps_domain_errors
     async def ListUsers(
         self, request: pb.ListUsersRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListUsersResponse:
         self._check_admin(context)
-        return pb.ListUsersResponse(users=[_user_to_pb(u) for u in await self._users.list_users()])
+        return pb.ListUsersResponse(users=[convert.user_to_pb(u) for u in await self._users.all()])
 
     @maps_domain_errors
     async def SetUserTier(
         self, request: pb.SetUserTierRequest, context: grpc.aio.ServicerContext
     ) -> pb.SetUserTierResponse:
         self._check_admin(context)
-        user = await self._users.set_user_tier(request.user_id, _tier(request.tier))
-        return pb.SetUserTierResponse(user=_user_to_pb(user))
+        user = await self._users.set_tier(request.user_id, convert.tier_from_pb(request.tier))
+        return pb.SetUserTierResponse(user=convert.user_to_pb(user))
 
     @maps_domain_errors
     async def RotateUserToken(
         self, request: pb.RotateUserTokenRequest, context: grpc.aio.ServicerContext
     ) -> pb.RotateUserTokenResponse:
         self._check_admin(context)
-        token = new_token("u")
-        await self._users.set_user_token_hash(request.user_id, token_hash(token))
-        return pb.RotateUserTokenResponse(token=token)
+        return pb.RotateUserTokenResponse(token=await self._users.rotate_token(request.user_id))
 
     @maps_domain_errors
     async def RevokeUserTokens(
         self, request: pb.RevokeUserTokensRequest, context: grpc.aio.ServicerContext
     ) -> pb.RevokeUserTokensResponse:
         self._check_admin(context)
-        await self._users.set_user_token_hash(request.user_id, None)
+        await self._users.revoke_tokens(request.user_id)
         return pb.RevokeUserTokensResponse()

@@ -22,7 +22,8 @@ class NodeEntry:
     context_tokens: int
     kv_capacity_tokens: int
     last_report_at: float
-    commands: asyncio.Queue[int] = field(default_factory=asyncio.Queue)
+    # What the node is told over its stream: True to drain, False to take answers again.
+    commands: asyncio.Queue[bool] = field(default_factory=asyncio.Queue)
     drained_by_operator: bool = False
 
 

@@ -29,6 +29,27 @@ GATEWAY_PROTOBUF_ALLOWED = {
     "gateway/main.py",
 }
 
+# The same for the other services. The edge's relays (SSE and the OpenAI-compatible stream)
+# read the gateway's events as they arrive: turning each into a plain value first would add
+# work per event on the hot path, so they read the generated types directly.
+SERVICE_PROTOBUF_ALLOWED = {
+    "scheduler": {"scheduler/servicer.py", "scheduler/convert.py", "scheduler/main.py"},
+    "nodeagent": {
+        "nodeagent/servicer.py",
+        "nodeagent/convert.py",
+        "nodeagent/reporter.py",  # its typed client of the scheduler
+        "nodeagent/main.py",
+    },
+    "edge": {
+        "edge/convert.py",
+        "edge/gateways.py",  # its typed client of the gateways
+        "edge/relay.py",
+        "edge/sse.py",
+        "edge/openai_api.py",
+        "edge/main.py",
+    },
+}
+
 
 def imported_modules(path: Path) -> set[str]:
     """Every module a file imports, at any depth (function-level imports included)."""
@@ -65,11 +86,71 @@ def test_generated_protobuf_stays_behind_the_gateways_servicer_convert_and_clien
     assert offenders == {}
 
 
+def test_generated_protobuf_stays_behind_each_services_servicer_convert_and_clients() -> None:
+    offenders = {}
+    for package, allowed in SERVICE_PROTOBUF_ALLOWED.items():
+        for path in sorted((ROOT / package).glob("*.py")):
+            name = str(path.relative_to(ROOT))
+            found = sorted(m for m in imported_modules(path) if top(m) == "chat")
+            if found and name not in allowed:
+                offenders[name] = found
+    assert offenders == {}
+
+
 def test_domain_imports_only_the_standard_library_numpy_and_itself() -> None:
     allowed = set(sys.stdlib_module_names) | {"domain", "numpy", "__future__"}
     offenders = {}
     for path in sorted((ROOT / "domain").rglob("*.py")):
         found = sorted(m for m in imported_modules(path) if top(m) not in allowed)
+        if found:
+            offenders[str(path.relative_to(ROOT))] = found
+    assert offenders == {}
+
+
+# What reading or writing a file looks like in Python source: domain/ does neither (its data
+# files are read by the composition roots, which hand domain/ their contents).
+FILE_MODULES = {"io", "os", "pathlib", "shutil", "tempfile"}
+FILE_METHODS = {"open", "read_text", "read_bytes", "write_text", "write_bytes"}
+
+
+def file_access(path: Path) -> list[str]:
+    """Where a file imports a file-handling module or calls open() or a Path reader/writer."""
+    found = [f"import {m}" for m in sorted(imported_modules(path)) if top(m) in FILE_MODULES]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Call):
+            continue
+        called = node.func
+        if isinstance(called, ast.Name) and called.id == "open":
+            found.append(f"line {node.lineno}: open()")
+        elif isinstance(called, ast.Attribute) and called.attr in FILE_METHODS:
+            found.append(f"line {node.lineno}: .{called.attr}()")
+    return found
+
+
+def test_domain_reads_no_file() -> None:
+    offenders = {}
+    for path in sorted((ROOT / "domain").rglob("*.py")):
+        found = file_access(path)
+        if found:
+            offenders[str(path.relative_to(ROOT))] = found
+    assert offenders == {}
+
+
+def test_the_file_check_sees_a_read_where_there_is_one(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from pathlib import Path\n\ndef f(p):\n    return open(p).read() + p.read_text()\n"
+    )
+    found = sorted(file_access(sample))
+    assert found == ["import pathlib", "line 4: .read_text()", "line 4: open()"]
+
+
+def test_the_fleet_simulator_imports_no_client() -> None:
+    """The simulator sits below the clients (chatctl runs it), never beside them: what both
+    need, the capacity planner, lives in domain/."""
+    offenders = {}
+    for path in sorted((ROOT / "fleet").rglob("*.py")):
+        found = sorted(m for m in imported_modules(path) if top(m) == "clients")
         if found:
             offenders[str(path.relative_to(ROOT))] = found
     assert offenders == {}

@@ -38,6 +38,7 @@ SETTINGS_FLAGS = {
     "etcd": "etcd_endpoint",
     "redis": "redis_url",
     "store": "store_url",
+    "edge_workers": "edge_workers",
 }
 
 
@@ -167,7 +168,7 @@ def print_up_summary(summary: dict[str, Any]) -> None:
 
 def up_child_argv(args: argparse.Namespace, state: Path) -> list[str]:
     """The foreground `up` that `up --background` detaches, with this command's settings."""
-    flags = [f"--{flag}={getattr(args, flag)}" for flag in SETTINGS_FLAGS]
+    flags = [f"--{flag.replace('_', '-')}={getattr(args, flag)}" for flag in SETTINGS_FLAGS]
     if args.insecure:
         flags.append("--insecure")
     return [sys.executable, "-m", "clients.chatctl.main", "up", *flags, f"--state-dir={state}"]

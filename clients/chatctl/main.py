@@ -25,6 +25,7 @@ from clients.chatctl.output import CtlError
 from clients.chatctl.plan import add_plan_parser, run_plan
 from clients.chatctl.simulate import add_simulate_parser, run_simulate
 from clients.chatctl.users import users
+from infra.convert import AUTO_MODEL
 
 # Flag types and the flags commands share --------------------------------------------------------
 
@@ -92,6 +93,12 @@ def user_flags() -> argparse.ArgumentParser:
 def add_up(commands: Any) -> None:
     up_parser = commands.add_parser("up", help="start the whole platform on this machine")
     up_parser.add_argument("--listen", default="127.0.0.1:8080", help="the edge's address")
+    up_parser.add_argument(
+        "--edge-workers",
+        type=int,
+        default=1,
+        help="edge processes sharing its port (SO_REUSEPORT): one per core serves more streams",
+    )
     up_parser.add_argument("--nodes", type=int, default=1, help="nodeagents to start")
     up_parser.add_argument("--pool", default="small", help="the model pool the nodes serve")
     add_state_dir(up_parser, "logs, database and dev tokens")
@@ -196,7 +203,7 @@ def add_users(commands: Any) -> None:
 
 def add_chat(commands: Any) -> None:
     command = commands.add_parser("chat", parents=[user_flags()], help="chat from this terminal")
-    command.add_argument("--model", choices=sorted(MODELS), default="auto")
+    command.add_argument("--model", choices=sorted(MODELS), default=AUTO_MODEL)
     command.add_argument("--conversation", metavar="ID", help="continue this conversation")
     command.set_defaults(handler=chat)
     listing = commands.add_parser(

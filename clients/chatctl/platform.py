@@ -64,6 +64,8 @@ class OneHost:
 class PlatformSettings:
     state_dir: Path = Path(".chat")
     edge_listen: str = "127.0.0.1:8080"
+    # Edge processes sharing edge_listen (SO_REUSEPORT), under one supervisor.
+    edge_workers: int = 1
     nodes: int = 1
     pool: str = "small"
     slot_context_tokens: int = 8192
@@ -90,6 +92,8 @@ class PlatformSettings:
             raise PlatformError("more than one scheduler needs etcd (--etcd HOST:PORT)")
         if self.gateways > 1 and not self.redis_url:
             raise PlatformError("more than one gateway needs Redis (--redis URL)")
+        if self.edge_workers < 1:
+            raise PlatformError(f"--edge-workers must be at least 1, not {self.edge_workers}")
 
 
 @dataclass
@@ -296,6 +300,7 @@ class LocalPlatform:
         host = self.settings.placement.host(name)
         return {
             "CHAT_EDGE_LISTEN": self.settings.edge_listen if name == "edge" else f"{host}:0",
+            "CHAT_EDGE_WORKERS": str(self.settings.edge_workers),
             # Every gateway: a stream whose gateway dies carries on through another.
             "CHAT_EDGE_GATEWAY_ADDRESSES": ",".join(self.gateway_addresses()),
             **self._tls_env("edge", self.tls(Role.EDGE)),

@@ -1,7 +1,8 @@
 """Safety checks outside the model: a narrow hard-block check on the user's message, and a
 streaming check on the answer that holds text back until it has been read.
 
-Compose once per service: `classifier = load_blocklist()`, then `InputGuard(classifier)` for
+Compose once per service: `classifier = BlocklistClassifier.from_data(blocklist)` (the
+blocklist document, read by the composition root), then `InputGuard(classifier)` for
 messages and a fresh `OutputGuard(classifier, config)` for every answer:
 
     decision = input_guard.check(message)        # before anything is queued
@@ -28,17 +29,14 @@ from domain.safety.guards import (
 )
 from domain.safety.rules import (
     ALLOWED,
-    DEFAULT_BLOCKLIST,
     BlocklistClassifier,
     SafetyClassifier,
     Verdict,
-    load_blocklist,
 )
 from domain.safety.text import Folded, Folder
 
 __all__ = [
     "ALLOWED",
-    "DEFAULT_BLOCKLIST",
     "BlocklistClassifier",
     "Folded",
     "Folder",
@@ -50,5 +48,4 @@ __all__ = [
     "SafetyClassifier",
     "StreamCheckConfig",
     "Verdict",
-    "load_blocklist",
 ]

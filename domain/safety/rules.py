@@ -1,4 +1,5 @@
-"""The safety classifier seam, and the default one: a narrow hard-block rule set read from data.
+"""The safety classifier seam, and the default one: a narrow hard-block rule set built from data
+(the blocklist file is read where the gateway is composed, gateway/main.py).
 
 Narrow on purpose: the input check covers only categories every platform
 hard-blocks, with high precision; the model's trained refusals and the output check do the rest.
@@ -6,15 +7,11 @@ A false refusal is a product failure too, so every rule needs more than a scary 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 from domain.safety.text import Folded, Folder
-
-DEFAULT_BLOCKLIST = Path(__file__).with_name("blocklist.json")
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +133,8 @@ class BlocklistClassifier:
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any]) -> BlocklistClassifier:
+        """The rules of a blocklist document (domain/safety/blocklist.json's shape); built once
+        when a service is composed, never per message."""
         folder = Folder(data.get("char_map", {}))
         categories = [
             Category(name, tuple(_rule(folder, name, raw) for raw in body["rules"]))
@@ -156,11 +155,6 @@ class BlocklistClassifier:
                 if rule.matches(folded):
                     return Verdict(False, category.name, f"rule {category.name}/{rule.rule_id}")
         return ALLOWED
-
-
-def load_blocklist(path: Path = DEFAULT_BLOCKLIST) -> BlocklistClassifier:
-    """Reads a blocklist file; called once when a service is composed, never per message."""
-    return BlocklistClassifier.from_data(json.loads(path.read_text(encoding="utf-8")))
 
 
 def _rule(folder: Folder, category: str, raw: Mapping[str, Any]) -> Rule:

@@ -140,15 +140,15 @@ function render(messages, skipAnswerTo) {
   const turns = new Map(); // question id -> its turn
   const byAsked = new Map(); // parent + text -> turn
   for (const m of messages) {
-    if (m.role === "ROLE_USER") {
+    if (m.role === "user") {
       const asked = `${m.parentId || ""}\n${m.content || ""}`;
       if (!byAsked.has(asked)) byAsked.set(asked, addTurn(m.content || "", m.messageId));
       turns.set(m.messageId, byAsked.get(asked));
-    } else if (m.role === "ROLE_ASSISTANT" && turns.has(m.parentId) && m.parentId !== skipAnswerTo) {
+    } else if (m.role === "assistant" && turns.has(m.parentId) && m.parentId !== skipAnswerTo) {
       const view = addAnswer(turns.get(m.parentId));
       view.setText(m.content || "");
-      view.setModel(m.model, m.replicaId);
-      view.end((m.finish || "FINISH_REASON_STOP").replace("FINISH_REASON_", "").toLowerCase());
+      view.setModel(m.model, m.replica);
+      view.end(m.finish || "stop");
     }
   }
   return turns;

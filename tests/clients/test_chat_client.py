@@ -150,6 +150,8 @@ async def test_send_streams_a_real_answer_meta_first_done_last(client: ChatClien
 
     stored = await client.messages(conversation)
     assert [m.role for m in stored] == ["user", "assistant"]
+    # No model wrote the user's turn: it has no finish.
+    assert [m.finish for m in stored] == [None, done.finish]
     assert stored[1].content == answer and stored[1].tokens > 0
     listed = await client.conversations()
     assert conversation in [c.conversation_id for c in listed]

@@ -27,9 +27,13 @@ MODEL = ROOT / "domain" / "data" / "difficulty_model.json"
 MAX_HARD_SMALL_SHARE = 0.05
 
 
+def read_model(path: Path) -> DifficultyModel:
+    return DifficultyModel.from_dict(json.loads(path.read_text(encoding="utf-8")))
+
+
 @pytest.fixture(scope="module")
 def model() -> DifficultyModel:
-    return DifficultyModel.load(MODEL)
+    return read_model(MODEL)
 
 
 @pytest.fixture(scope="module")
@@ -102,12 +106,12 @@ def test_scores_are_probabilities_and_ordered_sensibly(model: DifficultyModel) -
 def test_scoring_is_deterministic_across_loads_and_processes(model: DifficultyModel) -> None:
     texts = ["hello", "prove sqrt 2 is irrational", "translate 'good night' to French"]
     scores = [model.score(t) for t in texts]
-    assert [DifficultyModel.load(MODEL).score(t) for t in texts] == scores
+    assert [read_model(MODEL).score(t) for t in texts] == scores
     # crc32, never Python's hash(): a different hash seed must not move a single bucket.
     script = (
         "import json, sys; from pathlib import Path; from domain.difficulty import "
-        "DifficultyModel; m = DifficultyModel.load(Path(sys.argv[1])); "
-        "print(json.dumps([m.score(t) for t in json.loads(sys.argv[2])]))"
+        "DifficultyModel; m = DifficultyModel.from_dict(json.loads(Path(sys.argv[1]).read_text()))"
+        "; print(json.dumps([m.score(t) for t in json.loads(sys.argv[2])]))"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run(

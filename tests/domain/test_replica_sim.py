@@ -5,21 +5,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from collections import OrderedDict
 
 import pytest
 
-from domain.replica_sim import (
-    BLOCK_TOKENS,
-    H100_8B,
-    PRESETS,
-    H100x4_70B,
-    ReplicaPreset,
-    ReplicaSim,
-    StepResult,
-    _PrefixCache,
-    step_seconds,
-)
+from domain.replica_hardware import BLOCK_TOKENS, H100x4_70B, ReplicaPreset, step_seconds
+from domain.replica_requests import StepResult
+from domain.replica_sim import ReplicaSim
 
 WITHIN = 0.20  # sizing 000's figures within 20 %
 
@@ -47,30 +38,6 @@ def finished_ids(result: StepResult) -> set[str]:
 
 def near(value: float, spec: float) -> bool:
     return abs(value - spec) <= WITHIN * spec
-
-
-def test_presets_carry_the_spec_figures() -> None:
-    assert PRESETS == {"70b-4xh100": H100x4_70B, "8b-1xh100": H100_8B}
-    assert H100x4_70B.weight_bytes == 140e9 and H100x4_70B.gpus == 4
-    assert H100x4_70B.hbm_bytes_per_s == 3.35e12
-    assert H100x4_70B.kv_bytes_per_token == 320 * 1024  # "about 320 KB per token"
-    assert H100x4_70B.step_tokens == 512
-    assert H100_8B.gpus == 1 and H100_8B.weight_bytes == 16e9
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        H100x4_70B.gpus = 8  # type: ignore[misc]
-
-
-def test_step_time_follows_the_spec_hardware_model() -> None:
-    # "100 x 1.1 GB ... at 3.35 TB a second per GPU, one step takes about 30 ms."
-    decode = step_seconds(H100x4_70B, batch_tokens=100, kv_tokens_read=100 * 3_400)
-    assert decode == pytest.approx(0.030, rel=0.05)
-    # "512 prompt tokens add about 45 ms on four GPUs": the step becomes compute-bound.
-    assert step_seconds(H100x4_70B, 512, 100 * 3_400) == pytest.approx(0.045, rel=0.05)
-    # Twice the answers double the KV read and drop everyone below reading speed (30 tok/s).
-    assert 1 / step_seconds(H100x4_70B, 200, 200 * 3_400) < 30
-    # "Reading 3,000 tokens takes 1.05 GPU-seconds": 6 full steps and a bit, on 4 GPUs.
-    prefill_gpu_s = 4 * 3_000 / 512 * step_seconds(H100x4_70B, 512, 0)
-    assert prefill_gpu_s == pytest.approx(1.05, rel=0.05)
 
 
 def test_the_single_server_case_of_spec_000() -> None:
@@ -394,93 +361,3 @@ def test_a_warmed_prefix_is_read_from_cache_like_a_finished_turn() -> None:
     # A warm-up bigger than the memory keeps what fits, spilling older runs to host RAM.
     assert sim.warm_prefix("c3", 10_000) == 400 * BLOCK_TOKENS
     assert sim.load().host_kv_tokens > 0
-
-
-class _PlainLru:
-    """The prefix cache's eviction and spill with nothing remembered: the OrderedDicts alone,
-    looked up at every step (what _PrefixCache did before it remembered its LRUs' ends)."""
-
-    def __init__(self, free: int, host_capacity: int) -> None:
-        self.free, self.host_capacity, self.cached, self.host_used = free, host_capacity, 0, 0
-        self.gpu: OrderedDict[object, list[int]] = OrderedDict()  # conversation -> [gpu, host]
-        self.host: OrderedDict[object, list[int]] = OrderedDict()
-
-    def take(self, blocks: int) -> None:
-        from_free = min(blocks, self.free)
-        self.free -= from_free
-        blocks -= from_free
-        while blocks:
-            key, run = next(iter(self.gpu.items()))
-            evicted = min(blocks, run[0])
-            run[0] -= evicted
-            self.cached -= evicted
-            blocks -= evicted
-            if not run[0]:
-                del self.gpu[key]
-            if self.host_capacity:
-                run[1] += evicted
-                self.host_used += evicted
-                self.host[key] = run
-                self.host.move_to_end(key)
-                while self.host_used > self.host_capacity:
-                    old_key, oldest = next(iter(self.host.items()))
-                    dropped = min(oldest[1], self.host_used - self.host_capacity)
-                    oldest[1] -= dropped
-                    self.host_used -= dropped
-                    if not oldest[1]:
-                        del self.host[old_key]
-
-    def claim(self, key: object, usable: int) -> tuple[int, int]:
-        run = self.gpu.pop(key, None) or self.host.get(key)
-        if run is None:
-            return 0, 0
-        self.host.pop(key, None)
-        on_gpu = min(run[0], usable)
-        in_host = min(run[1], usable - on_gpu) if on_gpu == run[0] else 0
-        self.cached -= run[0]
-        self.free += run[0] - on_gpu
-        self.host_used -= run[1]
-        return on_gpu, in_host
-
-    def keep(self, key: object, full: int, blocks: int) -> None:
-        if not full:
-            self.free += blocks
-            return
-        self.claim(key, 0)
-        self.gpu[key] = [full, 0]
-        self.cached += full
-        self.free += blocks - full
-
-
-@pytest.mark.parametrize("seed", range(6))
-def test_the_prefix_cache_evicts_and_spills_as_plain_lrus_do(seed: int) -> None:
-    rng = random.Random(seed)
-    host = rng.choice((0, 40, 400))
-    cache, plain = _PrefixCache(free=300, host_capacity=host), _PlainLru(300, host)
-    held: list[int] = []  # blocks out with running requests, given back by keep
-    for _ in range(3_000):
-        op = rng.random()
-        if op < 0.4 and cache.available:
-            blocks = rng.randint(1, min(cache.available, 25))
-            cache.take(blocks)
-            plain.take(blocks)
-            held.append(blocks)
-        elif op < 0.7 and held:
-            blocks = held.pop(rng.randrange(len(held)))
-            key, full = rng.randrange(30), rng.randint(0, blocks)
-            cache.keep(key, full, blocks)
-            plain.keep(key, full, blocks)
-        else:
-            key, usable = rng.randrange(30), rng.randint(0, 60)
-            assert cache.claim(key, usable) == plain.claim(key, usable)
-        assert (cache.free, cache.cached, cache.host_used) == (
-            plain.free,
-            plain.cached,
-            plain.host_used,
-        )
-        assert [(k, r.gpu) for k, r in cache.gpu_lru.items()] == [
-            (k, r[0]) for k, r in plain.gpu.items()
-        ]
-        assert [(k, r.host) for k, r in cache.host_lru.items()] == [
-            (k, r[1]) for k, r in plain.host.items()
-        ]

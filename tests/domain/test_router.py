@@ -3,15 +3,14 @@ from pathlib import Path
 
 import pytest
 
+from domain.pools import LARGE_POOL, SMALL_POOL
 from domain.router import (
-    LARGE_POOL,
     RouteDecision,
     Router,
     RouteReason,
     RouteRequest,
     ladder_pool,
 )
-from domain.shedding import SMALL_POOL
 from domain.types import Tier
 
 ROUTER = Router(threshold=0.5, fallback_max_words=40)

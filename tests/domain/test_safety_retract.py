@@ -12,7 +12,6 @@ from domain.safety import (
     OutputMode,
     StreamCheckConfig,
     Verdict,
-    load_blocklist,
 )
 from tests.domain.test_safety import (
     CANARY,
@@ -20,6 +19,7 @@ from tests.domain.test_safety import (
     CountingClassifier,
     benign_answer,
     chunkings,
+    read_blocklist,
     released_by,
     stream,
     token_chunks,
@@ -32,7 +32,7 @@ RETRACT = OutputMode.RETRACT
 
 @pytest.fixture(scope="module")
 def classifier() -> BlocklistClassifier:
-    return load_blocklist()
+    return read_blocklist()
 
 
 @pytest.mark.parametrize("config_name", CONFIGS)

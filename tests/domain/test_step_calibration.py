@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from domain.replica_sim import H100_8B, ReplicaPreset, step_seconds
+from domain.replica_hardware import H100_8B, ReplicaPreset, step_seconds
 from domain.step_calibration import (
     KNOWN_GPUS,
     StepTiming,

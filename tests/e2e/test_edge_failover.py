@@ -71,7 +71,7 @@ async def stored_answer(http: aiohttp.ClientSession, url: str, headers: dict[str
     async with http.get(url, headers=headers) as response:
         assert response.status == 200
         messages = (await response.json())["messages"]
-    assert [m["role"] for m in messages] == ["ROLE_USER", "ROLE_ASSISTANT"]
+    assert [m["role"] for m in messages] == ["user", "assistant"]
     return str(messages[1]["content"])
 
 
@@ -122,7 +122,7 @@ async def test_with_a_gateway_gone_every_call_through_the_edge_works(platform) -
         async with http.get(messages_url, headers=headers) as response:
             assert response.status == 200
             stored = (await response.json())["messages"]
-        assert [m["role"] for m in stored] == ["ROLE_USER", "ROLE_ASSISTANT"] * 3
+        assert [m["role"] for m in stored] == ["user", "assistant"] * 3
         last = stored[-1]["messageId"]
         for path in ("/v1/conversations", f"/v1/conversations/{conversation}", "/v1/limits",
                      f"/v1/messages/{last}"):  # fmt: skip

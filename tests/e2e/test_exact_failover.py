@@ -95,7 +95,7 @@ async def answer(
     assert acted, "the answer ended before the fault"
     async with http.get(url, headers=bearer) as response:
         messages = (await response.json())["messages"]
-    assert [m["role"] for m in messages] == ["ROLE_USER", "ROLE_ASSISTANT"]
+    assert [m["role"] for m in messages] == ["user", "assistant"]
     return events, messages[1]
 
 
@@ -138,7 +138,7 @@ async def test_a_node_killed_mid_answer_the_user_sees_the_uninterrupted_answer(
     events, stored = await answer(http, platform, "free", content, kill_the_node)
     # A Free answer under its cap: the continuation ends where the answer itself does.
     assert_exact(events, stored, expected_answer(content, SYSTEM_PROMPT, ANSWER_TOKENS))
-    assert stored["replicaId"] != events[0][1].data["replica"]
+    assert stored["replica"] != events[0][1].data["replica"]
     assert events[-1][1].data["finish"] == "stop"
 
 
@@ -165,5 +165,5 @@ async def test_a_node_drained_mid_answer_finishes_it_unchanged(platform, http) -
                 await admin.undrain(node.node_id)
     assert_exact(events, stored, expected_answer(content, SYSTEM_PROMPT, ANSWER_TOKENS, PLUS_CAP))
     # A drain takes no new answers and lets running ones finish where they are.
-    assert stored["replicaId"] == events[0][1].data["replica"]
+    assert stored["replica"] == events[0][1].data["replica"]
     assert events[-1][1].data["usage"]["output"] == PLUS_CAP

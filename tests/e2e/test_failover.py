@@ -95,7 +95,7 @@ async def test_a_node_killed_mid_answer_hands_the_answer_to_another(two_nodes) -
     assert "error" not in names
     texts = [json.loads(e[2])["text"] for e in events if e[1] == "delta"]
     assert stored["content"] == "".join(texts)  # nothing lost, nothing repeated
-    assert stored["replicaId"] != json.loads(events[0][2])["replica"]
+    assert stored["replica"] != json.loads(events[0][2])["replica"]
     gaps = [b[0] - a[0] for a, b in itertools.pairwise(events)]
     assert max(gaps) < 10, f"the answer paused {max(gaps):.1f} s"
     assert json.loads(events[-1][2])["usage"]["output"] >= len(texts) - 1
@@ -156,7 +156,7 @@ async def test_the_continuation_after_a_failover_keeps_to_the_answer_cap(two_sim
         async with http.get(url, headers={"Authorization": headers["Authorization"]}) as r:
             stored = (await r.json())["messages"][-1]
     assert names[-1] == "done" and "error" not in names
-    assert stored["replicaId"] != replica
+    assert stored["replica"] != replica
     # The whole answer, both parts, is the uninterrupted one cut at the cap. The continuation
     # asked for the cap less the tokens already received; had chunks been counted as tokens,
     # it would have asked for more.

@@ -9,6 +9,7 @@ import aiohttp
 import pytest
 
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
+from tests.api_schema import assert_conforms
 
 pytestmark = pytest.mark.slow
 
@@ -61,10 +62,22 @@ async def test_a_burst_gets_what_the_bucket_affords_and_the_rest_a_429(small_bud
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{platform.edge_url}/v1/limits", headers=headers) as response:
             limits = await response.json()
-    assert limits["tier"] == "TIER_FREE" and limits["capacity"] == 1000
+    level = limits["level"]
+    refill_per_s = 1000 / (3 * 3600)  # the whole bucket refills in bucket_refill_s, 3 h
+    assert limits == {
+        "tier": "free",
+        "level": level,
+        "capacity": 1000,
+        "refillPerSecond": pytest.approx(refill_per_s),
+        "fullInSeconds": pytest.approx((1000 - level) / refill_per_s),
+    }
+    assert_conforms("Limits", limits)
     # What the two answers did not use was given back.
-    assert 0 < limits["level"] < 1000
+    assert 0 < level < 1000
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{platform.edge_url}/v1/conversations", headers=headers) as response:
-            stored = (await response.json())["conversations"]
+            page = await response.json()
+    assert_conforms("ConversationPage", page)
+    stored = page["conversations"]
     assert len(stored) == 2  # the refused messages stored nothing
+    assert page["nextCursor"] == ""

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from datetime import datetime
 
 import aiohttp
 import pytest
 
 from clients.chatctl.platform import LocalPlatform
 from gateway.node_client import NodeClient
+from tests.api_schema import assert_conforms
 from tests.sse import SseEvent, read_events
 
 pytestmark = pytest.mark.slow
@@ -101,8 +103,26 @@ async def test_two_messages_in_one_conversation_stream_and_carry_history(
             f"{platform.edge_url}/v1/conversations/{conversation}/messages", headers=auth(token)
         ) as response:
             stored = (await response.json())["messages"]
-        assert [m["role"] for m in stored] == ["ROLE_USER", "ROLE_ASSISTANT"] * 2
-        assert stored[1]["content"] == answer
+        assert [m["role"] for m in stored] == ["user", "assistant"] * 2
+        # The stored answer in the events' terms: the same names, the same finish.
+        # meta names the message sent: the answer is stored as its ".answer".
+        assert {k: v for k, v in stored[1].items() if k != "createdAt"} == {
+            "messageId": meta["messageId"] + ".answer",
+            "conversationId": conversation,
+            "seq": stored[1]["seq"],
+            "parentId": meta["messageId"],
+            "role": "assistant",
+            "content": answer,
+            "tokens": usage1["output"],
+            "model": meta["model"],
+            "replica": meta["replica"],
+            "finish": first[-1].data["finish"],
+        }
+        assert (stored[0]["messageId"], stored[0]["seq"]) == (meta["messageId"], 1)
+        assert stored[1]["seq"] == 2
+        for message in stored:
+            assert_conforms("Message", message)
+            assert datetime.fromisoformat(message["createdAt"]).tzinfo is not None
         assert stored[2]["parentId"] == stored[1]["messageId"]
 
         # Regenerate the second answer: a new message with the same parent (the first answer).
@@ -284,16 +304,29 @@ async def test_each_stored_question_carries_the_engines_own_token_count(
     try:
         async with aiohttp.ClientSession() as http:
             for text in texts:
-                message = new_id("m")
-                status, events = await send(http, platform.edge_url, token, new_id("c"), text,
+                message, conversation = new_id("m"), new_id("c")
+                status, events = await send(http, platform.edge_url, token, conversation, text,
                                             message)  # fmt: skip
                 assert status == 200 and events[-1].event == "done"
                 async with http.get(
                     f"{platform.edge_url}/v1/messages/{message}", headers=auth(token)
                 ) as response:
                     stored = (await response.json())["message"]
+                assert_conforms("Message", stored)
                 # One node: the count asked of it now is the serving engine's own.
                 (address,) = platform.node_addresses()
-                assert int(stored["tokens"]) == (await nodes.tokenize(address, [text]))[0]
+                count = (await nodes.tokenize(address, [text]))[0]
+                assert {k: v for k, v in stored.items() if k != "createdAt"} == {
+                    "messageId": message,
+                    "conversationId": conversation,
+                    "seq": 1,
+                    "parentId": "",
+                    "role": "user",
+                    "content": text,
+                    "tokens": count,
+                    "model": events[0].data["model"],  # whose tokens counted it
+                    "replica": "",
+                    "finish": None,
+                }
     finally:
         await nodes.close()

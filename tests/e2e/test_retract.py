@@ -103,7 +103,7 @@ async def test_a_plus_answer_shows_at_once_and_a_flagged_one_is_withdrawn(platfo
     assert len(TOKEN.findall(shown)) >= 42, shown
     assert events[retract_at + 1].data == {"text": REFUSAL}
     assert events[-1].data["finish"] == "refused"
-    assert (stored[-1]["content"], stored[-1]["finish"]) == (REFUSAL, "FINISH_REASON_REFUSED")
+    assert (stored[-1]["content"], stored[-1]["finish"]) == (REFUSAL, "refused")
 
 
 async def test_the_python_client_surfaces_the_retract(platform) -> None:

@@ -182,15 +182,15 @@ async def test_an_answer_streams_with_its_model_stops_and_regenerates(
     await expect(page.locator(".assistant .finish")).to_have_text(finishes)
 
     stored = await stored_messages(platform, token, page)
-    questions = [m for m in stored if m["role"] == "ROLE_USER"]
-    answers = [m for m in stored if m["role"] == "ROLE_ASSISTANT"]
+    questions = [m for m in stored if m["role"] == "user"]
+    answers = [m for m in stored if m["role"] == "assistant"]
     assert [q["content"] for q in questions] == [LONG] * len(stopped)
     assert [a["parentId"] for a in answers] == [q["messageId"] for q in questions]
     for answer, was_stopped in zip(answers, stopped, strict=True):
         if was_stopped:
-            assert answer["finish"] == "FINISH_REASON_CANCELLED"
+            assert answer["finish"] == "cancelled"
         else:
-            assert answer["finish"] in ("FINISH_REASON_STOP", "FINISH_REASON_LENGTH")
+            assert answer["finish"] in ("stop", "length")
     on_page = await page.locator(".assistant .text").all_text_contents()
     assert on_page == [a["content"] for a in answers]
     # The conversation is listed (and marked as the one on screen).
@@ -251,7 +251,7 @@ async def test_a_reload_mid_answer_resumes_it_to_the_end(
     text = await answer.locator(".text").text_content()
     assert text is not None and text.startswith(pending["text"])
     stored = await stored_messages(platform, token, page)
-    assert [m["role"] for m in stored] == ["ROLE_USER", "ROLE_ASSISTANT"]
+    assert [m["role"] for m in stored] == ["user", "assistant"]
     assert stored[1]["parentId"] == stored[0]["messageId"] == pending["messageId"]
     assert text == stored[1]["content"]
     assert await page.evaluate("sessionStorage.getItem('chat.pending')") is None

@@ -24,12 +24,12 @@ SCALE = 0.05
 FINGERPRINTS = textwrap.dedent(
     """
     import json, sys
-    from fleet import compiled, engine, replicas
+    from fleet import compiled, region, replicas
     from domain import pool_index, replica_sim
     from fleet.scenarios import run_scenario
     runs = json.loads(sys.argv[1])
     print(json.dumps({
-        "compiled": [compiled.is_compiled(m) for m in (engine, replicas, pool_index, replica_sim)],
+        "compiled": [compiled.is_compiled(m) for m in (region, replicas, pool_index, replica_sim)],
         "fingerprints": {
             name: {label: r.fingerprint() for label, r in
                    run_scenario(name, scale=float(sys.argv[2]), seed=3,
@@ -67,7 +67,7 @@ def run_with(path: Path | None, *args: str) -> dict:
 @pytest.mark.slow
 def test_the_compiled_simulator_records_the_same_simulation(build: compiled.Build) -> None:
     assert build.built and build.seconds > 0
-    assert (build.path / "fleet" / "engine.py").is_file(), "the packages are copied whole"
+    assert (build.path / "fleet" / "region.py").is_file(), "the packages are copied whole"
     assert list((build.path / "domain").glob("replica_sim.*.so")), "compiled in place"
     fast = run_with(build.path, json.dumps(RUNS), str(SCALE))
     assert fast["compiled"] == [True, True, True, True]
@@ -97,7 +97,7 @@ def test_an_up_to_date_build_is_reused_and_a_failed_rebuild_keeps_the_last(
     with pytest.raises(compiled.BuildError):
         compiled.build(root=broken, out=build.path)  # other sources: rebuilt, and that fails
     assert (build.path / compiled.STAMP).read_text() == stamp, "the last build is kept"
-    assert list((build.path / "fleet").glob("engine.*.so"))
+    assert list((build.path / "fleet").glob("region.*.so"))
     with pytest.raises(compiled.BuildError, match="no domain, fleet package"):
         compiled.build(root=tmp_path / "empty", out=build.path)
 
@@ -113,14 +113,14 @@ def test_the_digest_follows_every_source_file_and_nothing_else(tmp_path: Path) -
     assert compiled.source_digest(root) == first
     cache = root / "fleet" / "__pycache__"
     cache.mkdir(exist_ok=True)
-    (cache / "engine.cpython-311.pyc").write_bytes(b"\0")
+    (cache / "region.cpython-311.pyc").write_bytes(b"\0")
     assert compiled.source_digest(root) == first, "byte code is not a source"
     data = root / "domain" / "data"
     (data / "new.json").write_text("{}")
     assert compiled.source_digest(root) != first, "package data is copied, so it counts"
     (data / "new.json").unlink()
-    engine = root / "fleet" / "engine.py"
-    engine.write_text(engine.read_text() + "\n")
+    region = root / "fleet" / "region.py"
+    region.write_text(region.read_text() + "\n")
     assert compiled.source_digest(root) != first
 
 

@@ -62,3 +62,19 @@ def test_the_starting_population_sends_at_the_rate_less_the_new_conversations() 
         for _, plan in population
     ]
     assert 2_000 < statistics.fmean(held) < 6_000
+
+
+def test_scores_fall_on_the_conversations_side_but_for_misjudged_openings() -> None:
+    spec = WorkloadSpec()
+    workload = Workload(spec, seed=7)
+    draws = 40_000
+    for easy, misjudged in ((True, spec.easy_misjudged), (False, spec.hard_misjudged)):
+        openings = [workload.score(easy, opening=True) for _ in range(draws)]
+        later = [workload.score(easy, opening=False) for _ in range(draws)]
+        assert all(0.0 <= score < 1.0 for score in openings + later)
+        wrong = [(score < spec.score_threshold) != easy for score in openings]
+        assert statistics.fmean(wrong) == pytest.approx(misjudged, abs=0.005)
+        assert all((score < spec.score_threshold) == easy for score in later)
+        # Each side is covered evenly: the place on it is uniform.
+        right = [score for score in later if score < 0.25 or score >= 0.75]
+        assert 0.45 < len(right) / draws < 0.55

@@ -1,5 +1,6 @@
 from domain.limiter import Limit
-from gateway.planner import TierPolicy, _fitted
+from domain.tiers import TierPolicy
+from gateway.planner import _fitted
 
 PLUS = TierPolicy(window_tokens=32_000, max_answer_tokens=4_000, limit=Limit(1, 1))
 

@@ -12,7 +12,7 @@ from domain.breaker import BreakerPolicy, Breakers
 from domain.context import Prompt
 from domain.safety import ALLOWED, OutputGuard, OutputMode, Refusals, StreamCheckConfig, Verdict
 from domain.types import Finish, Role, Tier, Turn, Usage
-from gateway.answers import Answer, AnswerWriter, Plan, StreamTimeouts
+from gateway.answers import Answer, AnswerPlan, AnswerWriter, StreamTimeouts
 from gateway.main import GatewayConfig, build_policies
 from gateway.metrics import GatewayMetrics
 from gateway.node_client import Chunk, Finished
@@ -73,9 +73,9 @@ def writer(texts: list[str]) -> AnswerWriter:
                         Breakers(BreakerPolicy(), lambda: 0.0), guard)  # fmt: skip
 
 
-def plan(mode: OutputMode) -> Plan:
+def plan(mode: OutputMode) -> AnswerPlan:
     prompt = Prompt((Turn(Role.USER, "Hi", 1),), 0)
-    return Plan(prompt, PICK, 100, 0.0, "small", Tier.PLUS, output_mode=mode)
+    return AnswerPlan(prompt, PICK, 100, 0.0, "small", Tier.PLUS, output_mode=mode)
 
 
 async def write(texts: list[str], mode: OutputMode) -> tuple[list[Event], Answer]:

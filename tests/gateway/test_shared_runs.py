@@ -17,7 +17,7 @@ from chat.v1 import scheduler_service_pb2
 from domain.context import Prompt
 from domain.safety import OutputMode
 from domain.types import Finish, Role, Tier, Turn, Usage
-from gateway.answers import Plan
+from gateway.answers import AnswerPlan
 from gateway.redis_buckets import connect
 from gateway.runs import Delta, Done, Meta, Retract
 from gateway.scheduler_client import ReplicaPick
@@ -45,10 +45,10 @@ async def redis(redis_server) -> AsyncIterator[Redis]:
     await client.aclose()
 
 
-def _plan() -> Plan:
+def _plan() -> AnswerPlan:
     prompt = Prompt((Turn(Role.SYSTEM, "Be brief.", 3), Turn(Role.USER, "Hi there", 2)), 0)
     pick = ReplicaPick(node_id="node-a", address="127.0.0.1:1", model="m", context_tokens=2048)
-    return Plan(prompt, pick, 64, 123.5, "small", Tier.PLUS)
+    return AnswerPlan(prompt, pick, 64, 123.5, "small", Tier.PLUS)
 
 
 def _ids() -> tuple[str, str]:

@@ -19,7 +19,7 @@ from chat.v1 import node_service_pb2_grpc as node_grpc
 from infra.certs import Authority
 from infra.grpcserver import GrpcServer
 from infra.tls import Role, TlsConfig, open_channel
-from nodeagent.requests import RequestRegistry
+from nodeagent.request_registry import RequestRegistry
 from nodeagent.servicer import NodeServicer
 from nodeagent.sim import SimEngine
 

@@ -22,7 +22,7 @@ from infra.certs import Authority
 from infra.config import ConfigError, load_config
 from infra.grpcserver import GrpcServer
 from infra.tls import Role, TlsConfig, open_channel
-from nodeagent.requests import RequestRegistry
+from nodeagent.request_registry import RequestRegistry
 from nodeagent.servicer import NodeServicer
 from nodeagent.sim import SimEngine
 from scheduler.main import SchedulerConfig, serve

@@ -10,7 +10,7 @@ from chat.v1 import node_service_pb2_grpc
 from infra.grpcserver import GrpcServer
 from infra.tls import TlsConfig
 from nodeagent.llamacpp import LlamaCppEngine
-from nodeagent.requests import RequestRegistry
+from nodeagent.request_registry import RequestRegistry
 from nodeagent.servicer import NodeServicer
 
 

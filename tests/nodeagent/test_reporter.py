@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from domain.replica_sim import H100x4_70B
+from domain.replica_hardware import H100x4_70B
 from nodeagent.reporter import LoadReporter, NodeIdentity
 from nodeagent.sim import SimEngine
 from tests.nodeagent.test_sim import answer, ask, started

@@ -12,7 +12,7 @@ import pytest
 from chat.v1 import common_pb2
 from chat.v1 import node_service_pb2 as pb
 from nodeagent.llamacpp import LlamaCppEngine
-from nodeagent.requests import RequestRegistry
+from nodeagent.request_registry import RequestRegistry
 from nodeagent.servicer import NodeServicer
 from tests.nodeagent.conftest import NodeUnderTest
 

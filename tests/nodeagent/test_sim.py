@@ -13,7 +13,7 @@ import pytest
 
 from chat.v1 import common_pb2
 from chat.v1 import node_service_pb2 as pb
-from domain.replica_sim import BLOCK_TOKENS, H100_8B, H100x4_70B
+from domain.replica_hardware import BLOCK_TOKENS, H100_8B, H100x4_70B
 from domain.types import Finish, Role, Tier
 from nodeagent.engine import Chunk, EngineError, Finished, GenerationRequest, PromptTurn
 from nodeagent.main import NodeAgentConfig, build_engine

@@ -24,7 +24,7 @@ from infra.tls import TlsConfig
 from nodeagent.engine import Chunk, EngineError, Finished, GenerationRequest, PromptTurn
 from nodeagent.llamacpp import free_port
 from nodeagent.main import NodeAgentConfig, build_engine
-from nodeagent.requests import RequestRegistry
+from nodeagent.request_registry import RequestRegistry
 from nodeagent.servicer import NodeServicer
 from nodeagent.vllm import PRIORITY, VllmEngine, VllmLaunch
 

@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from domain.replica_sim import H100_8B, H100x4_70B
-from fleet.engine import Failures, FleetConfig, FleetSim
-from fleet.metrics import Outcome, Recorder, summarize
+from domain.replica_hardware import H100_8B, H100x4_70B
+from fleet.recorder import Outcome, Recorder, summarize
+from fleet.region import Failures, FleetConfig, FleetSim
 from fleet.replicas import PoolSpec, Strategy, prefill_gpu_s_per_token
 from fleet.workload import Workload, WorkloadSpec
 
@@ -113,3 +113,19 @@ def test_a_run_leaves_no_reference_cycles_and_the_collector_as_it_was() -> None:
         gc.enable()
     run(config, rate=5, duration_s=2)
     assert gc.isenabled()
+
+
+def test_with_every_large_replica_dead_large_messages_fall_back_to_small() -> None:
+    one_large = PoolSpec("large", H100x4_70B, 1)
+    config = FleetConfig((one_large, SMALL), failures=Failures(kill_at_s=(20.0,)))
+    recorder = run(config, rate=20, duration_s=60)
+    rows = recorder.rows()
+    noticed = rows["arrival_s"] > 20.0 + config.detection_s
+    on_large = rows["pool"] == recorder.pools.index("large")
+    assert on_large[rows["arrival_s"] < 20.0].any(), "the large pool served before it died"
+    assert not on_large[noticed].any()
+    assert not (rows["outcome"] == Outcome.NO_REPLICA).any()
+    # Answers under way on the dead replica have no survivor of their pool to move to: a
+    # failover picks in the message's pool only (gateway/answers.py), so they are lost.
+    lost = rows["outcome"] == Outcome.LOST
+    assert lost.any() and (rows["arrival_s"][lost] < 20.0).all()

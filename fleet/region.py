@@ -1,4 +1,4 @@
-"""The fleet simulation's core: a region of simulated replicas in virtual time, one core.
+"""The region's event loop: a region of simulated replicas in virtual time, on one core.
 
 Events (a message arrives, a user's patience runs out, a replica dies, the scheduler notices,
 the system prompt changes) sit in a heap. Time moves in load-report ticks (250 ms, as the node
@@ -29,15 +29,18 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from domain import limiter
+from domain.breaker import fallback_chain
 from domain.ladder import LadderPolicy, LadderState, busy_share, ladder_busy, tick
-from domain.replica_sim import SimFinish, StepResult
-from domain.shedding import SMALL_POOL, SheddingPolicy, refuse_at_door
+from domain.pools import LARGE_POOL, SMALL_POOL
+from domain.replica_requests import SimFinish, StepResult
+from domain.shedding import SheddingPolicy, refuse_at_door
 from domain.start_wait import StartWaitModel
+from domain.tiers import TierPolicy
 from domain.types import NodeState, Tier
 from fleet.events import EventQueue
-from fleet.gateway import LARGE_POOL, Conversation, Plan, SimGateway, TierRules, route
-from fleet.metrics import Outcome, Recorder
+from fleet.recorder import Outcome, Recorder
 from fleet.replicas import Pool, PoolSpec, SimReplica, Strategy, prefill_tokens_per_s
+from fleet.sim_gateway import Conversation, Plan, SimGateway
 from fleet.workload import ConversationPlan, Workload
 
 # Kinds of event, the handlers' order in _run. Final: compiled in (fleet/compiled.py).
@@ -52,7 +55,7 @@ _FLUSH: Final = 4
 def _cyclic_gc_paused() -> Iterator[None]:
     """A region holds millions of long-lived objects (conversations, their turns, requests),
     and every full pass of Python's cycle collector walks all of them: about a fifth of the run
-    went there. The simulation makes no reference cycles (tests/fleet/test_engine.py checks),
+    went there. The simulation makes no reference cycles (tests/fleet/test_region.py checks),
     so reference counting frees everything and the collector has nothing to find."""
     was_enabled = gc.isenabled()
     gc.disable()
@@ -83,7 +86,7 @@ class FleetConfig:
     max_rung: int = 3  # the highest rung that takes effect; 0 turns the ladder off
     ladder: LadderPolicy = field(default_factory=LadderPolicy)
     shedding: SheddingPolicy = field(default_factory=SheddingPolicy)
-    tiers: dict[Tier, TierRules] | None = None
+    tiers: dict[Tier, TierPolicy] | None = None
     watched_pool: str = LARGE_POOL  # the scheduler ladders on this pool's busy share
     report_interval_s: float = 0.25
     ladder_interval_s: float = 10.0
@@ -148,7 +151,11 @@ class FleetSim:
         }
         names = frozenset(self.pools)
         self.gateway = SimGateway(
-            names, workload.spec.system_prompt_tokens, config.shedding, config.tiers
+            names,
+            workload.spec.system_prompt_tokens,
+            config.shedding,
+            config.tiers,
+            workload.spec.score_threshold,
         )
         self.ladder = LadderState()
         self.recorder = Recorder(duration_s, tuple(self.pools))
@@ -218,7 +225,7 @@ class FleetSim:
         for name, pool in self.pools.items():
             pool.expect([c.conversation_id for _, c in opened if c.pool == name and c.history])
         for at, conversation in opened:
-            if conversation.history:
+            if conversation.history and conversation.pool is not None:
                 window = self.gateway.tiers[conversation.tier].window_tokens
                 held = self.gateway.system.tokens + sum(t.tokens for t in conversation.history)
                 replica = self.pools[conversation.pool].warm_target(conversation.conversation_id)
@@ -230,13 +237,11 @@ class FleetSim:
         self._events.push(at, kind, subject)
 
     def _open(self, plan: ConversationPlan) -> Conversation:
-        conversation = Conversation(
-            plan.user_id,
-            plan.user_id,
-            plan.tier,
-            route(plan.easy, self.gateway.pools),
-            plan.turns,
-        )
+        conversation = Conversation(plan.user_id, plan.user_id, plan.tier, plan.easy, plan.turns)
+        # A conversation under way was routed by its earlier messages, as the router goes.
+        for _ in plan.earlier_turns:
+            score = self.workload.score(conversation.easy, conversation.pool is None)
+            conversation.pool = self.gateway.route(conversation, score).conversation_pool
         self.gateway.remember(conversation, plan.earlier_turns)
         return conversation
 
@@ -256,14 +261,20 @@ class FleetSim:
         record = self.recorder
         record.add("arrivals", now, 1)
         rung = self._rung()
-        plan = self.gateway.plan(conversation, self.workload.message_tokens(), rung, now)
+        score = self.workload.score(conversation.easy, conversation.pool is None)
+        routed = self.gateway.route(conversation, score)
+        tokens = self.workload.message_tokens()
+        plan = self.gateway.plan(conversation, routed, tokens, rung, now)
         if plan is None:
-            return self._refused(conversation, conversation.pool, now, Outcome.REFUSED_BUDGET)
+            return self._refused(conversation, routed.pool, now, Outcome.REFUSED_BUDGET)
         history = plan.prompt_tokens - plan.new_tokens if conversation.history else 0
         pool = self.pools[plan.pool]
         replica = pool.choose(
             conversation.conversation_id, plan.prompt_tokens, plan.reusable_tokens
         )
+        if replica is None:
+            plan, replica = self._fall_back(conversation, plan)
+            pool = self.pools[plan.pool]
         if replica is None:
             self.gateway.settle(conversation, plan.reserved, 0.0, now)
             return self._refused(conversation, plan.pool, now, Outcome.NO_REPLICA, history)
@@ -279,6 +290,21 @@ class FleetSim:
         self.gateway.sent(conversation, plan)
         self._push(now + self.workload.spec.patience_s, _GIVE_UP, message)
         return None
+
+    def _fall_back(self, conversation: Conversation, plan: Plan) -> tuple[Plan, SimReplica | None]:
+        """The pool had no replica to pick: the next pools of the fallback chain, as the
+        gateway's planner walks it (large falls to small). The conversation stays where the
+        router put it."""
+        for name in fallback_chain(plan.pool)[1:]:
+            pool = self.pools.get(name)
+            if pool is None:
+                continue
+            replica = pool.choose(
+                conversation.conversation_id, plan.prompt_tokens, plan.reusable_tokens
+            )
+            if replica is not None:
+                return plan._replace(pool=name), replica
+        return plan, None
 
     def _refused(
         self, conversation: Conversation, pool: str, now: float, outcome: Outcome, history: int = 0

@@ -6,9 +6,9 @@ from dataclasses import dataclass, fields
 from operator import attrgetter
 from typing import NamedTuple
 
-from clients.chatctl.plan.inputs import MessageInputs, SessionInputs
-from clients.chatctl.plan.messages import MessagePlan
-from clients.chatctl.plan.sessions import SessionPlan
+from domain.capacity.inputs import MessageInputs, SessionInputs
+from domain.capacity.messages import MessagePlan
+from domain.capacity.sessions import SessionPlan
 
 
 @dataclass(frozen=True, slots=True)

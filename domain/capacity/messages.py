@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from clients.chatctl.plan.inputs import (
+from domain.capacity.inputs import (
     DAYS_PER_YEAR,
     GB,
     HOURS_PER_DAY,

@@ -1,54 +1,39 @@
 """The gateway's decisions for one simulated message, made by the platform's own policy code:
-router, ladder rung (domain.shedding), context builder (domain.context), token bucket
-(domain.limiter) and refuse-at-door. The picking itself is the pool's (fleet.replicas).
+the router (domain.router, on a difficulty score the workload draws), the ladder's rung
+(domain.shedding), the context builder (domain.context), the token bucket (domain.limiter) and
+refuse-at-door. The picking itself is the pool's (fleet.replicas), walking the fallback chain
+(domain.breaker.fallback_chain) when a pool has no replica left (fleet.region).
 
-The platform's gateway learns the rung from its pick, so it picks first (gateway/pipeline.py);
-the simulation reads the region's rung directly, so the order here is: shed by rung, build the
-prompt inside the tier's window, reserve the worst case, then (fleet.engine) pick, refuse at
-the door if the pick's wait is too long, and settle with the real usage at the end. What the
-simulation leaves out: safety checks, tokenizing (the workload draws token counts), the
-difficulty classifier (the workload marks each conversation easy or hard, standing for the
-classifier's verdict, and `route` sends easy ones small), escalation, the breaker's fallback
-chain, and compaction (UNFINISHED: the simulated gateway writes no summaries, so a
-conversation past its window drops its oldest turns every message, which changes its prefix
-and re-reads it).
+The platform's gateway learns the rung from its pick, so it picks first (gateway/planner.py);
+the simulation reads the region's rung directly, so the order here is: route, shed by rung,
+build the prompt inside the tier's window, reserve the worst case, then (fleet.region) pick,
+refuse at the door if the pick's wait is too long, and settle with the real usage at the end.
+
+What the simulation leaves out:
+- safety checks, and tokenizing (the workload draws token counts);
+- the circuit breakers (domain.breaker.Breakers). A breaker is a gateway's own, opened by five
+  failures in a row on that gateway, and a replica's death fails over each of its answers at
+  once: whether a gateway's breaker opens then depends on how many of the dead replica's
+  answers it held, that is on how many gateways share the region. This one SimGateway stands
+  for all of them, and a breaker of its own would open the large pool for its whole cooldown
+  on any replica's death;
+- compaction (UNFINISHED: the simulated gateway writes no summaries, so a conversation past its
+  window drops its oldest turns every message, which changes its prefix and re-reads it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Final, NamedTuple
+from typing import NamedTuple
 
 from domain import limiter
 from domain.context import ContextBuilder, Prompt
-from domain.shedding import SMALL_POOL, SheddingPolicy, shed
+from domain.pools import LARGE_POOL, SMALL_POOL
+from domain.router import RouteDecision, Router, RouteReason, RouteRequest
+from domain.shedding import SheddingPolicy, shed
+from domain.tiers import TierPolicy, default_tiers
 from domain.types import Role, Tier, Turn
-
-LARGE_POOL: Final = "large"
-
-
-@dataclass(frozen=True, slots=True)
-class TierRules:
-    window_tokens: int
-    max_answer_tokens: int
-    limit: limiter.Limit
-
-
-# gateway/main.py's defaults: 8,000 / 32,000-token windows and 25,000 / 250,000
-# buckets refilling in three hours.
-DEFAULT_TIERS = {
-    Tier.FREE: TierRules(8_000, 1_000, limiter.Limit.refilling_in(25_000, 3 * 3600)),
-    Tier.PLUS: TierRules(32_000, 4_000, limiter.Limit.refilling_in(250_000, 3 * 3600)),
-}
-
-
-def route(easy: bool, pools: frozenset[str]) -> str:
-    """The router, at a conversation's start: easy messages to the small model when there is
-    one. The platform scores each message with its difficulty classifier (domain/difficulty.py,
-    domain/router.py); the simulation does not run it: the workload says which conversations
-    it would call easy, in the share the workload sets (fleet.workload)."""
-    return SMALL_POOL if easy and SMALL_POOL in pools else LARGE_POOL
 
 
 @dataclass(slots=True)
@@ -58,8 +43,11 @@ class Conversation:
     conversation_id: str
     user_id: str
     tier: Tier
-    pool: str  # routed at the start; never de-escalated
+    easy: bool  # what the router should decide: the workload draws its messages' scores
     turns_left: int
+    # Routed at its first message, escalated at most once, never de-escalated (domain.router);
+    # None until a message of it was sent.
+    pool: str | None = None
     history: list[Turn] = field(default_factory=list)
     dropped: int = 0  # oldest turns the last prompt left out
     prompt_version: int = -1  # the system prompt its last request was read with
@@ -70,6 +58,7 @@ class Plan(NamedTuple):
     a region makes thousands a second.)"""
 
     pool: str
+    conversation_pool: str  # the conversation's pool once this message is sent (domain.router)
     prompt: Prompt
     prompt_tokens: int  # counted once: Prompt.tokens sums the turns on every read
     new_tokens: int
@@ -87,11 +76,15 @@ class SimGateway:
         pools: frozenset[str],
         system_tokens: int,
         shedding: SheddingPolicy,
-        tiers: dict[Tier, TierRules] | None = None,
+        tiers: dict[Tier, TierPolicy] | None = None,
+        score_threshold: float = 0.5,
     ) -> None:
         self.pools = pools
-        self.tiers = tiers or DEFAULT_TIERS
+        self.tiers = tiers or default_tiers()
         self.shedding = shedding
+        # A fleet of the large model alone runs no router, as a gateway with `router: false`
+        # and the large pool as its default: every message goes large.
+        self.router = Router(score_threshold) if SMALL_POOL in pools else None
         self.system = Turn(Role.SYSTEM, "", system_tokens)
         self.prompt_version = 0  # bumped when the system prompt changes
         self._buckets: dict[str, limiter.Bucket] = {}
@@ -101,15 +94,28 @@ class SimGateway:
         self._questions: dict[int, Turn] = {}
         self._answers: dict[int, Turn] = {}
 
+    def route(self, conversation: Conversation, score: float) -> RouteDecision:
+        """The router's decision for the conversation's next message, scored `score`. No user
+        picks a model here: every message is "auto"."""
+        if self.router is None:
+            return RouteDecision(LARGE_POOL, LARGE_POOL, RouteReason.STICKY)
+        request = RouteRequest("", conversation.tier, conversation.pool, None, score)
+        return self.router.route(request)
+
     def plan(
-        self, conversation: Conversation, new_tokens: int, rung: int, now: float
+        self,
+        conversation: Conversation,
+        routed: RouteDecision,
+        new_tokens: int,
+        rung: int,
+        now: float,
     ) -> Plan | None:
         """The rung's pool and answer cap, the prompt, and the bucket's reservation; None when
         the bucket cannot afford the worst case."""
         tier = conversation.tier
         rules = self.tiers[tier]
-        decided = shed(tier, rung, conversation.pool, rules.max_answer_tokens, self.shedding)
-        pool = decided.pool if decided.pool in self.pools else conversation.pool
+        decided = shed(tier, rung, routed.pool, rules.max_answer_tokens, self.shedding)
+        pool = decided.pool if decided.pool in self.pools else routed.pool
         cap = decided.max_answer_tokens
         new = self._question(new_tokens)
         prompt = self._builder(tier, cap).build(None, conversation.history, new)
@@ -122,7 +128,9 @@ class SimGateway:
         if not decision.admitted:
             return None
         reusable = self._reusable(conversation, prompt, tokens)
-        return Plan(pool, prompt, tokens, new_tokens, cap, reusable, reserved)
+        return Plan(
+            pool, routed.conversation_pool, prompt, tokens, new_tokens, cap, reusable, reserved
+        )
 
     def _builder(self, tier: Tier, max_answer: int) -> ContextBuilder:
         key = (tier, max_answer)
@@ -184,6 +192,8 @@ class SimGateway:
         return turn
 
     def sent(self, conversation: Conversation, plan: Plan) -> None:
-        """The request is on a replica: its cache now holds this prompt's version."""
+        """The request is on a replica: its cache now holds this prompt's version, and the
+        conversation is where the router put it."""
+        conversation.pool = plan.conversation_pool
         conversation.prompt_version = self.prompt_version
         conversation.dropped = plan.prompt.dropped_turns

@@ -1,4 +1,5 @@
-"""`chatctl plan` on the command line: every input a flag, the plan as a table or JSON."""
+"""`chatctl plan` on the command line: every input a flag, the plan as a table or JSON. The
+calculation itself is domain/capacity/ (pure; the fleet simulator sizes its fleets with it)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import json
 import sys
 from dataclasses import Field, asdict, fields
 
-from clients.chatctl.plan.inputs import MessageInputs, PlanInputError, SessionInputs, flag
-from clients.chatctl.plan.messages import MessagePlan, plan_messages
-from clients.chatctl.plan.sessions import LeverRow, SessionPlan, plan_sessions
-from clients.chatctl.plan.steps import (
+from domain.capacity.inputs import MessageInputs, PlanInputError, SessionInputs, flag
+from domain.capacity.messages import MessagePlan, plan_messages
+from domain.capacity.sessions import LeverRow, SessionPlan, plan_sessions
+from domain.capacity.steps import (
     MESSAGE_STEPS,
     SESSION_STEPS,
     Step,

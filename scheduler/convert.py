@@ -1,0 +1,158 @@
+"""Protobuf <-> domain values for SchedulerService."""
+
+from __future__ import annotations
+
+from google.protobuf import timestamp_pb2
+
+from chat.v1 import scheduler_service_pb2 as pb
+from domain.errors import InvalidArgument
+from domain.ladder import LadderState
+from domain.picker import PickReason, ReplicaLoad
+from domain.types import NodeState, Tier
+from infra.convert import TIER_FROM_PB, TIER_TO_PB
+from scheduler.membership import NodeRecord
+from scheduler.table import NodeEntry
+from store.records import UserRecord
+
+STATE_FROM_PB = {
+    pb.NODE_STATE_STARTING: NodeState.STARTING,
+    pb.NODE_STATE_READY: NodeState.READY,
+    pb.NODE_STATE_DRAINING: NodeState.DRAINING,
+    pb.NODE_STATE_DEAD: NodeState.DEAD,
+}
+STATE_TO_PB = {v: k for k, v in STATE_FROM_PB.items()}
+REASON_TO_PB = {
+    PickReason.AFFINITY: pb.PICK_REASON_AFFINITY,
+    PickReason.ESCAPED_QUEUE: pb.PICK_REASON_ESCAPED_QUEUE,
+    PickReason.ESCAPED_KV_ROOM: pb.PICK_REASON_ESCAPED_KV_ROOM,
+    PickReason.NO_REPLICA: pb.PICK_REASON_NO_REPLICA,
+    PickReason.MOVED: pb.PICK_REASON_MOVED,
+}
+
+
+def load_fields(report: pb.LoadReport) -> dict[str, object]:
+    """A load report as LoadTable.report's keyword arguments."""
+    return {
+        "kv_usage": report.kv_usage,
+        "free_kv_tokens": report.free_kv_tokens,
+        "queued_prefill_tokens": report.queued_prefill_tokens,
+        "running_requests": report.running_requests,
+        "waiting_requests": report.waiting_requests,
+        "prefix_hit_rate": report.prefix_hit_rate,
+        "state": STATE_FROM_PB.get(report.state, NodeState.STARTING),
+    }
+
+
+def registration_to_load(reg: pb.NodeRegistration) -> ReplicaLoad:
+    if not reg.node_id or not reg.address or not reg.pool:
+        raise InvalidArgument("a registration needs node_id, address and pool")
+    return ReplicaLoad(
+        node_id=reg.node_id,
+        address=reg.address,
+        pool=reg.pool,
+        model=reg.model,
+        state=NodeState.STARTING,
+        free_kv_tokens=reg.kv_capacity_tokens,
+        queued_prefill_tokens=0,
+        max_running_requests=reg.max_running_requests,
+    )
+
+
+def registration_to_record(reg: pb.NodeRegistration) -> NodeRecord:
+    return NodeRecord(
+        reg.node_id, reg.address, reg.pool, reg.model, reg.context_tokens, reg.kv_capacity_tokens
+    )
+
+
+def command_to_pb(drain: bool) -> pb.ConnectNodeResponse:
+    command = pb.NODE_COMMAND_DRAIN if drain else pb.NODE_COMMAND_UNDRAIN
+    return pb.ConnectNodeResponse(command=command)
+
+
+def tier_from_pb(value: int) -> Tier:
+    if value not in TIER_FROM_PB:
+        raise InvalidArgument("tier must be TIER_FREE or TIER_PLUS")
+    return TIER_FROM_PB[value]
+
+
+def paid(tier: int) -> bool:
+    """Whether a pick is for a paying user; unset counts as Free (the longer wait)."""
+    return TIER_FROM_PB.get(tier) is Tier.PLUS
+
+
+def timestamp(seconds: float) -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromNanoseconds(int(seconds * 1e9))
+    return stamp
+
+
+def user_to_pb(user: UserRecord) -> pb.User:
+    return pb.User(
+        user_id=user.user_id,
+        tier=TIER_TO_PB[user.tier],
+        created_at=timestamp(user.created_at),
+        has_token=user.has_token,
+    )
+
+
+def pick_to_pb(
+    replica: ReplicaLoad,
+    reason: PickReason,
+    expected_wait_s: float,
+    ladder_rung: int,
+    context_tokens: int,
+) -> pb.PickReplicaResponse:
+    return pb.PickReplicaResponse(
+        node_id=replica.node_id,
+        address=replica.address,
+        reason=REASON_TO_PB[reason],
+        expected_wait_seconds=expected_wait_s,
+        ladder_rung=ladder_rung,
+        model=replica.model,
+        context_tokens=context_tokens,
+    )
+
+
+def node_status_to_pb(node_id: str, entry: NodeEntry, last_report_at: float) -> pb.NodeStatus:
+    """last_report_at: wall-clock seconds."""
+    load = entry.load
+    return pb.NodeStatus(
+        registration=pb.NodeRegistration(
+            node_id=node_id,
+            address=load.address,
+            model=load.model,
+            pool=load.pool,
+            context_tokens=entry.context_tokens,
+            kv_capacity_tokens=entry.kv_capacity_tokens,
+        ),
+        load=pb.LoadReport(
+            kv_usage=load.kv_usage,
+            free_kv_tokens=load.free_kv_tokens,
+            queued_prefill_tokens=load.queued_prefill_tokens,
+            running_requests=load.running_requests,
+            waiting_requests=load.waiting_requests,
+            prefix_hit_rate=load.prefix_hit_rate,
+            state=STATE_TO_PB[load.state],
+        ),
+        last_report_at=timestamp(last_report_at),
+    )
+
+
+def ladder_to_pb(state: LadderState, leading: bool) -> pb.GetLadderResponse:
+    history = [
+        pb.LadderChange(
+            at=timestamp(c.at),
+            from_rung=c.from_rung,
+            to_rung=c.to_rung,
+            busy_share=c.busy_share,
+            reason=c.reason,
+        )
+        for c in state.history
+    ]
+    return pb.GetLadderResponse(
+        rung=state.effective_rung,
+        busy_share=state.busy_share,
+        pinned=state.pinned is not None,
+        history=history,
+        leading=leading,
+    )
