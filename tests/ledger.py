@@ -172,7 +172,7 @@ class Ledger:
         async with self.http.get(f"{self._reader()}/v1/limits", headers=account.bearer) as response:
             assert response.status == 200, await response.text()
             limits = await response.json()
-        return float(limits.get("level", 0.0)), float(limits["capacity"])
+        return float(limits["level"]), float(limits["capacity"])
 
     def _reader(self) -> str:
         return self.read_through or self._platform.edge_url
@@ -200,11 +200,11 @@ class Ledger:
         ids = [event.id for _, event in sent.events]
         assert ids == list(range(1, len(ids) + 1)), f"event ids with a gap or repeat: {ids}"
         assert stored is not None, f"{sent.message_id} was answered but never stored"
-        assert [m["role"] for m in stored] == ["ROLE_USER", "ROLE_ASSISTANT"], stored
+        assert [m["role"] for m in stored] == ["user", "assistant"], stored
         user_turn, answer = stored
         assert user_turn["messageId"] == sent.message_id
         assert user_turn["content"] == sent.content
         assert answer["content"] == sent.text
         usage = sent.events[-1][1].data["usage"]
-        assert int(answer.get("tokens", 0)) == usage["output"], (answer, usage)
+        assert int(answer["tokens"]) == usage["output"], (answer, usage)
         return usage_cost(Usage(usage["input"], usage.get("cached", 0), usage["output"]))

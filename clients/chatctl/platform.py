@@ -18,13 +18,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import grpc
 
 from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
+from clients.chatctl.placement import OneHost, Placement
 from infra.bearer import new_token
 from infra.certs import LOCAL_HOSTS, Authority
 from infra.process import dies_with_parent
@@ -39,25 +39,6 @@ TLS_DIR = "tls"
 
 class PlatformError(RuntimeError):
     pass
-
-
-class Placement(Protocol):
-    """Where each service runs (by its name: "gateway", "gateway-1", "nodeagent-0"...): the
-    address it binds all its ports to, and the command line that starts it there."""
-
-    def host(self, service: str) -> str: ...
-
-    def command(self, service: str, argv: list[str]) -> list[str]: ...
-
-
-class OneHost:
-    """Every service on this machine's loopback: `chatctl up` and most tests."""
-
-    def host(self, service: str) -> str:
-        return "127.0.0.1"
-
-    def command(self, service: str, argv: list[str]) -> list[str]:
-        return argv
 
 
 @dataclass

@@ -188,7 +188,7 @@ async def test_a_gateway_cut_off_from_its_node_fails_over_within_keepalive(
     assert sent.accepted, (sent.status, sent.body)
     assert_exact(sent)
     stored = await ledger.stored(sent)
-    assert stored is not None and stored[1]["replicaId"] != sent.replica
+    assert stored is not None and stored[1]["replica"] != sent.replica
     pause = sent.pause_s()
     print(f"gateway cut from node {cut}: pause {pause:.2f} s")
     assert pause < FAILOVER_PAUSE_S, f"the answer paused {pause:.1f} s"
@@ -219,7 +219,7 @@ async def test_a_node_cut_off_from_the_schedulers_finishes_its_answer_and_gets_n
     # The gateway still reaches the node: the answer goes on there, unchanged, without a pause.
     assert_exact(sent)
     stored = await ledger.stored(sent)
-    assert stored is not None and stored[1]["replicaId"] == sent.replica
+    assert stored is not None and stored[1]["replica"] == sent.replica
     assert sent.pause_s() < 2.0, f"the answer paused {sent.pause_s():.1f} s"
     # Its reports stopped reaching the schedulers: both stop picking it (report timeout, 2 s).
     dropped_s = await dropped[0]
