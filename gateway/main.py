@@ -268,6 +268,9 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
     )
     streaming = Gauge("gateway_answers_streaming", "answers being generated", registry=registry)
     streaming.set_function(lambda: len(runs.running()))
+    # Runs held for retries and resumes: grows for keep_ended_runs_s, then stays about level.
+    kept = Gauge("gateway_runs_kept", "runs held, ended ones included", registry=registry)
+    kept.set_function(lambda: len(runs))
     metrics_server = MetricsServer(registry, config.metrics_listen)
     await server.start()
     await server.set_serving(True)

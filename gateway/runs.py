@@ -140,6 +140,9 @@ class RunRegistry:
         self._open_of_user: dict[str, dict[str, MessageRun]] = {}
         self._ended_at: dict[tuple[str, str], float] = {}
 
+    def __len__(self) -> int:
+        return len(self._runs)
+
     def get(self, user_id: str, message_id: str) -> MessageRun | None:
         self._evict()
         return self._runs.get((user_id, message_id))

@@ -57,6 +57,7 @@ def _stop(process: subprocess.Popen) -> None:
 class Redis:
     url: str
     port: int
+    pid: int = 0
 
 
 @contextlib.contextmanager
@@ -82,7 +83,7 @@ def run_redis() -> Iterator[Redis]:
         )
         try:
             _wait_until(_port_open(port), process, "redis-server")
-            yield Redis(f"redis://127.0.0.1:{port}/0", port)
+            yield Redis(f"redis://127.0.0.1:{port}/0", port, process.pid)
         finally:
             _stop(process)
 
