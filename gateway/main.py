@@ -127,6 +127,9 @@ class GatewayConfig:
     runs: str = "memory"
     # A gateway silent this long (redis runs) is dead and its answers are taken over.
     gateway_liveness_s: float = 3.0
+    # While Redis does not answer (redis runs), an answer waits this long for its log to take
+    # the next event, then fails as unavailable.
+    runs_write_patience_s: float = 10.0
     shutdown_grace_s: float = 30.0
     ready_file: str = ""
     log_level: str = "info"
@@ -225,7 +228,9 @@ def build_run_sharing(
     if config.runs != "redis" or redis is None:
         return LocalRuns()
     settings = SharedRunsConfig(
-        liveness_s=config.gateway_liveness_s, keep_after_end_s=int(config.keep_ended_runs_s)
+        liveness_s=config.gateway_liveness_s,
+        keep_after_end_s=int(config.keep_ended_runs_s),
+        write_patience_s=config.runs_write_patience_s,
     )
     waiter = Redis.from_url(config.redis_url, socket_timeout=settings.follow_block_s + 5.0,
                             socket_connect_timeout=0.5)  # fmt: skip

@@ -36,6 +36,7 @@ from domain.errors import Unavailable
 from domain.safety import OutputMode
 from domain.types import Finish, Role, Tier, Turn, Usage
 from gateway.answers import Plan
+from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
 from gateway.runs import Delta, Done, Event, Failed, Meta, Retract
 from gateway.scheduler_client import ReplicaPick, pick_from_wire
 
@@ -139,6 +140,11 @@ class SharedRunsConfig:
     sweep_interval_s: float = 1.0
     # How long one blocking read of a followed log waits before checking on the owner.
     follow_block_s: float = 1.0
+    # How long an answer waits for its log to take one event while Redis does not answer (slow,
+    # or its connection dropped), checking and trying again every write_retry_s; then the
+    # answer fails as unavailable.
+    write_patience_s: float = 10.0
+    write_retry_s: float = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +228,31 @@ class SharedRuns:
             await pipe.execute()
 
     async def append(self, user_id: str, message_id: str, event_id: int, event: Event) -> None:
+        """Writes one event to the run's log; OwnershipLost when another gateway owns the run.
+        A write Redis did not answer (slow, or the connection dropped) may have happened or
+        not: the log is read to tell, and the write is made again only if it did not happen,
+        until write_patience_s has passed; then Unavailable."""
         member = _member(user_id, message_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._config.write_patience_s
+        unanswered: Exception | None = None
+        while True:
+            try:
+                if unanswered is None or not await self._written(member, event_id):
+                    await self._append_once(member, event_id, event)
+                return
+            except REDIS_UNAVAILABLE as error:
+                unanswered = error
+            if loop.time() >= deadline:
+                raise Unavailable(
+                    f"the answer's log took no write for {self._config.write_patience_s:g} s: "
+                    f"{unanswered}"
+                ) from unanswered
+            self._log.warning("the answer's log did not answer; checking it", event_id=event_id,
+                              message_id=message_id, error=str(unanswered))  # fmt: skip
+            await asyncio.sleep(self._config.write_retry_s)
+
+    async def _append_once(self, member: str, event_id: int, event: Event) -> None:
         try:
             written = await self._append(
                 keys=[RUN_PREFIX + member, EVENTS_PREFIX + member],
@@ -232,6 +262,18 @@ class SharedRuns:
             raise OwnershipLost(f"event {event_id} is already in the log: {error}") from error
         if not written:
             raise OwnershipLost("another gateway owns this run now")
+
+    async def _written(self, member: str, event_id: int) -> bool:
+        """Whether event_id is in the log, written by this gateway; OwnershipLost when another
+        one owns the run now (only the owner writes, so an entry there is then not ours)."""
+        entry = f"0-{event_id}"
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hget(RUN_PREFIX + member, "owner")
+            pipe.xrange(EVENTS_PREFIX + member, min=entry, max=entry)
+            owner, entries = await pipe.execute()
+        if owner is None or owner.decode() != self.gateway_id:
+            raise OwnershipLost("another gateway owns this run now")
+        return bool(entries)
 
     async def end(self, user_id: str, message_id: str) -> None:
         member = _member(user_id, message_id)
