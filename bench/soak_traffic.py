@@ -169,9 +169,13 @@ class User:
         deadline = loop.time() + SEND_DEADLINE_S
         while not message.accepted and loop.time() < deadline:
             try:
-                async with self._http.post(
-                    url, json={"content": message.content}, headers=headers
-                ) as response:
+                # Bounded: a stream kept open by keep-alives alone would hold the user forever.
+                async with (
+                    asyncio.timeout(ANSWER_DEADLINE_S),
+                    self._http.post(
+                        url, json={"content": message.content}, headers=headers
+                    ) as response,
+                ):
                     if response.status == 200:
                         await self._read(message, response)
                     else:
@@ -195,7 +199,10 @@ class User:
             message.resumes += 1
             headers = {**self._auth, "Last-Event-ID": str(message.ids[-1])}
             try:
-                async with self._http.get(url, headers=headers) as response:
+                async with (
+                    asyncio.timeout_at(deadline),
+                    self._http.get(url, headers=headers) as response,
+                ):
                     if response.status == 200:
                         await self._read(message, response)
                     else:
