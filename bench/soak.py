@@ -48,7 +48,7 @@ from pathlib import Path
 
 import aiohttp
 
-from bench.soak_samples import Sampler, SlotFigures, figures
+from bench.soak_samples import MARKS, Sampler, SlotFigures, figures
 from bench.soak_traffic import ANSWER_TOKENS, SYSTEM_PROMPT, Ledger, Mix, User
 from clients.chat_client import AdminClient
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
@@ -316,6 +316,15 @@ def report(result: dict) -> str:
             f"{slot:<12} {p['restarts']:>8} {p['rss_first_mb']:>12.1f} {p['rss_last_mb']:>6.1f} "
             f"{p['rss_peak_mb']:>6.1f} {growth:>9} {p['fds_min']:>3}-{p['fds_max']:<3} {fd:>9}"
         )
+    marks = [r["minutes"] * i / (MARKS - 1) for i in range(MARKS)]
+    lines += [
+        "",
+        "RSS MB of the never-killed processes, at minute "
+        + " ".join(f"{round(m, 1):g}" for m in marks) + ":",
+    ]  # fmt: skip
+    for slot, p in r["processes"].items():
+        if slot in LONG_LIVED + INFRA:
+            lines.append(f"{slot:<12} " + " ".join(f"{mb:6.1f}" for mb in p["rss_mb_at"]))
     judged = "judged" if r["memory_judged"] else "not judged: the run is under 30 minutes"
     lines += [
         f"memory growth over the window ({r['warmup_minutes']:.1f} min to the end): least-squares "

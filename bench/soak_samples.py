@@ -113,6 +113,15 @@ def fd_growth(samples: list[Sample], end_s: float) -> int:
     return max(last) - max(first)
 
 
+def rss_at(samples: list[Sample], marks: list[float]) -> list[float]:
+    """RSS in MB of the sample nearest each mark (seconds): the shape of the curve, which tells
+    a store filling up to its bound (it levels off) from a leak (it does not)."""
+    return [
+        round(min(samples, key=lambda s, at=at: abs(s.at_s - at)).rss / (1024 * 1024), 1)
+        for at in marks
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class SlotFigures:
     slot: str
@@ -124,6 +133,10 @@ class SlotFigures:
     fds_max: int
     fd_growth: int | None  # None: restarted, so no one process spans the run
     memory_growth: float | None  # None: no one process lived through the window
+    rss_mb_at: list[float]  # at MARKS evenly spaced marks from the start to the end
+
+
+MARKS = 7
 
 
 def figures(
@@ -145,4 +158,5 @@ def figures(
             if lived_through(samples, *window, gap_s)
             else None
         ),
+        rss_mb_at=rss_at(samples, [end_s * i / (MARKS - 1) for i in range(MARKS)]),
     )

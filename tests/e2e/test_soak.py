@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.soak_samples import Sample, fd_growth, lived_through, memory_growth
+from bench.soak_samples import Sample, fd_growth, lived_through, memory_growth, rss_at
 
 ROOT = Path(__file__).resolve().parents[2]
 MINUTES = 3
@@ -82,3 +82,9 @@ def test_descriptor_growth_compares_the_last_thirds_peak_with_the_firsts() -> No
     assert fd_growth(steady, 180) == 0
     leaking = [Sample(t, 7, 0, 20 + t // 5) for t in range(0, 181, 5)]
     assert fd_growth(leaking, 180) == 36 - 12
+
+
+def test_the_curve_is_read_at_evenly_spaced_marks_from_the_nearest_samples() -> None:
+    mb = 1024 * 1024
+    samples = line(7, [(t, (100 + t // 60) * mb) for t in range(0, 601, 5)])
+    assert rss_at(samples, [0, 298, 600]) == [100.0, 105.0, 110.0]  # t = 0, 300, 600
