@@ -321,6 +321,8 @@ class OpenAIApi:
             await writer.choice({"role": "assistant", "content": ""})
             await self._relay(response, writer, events, completion.include_usage)
             await response.write(DONE_LINE)
+        except ConnectionResetError:
+            pass  # the client went away mid-stream: no error of the edge's, nothing to write
         finally:
             # Also when the client went away: cancelling the call stops the completion
             # upstream, since nobody can resume a stateless one.

@@ -103,8 +103,12 @@ class Relay:
                         await self._write_failure(response, lost)
                         return
                     upstream = found
-            except (ConnectionResetError, asyncio.CancelledError):
-                # The app went away; the gateway keeps writing the answer for a later resume.
+            except ConnectionResetError:
+                # The app went away (a write found its connection closing): nothing more can be
+                # written, and it is no error of the edge's, so the request ends here rather
+                # than as a logged traceback. The gateway keeps writing the answer for a resume.
+                upstream.call.cancel()
+            except asyncio.CancelledError:
                 upstream.call.cancel()
                 raise
 

@@ -164,8 +164,9 @@ class AnswerWriter:
         if answer.guard is not None:
             text = answer.guard.feed(text)
         if text:
-            answer.shown.append(text)
+            # Shown (and so saved) once appended: text the log did not take reached nobody.
             await run.append(Delta(text))
+            answer.shown.append(text)
 
     async def _final_check(
         self, run: MessageRun, plan: AnswerPlan, answer: Answer, finish: Finish

@@ -141,6 +141,9 @@ class GatewayConfig:
     # every third of it: a live gateway whose loop stalls past two thirds of it loses its runs
     # to another, which goes on from the logged text (docs/decisions.md).
     gateway_liveness_s: float = 2.0
+    # While Redis does not answer (redis runs), an answer waits this long for its log to take
+    # the next event, then fails as unavailable.
+    runs_write_patience_s: float = 10.0
     shutdown_grace_s: float = 30.0
     ready_file: str = ""
     log_level: str = "info"
@@ -245,7 +248,9 @@ def build_run_sharing(
     if config.runs != "redis" or redis is None:
         return LocalRuns()
     settings = SharedRunsConfig(
-        liveness_s=config.gateway_liveness_s, keep_after_end_s=int(config.keep_ended_runs_s)
+        liveness_s=config.gateway_liveness_s,
+        keep_after_end_s=int(config.keep_ended_runs_s),
+        write_patience_s=config.runs_write_patience_s,
     )
     waiter = Redis.from_url(config.redis_url, socket_timeout=settings.follow_block_s + 5.0,
                             socket_connect_timeout=0.5)  # fmt: skip
@@ -287,6 +292,9 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         )
         streaming = Gauge("gateway_answers_streaming", "answers being generated", registry=registry)
         streaming.set_function(lambda: len(runs.running()))
+        # Runs held for retries and resumes: grows for keep_ended_runs_s, then stays about level.
+        kept = Gauge("gateway_runs_kept", "runs held, ended ones included", registry=registry)
+        kept.set_function(lambda: len(runs))
         metrics_server = await service.metrics(registry, config.metrics_listen)
         service_name = chat_service_pb2.DESCRIPTOR.services_by_name["ChatService"].full_name
         server = GrpcServer(

@@ -447,6 +447,12 @@ class ChatPipeline:
             await run.abandon()
             self._runs.discard(run)
             return
+        except Unavailable as error:
+            # The shared log takes no more (Redis away): the run still ends, for the followers
+            # here at least, rather than staying open forever.
+            self._log.warning("answer ended here only", message_id=run.message_id,
+                              reason=error.reason)  # fmt: skip
+            await run.append_here(ending)
         self._runs.mark_ended(run)
         await self._sharing.end(run)
         if store_answer and self._compactor is not None:

@@ -91,8 +91,14 @@ class RedisRunSharing:
         return write
 
     async def end(self, run: MessageRun) -> None:
-        if run.sink is not None:
+        if run.sink is None:
+            return
+        try:
             await self.shared.end(run.user_id, run.message_id)
+        except REDIS_UNAVAILABLE as error:
+            # Its keys expire after running_ttl_s; its log may lack the last event.
+            self._log.warning("run's end not recorded: redis unreachable",
+                              message_id=run.message_id, error=str(error))  # fmt: skip
 
     async def find(self, user_id: str, message_id: str, resume: Resume) -> FollowedRun | None:
         try:

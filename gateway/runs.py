@@ -101,6 +101,11 @@ class MessageRun:
     async def append(self, event: Event) -> None:
         if self.sink is not None:
             await self.sink(len(self.events) + 1, event)
+        await self.append_here(event)
+
+    async def append_here(self, event: Event) -> None:
+        """Appends for this gateway's followers only, not to the sink: the ending of a run
+        whose shared log takes no more writes."""
         if self.first_text_at is None and isinstance(event, Delta):
             self.first_text_at = time.monotonic()
         async with self.changed:
@@ -155,6 +160,9 @@ class RunRegistry:
         # not every run kept for retries.
         self._open_of_user: dict[str, dict[str, MessageRun]] = {}
         self._ended_at: dict[tuple[str, str], float] = {}
+
+    def __len__(self) -> int:
+        return len(self._runs)
 
     def get(self, user_id: str, message_id: str) -> MessageRun | None:
         self._evict()

@@ -134,6 +134,11 @@ class Orphan:
 class SharedRunsConfig:
     # A gateway silent this long is dead and its runs are taken over.
     liveness_s: float = 2.0
+    # How long an answer waits for its log to take one event while Redis does not answer (slow,
+    # or its connection dropped), checking and trying again every write_retry_s; then the
+    # answer fails as unavailable.
+    write_patience_s: float = 10.0
+    write_retry_s: float = 0.2
     # How long a run's keys live while it runs, and after it ended (for retries and resumes).
     running_ttl_s: int = 3600
     keep_after_end_s: int = 600
@@ -223,28 +228,52 @@ class SharedRuns:
             await pipe.execute()
 
     async def append(self, user_id: str, message_id: str, event_id: int, event: Event) -> None:
+        """Writes one event to the run's log; OwnershipLost when another gateway owns the run.
+        A write Redis did not answer (slow, or the connection dropped) may have happened or
+        not: the log is read to tell, and the write is made again only if it did not happen,
+        until write_patience_s has passed; then Unavailable."""
         member = _member(user_id, message_id)
-        encoded = encode_event(event)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._config.write_patience_s
+        unanswered: Exception | None = None
+        while True:
+            try:
+                if unanswered is None or not await self._written(member, event_id):
+                    await self._append_once(member, event_id, event)
+                return
+            except REDIS_UNAVAILABLE as error:
+                unanswered = error
+            if loop.time() >= deadline:
+                raise Unavailable(
+                    f"the answer's log took no write for {self._config.write_patience_s:g} s: "
+                    f"{unanswered}"
+                ) from unanswered
+            self._log.warning("the answer's log did not answer; checking it", event_id=event_id,
+                              message_id=message_id, error=str(unanswered))  # fmt: skip
+            await asyncio.sleep(self._config.write_retry_s)
+
+    async def _append_once(self, member: str, event_id: int, event: Event) -> None:
         try:
             written = await self._append(
                 keys=[RUN_PREFIX + member, EVENTS_PREFIX + member],
-                args=[self.gateway_id, event_id, encoded, self._config.running_ttl_s],
+                args=[self.gateway_id, event_id, encode_event(event), self._config.running_ttl_s],
             )
         except ResponseError as error:
-            if await self._logged(member, event_id, encoded):
-                # A retry of a write whose answer was lost on the way (Redis ran it).
-                return
             raise OwnershipLost(f"event {event_id} is already in the log: {error}") from error
         if not written:
             raise OwnershipLost("another gateway owns this run now")
 
-    async def _logged(self, member: str, event_id: int, encoded: str) -> bool:
-        """Whether the log holds exactly this event at this id, and this gateway owns it."""
-        entry_id = f"0-{event_id}"
-        found = await self._redis.xrange(EVENTS_PREFIX + member, entry_id, entry_id)
-        owner = await self._redis.hget(RUN_PREFIX + member, "owner")
-        ours = owner is not None and owner.decode() == self.gateway_id
-        return ours and bool(found) and found[0][1].get(b"e") == encoded.encode()
+    async def _written(self, member: str, event_id: int) -> bool:
+        """Whether event_id is in the log, written by this gateway; OwnershipLost when another
+        one owns the run now (only the owner writes, so an entry there is then not ours)."""
+        entry = f"0-{event_id}"
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hget(RUN_PREFIX + member, "owner")
+            pipe.xrange(EVENTS_PREFIX + member, min=entry, max=entry)
+            owner, entries = await pipe.execute()
+        if owner is None or owner.decode() != self.gateway_id:
+            raise OwnershipLost("another gateway owns this run now")
+        return bool(entries)
 
     async def end(self, user_id: str, message_id: str) -> None:
         member = _member(user_id, message_id)

@@ -70,6 +70,9 @@ class NodeAgentConfig:
     sim_speed: float = 1.0
     # The shortest and longest answer the simulated model writes (when max tokens allow).
     sim_answer_tokens: list[int] = field(default_factory=lambda: [100, 700])
+    # How many conversations' cached tokens the simulated replica remembers (its prefix cache),
+    # the oldest forgotten first.
+    sim_remembered_conversations: int = 1_000
     # engine "vllm": attach to the vLLM server at vllm_url (a GPU pod runs it in its own
     # container), or, when empty, start one with vllm_python (empty: .vllm/venv/bin/python).
     # slot_context_tokens is its max model length; `model` is the name it serves.
@@ -109,8 +112,13 @@ def build_engine(config: NodeAgentConfig) -> Engine:
                 f"unknown sim_preset {config.sim_preset!r}; presets: {', '.join(PRESETS)}"
             )
         shortest, longest = _answer_range(config.sim_answer_tokens)
+        if config.sim_remembered_conversations < 1:
+            raise ValueError("sim_remembered_conversations must be at least 1")
         return SimEngine(
-            PRESETS[config.sim_preset], speed=config.sim_speed, answer_lengths=(shortest, longest)
+            PRESETS[config.sim_preset],
+            speed=config.sim_speed,
+            answer_lengths=(shortest, longest),
+            remembered_conversations=config.sim_remembered_conversations,
         )
     if config.engine == "vllm":
         return _vllm_engine(config)
@@ -169,6 +177,14 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
             "nodeagent_running_requests", "requests generating", registry=metrics_registry
         )
         running.set_function(lambda: len(registry))
+        token_counts = TokenCounts(config.tokenize_cache_texts)
+        # How full the token-count cache is: it grows until tokenize_cache_texts, then stays.
+        kept = Gauge(
+            "nodeagent_token_counts_kept",
+            "texts whose token count is kept",
+            registry=metrics_registry,
+        )
+        kept.set_function(lambda: len(token_counts))
         metrics = await service.metrics(metrics_registry, config.metrics_listen)
         server = GrpcServer(
             config.grpc_listen,
@@ -183,7 +199,7 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
                 accepting,
                 engine_ok,
                 config.stream_interval_s,
-                TokenCounts(config.tokenize_cache_texts),
+                token_counts,
             ),
             server.server,
         )

@@ -16,6 +16,12 @@ from infra.keepalive import CLIENT_KEEPALIVE
 from infra.tls import TlsConfig, open_channel
 from nodeagent.engine import Engine
 
+# Between attempts to reach a scheduler: doubling from the first to the most while attempts
+# fail, back to the first after a stream that lasted STREAM_LASTED_S.
+FIRST_BACKOFF_S = 0.1
+MOST_BACKOFF_S = 2.0
+STREAM_LASTED_S = 2.0
+
 
 @dataclass(frozen=True, slots=True)
 class NodeIdentity:
@@ -58,22 +64,27 @@ class LoadReporter:
                 group.create_task(self._report_forever(address))
 
     async def _report_forever(self, address: str) -> None:
-        backoff_s = 0.1
+        loop = asyncio.get_running_loop()
+        backoff_s = FIRST_BACKOFF_S
         while True:
+            began = loop.time()
             try:
                 async with open_channel(address, self._tls, CLIENT_KEEPALIVE) as scheduler:
                     stub = pb_grpc.SchedulerServiceStub(scheduler)
-                    call = stub.ConnectNode(self.messages())
-                    backoff_s = 0.1
-                    async for response in call:
+                    async for response in stub.ConnectNode(self.messages()):
                         self._obey(response.command)
             except grpc.aio.AioRpcError as error:
                 self._log.warning(
                     "scheduler stream lost", scheduler=address, code=error.code().name
                 )
+            # A call starts before it connects, and a scheduler answers only with commands: a
+            # stream that lasted is the sign that the scheduler was there. Attempts that fail
+            # at once (a scheduler down) back off, or every node would call ten times a second.
+            if loop.time() - began >= STREAM_LASTED_S:
+                backoff_s = FIRST_BACKOFF_S
             # Jitter: after a scheduler restart, a fleet's nodes must not reconnect in lockstep.
             await asyncio.sleep(backoff_s * random.uniform(0.5, 1.5))
-            backoff_s = min(2.0, backoff_s * 2)
+            backoff_s = min(MOST_BACKOFF_S, backoff_s * 2)
 
     def _obey(self, command: int) -> None:
         if command == pb.NODE_COMMAND_DRAIN:

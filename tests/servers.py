@@ -77,6 +77,7 @@ def _stop(process: subprocess.Popen) -> None:
 class Redis:
     url: str
     port: int
+    pid: int = 0
 
 
 @contextlib.contextmanager
@@ -105,7 +106,7 @@ def run_redis(place: Place = LOOPBACK) -> Iterator[Redis]:
         )
         try:
             _wait_until(_port_open(port, place.host), process, "redis-server")
-            yield Redis(f"redis://{place.host}:{port}/0", port)
+            yield Redis(f"redis://{place.host}:{port}/0", port, process.pid)
         finally:
             _stop(process)
 

@@ -227,3 +227,30 @@ async def test_one_address_may_hold_only_so_many_requests_open(edge: LocalPlatfo
         assert await metric(http, url, 'edge_responses_total{status="200"}') >= PER_IP
         assert await metric(http, url, "edge_sse_events_total") >= events_before + PER_IP
         assert await metric(http, url, "edge_open_streams") == 0
+
+
+async def test_a_client_walking_away_mid_stream_is_no_error(edge: LocalPlatform) -> None:
+    """Apps drop streams all the time (a closed tab, a lost network): the edge ends the request
+    and cancels its call upstream, and logs no traceback for it."""
+    url, log = edge.edge_url, edge.settings.state_dir / "edge.log"
+    logged_before = log.stat().st_size
+    async with aiohttp.ClientSession() as http:
+        for path, body in [
+            ("/v1/conversations/c_walk_away/messages", {"content": "Write a long essay."}),
+            ("/v1/chat/completions", {"model": "auto", "stream": True,
+                                      "messages": [{"role": "user", "content": "An essay."}]}),
+        ]:  # fmt: skip
+            response = await http.post(url + path, json=body, headers=bearer(edge))
+            assert response.status == 200
+            await read_chunks(response, 2)  # the answer is running and being relayed
+            response.close()
+            # The edge notices at its next write, which the running answer makes soon.
+            for _ in range(100):
+                if await metric(http, url, "edge_open_streams") == 0:
+                    break
+                await asyncio.sleep(0.1)
+            assert await metric(http, url, "edge_open_streams") == 0
+    with log.open() as lines:
+        lines.seek(logged_before)
+        written = lines.read()
+    assert "Error handling request" not in written and "Traceback" not in written, written

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import uuid
+
 import aiohttp
 import grpc
 import pytest
@@ -11,6 +14,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from clients.chatctl.platform import LocalPlatform
+from tests.sse import read_events
 
 pytestmark = pytest.mark.slow
 
@@ -49,6 +53,32 @@ async def test_grpc_services_serve_prometheus_metrics(platform, name) -> None:
         async with http.get(f"http://127.0.0.1:{port}/metrics") as response:
             assert response.status == 200
             assert f"# TYPE {metric} gauge" in await response.text()
+
+
+async def gauge(http: aiohttp.ClientSession, port: object, name: str) -> float:
+    async with http.get(f"http://127.0.0.1:{port}/metrics") as response:
+        found = re.search(rf"^{name} ([0-9.e+]+)$", await response.text(), re.MULTILINE)
+    assert found, f"no {name}"
+    return float(found.group(1))
+
+
+async def test_the_bounded_stores_show_their_size(platform) -> None:
+    """What a soak reads to tell a store that fills up to its bound from a leak: the runs a
+    gateway keeps for retries and resumes, the texts whose token count a node keeps."""
+    gateway, node = child(platform, "gateway")["metrics"], child(platform, "nodeagent-0")["metrics"]
+    word = uuid.uuid4().hex[:8]
+    async with aiohttp.ClientSession() as http:
+        texts_before = await gauge(http, node, "nodeagent_token_counts_kept")
+        async with http.post(
+            f"{platform.edge_url}/v1/conversations/c_{word}/messages",
+            json={"content": f"Say hi to {word}."},
+            headers={"Authorization": f"Bearer {platform.tokens['plus']}"},
+        ) as response:
+            assert response.status == 200
+            assert (await read_events(response))[-1].event == "done"
+        # The message's run is kept after its end; its text's count is kept (a new text).
+        assert await gauge(http, gateway, "gateway_runs_kept") >= 1
+        assert await gauge(http, node, "nodeagent_token_counts_kept") >= texts_before + 1
 
 
 async def test_edge_health_readiness_metrics_and_unknown_paths(platform) -> None:

@@ -84,7 +84,8 @@ async def test_messages_are_answered_by_a_model_after_the_gateways_scheduler_die
 async def test_the_client_skips_an_unreachable_scheduler_and_passes_on_real_refusals(
     two_schedulers: LocalPlatform,
 ) -> None:
-    live = two_schedulers.scheduler_addresses()[-1]
+    # By name: the schedulers are started side by side, so the list is in no fixed order.
+    live = next(str(c.ready["grpc"]) for c in two_schedulers.children if c.name == "scheduler-1")
     dead = f"127.0.0.1:{free_port()}"
     gateway_tls = two_schedulers.tls("gateway")
     client = SchedulerClient([dead, live], rpc_timeout_s=5.0, tls=gateway_tls)

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import json
+import os
+import signal
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -15,6 +18,7 @@ from redis.asyncio import Redis
 
 from chat.v1 import scheduler_service_pb2
 from domain.context import Prompt
+from domain.errors import Unavailable
 from domain.safety import OutputMode
 from domain.types import Finish, Role, Tier, Turn, Usage
 from gateway.answers import AnswerPlan
@@ -32,6 +36,7 @@ from gateway.shared_runs import (
     decode_event,
     encode_event,
 )
+from tests.servers import run_redis
 
 FAST = SharedRunsConfig(liveness_s=0.6, follow_block_s=0.1, keep_after_end_s=30)
 
@@ -215,6 +220,53 @@ async def test_a_write_sent_again_after_its_answer_was_lost_is_not_a_lost_run(re
     await owner.append(user, message, 1, Meta(message, "c1", "m", "node-a"))
     await owner.append(user, message, 2, Delta("on"))
     assert await owner.read_all(user, message) == [Meta(message, "c1", "m", "node-a"), Delta("on")]
+
+
+@contextlib.asynccontextmanager
+async def _owner_on_its_own_redis(
+    config: SharedRunsConfig,
+) -> AsyncIterator[tuple[SharedRuns, Redis, int, str, str]]:
+    """A run with its first event written, on a Redis of its own (the tests stop it), through
+    a client whose timeout is shorter than the gateway's 0.5 s; and a patient admin client."""
+    user, message = _ids()
+    with run_redis() as server:
+        quick, admin = connect(server.url, timeout_s=0.2), connect(server.url, timeout_s=5.0)
+        owner = SharedRuns(quick, config)
+        try:
+            await owner.claim(user, message, "fp", "c1")
+            await owner.record_plan(user, message, _plan(), None)
+            await owner.append(user, message, 1, Meta(message, "c1", "m", "node-a"))
+            yield owner, admin, server.pid, user, message
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+            await quick.aclose()
+            await admin.aclose()
+
+
+async def test_a_write_redis_answered_late_is_neither_lost_nor_written_twice() -> None:
+    async with _owner_on_its_own_redis(FAST) as (owner, admin, pid, user, message):
+        # Redis stalls for 0.6 s: the write's reply misses the timeout, and Redis runs the
+        # write once it goes on. Reading the log, the gateway finds it there and goes on.
+        os.kill(pid, signal.SIGSTOP)
+        asyncio.get_running_loop().call_later(0.6, os.kill, pid, signal.SIGCONT)
+        await owner.append(user, message, 2, Delta("late"))
+        # Redis paused for 0.6 s: the write is dropped with its connection, unrun. The log
+        # does not have it, so it is made again.
+        await admin.execute_command("CLIENT", "PAUSE", 600, "ALL")
+        await owner.append(user, message, 3, Delta(" but there"))
+        assert await owner.read_all(user, message) == [
+            Meta(message, "c1", "m", "node-a"),
+            Delta("late"),
+            Delta(" but there"),
+        ]
+
+
+async def test_a_log_that_takes_no_write_fails_the_answer_as_unavailable() -> None:
+    patient = dataclasses.replace(FAST, write_patience_s=0.5, write_retry_s=0.1)
+    async with _owner_on_its_own_redis(patient) as (owner, _, pid, user, message):
+        os.kill(pid, signal.SIGSTOP)  # Redis there, answering nothing
+        with pytest.raises(Unavailable, match=r"took no write for 0\.5 s"):
+            await owner.append(user, message, 2, Delta("nobody reads this"))
 
 
 async def test_takeover_only_after_the_owner_stops_renewing(redis) -> None:

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 
 import pytest
+import structlog.testing
 
 from domain.replica_hardware import H100x4_70B
 from nodeagent.reporter import LoadReporter, NodeIdentity
 from nodeagent.sim import SimEngine
 from tests.nodeagent.test_sim import answer, ask, started
+from tests.servers import free_port
 
 
 def reporter(engine: SimEngine, **timing: float) -> LoadReporter:
@@ -51,3 +54,28 @@ async def test_bad_report_timing_is_refused(timing: dict[str, float]) -> None:
     async with started(SimEngine(H100x4_70B, speed=200.0)) as engine:
         with pytest.raises(ValueError, match="report"):
             reporter(engine, **timing)
+
+
+async def test_a_node_backs_off_while_a_scheduler_cannot_be_reached() -> None:
+    """Nothing listens at the scheduler's address: the attempts come further and further apart
+    (0.1 s doubling, jittered 0.5-1.5x), not ten a second for as long as it is down."""
+    dead = f"127.0.0.1:{free_port()}"
+    async with started(SimEngine(H100x4_70B, speed=200.0)) as engine:
+        accepting = asyncio.Event()
+        node = LoadReporter(NodeIdentity("n1", "127.0.0.1:1", "small"), engine, [dead], accepting)
+        with structlog.testing.capture_logs() as logs:
+            began = time.monotonic()
+            reporting = asyncio.create_task(node.run())
+            try:
+                for _ in range(1000):  # 20 s at most
+                    if sum(e["event"] == "scheduler stream lost" for e in logs) >= 6:
+                        break
+                    await asyncio.sleep(0.02)
+            finally:
+                reporting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reporting
+    assert sum(e["event"] == "scheduler stream lost" for e in logs) >= 6
+    # Five waits between six attempts: at least 0.5 x (0.1 + 0.2 + 0.4 + 0.8 + 1.6) s. Without
+    # the backoff they were at most 5 x 0.15 s.
+    assert time.monotonic() - began >= 1.55

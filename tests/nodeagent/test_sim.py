@@ -102,6 +102,29 @@ async def test_a_next_turn_reads_its_history_from_the_prefix_cache(sim_engine: S
     assert turn2.usage.cached_tokens == written // BLOCK_TOKENS * BLOCK_TOKENS
 
 
+async def test_it_forgets_the_oldest_conversation_beyond_the_configured_number() -> None:
+    config = NodeAgentConfig(engine="sim", sim_speed=FAST, sim_remembered_conversations=1)
+    engine = build_engine(config)
+    assert isinstance(engine, SimEngine)
+
+    async def next_turn(first: GenerationRequest, chunks: list[str], rid: str) -> Finished:
+        turns = (*first.turns, PromptTurn(Role.ASSISTANT, "".join(chunks)),
+                 PromptTurn(Role.USER, "Why?"))  # fmt: skip
+        return (await answer(engine, GenerationRequest(rid, turns, 20)))[1]
+
+    async with started(engine):
+        a = ask("a1", "Describe a long river in many words. " * 8, max_tokens=40)
+        b = ask("b1", "Describe a tall mountain in many words. " * 8, max_tokens=40)
+        a_chunks, _ = await answer(engine, a)
+        b_chunks, _ = await answer(engine, b)
+        # b, the newest, is remembered: its next turn reads its history from the cache.
+        assert (await next_turn(b, b_chunks, "b2")).usage.cached_tokens > 0
+        # a was forgotten when b was remembered: its next turn is computed afresh.
+        assert (await next_turn(a, a_chunks, "a2")).usage.cached_tokens == 0
+    with pytest.raises(ValueError, match="sim_remembered_conversations"):
+        build_engine(NodeAgentConfig(engine="sim", sim_remembered_conversations=0))
+
+
 async def test_cancel_frees_the_requests_blocks(sim_engine: SimEngine) -> None:
     engine = SimEngine(H100x4_70B, speed=5.0, answer_lengths=(500, 500))
     async with started(engine):

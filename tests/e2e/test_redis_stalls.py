@@ -1,0 +1,129 @@
+"""Redis stalling mid-answer, as it did under load in the soak (bench/soak.py): the gateway's
+write of an answer's next event to its shared log got no reply within its 0.5 s timeout, the
+answer's task died on the error, and the user never got `done` (and the run stayed open).
+
+Redis is stopped with SIGSTOP after the 5th delta, so the write in flight is one Redis runs
+only when it goes on. A short stall is a pause for the user, and the whole answer, exactly;
+one longer than the gateway's patience (runs_write_patience_s) ends the answer with an error,
+the text saved being the text shown, and the next message is answered.
+
+One platform: edge, gateway (answers in flight in a Redis of its own), one simulated node
+(about 40 tokens a second, so an answer of 200 streams for about 5 s)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from clients.chatctl.platform import LocalPlatform, PlatformSettings
+from tests.servers import Redis, run_redis
+from tests.simtext import expected_answer
+from tests.sse import SseEvent, iter_events
+
+pytestmark = pytest.mark.slow
+
+SYSTEM_PROMPT = "You are a patient assistant."
+ANSWER_TOKENS = (200, 200)
+PATIENCE_S = 3.0
+STALL_AFTER_DELTAS = 5
+ANSWER_BOUND_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def redis() -> Iterator[Redis]:
+    with run_redis() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+async def platform(
+    tmp_path_factory: pytest.TempPathFactory, redis: Redis
+) -> AsyncIterator[LocalPlatform]:
+    local = LocalPlatform(
+        PlatformSettings(
+            state_dir=tmp_path_factory.mktemp("redis-stalls"),
+            edge_listen="127.0.0.1:0",
+            redis_url=redis.url,
+            extra_env={
+                "CHAT_NODEAGENT_ENGINE": "sim",
+                "CHAT_NODEAGENT_SIM_ANSWER_TOKENS": ",".join(map(str, ANSWER_TOKENS)),
+                "CHAT_GATEWAY_SYSTEM_PROMPT": SYSTEM_PROMPT,
+                "CHAT_GATEWAY_ROUTER": "false",
+                "CHAT_GATEWAY_RUNS_WRITE_PATIENCE_S": str(PATIENCE_S),
+                # Text token by token, so each chunk is one write to the log.
+                "CHAT_GATEWAY_OUTPUT_HOLDBACK_TOKENS": "0",
+                "CHAT_GATEWAY_OUTPUT_CHECK_EVERY_TOKENS": "1",
+            },
+        )
+    )
+    await local.start()
+    yield local
+    await local.stop()
+
+
+async def ask(
+    platform: LocalPlatform, redis: Redis, conversation: str, content: str, stall_s: float
+) -> tuple[list[SseEvent], dict[str, Any]]:
+    """One message's events, Redis stopped for stall_s after the 5th delta; and the answer
+    as stored (read once Redis goes on)."""
+    bearer = {"Authorization": f"Bearer {platform.tokens['plus']}"}
+    url = f"{platform.edge_url}/v1/conversations/{conversation}/messages"
+    events: list[SseEvent] = []
+    # A hang (an answer that never ends) fails here rather than at the suite's timeout.
+    async with aiohttp.ClientSession() as http, asyncio.timeout(ANSWER_BOUND_S):
+        try:
+            async with http.post(url, json={"content": content}, headers=bearer) as response:
+                assert response.status == 200
+                async for event in iter_events(response):
+                    events.append(event)
+                    if stall_s and sum(e.event == "delta" for e in events) == STALL_AFTER_DELTAS:
+                        os.kill(redis.pid, signal.SIGSTOP)
+                        asyncio.get_running_loop().call_later(
+                            stall_s, os.kill, redis.pid, signal.SIGCONT
+                        )
+        finally:
+            os.kill(redis.pid, signal.SIGCONT)  # whatever happened, Redis goes on
+        async with http.get(url, headers=bearer) as response:
+            messages = (await response.json())["messages"]
+    return events, messages[-1]
+
+
+def shown(events: list[SseEvent]) -> str:
+    return "".join(e.data["text"] for e in events if e.event == "delta")
+
+
+async def test_a_short_stall_is_a_pause_and_the_answer_is_whole(platform, redis) -> None:
+    content = f"Redis stalls: tell me about {uuid.uuid4().hex[:6]}."
+    events, stored = await ask(platform, redis, f"c_{uuid.uuid4().hex[:8]}", content, 1.5)
+    assert [e.event for e in events][-1] == "done", [e.data for e in events[-2:]]
+    assert [e.id for e in events] == list(range(1, len(events) + 1))  # no gap, no repeat
+    expected = expected_answer(content, SYSTEM_PROMPT, ANSWER_TOKENS)
+    assert shown(events) == expected and stored["content"] == expected
+
+
+async def test_a_stall_past_the_patience_ends_the_answer_and_the_next_one_is_answered(
+    platform, redis
+) -> None:
+    conversation = f"c_{uuid.uuid4().hex[:8]}"
+    events, stored = await ask(platform, redis, conversation, "A long story, please.", 6.0)
+    assert events[-1].event == "error" and events[-1].data["code"] == 14, events[-1].data
+    assert "took no write" in events[-1].data["message"]
+    # What was saved is what the user was shown: nothing the log did not take.
+    assert stored["role"] == "ROLE_ASSISTANT" and stored["content"] == shown(events)
+    # The run ended: the gateway streams nothing any more, and the user goes on.
+    gateway = next(c for c in platform.children if c.name == "gateway")
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"http://127.0.0.1:{gateway.ready['metrics']}/metrics") as response:
+            streaming = re.search(r"^gateway_answers_streaming (\S+)$", await response.text(),
+                                  re.MULTILINE)  # fmt: skip
+    assert streaming and float(streaming.group(1)) == 0
+    events, _ = await ask(platform, redis, conversation, "Then a short one.", 0.0)
+    assert events[-1].event == "done"
