@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import time
 from dataclasses import dataclass, field
 
 import structlog
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry
 
 from chat.v1 import node_service_pb2, node_service_pb2_grpc
 from domain.replica_sim import PRESETS
@@ -19,6 +20,7 @@ from infra.runner import run_service, write_ready_file
 from infra.tls import TlsConfig
 from nodeagent.engine import Engine
 from nodeagent.llamacpp import LlamaCppEngine
+from nodeagent.metrics import register_node_metrics
 from nodeagent.reporter import LoadReporter, NodeIdentity
 from nodeagent.requests import RequestRegistry
 from nodeagent.servicer import NodeServicer
@@ -46,6 +48,9 @@ class NodeAgentConfig:
     # (empty: .vllm/smollm2-135m-instruct, made by scripts/install_vllm.sh).
     model_path: str = ""
     pool: str = "small"
+    # The accelerators the engine holds (vLLM's tensor-parallel size; the pod's GPU limit):
+    # the cost view counts them for as long as the node runs (nodeagent/metrics.py).
+    gpus: int = 1
     slot_context_tokens: int = 8192
     parallel: int = 2
     threads: int = 2
@@ -181,8 +186,9 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
         server.server,
     )
     metrics_registry = CollectorRegistry()
-    running = Gauge("nodeagent_running_requests", "requests generating", registry=metrics_registry)
-    running.set_function(lambda: len(registry))
+    register_node_metrics(
+        metrics_registry, config.pool, config.gpus, lambda: len(registry), time.monotonic
+    )
     metrics = MetricsServer(metrics_registry, config.metrics_listen)
     await server.start()
     await server.set_serving(True)

@@ -25,6 +25,7 @@ from infra.runner import run_service, write_ready_file
 from infra.tls import TlsConfig
 from scheduler.ladder import EtcdLadderStore, InProcessLadderStore, LadderKeeper, LadderStore
 from scheduler.membership import EtcdMembership, InProcessMembership, Membership
+from scheduler.metrics import register_scheduler_metrics
 from scheduler.servicer import SchedulerServicer
 from scheduler.table import LoadTable
 from store.factory import open_store
@@ -127,6 +128,7 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
     membership = _build_membership(config)
     store = await open_store(config.store_url)
     table = LoadTable(time.monotonic, config.report_timeout_s, escape)
+    saturated_queue_tokens = config.prefill_tokens_per_s * config.ladder_saturated_wait_s
     ladder = LadderKeeper(
         _build_ladder_store(config),
         table,
@@ -135,7 +137,7 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
         time.time,
         tick_s=config.ladder_tick_s,
         shed_to_pool=config.ladder_shed_to_pool,
-        saturated_queue_tokens=config.prefill_tokens_per_s * config.ladder_saturated_wait_s,
+        saturated_queue_tokens=saturated_queue_tokens,
     )
     service_name = scheduler_service_pb2.DESCRIPTOR.services_by_name["SchedulerService"].full_name
     server = GrpcServer(
@@ -155,6 +157,7 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
     registry = CollectorRegistry()
     nodes = Gauge("scheduler_nodes", "nodes in the load table", registry=registry)
     nodes.set_function(lambda: len(table.entries()))
+    register_scheduler_metrics(registry, table, ladder, config.pools, saturated_queue_tokens)
     metrics = MetricsServer(registry, config.metrics_listen)
     # Before the server: the view from etcd is in place when the first node connects.
     await membership.start()
