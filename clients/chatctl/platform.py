@@ -24,6 +24,7 @@ import grpc
 from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
+from clients.chatctl.scrape_targets import SCRAPE_TARGETS_FILE, scrape_targets, write_scrape_targets
 from infra.bearer import new_token
 from infra.certs import Authority
 from infra.process import dies_with_parent
@@ -200,7 +201,14 @@ class LocalPlatform:
         partial = self.settings.state_dir / (PLATFORM_FILE + ".partial")
         partial.write_text(json.dumps(state, indent=2) + "\n")
         partial.replace(self.settings.state_dir / PLATFORM_FILE)
+        self._write_scrape_targets()
         self._wrote_state_files = True
+
+    def _write_scrape_targets(self) -> None:
+        """Prometheus's view of this platform (deploy/prometheus/prometheus-local.yml)."""
+        services = [(child.module, child.ready) for child in self.children]
+        groups = scrape_targets(services, self.settings.etcd_endpoint)
+        write_scrape_targets(self.settings.state_dir, groups)
 
     def _scheduler_env(self, store_url: str) -> dict[str, str]:
         env = {
@@ -305,6 +313,9 @@ class LocalPlatform:
         # Back in its place: stop() goes in reverse start order.
         child = self.children.pop()
         self.children.insert(place, child)
+        if self._wrote_state_files:
+            # Its metrics port is a new one.
+            self._write_scrape_targets()
         return child
 
     def _admin(self) -> tuple[tuple[str, str]]:
@@ -358,6 +369,6 @@ class LocalPlatform:
         # A stopped platform leaves no addresses behind for chatctl to call in vain (only its
         # own: a failed start must not remove those of another platform in the same dir).
         if self._wrote_state_files:
-            for name in (PLATFORM_FILE, ADMIN_TOKEN_FILE):
+            for name in (PLATFORM_FILE, ADMIN_TOKEN_FILE, SCRAPE_TARGETS_FILE):
                 (self.settings.state_dir / name).unlink(missing_ok=True)
             self._wrote_state_files = False
