@@ -64,7 +64,7 @@ class GatewayMetrics:
                                         ["tier"], registry=registry)  # fmt: skip
         self.failovers = Counter("gateway_failovers_total",
                                  "answers moved to another replica mid-answer",
-                                 ["pool"], registry=registry)  # fmt: skip
+                                 ["tier", "pool"], registry=registry)  # fmt: skip
         self.fallbacks = Counter("gateway_fallbacks_total",
                                  "messages sent past a failing pool down the fallback chain",
                                  ["from_pool", "to"], registry=registry)  # fmt: skip
@@ -90,6 +90,7 @@ class GatewayMetrics:
             for pool in POOLS:
                 self.ttft.labels(tier.value, pool)
                 self.queue_wait.labels(tier.value, pool)
+                self.failovers.labels(tier.value, pool)
             for reason in REFUSAL_REASONS:
                 self.refusals.labels(tier.value, reason)
             for what in SHED_KINDS:
@@ -99,7 +100,6 @@ class GatewayMetrics:
             self.limiter_refusals.labels(tier.value)
             self.retracted_chars.labels(tier.value)
         for pool in POOLS:
-            self.failovers.labels(pool)
             self.runaways.labels(pool)
             for reason in RouteReason:
                 self.routes.labels(reason.value, pool)

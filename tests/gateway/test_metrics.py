@@ -18,7 +18,7 @@ def test_known_label_values_start_at_zero() -> None:
         ("gateway_refusals_total", (("tier", "plus"), ("reason", "safety_output"))),
         ("gateway_sheds_total", (("tier", "free"), ("what", "capped_answer"))),
         ("gateway_limiter_refusals_total", (("tier", "free"),)),
-        ("gateway_failovers_total", (("pool", "large"),)),
+        ("gateway_failovers_total", (("tier", "plus"), ("pool", "large"))),
         ("gateway_routes_total", (("reason", "classifier"), ("pool", "small"))),
         ("gateway_fallbacks_total", (("from_pool", "large"), ("to", "small"))),
         ("gateway_bucket_store_unavailable_total", (("tier", "plus"), ("outcome", "admitted"))),
