@@ -409,3 +409,28 @@ def test_checkov_finds_nothing_but_the_named_and_justified_skips(tmp_path: Path)
     stale = [s["check"] for s in skips
              if not any(f[0] == s["check"] for f in findings)]  # fmt: skip
     assert stale == []
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_certificate_names_every_host_its_callers_dial(overlay: str) -> None:
+    objects = render(overlay)
+    namespace = {"dev": "chat-dev", "prod": "chat"}[overlay]
+    config = _config()
+
+    def names(certificate: str) -> set[str]:
+        return set(named(objects, "Certificate", certificate)["spec"]["dnsNames"])
+
+    dialled = {a.rsplit(":", 1)[0] for a in config["gateway"]["scheduler_addresses"]}
+    assert dialled == {a.rsplit(":", 1)[0] for a in config["nodeagent"]["scheduler_addresses"]}
+    in_namespace = {f"{host}.{namespace}" for host in dialled}
+    # chatctl through a port-forward, and from an operators' namespace.
+    assert dialled | in_namespace | {"localhost"} <= names("chat-tls-scheduler")
+    assert {"gateway", f"gateway.{namespace}", "localhost"} <= names("chat-tls-gateway")
+    (edge_dials,) = config["edge"]["gateway_addresses"]
+    assert edge_dials == "dns:///gateway:50052"
+    for certificate in ("chat-tls-scheduler", "chat-tls-gateway", "chat-tls-edge",
+                        "chat-tls-operator"):  # fmt: skip
+        spec = named(objects, "Certificate", certificate)["spec"]
+        role = certificate.removeprefix("chat-tls-")
+        assert spec["uris"] == [f"urn:chat:role:{role}"] and spec["commonName"] == role
+        assert spec["issuerRef"] == {"name": "chat-ca", "kind": "Issuer"}
