@@ -8,11 +8,12 @@ setup:
 run: setup
 	.venv/bin/chatctl up
 
-# Sets up, installs the servers the tests start (and vLLM's CPU build, in .vllm/), and runs
-# every test.
+# Sets up, installs the servers the tests start (and vLLM's CPU build, in .vllm/, and checkov,
+# the manifests' security lint, in .checkov/), and runs every test.
 test: setup
 	@scripts/services.sh
 	@scripts/install_vllm.sh
+	@scripts/install_checkov.sh || echo "checkov could not be installed: its manifest test will say so and skip"
 	.venv/bin/python -m pytest
 
 lint: setup

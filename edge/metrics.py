@@ -27,3 +27,6 @@ class EdgeMetrics:
             ["outcome"],
             registry=registry,
         )
+        # At zero from the start: a rate over them reads 0, not "no data", before the first.
+        for outcome in ("ok", "failed"):
+            self.reattaches.labels(outcome)

@@ -130,7 +130,7 @@ class AnswerWriter:
                 finish, usage = await self._stream(run, plan, answer.served_by, answer)
             except NodeLost as error:
                 lost.append(answer.served_by.node_id)
-                self._metrics.failovers.labels(plan.pool).inc()
+                self._metrics.failovers.labels(plan.tier.value, plan.pool).inc()
                 self._breakers.of(plan.pool).record_failure()
                 self._log.warning("replica lost mid-answer; failing over",
                                   node=answer.served_by.node_id, reason=str(error),

@@ -223,13 +223,15 @@ def build_compactor(
     return Compactor(store, scheduler, nodes, policy, summary_pool=config.compaction_pool)
 
 
-def build_buckets(config: GatewayConfig, policy: PipelinePolicy, redis: Redis | None) -> Buckets:
+def build_buckets(
+    config: GatewayConfig, policy: PipelinePolicy, redis: Redis | None, metrics: GatewayMetrics
+) -> Buckets:
     limits = {t: p.limit for t, p in policy.tiers.items()}
     if config.buckets == "memory":
         return InProcessBuckets(limits, time.monotonic)
     assert redis is not None
     fail_open = {Tier.FREE: config.free_fail_open, Tier.PLUS: config.plus_fail_open}
-    return RedisBuckets(redis, limits, fail_open)
+    return RedisBuckets(redis, limits, fail_open, metrics.observe_bucket_store_unavailable)
 
 
 def connect_redis(config: GatewayConfig) -> Redis | None:
@@ -273,9 +275,9 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         redis_client = connect_redis(config)
         if redis_client is not None:
             service.closes(redis_client.aclose)
-        buckets = build_buckets(config, policy, redis_client)
         registry = CollectorRegistry()
         metrics = GatewayMetrics(registry)
+        buckets = build_buckets(config, policy, redis_client, metrics)
         sharing = build_run_sharing(config, redis_client, runs, metrics)
         pipeline = ChatPipeline(
             store,

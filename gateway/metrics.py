@@ -1,11 +1,15 @@
 """The gateway's Prometheus series: how fast answers start and flow, what the prompts cost,
 and every way a message is refused, shed or moved. One object per gateway, on the registry
-its /metrics serves; labels are tier, model or pool, never a user or a message."""
+its /metrics serves; labels are tier, model or pool, never a user or a message.
+
+Every series whose label values are known in advance (tiers, pools, reasons) exists at zero
+from the start: a rate or an alert over it reads 0 before the first event, not "no data"."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from domain.router import POOLS, RouteReason
 from domain.types import Tier, Usage
 
 _SECONDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0)
@@ -13,13 +17,18 @@ _TOKEN_SECONDS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0)
 _TOKENS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768)
 _CHARS = (50, 100, 200, 400, 800, 1600, 3200, 6400)
 _SHARES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 1.0)
+# Refusals before the model: rung 3's "busy", the input check, the output check.
+REFUSAL_REASONS = ("busy", "safety_input", "safety_output")
+SHED_KINDS = ("small_pool", "capped_answer")
+# The fallback chain: large falls to small, small to a composed "busy" answer.
+FALLBACKS = (("large", "small"), ("small", "busy"))
 
 
 class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.ttft = Histogram("gateway_ttft_seconds",
                               "from a message's arrival to its answer's first text",
-                              ["tier", "model"], buckets=_SECONDS, registry=registry)  # fmt: skip
+                              ["tier", "pool"], buckets=_SECONDS, registry=registry)  # fmt: skip
         self.time_per_output_token = Histogram(
             "gateway_time_per_output_token_seconds", "between output tokens, after the first",
             ["tier", "model"], buckets=_TOKEN_SECONDS, registry=registry,
@@ -55,7 +64,7 @@ class GatewayMetrics:
                                         ["tier"], registry=registry)  # fmt: skip
         self.failovers = Counter("gateway_failovers_total",
                                  "answers moved to another replica mid-answer",
-                                 ["pool"], registry=registry)  # fmt: skip
+                                 ["tier", "pool"], registry=registry)  # fmt: skip
         self.fallbacks = Counter("gateway_fallbacks_total",
                                  "messages sent past a failing pool down the fallback chain",
                                  ["from_pool", "to"], registry=registry)  # fmt: skip
@@ -68,10 +77,43 @@ class GatewayMetrics:
         self.takeovers = Counter("gateway_takeovers_total",
                                  "answers taken over from a gateway that died",
                                  registry=registry)  # fmt: skip
+        self.bucket_store_unavailable = Counter(
+            "gateway_bucket_store_unavailable_total",
+            "token-bucket calls made while Redis was unreachable, by what the tier's policy "
+            "did: admitted (failed open, unmetered) or refused (failed closed)",
+            ["tier", "outcome"], registry=registry,
+        )  # fmt: skip
+        self._start_at_zero()
+
+    def _start_at_zero(self) -> None:
+        for tier in Tier:
+            for pool in POOLS:
+                self.ttft.labels(tier.value, pool)
+                self.queue_wait.labels(tier.value, pool)
+                self.failovers.labels(tier.value, pool)
+            for reason in REFUSAL_REASONS:
+                self.refusals.labels(tier.value, reason)
+            for what in SHED_KINDS:
+                self.sheds.labels(tier.value, what)
+            for outcome in ("admitted", "refused"):
+                self.bucket_store_unavailable.labels(tier.value, outcome)
+            self.limiter_refusals.labels(tier.value)
+            self.retracted_chars.labels(tier.value)
+        for pool in POOLS:
+            self.runaways.labels(pool)
+            for reason in RouteReason:
+                self.routes.labels(reason.value, pool)
+        for from_pool, to in FALLBACKS:
+            self.fallbacks.labels(from_pool, to)
+
+    def observe_bucket_store_unavailable(self, tier: Tier, admitted: bool) -> None:
+        outcome = "admitted" if admitted else "refused"
+        self.bucket_store_unavailable.labels(tier.value, outcome).inc()
 
     def observe_answer(
         self,
         tier: Tier,
+        pool: str,
         model: str,
         ttft_s: float | None,
         stream_s: float,
@@ -81,7 +123,7 @@ class GatewayMetrics:
         labels = (tier.value, model)
         self.answers.labels(*labels, finish).inc()
         if ttft_s is not None:
-            self.ttft.labels(*labels).observe(ttft_s)
+            self.ttft.labels(tier.value, pool).observe(ttft_s)
             if usage.output_tokens > 1:
                 per_token = stream_s / (usage.output_tokens - 1)
                 self.time_per_output_token.labels(*labels).observe(per_token)

@@ -438,7 +438,7 @@ class ChatPipeline:
         await self._buckets.settle(
             user.user_id, user.tier, plan.reserved, limiter.usage_cost(answer.usage)
         )
-        self._observe(run, user, answer)
+        self._observe(run, user, plan.pool, answer)
         if answer.finish is not Finish.ERROR:
             self._breakers.of(plan.pool).record_success()
         try:
@@ -461,11 +461,11 @@ class ChatPipeline:
             await self._compactor.consider(user.user_id, run.conversation_id, plan.window_tokens,
                                            plan.max_answer_tokens, system_tokens)  # fmt: skip
 
-    def _observe(self, run: MessageRun, user: User, answer: Answer) -> None:
+    def _observe(self, run: MessageRun, user: User, pool: str, answer: Answer) -> None:
         first = run.first_text_at
         ttft = None if first is None else first - run.started_at
         stream_s = 0.0 if first is None else time.monotonic() - first
-        self._metrics.observe_answer(user.tier, answer.served_by.model, ttft, stream_s,
+        self._metrics.observe_answer(user.tier, pool, answer.served_by.model, ttft, stream_s,
                                      answer.usage, answer.finish.value)  # fmt: skip
 
     async def _save_answer(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import structlog
@@ -149,8 +149,12 @@ class RedisBuckets:
         client: Redis,
         limits: dict[Tier, limiter.Limit],
         fail_open: Mapping[Tier, bool] | None = None,
+        on_unavailable: Callable[[Tier, bool], None] = lambda tier, admitted: None,
     ) -> None:
         self._limits = limits
+        # Told of each reservation decided without Redis, and whether it was admitted: the
+        # gateway's metrics count the store failing open (gateway_bucket_store_unavailable).
+        self._on_unavailable = on_unavailable
         self._policy = RedisUnavailablePolicy({**DEFAULT_FAIL_OPEN, **(fail_open or {})})
         # register_script: EVALSHA, loading the script again on NOSCRIPT (a restarted Redis).
         self._reserve = client.register_script(RESERVE_LUA)
@@ -173,6 +177,7 @@ class RedisBuckets:
         except UNAVAILABLE as error:
             self._warn("reserve", tier, error)
             decision = self._policy.decide(tier, limit, time.time())
+            self._on_unavailable(tier, decision.admitted)
             if decision.admitted:
                 self._unrecorded[(user_id, amount)] += 1
             return decision

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from dataclasses import dataclass, field
 
 import structlog
@@ -18,6 +19,7 @@ from infra.service import Service
 from infra.tls import TlsConfig
 from nodeagent.engine import Engine
 from nodeagent.llamacpp import LlamaCppEngine
+from nodeagent.metrics import register_node_metrics
 from nodeagent.reporter import LoadReporter, NodeIdentity
 from nodeagent.request_registry import RequestRegistry
 from nodeagent.servicer import NodeServicer
@@ -73,6 +75,9 @@ class NodeAgentConfig:
     # How many conversations' cached tokens the simulated replica remembers (its prefix cache),
     # the oldest forgotten first.
     sim_remembered_conversations: int = 1_000
+    # The accelerators the engine holds (vLLM's tensor-parallel size; the pod's GPU limit):
+    # the cost view counts them for as long as the node runs (nodeagent/metrics.py).
+    gpus: int = 1
     # engine "vllm": attach to the vLLM server at vllm_url (a GPU pod runs it in its own
     # container), or, when empty, start one with vllm_python (empty: .vllm/venv/bin/python).
     # slot_context_tokens is its max model length; `model` is the name it serves.
@@ -173,10 +178,9 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
         accepting = asyncio.Event()
         accepting.set()
         metrics_registry = CollectorRegistry()
-        running = Gauge(
-            "nodeagent_running_requests", "requests generating", registry=metrics_registry
+        register_node_metrics(
+            metrics_registry, config.pool, config.gpus, lambda: len(registry), time.monotonic
         )
-        running.set_function(lambda: len(registry))
         token_counts = TokenCounts(config.tokenize_cache_texts)
         # How full the token-count cache is: it grows until tokenize_cache_texts, then stays.
         kept = Gauge(

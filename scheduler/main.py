@@ -30,6 +30,7 @@ from scheduler.membership import (
     InProcessMembership,
     Membership,
 )
+from scheduler.metrics import register_scheduler_metrics
 from scheduler.servicer import SchedulerServicer
 from scheduler.table import LoadTable
 from scheduler.users import UserAdmin
@@ -151,6 +152,13 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
         registry = CollectorRegistry()
         nodes = Gauge("scheduler_nodes", "nodes in the load table", registry=registry)
         nodes.set_function(lambda: len(table.entries()))
+        register_scheduler_metrics(
+            registry,
+            table,
+            ladder,
+            config.pools,
+            config.prefill_tokens_per_s * config.ladder_saturated_wait_s,
+        )
         metrics = await service.metrics(registry, config.metrics_listen)
         # Before the server: the view from etcd is in place when the first node connects.
         # Stopped after it: the node streams have ended and deregistered their nodes.

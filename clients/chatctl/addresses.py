@@ -1,7 +1,8 @@
 """Where the platform is and who calls it: addresses, tokens and certificates for each command.
 
 Each comes from its flag, else the environment (CHAT_SCHEDULER, CHAT_GATEWAY, CHAT_ADMIN_TOKEN,
-CHAT_TOKEN, CHAT_TLS_DIR), else the files `chatctl up` leaves in its state dir (platform.json,
+CHAT_TOKEN, CHAT_TLS_DIR), else the context (clients/chatctl/contexts.py: a named platform,
+such as a cluster), else the files `chatctl up` leaves in its state dir (platform.json,
 admin-token, dev-tokens.json). chatctl shows the operator certificate of the TLS dir (ca.crt,
 operator.crt, operator.key); with no TLS dir anywhere it talks plaintext.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from clients.chat_client import AdminClient, ChatClient
+from clients.chatctl.contexts import read_token_file, selected
 from clients.chatctl.output import CtlError
 from clients.chatctl.platform import ADMIN_TOKEN_FILE, DEV_TOKENS_FILE, PLATFORM_FILE
 from infra.tls import Role, TlsConfig
@@ -47,17 +49,22 @@ def resolve(flag: str | None, env: str, fallback: Callable[[], str], what: str) 
     if not value:
         option = "--" + what.replace(" address", "").replace(" ", "-")
         raise CtlError(
-            f"no {what}: pass {option}, set {env}, or start a platform with `chatctl up`"
+            f"no {what}: pass {option}, set {env}, choose a context (`chatctl context`), "
+            "or start a platform with `chatctl up`"
         )
     return value
 
 
 def service_address(args: argparse.Namespace, service: str) -> str:
-    """--scheduler or --gateway, CHAT_SCHEDULER or CHAT_GATEWAY, else platform.json's entry."""
+    """--scheduler or --gateway, CHAT_SCHEDULER or CHAT_GATEWAY, the context's, else
+    platform.json's entry."""
     return resolve(
         getattr(args, service),
         f"CHAT_{service.upper()}",
-        lambda: str(read_state_json(state_dir(args) / PLATFORM_FILE).get(service, "")),
+        lambda: (
+            getattr(selected(args), service)
+            or str(read_state_json(state_dir(args) / PLATFORM_FILE).get(service, ""))
+        ),
         f"{service} address",
     )
 
@@ -66,7 +73,10 @@ def admin_token(args: argparse.Namespace) -> str:
     return resolve(
         args.admin_token,
         "CHAT_ADMIN_TOKEN",
-        lambda: read_secret(state_dir(args) / ADMIN_TOKEN_FILE),
+        lambda: (
+            read_token_file(selected(args).admin_token_file)
+            or read_secret(state_dir(args) / ADMIN_TOKEN_FILE)
+        ),
         "admin token",
     )
 
@@ -76,23 +86,31 @@ def dev_token(args: argparse.Namespace, user: str) -> str:
 
 
 def user_token(args: argparse.Namespace) -> str:
-    """--token, else --user's dev token, else CHAT_TOKEN, else the dev Free user's token."""
+    """--token, else --user's dev token, else CHAT_TOKEN, else the context's token file, else
+    the dev Free user's token."""
     if args.user:
         token = dev_token(args, args.user)
         if not token:
             raise CtlError(f"no {args.user} token in {state_dir(args) / DEV_TOKENS_FILE}")
         return token
-    return resolve(args.token, "CHAT_TOKEN", lambda: dev_token(args, "free"), "token")
+    return resolve(
+        args.token,
+        "CHAT_TOKEN",
+        lambda: read_token_file(selected(args).token_file) or dev_token(args, "free"),
+        "token",
+    )
 
 
 def operator_tls(args: argparse.Namespace) -> TlsConfig | None:
-    """--tls-dir, else CHAT_TLS_DIR, else platform.json's tls_dir; None (plaintext) if none."""
+    """--tls-dir, else CHAT_TLS_DIR, else the context's, else platform.json's tls_dir; None
+    (plaintext) if none."""
     folder = (
         args.tls_dir
         or os.environ.get("CHAT_TLS_DIR")
+        or selected(args).tls_dir
         or str(read_state_json(state_dir(args) / PLATFORM_FILE).get("tls_dir", ""))
     )
-    return TlsConfig.in_folder(folder, Role.OPERATOR) if folder else None
+    return TlsConfig.in_folder(Path(folder).expanduser(), Role.OPERATOR) if folder else None
 
 
 def admin_client(args: argparse.Namespace) -> AdminClient:

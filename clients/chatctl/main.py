@@ -4,8 +4,9 @@ command lives in a module of its own (local, fleet, users, chat, plan, simulate)
 Every command takes --json (machine-readable output). Errors print `chatctl: <reason>` on stderr
 and exit 1; usage errors exit 2. Addresses, tokens and certificates come from flags (--scheduler,
 --gateway, --admin-token, --token / --user, --tls-dir), else the environment (CHAT_SCHEDULER,
-CHAT_GATEWAY, CHAT_ADMIN_TOKEN, CHAT_TOKEN, CHAT_TLS_DIR), else the files `chatctl up` leaves in
-its state dir (platform.json, admin-token, dev-tokens.json, tls/).
+CHAT_GATEWAY, CHAT_ADMIN_TOKEN, CHAT_TOKEN, CHAT_TLS_DIR), else the context (--context, a named
+platform such as a cluster: `chatctl context`), else the files `chatctl up` leaves in its state
+dir (platform.json, admin-token, dev-tokens.json, tls/).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from clients.chat_client import MODELS, TIERS, ClientError
 from clients.chatctl.chat import chat, conversations, limits
+from clients.chatctl.contexts import CONTEXT_ENV, CONTEXTS_ENV, DEFAULT_FILE, add_context_parser
 from clients.chatctl.fleet import drain, ladder, nodes, undrain
 from clients.chatctl.local import down, up
 from clients.chatctl.output import CtlError
@@ -65,6 +67,14 @@ def calling_flags() -> argparse.ArgumentParser:
         metavar="DIR",
         help="the CA and operator certificate (ca.crt, operator.crt, operator.key) for a "
         "platform with mutual TLS (CHAT_TLS_DIR; default: the one `chatctl up` made)",
+    )
+    flags.add_argument(
+        "--context",
+        metavar="NAME",
+        help=f"a named platform from the contexts file ({CONTEXT_ENV}; default: its current one)",
+    )
+    flags.add_argument(
+        "--contexts", metavar="FILE", help=f"the contexts file ({CONTEXTS_ENV}; {DEFAULT_FILE})"
     )
     return flags
 
@@ -223,6 +233,10 @@ def add_simulate(commands: Any) -> None:
     add_simulate_parser(commands).set_defaults(handler=run_simulate)
 
 
+def add_context(commands: Any) -> None:
+    add_context_parser(commands, common_flags())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chatctl", description="operate the chat platform")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -235,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_chat,
         add_plan,
         add_simulate,
+        add_context,
     ):
         add(commands)
     return parser

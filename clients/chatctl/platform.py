@@ -25,6 +25,7 @@ from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from clients.chatctl.placement import OneHost, Placement
+from clients.chatctl.scrape_targets import SCRAPE_TARGETS_FILE, scrape_targets, write_scrape_targets
 from infra.bearer import new_token
 from infra.certs import LOCAL_HOSTS, Authority
 from infra.process import dies_with_parent
@@ -224,7 +225,14 @@ class LocalPlatform:
         partial = self.settings.state_dir / (PLATFORM_FILE + ".partial")
         partial.write_text(json.dumps(state, indent=2) + "\n")
         partial.replace(self.settings.state_dir / PLATFORM_FILE)
+        self._write_scrape_targets()
         self._wrote_state_files = True
+
+    def _write_scrape_targets(self) -> None:
+        """Prometheus's view of this platform (deploy/prometheus/prometheus-local.yml)."""
+        services = [(child.module, child.ready) for child in self.children]
+        groups = scrape_targets(services, self.settings.etcd_endpoint)
+        write_scrape_targets(self.settings.state_dir, groups)
 
     def _listens(self, section: str, service: str) -> dict[str, str]:
         """A service's gRPC, health and metrics ports, on its host, each on a free port."""
@@ -336,6 +344,9 @@ class LocalPlatform:
         # Back in its place: stop() goes in reverse start order.
         child = self.children.pop()
         self.children.insert(place, child)
+        if self._wrote_state_files:
+            # Its metrics port is a new one.
+            self._write_scrape_targets()
         return child
 
     def _admin(self) -> tuple[tuple[str, str]]:
@@ -389,7 +400,7 @@ class LocalPlatform:
         # A stopped platform leaves no addresses behind for chatctl to call in vain (only its
         # own: a failed start must not remove those of another platform in the same dir).
         if self._wrote_state_files:
-            for name in (PLATFORM_FILE, ADMIN_TOKEN_FILE):
+            for name in (PLATFORM_FILE, ADMIN_TOKEN_FILE, SCRAPE_TARGETS_FILE):
                 (self.settings.state_dir / name).unlink(missing_ok=True)
             self._wrote_state_files = False
 

@@ -10,10 +10,12 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
+from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from domain import limiter
 from domain.types import Tier
+from gateway.metrics import GatewayMetrics
 from gateway.redis_buckets import RedisBuckets, bucket_key, connect
 from tests.servers import Redis as RedisServer
 from tests.servers import free_port
@@ -202,3 +204,34 @@ async def _check_settle(
     expected = limiter.settle(model, limit, float(at), reserved, actual)
     assert float(level) == pytest.approx(expected.level, rel=1e-12)
     return expected
+
+
+async def test_each_reservation_decided_without_redis_is_counted_by_outcome() -> None:
+    dead = connect(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.2)
+    registry = CollectorRegistry()
+    metrics = GatewayMetrics(registry)
+    limit = limiter.Limit.refilling_in(25_000, THREE_HOURS)
+    try:
+        buckets = RedisBuckets(
+            dead, both_tiers(limit), on_unavailable=metrics.observe_bucket_store_unavailable
+        )
+        user = new_user()
+        for _ in range(2):
+            await buckets.reserve(user, Tier.PLUS, 1000)
+        await buckets.reserve(user, Tier.FREE, 1000)
+        await buckets.settle(user, Tier.PLUS, reserved=1000, actual=10)  # not a decision
+    finally:
+        await dead.aclose()
+    counted = {
+        (tier, outcome): registry.get_sample_value(
+            "gateway_bucket_store_unavailable_total", {"tier": tier, "outcome": outcome}
+        )
+        for tier in ("free", "plus")
+        for outcome in ("admitted", "refused")
+    }
+    assert counted == {
+        ("free", "admitted"): 0.0,
+        ("free", "refused"): 1.0,
+        ("plus", "admitted"): 2.0,
+        ("plus", "refused"): 0.0,
+    }
