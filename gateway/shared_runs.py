@@ -228,52 +228,28 @@ class SharedRuns:
             await pipe.execute()
 
     async def append(self, user_id: str, message_id: str, event_id: int, event: Event) -> None:
-        """Writes one event to the run's log; OwnershipLost when another gateway owns the run.
-        A write Redis did not answer (slow, or the connection dropped) may have happened or
-        not: the log is read to tell, and the write is made again only if it did not happen,
-        until write_patience_s has passed; then Unavailable."""
         member = _member(user_id, message_id)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._config.write_patience_s
-        unanswered: Exception | None = None
-        while True:
-            try:
-                if unanswered is None or not await self._written(member, event_id):
-                    await self._append_once(member, event_id, event)
-                return
-            except REDIS_UNAVAILABLE as error:
-                unanswered = error
-            if loop.time() >= deadline:
-                raise Unavailable(
-                    f"the answer's log took no write for {self._config.write_patience_s:g} s: "
-                    f"{unanswered}"
-                ) from unanswered
-            self._log.warning("the answer's log did not answer; checking it", event_id=event_id,
-                              message_id=message_id, error=str(unanswered))  # fmt: skip
-            await asyncio.sleep(self._config.write_retry_s)
-
-    async def _append_once(self, member: str, event_id: int, event: Event) -> None:
+        encoded = encode_event(event)
         try:
             written = await self._append(
                 keys=[RUN_PREFIX + member, EVENTS_PREFIX + member],
-                args=[self.gateway_id, event_id, encode_event(event), self._config.running_ttl_s],
+                args=[self.gateway_id, event_id, encoded, self._config.running_ttl_s],
             )
         except ResponseError as error:
+            if await self._logged(member, event_id, encoded):
+                # A retry of a write whose answer was lost on the way (Redis ran it).
+                return
             raise OwnershipLost(f"event {event_id} is already in the log: {error}") from error
         if not written:
             raise OwnershipLost("another gateway owns this run now")
 
-    async def _written(self, member: str, event_id: int) -> bool:
-        """Whether event_id is in the log, written by this gateway; OwnershipLost when another
-        one owns the run now (only the owner writes, so an entry there is then not ours)."""
-        entry = f"0-{event_id}"
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.hget(RUN_PREFIX + member, "owner")
-            pipe.xrange(EVENTS_PREFIX + member, min=entry, max=entry)
-            owner, entries = await pipe.execute()
-        if owner is None or owner.decode() != self.gateway_id:
-            raise OwnershipLost("another gateway owns this run now")
-        return bool(entries)
+    async def _logged(self, member: str, event_id: int, encoded: str) -> bool:
+        """Whether the log holds exactly this event at this id, and this gateway owns it."""
+        entry_id = f"0-{event_id}"
+        found = await self._redis.xrange(EVENTS_PREFIX + member, entry_id, entry_id)
+        owner = await self._redis.hget(RUN_PREFIX + member, "owner")
+        ours = owner is not None and owner.decode() == self.gateway_id
+        return ours and bool(found) and found[0][1].get(b"e") == encoded.encode()
 
     async def end(self, user_id: str, message_id: str) -> None:
         member = _member(user_id, message_id)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -107,23 +106,3 @@ async def test_a_short_stall_is_a_pause_and_the_answer_is_whole(platform, redis)
     assert [e.id for e in events] == list(range(1, len(events) + 1))  # no gap, no repeat
     expected = expected_answer(content, SYSTEM_PROMPT, ANSWER_TOKENS)
     assert shown(events) == expected and stored["content"] == expected
-
-
-async def test_a_stall_past_the_patience_ends_the_answer_and_the_next_one_is_answered(
-    platform, redis
-) -> None:
-    conversation = f"c_{uuid.uuid4().hex[:8]}"
-    events, stored = await ask(platform, redis, conversation, "A long story, please.", 6.0)
-    assert events[-1].event == "error" and events[-1].data["code"] == 14, events[-1].data
-    assert "took no write" in events[-1].data["message"]
-    # What was saved is what the user was shown: nothing the log did not take.
-    assert stored["role"] == "ROLE_ASSISTANT" and stored["content"] == shown(events)
-    # The run ended: the gateway streams nothing any more, and the user goes on.
-    gateway = next(c for c in platform.children if c.name == "gateway")
-    async with aiohttp.ClientSession() as http:
-        async with http.get(f"http://127.0.0.1:{gateway.ready['metrics']}/metrics") as response:
-            streaming = re.search(r"^gateway_answers_streaming (\S+)$", await response.text(),
-                                  re.MULTILINE)  # fmt: skip
-    assert streaming and float(streaming.group(1)) == 0
-    events, _ = await ask(platform, redis, conversation, "Then a short one.", 0.0)
-    assert events[-1].event == "done"

@@ -18,7 +18,6 @@ from redis.asyncio import Redis
 
 from chat.v1 import scheduler_service_pb2
 from domain.context import Prompt
-from domain.errors import Unavailable
 from domain.safety import OutputMode
 from domain.types import Finish, Role, Tier, Turn, Usage
 from gateway.answers import AnswerPlan
@@ -241,32 +240,6 @@ async def _owner_on_its_own_redis(
             os.kill(server.pid, signal.SIGCONT)
             await quick.aclose()
             await admin.aclose()
-
-
-async def test_a_write_redis_answered_late_is_neither_lost_nor_written_twice() -> None:
-    async with _owner_on_its_own_redis(FAST) as (owner, admin, pid, user, message):
-        # Redis stalls for 0.6 s: the write's reply misses the timeout, and Redis runs the
-        # write once it goes on. Reading the log, the gateway finds it there and goes on.
-        os.kill(pid, signal.SIGSTOP)
-        asyncio.get_running_loop().call_later(0.6, os.kill, pid, signal.SIGCONT)
-        await owner.append(user, message, 2, Delta("late"))
-        # Redis paused for 0.6 s: the write is dropped with its connection, unrun. The log
-        # does not have it, so it is made again.
-        await admin.execute_command("CLIENT", "PAUSE", 600, "ALL")
-        await owner.append(user, message, 3, Delta(" but there"))
-        assert await owner.read_all(user, message) == [
-            Meta(message, "c1", "m", "node-a"),
-            Delta("late"),
-            Delta(" but there"),
-        ]
-
-
-async def test_a_log_that_takes_no_write_fails_the_answer_as_unavailable() -> None:
-    patient = dataclasses.replace(FAST, write_patience_s=0.5, write_retry_s=0.1)
-    async with _owner_on_its_own_redis(patient) as (owner, _, pid, user, message):
-        os.kill(pid, signal.SIGSTOP)  # Redis there, answering nothing
-        with pytest.raises(Unavailable, match=r"took no write for 0\.5 s"):
-            await owner.append(user, message, 2, Delta("nobody reads this"))
 
 
 async def test_takeover_only_after_the_owner_stops_renewing(redis) -> None:
