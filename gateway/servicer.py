@@ -16,7 +16,7 @@ from gateway.completions import closing_events
 from gateway.convert import (
     completion_from_pb,
     conversation_to_pb,
-    events_to_pb,
+    events_response,
     message_to_pb,
     pool_of,
 )
@@ -77,8 +77,7 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         )
         try:
             async for batch in run.follow_batches(0, interval_s=self._interval_s):
-                first, *more = events_to_pb(batch)
-                yield pb.SendMessageResponse(event=first, more=more)
+                yield events_response(pb.SendMessageResponse, batch)
         except RunAbandoned as error:
             await _attach_elsewhere(context, error)
 
@@ -92,8 +91,7 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
             async for batch in run.follow_batches(
                 request.after_event_id, interval_s=self._interval_s
             ):
-                first, *more = events_to_pb(batch)
-                yield pb.AttachMessageResponse(event=first, more=more)
+                yield events_response(pb.AttachMessageResponse, batch)
         except RunAbandoned as error:
             await _attach_elsewhere(context, error)
 
@@ -170,8 +168,7 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         run = await self._pipeline.complete(user, completion_from_pb(request))
         async with closing_events(run, self._interval_s) as batches:
             async for batch in batches:
-                first, *more = events_to_pb(batch)
-                yield pb.CompleteResponse(event=first, more=more)
+                yield events_response(pb.CompleteResponse, batch)
 
     @maps_domain_errors
     async def GetLimits(
