@@ -409,7 +409,7 @@ def platform_row(n: str, label: str, p: dict, raw_rate: float) -> str:
     return (f"{n:>8} {label:<9} {p['events_per_s']:>9} {p['seconds']:>8} {p_mb:>11} "
             f"{p_cpu:>6.1f} {p['nodes_cpu_s']:>6.1f} {p['client_cpu_s']:>6.1f} "
             f"{p['refused_streams']:>7} {p['unfinished_streams']:>7}  "
-            f"{p['events_per_s'] / raw_rate:.3f}")  # fmt: skip
+            f"{p['events_per_s'] / max(1, raw_rate):.3f}")  # fmt: skip
 
 
 def raw_row(n: str, r: dict) -> str:
@@ -421,7 +421,7 @@ def raw_row(n: str, r: dict) -> str:
 
 def median_ratio(rounds: Rounds, label: str, n: str) -> float:
     return statistics.median(
-        r[label][n]["events_per_s"] / r["raw"][n]["events_per_s"] for r in rounds
+        r[label][n]["events_per_s"] / max(1, r["raw"][n]["events_per_s"]) for r in rounds
     )
 
 
@@ -446,7 +446,7 @@ def report(counts: list[int], rounds: Rounds, idle: dict, against: str) -> str:
         medians = ", ".join(f"{label} {median_ratio(rounds, label, n):.3f}" for label in labels)
         lines.append(f"median ratio to raw at {n} streams: {medians}")
         if against:
-            gains = [r["platform"][n]["events_per_s"] / r["against"][n]["events_per_s"]
+            gains = [r["platform"][n]["events_per_s"] / max(1, r["against"][n]["events_per_s"])
                      for r in rounds]  # fmt: skip
             lines.append(f"platform / against at {n} streams, each round: "
                          + ", ".join(f"{g:.2f}" for g in gains))  # fmt: skip
@@ -494,6 +494,8 @@ async def measure_rounds(counts: list[int], rounds: int, against: str) -> Rounds
                 for n in counts:
                     for label in ["raw", *order]:
                         figures[label][str(n)] = await subjects[label].measure(n)
+                        # As it comes, so a long run that fails later still says something.
+                        print(f"round {i} {n} {label}: {figures[label][str(n)]}", file=sys.stderr)
                 results.append(figures)
         finally:
             for subject in subjects.values():
