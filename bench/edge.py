@@ -8,8 +8,9 @@ stream. Simulated replicas run far faster than real time, so the engine is not t
 
 --against DIR adds a second platform whose services import another checkout (say one of the
 commit before a change: `git worktree add ../before HEAD~1`), measured in the same rounds, the
-two taking turns: a change's effect side by side on a noisy machine. --idle 0 skips the idle
-part.
+two taking turns: a change's effect side by side on a noisy machine. At 2,000 streams take one
+round: a phase cut at 45 s leaves the gateway writing the cut answers (kept for a resume), and
+a slow platform is still at it when the next round starts. --idle 0 skips the idle part.
 
 Prints a table and ends with one JSON line. Results land in bench/results/edge.txt and
 bench/results/edge.json.
