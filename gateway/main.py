@@ -146,9 +146,6 @@ class GatewayConfig:
     # every third of it: a live gateway whose loop stalls past two thirds of it loses its runs
     # to another, which goes on from the logged text (docs/decisions.md).
     gateway_liveness_s: float = 2.0
-    # While Redis does not answer (redis runs), an answer waits this long for its log to take
-    # the next event, then fails as unavailable.
-    runs_write_patience_s: float = 10.0
     shutdown_grace_s: float = 30.0
     ready_file: str = ""
     log_level: str = "info"
@@ -257,7 +254,6 @@ def build_run_sharing(
     settings = SharedRunsConfig(
         liveness_s=config.gateway_liveness_s,
         keep_after_end_s=int(config.keep_ended_runs_s),
-        write_patience_s=config.runs_write_patience_s,
     )
     waiter = Redis.from_url(config.redis_url, socket_timeout=settings.follow_block_s + 5.0,
                             socket_connect_timeout=0.5)  # fmt: skip

@@ -74,13 +74,14 @@ return 1
 
 _TAKE_OVER = """
 local owner = redis.call('HGET', KEYS[1], 'owner')
-if not owner or owner == ARGV[1] then
+local reclaim = ARGV[3] == '1'
+if not owner or (owner == ARGV[1]) ~= reclaim then
   return false
 end
 if redis.call('HEXISTS', KEYS[1], 'ended') == 1 or redis.call('HEXISTS', KEYS[1], 'plan') == 0 then
   return false
 end
-if redis.call('EXISTS', ARGV[2] .. owner) == 1 then
+if not reclaim and redis.call('EXISTS', ARGV[2] .. owner) == 1 then
   return false
 end
 redis.call('HSET', KEYS[1], 'owner', ARGV[1])
@@ -134,11 +135,6 @@ class Orphan:
 class SharedRunsConfig:
     # A gateway silent this long is dead and its runs are taken over.
     liveness_s: float = 2.0
-    # How long an answer waits for its log to take one event while Redis does not answer (slow,
-    # or its connection dropped), checking and trying again every write_retry_s; then the
-    # answer fails as unavailable.
-    write_patience_s: float = 10.0
-    write_retry_s: float = 0.2
     # How long a run's keys live while it runs, and after it ended (for retries and resumes).
     running_ttl_s: int = 3600
     keep_after_end_s: int = 600
@@ -377,12 +373,17 @@ class SharedRuns:
         entries = await self._redis.xrange(EVENTS_PREFIX + _member(user_id, message_id))
         return [decode_event(fields[b"e"]) for _, fields in entries]
 
-    async def take_over(self, user_id: str, message_id: str) -> Orphan | None:
+    async def take_over(
+        self, user_id: str, message_id: str, reclaim: bool = False
+    ) -> Orphan | None:
         """Makes this gateway the owner of a run whose owner died; None if it is not orphaned
-        (alive, ended, or another gateway won the race)."""
+        (alive, ended, or another gateway won the race). With reclaim, the run is one this
+        gateway left while Redis was away: it is taken back only if it still owns it (no other
+        gateway took it over meanwhile) and the run has not ended."""
         member = _member(user_id, message_id)
         taken = await self._take_over(keys=[RUN_PREFIX + member],
-                                      args=[self.gateway_id, GATEWAY_PREFIX])  # fmt: skip
+                                      args=[self.gateway_id, GATEWAY_PREFIX,
+                                            "1" if reclaim else "0"])  # fmt: skip
         if not taken:
             return None
         plan, parent_seq = _decode_plan(taken[0])
