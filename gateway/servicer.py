@@ -16,7 +16,7 @@ from gateway.completions import closing_events
 from gateway.convert import (
     completion_from_pb,
     conversation_to_pb,
-    events_to_pb,
+    events_response,
     message_to_pb,
     pool_of,
 )
@@ -50,11 +50,15 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         pipeline: ChatPipeline,
         store: Store,
         buckets: Buckets,
+        stream_interval_s: float = 0.0,
     ) -> None:
         self._auth = auth
         self._pipeline = pipeline
         self._store = store
         self._buckets = buckets
+        # After an answer's first text, at most one message per stream per interval, each
+        # carrying every event that came meanwhile (MessageRun.follow_batches).
+        self._interval_s = stream_interval_s
 
     @maps_domain_errors
     async def SendMessage(
@@ -72,9 +76,8 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
             ),
         )
         try:
-            async for batch in run.follow_batches(0):
-                first, *more = events_to_pb(batch)
-                yield pb.SendMessageResponse(event=first, more=more)
+            async for batch in run.follow_batches(0, interval_s=self._interval_s):
+                yield events_response(pb.SendMessageResponse, batch)
         except RunAbandoned as error:
             await _attach_elsewhere(context, error)
 
@@ -85,9 +88,10 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         user = await self._auth.user_of(context)
         run = await self._pipeline.attach(user, request.message_id)
         try:
-            async for batch in run.follow_batches(request.after_event_id):
-                first, *more = events_to_pb(batch)
-                yield pb.AttachMessageResponse(event=first, more=more)
+            async for batch in run.follow_batches(
+                request.after_event_id, interval_s=self._interval_s
+            ):
+                yield events_response(pb.AttachMessageResponse, batch)
         except RunAbandoned as error:
             await _attach_elsewhere(context, error)
 
@@ -162,10 +166,9 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
     ) -> AsyncIterator[pb.CompleteResponse]:
         user = await self._auth.user_of(context)
         run = await self._pipeline.complete(user, completion_from_pb(request))
-        async with closing_events(run) as batches:
+        async with closing_events(run, self._interval_s) as batches:
             async for batch in batches:
-                first, *more = events_to_pb(batch)
-                yield pb.CompleteResponse(event=first, more=more)
+                yield events_response(pb.CompleteResponse, batch)
 
     @maps_domain_errors
     async def GetLimits(

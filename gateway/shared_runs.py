@@ -155,9 +155,10 @@ class RemoteRun:
     on_idle: Callable[[], Awaitable[None]]
 
     def follow_batches(
-        self, after_event_id: int = 0, most: int = 64
+        self, after_event_id: int = 0, most: int = 64, interval_s: float = 0.0
     ) -> AsyncIterator[list[tuple[int, Event]]]:
-        return self.shared.follow(self.user_id, self.message_id, after_event_id, self.on_idle, most)
+        return self.shared.follow(self.user_id, self.message_id, after_event_id, self.on_idle,
+                                  most, interval_s)  # fmt: skip
 
     async def follow(self, after_event_id: int = 0) -> AsyncIterator[tuple[int, Event]]:
         async for batch in self.follow_batches(after_event_id):
@@ -326,14 +327,21 @@ class SharedRuns:
         after_event_id: int,
         on_idle: Callable[[], Awaitable[None]],
         most: int = 64,
+        interval_s: float = 0.0,
     ) -> AsyncIterator[list[tuple[int, Event]]]:
         """A run's events after after_event_id, as many at a time as the log holds (at most
         `most`), until it ends; on_idle runs whenever the log has been quiet for a while (the
-        caller checks whether the owner is still alive)."""
+        caller checks whether the owner is still alive). With interval_s, a read after a
+        batch with text waits until interval_s after it (MessageRun.follow_batches: the
+        log holds the events meanwhile; here the end may wait that long too)."""
         member = _member(user_id, message_id)
         cursor = f"0-{after_event_id}"
         block_ms = int(self._config.follow_block_s * 1000)
+        loop = asyncio.get_running_loop()
+        hold_until = 0.0
         while True:
+            if hold_until > loop.time():
+                await asyncio.sleep(hold_until - loop.time())
             try:
                 answer = await self._waiter.xread({EVENTS_PREFIX + member: cursor}, count=most,
                                                   block=block_ms)  # fmt: skip
@@ -357,6 +365,8 @@ class SharedRuns:
                 if isinstance(event, Done | Failed):
                     yield batch
                     return
+            if 0 < interval_s and len(batch) < most and any(isinstance(e, Delta) for _, e in batch):
+                hold_until = loop.time() + interval_s
             yield batch
 
     async def read_all(self, user_id: str, message_id: str) -> list[Event]:
