@@ -54,7 +54,7 @@ _HANDED_OVER: Final = 5
 
 
 @contextlib.contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
+def cyclic_gc_paused() -> Iterator[None]:
     """A region holds millions of long-lived objects (conversations, their turns, requests),
     and every full pass of Python's cycle collector walks all of them: about a fifth of the run
     went there. The simulation makes no reference cycles (tests/fleet/test_region.py checks),
@@ -154,6 +154,10 @@ class Neighbours:
         refused as unreachable; `pool` is the one the router chose."""
         return False
 
+    def pinned(self, user_id: str) -> bool:
+        """Whether data residency keeps the user in their home region."""
+        return False
+
 
 class FleetSim:
     def __init__(
@@ -211,7 +215,7 @@ class FleetSim:
         if self._prepared:
             return
         self._prepared = True
-        with _cyclic_gc_paused():
+        with cyclic_gc_paused():
             self._start_mid_day()
             self._schedule_conversations(1.0)
             for at in self.config.failures.kill_at_s:
@@ -221,7 +225,7 @@ class FleetSim:
 
     def run(self) -> Recorder:
         self.prepare()
-        with _cyclic_gc_paused():
+        with cyclic_gc_paused():
             return self._run()
 
     def _run(self) -> Recorder:
@@ -286,6 +290,8 @@ class FleetSim:
 
     def _open(self, plan: ConversationPlan) -> Conversation:
         conversation = Conversation(plan.user_id, plan.user_id, plan.tier, plan.easy, plan.turns)
+        conversation.home = self.region
+        conversation.pinned = self.neighbours.pinned(plan.user_id)
         # A conversation under way was routed by its earlier messages, as the router goes.
         for _ in plan.earlier_turns:
             score = self.workload.score(conversation.easy, conversation.pool is None)
@@ -631,6 +637,10 @@ class FleetSim:
                 (prefilled - last_prefilled) * pool.prefill_gpu_s_per_token,
             )
         record.put("rung", now - tick_s, self._rung())
+
+    def pool_busy(self, name: str) -> float:
+        """The pool's busy share as the ladder reads it (domain.ladder.busy_share)."""
+        return self._pool_busy(self.pools[name])
 
     def _pool_busy(self, pool: Pool) -> float:
         # Saturated: prompts waiting longer than the rung-3 wait to be read, as the scheduler.
