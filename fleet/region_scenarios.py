@@ -94,21 +94,21 @@ def _five_regions() -> RegionsScenario:
         "five-regions",
         "Five regions at ten times the users: new conversations spill from a full region",
         RegionsConfig(_regions(_FLEET)),
-        60.0,
-        60.0,
+        40.0,
+        80.0,
         WorkloadSpec().patience_s,
     )
 
 
 def _region_lost() -> RegionsScenario:
     # The largest region is lost: the worst loss, its users the most to move.
-    config = RegionsConfig(_regions(_FLEET), lose=0, lose_at_s=80.0)
+    config = RegionsConfig(_regions(_FLEET), lose=0, lose_at_s=60.0)
     return RegionsScenario(
         "region-lost",
         "A whole region lost: its users' conversations start elsewhere",
         config,
-        50.0,
-        90.0,
+        40.0,
+        80.0,
         WorkloadSpec().patience_s,
     )
 
