@@ -8,6 +8,7 @@ last patience); rates and GPU-seconds are given at full scale (divided by the sc
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 
@@ -237,3 +238,16 @@ def _loss(
         others_before=_tier_outcomes(rows, rows.within(start_s, lost_at_s) & others),
         others_after=_tier_outcomes(rows, rows.within(after, end_s) & others),
     )
+
+
+def fingerprints(recorders: list[Recorder]) -> list[str]:
+    """Each region's Recorder.fingerprint with what a region alone does not record (its users'
+    home regions and how each message got there): two runs with the same list recorded the
+    same simulation of several regions."""
+    digests = []
+    for recorder in recorders:
+        digest = hashlib.sha256(recorder.fingerprint().encode())
+        digest.update(np.asarray(recorder.home, dtype=np.int64).tobytes())
+        digest.update(np.asarray(recorder.placed, dtype=np.int64).tobytes())
+        digests.append(digest.hexdigest())
+    return digests
