@@ -121,10 +121,11 @@ def shortest_regions_duration_s(name: str) -> float:
     return max(scenario.warmup_s, scenario.config.lose_at_s) + scenario.patience_s
 
 
-def run_regions_scenario(
-    name: str, scale: float = 0.05, seed: int = 1, duration_s: float | None = None
-) -> RegionsResult:
-    """Runs the named scenario; `duration_s` is the simulated time in all, warm-up included."""
+def build_regions(
+    name: str, scale: float, seed: int, duration_s: float | None = None
+) -> tuple[RegionsScenario, RegionsSim, tuple[PoolSpec, ...]]:
+    """The scenario (its measure_s set by `duration_s`, the simulated time in all), its
+    regions built at `scale` and ready to run, and each region's pools."""
     scenario = REGION_SCENARIOS[name]
     if duration_s is not None:
         shortest = shortest_regions_duration_s(name)
@@ -135,18 +136,27 @@ def run_regions_scenario(
             )
         scenario = dataclasses.replace(scenario, measure_s=duration_s - scenario.warmup_s)
     pools = _region_pools(scale)
-    built = _built_scale(pools)
     specs = tuple(
         dataclasses.replace(spec, config=dataclasses.replace(spec.config, pools=pools))
         for spec in scenario.config.regions
     )
     config = dataclasses.replace(scenario.config, regions=specs)
     end = scenario.warmup_s + scenario.measure_s
-    sim = RegionsSim(config, seed, built, end)
+    return scenario, RegionsSim(config, seed, _built_scale(pools), end), pools
+
+
+def run_regions_scenario(
+    name: str, scale: float = 0.05, seed: int = 1, duration_s: float | None = None
+) -> RegionsResult:
+    """Runs the named scenario; `duration_s` is the simulated time in all, warm-up included."""
+    scenario, sim, pools = build_regions(name, scale, seed, duration_s)
     started = time.perf_counter()
     recorders = sim.run()
     wall = time.perf_counter() - started
+    config = sim.config
     out_at = sim.spill.out_at_s.get(config.lose, -1.0) if sim.lost_at_s >= 0 else -1.0
+    built = _built_scale(pools)
+    end = scenario.warmup_s + scenario.measure_s
     summary = summarize_regions(
         recorders,
         NAMES,

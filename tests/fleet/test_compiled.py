@@ -23,7 +23,7 @@ RUNS = (("memory-matters", 75.0), ("gpus-run-out", 75.0), ("replica-dies", 105.0
         ("cache-lost", 105.0))  # fmt: skip
 SCALE = 0.05
 # The regions: one lost past the warm-up (at 60 s), at a smaller scale (five regions).
-REGIONS_RUN = ("region-lost", 0.02, 95.0)
+REGIONS_RUN = ("region-lost", 0.01, 90.0)
 
 FINGERPRINTS = textwrap.dedent(
     """
