@@ -25,7 +25,7 @@ from domain.replica_hardware import H100_8B, H100x4_70B
 from fleet.recorder import Recorder
 from fleet.region import FleetConfig
 from fleet.region_figures import RegionsSummary, summarize_regions
-from fleet.regions import RegionsConfig, RegionSpec, RegionsSim
+from fleet.regions import RegionsConfig, RegionSpec, RegionsSim, SpillPolicy
 from fleet.replicas import PoolSpec, Strategy
 from fleet.workload import WorkloadSpec, easy_share_for
 
@@ -100,6 +100,21 @@ def _five_regions() -> RegionsScenario:
     )
 
 
+def _five_regions_moving() -> RegionsScenario:
+    # The other reading of "later messages stay until that region is full": a
+    # conversation under way leaves a full region too, and reads its history again. They
+    # leave at once, from the ladder's first tick (10 s), so that is where measuring starts.
+    config = RegionsConfig(_regions(_FLEET), SpillPolicy(move_when_full=True))
+    return RegionsScenario(
+        "five-regions-moving",
+        "Five regions, conversations under way leaving a full region too",
+        config,
+        10.0,
+        110.0,
+        WorkloadSpec().patience_s,
+    )
+
+
 def _region_lost() -> RegionsScenario:
     # The largest region is lost: the worst loss, its users the most to move.
     config = RegionsConfig(_regions(_FLEET), lose=0, lose_at_s=60.0)
@@ -113,7 +128,7 @@ def _region_lost() -> RegionsScenario:
     )
 
 
-REGION_SCENARIOS = {s.name: s for s in (_five_regions(), _region_lost())}
+REGION_SCENARIOS = {s.name: s for s in (_five_regions(), _five_regions_moving(), _region_lost())}
 
 
 def shortest_regions_duration_s(name: str) -> float:

@@ -61,6 +61,19 @@ def test_a_full_home_spills_new_conversations_and_their_later_messages_stay() ->
     assert rung.max() >= 1  # it spilled because its ladder said it was full
 
 
+def test_with_move_when_full_conversations_under_way_leave_and_read_their_history_again() -> None:
+    spill = SpillPolicy(pinned_share=0.0, move_when_full=True)
+    sim = RegionsSim(config(OVERLOADED, spill), 1, 1.0, 50.0)
+    recorders = sim.run()
+    moved = sum(placed(sim, r)[PLACED_MOVED] for r in (1, 2))
+    assert moved > 20 and placed(sim, 0)[PLACED_MOVED] == 0
+    summary = summarize_regions(recorders, NAMES, 1.0, (0.0, 40.0), POOLS)
+    assert 0 < summary.moved <= moved  # those that arrived past 40 s are not counted
+    # Each read its history (about 3,000 tokens) where it moved, the system prompt aside.
+    assert summary.moved_prefill_tokens > 1_000 * summary.moved > 0
+    assert summary.moved_prefill_gpu_s > 0
+
+
 def test_pinned_users_never_leave_home() -> None:
     sim = RegionsSim(config(OVERLOADED, SpillPolicy(pinned_share=1.0)), 1, 1.0, 70.0)
     sim.run()
