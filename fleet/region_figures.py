@@ -49,7 +49,7 @@ class RegionFigures:
     rung_mean: float  # its ladder over the window
     rung_max: int
     busy_share: dict[str, float]  # per pool, as the ladder reads it, mean over the window
-    lost: int  # answers cut (its own loss) or lost
+    lost: int  # of the messages it ran, answers cut (its own loss) or lost
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +173,7 @@ def _region(
             pool: float(recorder.series[f"ladder_busy:{pool}"][lo:hi].mean())
             for pool in recorder.pools
         },
-        lost=int(((rows.served == index) & (rows["outcome"] == Outcome.LOST)).sum()),
+        lost=int((ran & (rows["outcome"] == Outcome.LOST)).sum()),
     )
 
 

@@ -1,17 +1,21 @@
 """Sizing 000's step 6 at 1/20 of each region: five regions at ten times the users, and the
-largest of them lost. Each scenario runs once (a module fixture) and kept short: its warm-up,
-then 20-30 simulated seconds measured."""
+largest of them lost. One run serves both (a module fixture, to keep the test time down):
+region-lost is five-regions (the same regions, users and spill policy) until its loss at 60 s,
+so the 20 s measured before the loss are five regions' spill, and the rest the loss."""
 
 from __future__ import annotations
 
 import pytest
 
+from fleet.region_figures import summarize_regions
 from fleet.region_scenarios import (
     NAMES,
     REGION_LARGE,
+    REGION_SCENARIOS,
     REGION_SMALL,
     REGIONS,
     RegionsResult,
+    build_regions,
     run_regions_scenario,
 )
 
@@ -19,13 +23,8 @@ SCALE = 0.05
 
 
 @pytest.fixture(scope="module")
-def five() -> RegionsResult:
-    return run_regions_scenario("five-regions", scale=SCALE, seed=1, duration_s=70.0)
-
-
-@pytest.fixture(scope="module")
 def lost() -> RegionsResult:
-    return run_regions_scenario("region-lost", scale=SCALE, seed=1, duration_s=95.0)
+    return run_regions_scenario("region-lost", scale=SCALE, seed=1, duration_s=85.0)
 
 
 def test_the_planner_sizes_five_regions_of_about_3000_gpus() -> None:
@@ -34,11 +33,23 @@ def test_the_planner_sizes_five_regions_of_about_3000_gpus() -> None:
     assert 2_800 <= gpus <= 3_000 and 5 * gpus == pytest.approx(15_000, rel=0.03)
 
 
+def test_region_lost_is_five_regions_until_its_loss() -> None:
+    five, lost = REGION_SCENARIOS["five-regions"], REGION_SCENARIOS["region-lost"]
+    assert five.config.regions == lost.config.regions and five.config.spill == lost.config.spill
+    assert five.warmup_s == lost.warmup_s and five.config.lose_at_s < 0
+    assert lost.config.lose_at_s == 60.0
+    _, sim, pools = build_regions("five-regions", SCALE, 1)
+    assert [p.replicas for p in pools] == [round(REGION_LARGE * SCALE), round(REGION_SMALL * SCALE)]
+    assert len(sim.regions) == 5
+
+
 def test_five_regions_spill_the_full_ones_new_conversations_and_keep_plus_answered(
-    five: RegionsResult,
+    lost: RegionsResult,
 ) -> None:
-    summary = five.summary
-    assert five.scale == pytest.approx(SCALE, rel=0.05)
+    assert lost.scale == pytest.approx(SCALE, rel=0.05)
+    # Before the loss (from the warm-up to a patience before it): five regions.
+    pools = {p.name: p for p in build_regions("region-lost", SCALE, 1)[2]}
+    summary = summarize_regions(lost.recorders, NAMES, lost.scale, (40.0, 50.0), pools)
     full, *others = summary.regions
     # The region nearest to 30 % of the users is full: most of its new conversations run
     # elsewhere; the others keep all of theirs and take its conversations in.
