@@ -58,10 +58,11 @@ def test_five_regions_spill_the_full_ones_new_conversations_and_keep_plus_answer
     assert 0.04 < summary.spill_share < full.spill_share
     # No conversation under way moved: spilled ones stay where they started.
     assert summary.moved == 0 and summary.moved_prefill_tokens == 0
-    for region in summary.regions:
-        assert region.tiers["plus"].started_within_2s_share > 0.95
-    # (The full region's answers still streaming at 60 s were cut by its loss.)
+    # The full region's answers still streaming at 60 s were cut by its loss (recorded as
+    # lost, without their first token): its answered Plus started within 2 s at the 95th.
+    assert full.tiers["plus"].ttft_p95_s < 2.0
     for region in others:
+        assert region.tiers["plus"].started_within_2s_share > 0.95
         assert region.lost == 0
         assert region.tiers["plus"].answered_share == 1.0
         assert region.tiers["free"].answered_share > 0.9
