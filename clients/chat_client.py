@@ -116,6 +116,9 @@ class Meta:
     conversation_id: str
     model: str
     replica_id: str
+    # The region serving the answer, and the notice when the user's home region is out.
+    region: str = ""
+    region_notice: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +207,8 @@ def event_from_pb(event: chat_pb.ChatEvent) -> ChatEvent:
     match event.WhichOneof("kind"):
         case "meta":
             m = event.meta
-            return Meta(event.event_id, m.message_id, m.conversation_id, m.model, m.replica_id)
+            return Meta(event.event_id, m.message_id, m.conversation_id, m.model, m.replica_id,
+                        m.region, m.region_notice)  # fmt: skip
         case "delta":
             return Delta(event.event_id, event.delta.text)
         case "retract":
