@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import grpc
 
@@ -12,12 +12,14 @@ from infra.bearer import bearer_from_metadata, token_hash
 from store.base import Store
 
 
-def _nobody(digest: str) -> User | None:
+async def _nobody(digest: str) -> User | None:
     return None
 
 
 class Authenticator:
-    def __init__(self, store: Store, elsewhere: Callable[[str], User | None] = _nobody) -> None:
+    def __init__(
+        self, store: Store, elsewhere: Callable[[str], Awaitable[User | None]] = _nobody
+    ) -> None:
         self._store = store
         # Users this region's store does not hold (with regions: the global directory's).
         self._elsewhere = elsewhere
@@ -30,7 +32,7 @@ class Authenticator:
         record = await self._store.user_by_token_hash(digest)
         if record is not None:
             return User(record.user_id, record.tier)
-        found = self._elsewhere(digest)
+        found = await self._elsewhere(digest)
         if found is None:
             raise Unauthenticated("the bearer token is not valid")
         return found

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from domain.errors import NotFound, Unavailable
 from domain.regions import Placement, Reason, RegionRules, Regions
@@ -69,7 +71,7 @@ class NoRegions:
     ) -> Route:
         return Local(self._pipeline)
 
-    def user_by_token_hash(self, digest: str) -> User | None:
+    async def user_by_token_hash(self, digest: str) -> User | None:
         return None
 
     async def close(self, grace_s: float) -> None:
@@ -97,10 +99,11 @@ class RegionRouter:
         self._routes = Counter("gateway_region_routes", "messages by the region chosen to serve",
                                ["reason", "region"], registry=self.registry)  # fmt: skip
         self._log = structlog.get_logger(component="regions", region=self.region)
+        self.registry.register(RegionsSeen(self.view, self.rules, self.clock))
 
-    def user_by_token_hash(self, digest: str) -> User | None:
+    async def user_by_token_hash(self, digest: str) -> User | None:
         """Another region's user, recognised by the directory (their home may be out)."""
-        found = self.view.snapshot.user_by_token_hash(digest)
+        found = await self.view.user_by_token_hash(digest)
         return None if found is None else User(found.user_id, found.tier)
 
     async def route(
@@ -111,7 +114,7 @@ class RegionRouter:
         snapshot = self.view.snapshot
         if serve_for and serve_for != self.region:
             return Local(self._away_pipeline(snapshot, serve_for))
-        known = snapshot.users.get(user.user_id)
+        known = await self.view.user(user.user_id)
         home, pinned = (known.home, known.pinned) if known else (self.region, False)
         regions = Regions(snapshot.regions, self.clock(), self.rules)
         if home != self.region:
@@ -165,6 +168,36 @@ class RegionRouter:
             await pipeline.close(grace_s)
             await store.close()
         self._away.clear()
+
+
+class RegionsSeen(Collector):
+    """The regions as this gateway's directory view has them, read at each scrape: whether
+    each is in, its age and each pool's rung (what routing reads)."""
+
+    def __init__(self, view: DirectoryView, rules: RegionRules, clock: Callable[[], float]) -> None:
+        self._view = view
+        self._rules = rules
+        self._clock = clock
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        now = self._clock()
+        regions = self._view.snapshot.regions
+        seen = Regions(regions, now, self._rules)
+        up = GaugeMetricFamily("gateway_region_up", "1 while the region publishes in time",
+                               labels=["region"])  # fmt: skip
+        age = GaugeMetricFamily("gateway_region_age_seconds", "since the region last published",
+                                labels=["region"])  # fmt: skip
+        rung = GaugeMetricFamily("gateway_region_rung", "each region's ladder rung, per pool",
+                                 labels=["region", "pool"])  # fmt: skip
+        ready = GaugeMetricFamily("gateway_region_ready_replicas", "each region's ready replicas",
+                                  labels=["region", "pool"])  # fmt: skip
+        for name, record in sorted(regions.items()):
+            up.add_metric([name], 1.0 if seen.alive(name) else 0.0)
+            age.add_metric([name], record.age_s(now))
+            for pool, capacity in sorted(record.pools.items()):
+                rung.add_metric([name, pool], capacity.rung)
+                ready.add_metric([name, pool], capacity.ready_replicas)
+        return [up, age, rung, ready]
 
 
 def _gateways(snapshot: DirectorySnapshot, region: str) -> tuple[str, ...]:

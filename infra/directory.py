@@ -98,6 +98,10 @@ class Directory:
         found = await self._client.get(self._key("users", user_id))
         return None if found is None else _user_from(found.value)
 
+    async def user_by_token_hash(self, digest: str) -> DirectoryUser | None:
+        found = await self._client.get(self._key("tokens", digest))
+        return None if found is None else await self.user(found.value.decode())
+
     async def publish_capacity(self, region: str, pools: dict[str, PoolCapacity]) -> None:
         body = {"name": region, "published_at": time.time(),
                 "pools": {name: _pool_to(p) for name, p in pools.items()}}  # fmt: skip
@@ -152,6 +156,29 @@ class DirectoryView:
         except ETCD_ERRORS as error:
             self._log.warning("global directory unreachable", error=type(error).__name__)
         return self.snapshot
+
+    async def user_by_token_hash(self, digest: str) -> DirectoryUser | None:
+        """From the snapshot; a token it does not hold yet (a user created since the last
+        refresh) is looked up in etcd once."""
+        found = self.snapshot.user_by_token_hash(digest)
+        if found is not None:
+            return found
+        try:
+            return await self._directory.user_by_token_hash(digest)
+        except ETCD_ERRORS as error:
+            self._log.warning("global directory unreachable", error=type(error).__name__)
+            return None
+
+    async def user(self, user_id: str) -> DirectoryUser | None:
+        """From the snapshot, or once from etcd for a user created since the last refresh."""
+        found = self.snapshot.users.get(user_id)
+        if found is not None:
+            return found
+        try:
+            return await self._directory.user(user_id)
+        except ETCD_ERRORS as error:
+            self._log.warning("global directory unreachable", error=type(error).__name__)
+            return None
 
     async def run(self) -> None:
         while True:
