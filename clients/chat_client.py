@@ -566,8 +566,13 @@ class AdminClient(_Client):
         await self._unary(self._stub.PinLadder, request)
         return await self.ladder()
 
-    async def create_user(self, user_id: str, tier: str) -> CreatedUser:
-        request = sched_pb.CreateUserRequest(user_id=user_id, tier=_tier(tier))
+    async def create_user(
+        self, user_id: str, tier: str, home_region: str = "", pinned: bool = False
+    ) -> CreatedUser:
+        """With regions: home_region is the scheduler's own ('' says so), pinned keeps the
+        user's conversations there."""
+        request = sched_pb.CreateUserRequest(user_id=user_id, tier=_tier(tier),
+                                             home_region=home_region, pinned=pinned)  # fmt: skip
         reply = await self._unary(self._stub.CreateUser, request)
         return CreatedUser(_user(reply.user), reply.token)
 
