@@ -88,6 +88,7 @@ async def until_rung(http: aiohttp.ClientSession, platform: LocalPlatform, rung:
 
 async def measure(messages: int) -> dict[str, list[float]]:
     with TemporaryDirectory() as folder:
+        (Path(folder) / "etcd").mkdir()
         etcd, endpoint = await start_etcd(Path(folder) / "etcd")
         authority = Authority.create()
         regions = {
