@@ -1,19 +1,23 @@
-"""The home region's store, as a conversation running away from home sees it: each read and
-write is a HomeService call to a gateway of the user's home region (never a database
-connection across regions). It implements the part of the store a message's pipeline uses;
-compaction stays at home (an away pipeline has no compactor)."""
+"""The home region's store and token buckets, as a conversation running away from home sees
+them: each read, write, reservation and settlement is a HomeService call to a gateway of the
+user's home region (never a database connection across regions). HomeStore implements the
+part of the store a message's pipeline uses; compaction stays at home (an away pipeline has no
+compactor)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 import grpc
 
 from chat.v1 import home_service_pb2 as pb
 from chat.v1 import home_service_pb2_grpc as pb_grpc
+from domain import limiter
 from domain.errors import AlreadyExists, NotFound, Unavailable
+from domain.types import Tier
 from gateway import home_convert
+from infra.convert import TIER_TO_PB
 from infra.keepalive import CLIENT_KEEPALIVE
 from infra.tls import TlsConfig, open_channel
 from store.records import ConversationRecord, MessageRecord, NewMessage
@@ -33,6 +37,10 @@ class HomeStore:
 
     async def close(self) -> None:
         await self._channel.close()
+
+    def buckets(self, limits: Callable[[Tier], limiter.Limit]) -> HomeBuckets:
+        """The home region's token buckets, over this store's channel."""
+        return HomeBuckets(self, limits)
 
     async def _call(self, call: Awaitable[T]) -> T:
         try:
@@ -80,3 +88,32 @@ class HomeStore:
                                           title=title)  # fmt: skip
         reply = await self._call(self._stub.AppendMessage(request, timeout=CALL_TIMEOUT_S))
         return home_convert.message_from_pb(reply.message)
+
+
+class HomeBuckets:
+    """The Buckets a pipeline running away from home charges: the home region's."""
+
+    def __init__(self, home: HomeStore, limits: Callable[[Tier], limiter.Limit]) -> None:
+        self._home = home
+        self._limits = limits
+
+    def limit(self, tier: Tier) -> limiter.Limit:
+        # Every region runs the same tiers (one configuration).
+        return self._limits(tier)
+
+    async def reserve(self, user_id: str, tier: Tier, amount: float) -> limiter.Decision:
+        request = pb.ReserveTokensRequest(user_id=user_id, tier=TIER_TO_PB[tier], amount=amount)
+        home = self._home
+        reply = await home._call(home._stub.ReserveTokens(request, timeout=CALL_TIMEOUT_S))
+        return limiter.Decision(limiter.Bucket(reply.level, 0.0), reply.admitted,
+                                reply.retry_after_seconds)  # fmt: skip
+
+    async def settle(self, user_id: str, tier: Tier, reserved: float, actual: float) -> None:
+        request = pb.SettleTokensRequest(user_id=user_id, tier=TIER_TO_PB[tier],
+                                         reserved=reserved, actual=actual)  # fmt: skip
+        home = self._home
+        await home._call(home._stub.SettleTokens(request, timeout=CALL_TIMEOUT_S))
+
+    async def level(self, user_id: str, tier: Tier) -> limiter.Bucket:
+        # A reservation of nothing: the level, unchanged.
+        return (await self.reserve(user_id, tier, 0.0)).bucket

@@ -7,15 +7,46 @@ import grpc
 
 from chat.v1 import home_service_pb2 as pb
 from chat.v1 import home_service_pb2_grpc as pb_grpc
+from domain.errors import InvalidArgument
+from domain.types import Tier
 from gateway import home_convert
+from gateway.buckets import Buckets
 from gateway.pipeline import check_id
+from infra.convert import TIER_FROM_PB
 from infra.grpcserver import maps_domain_errors
 from store.base import Store
 
 
+def _tier(value: int) -> Tier:
+    tier = TIER_FROM_PB.get(value)
+    if tier is None:
+        raise InvalidArgument("tier must be free or plus")
+    return tier
+
+
 class HomeServicer(pb_grpc.HomeServiceServicer):
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, buckets: Buckets) -> None:
         self._store = store
+        self._buckets = buckets
+
+    @maps_domain_errors
+    async def ReserveTokens(
+        self, request: pb.ReserveTokensRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReserveTokensResponse:
+        if not request.amount >= 0:
+            raise InvalidArgument("amount must be 0 or more")
+        decision = await self._buckets.reserve(request.user_id, _tier(request.tier),
+                                               request.amount)  # fmt: skip
+        return pb.ReserveTokensResponse(admitted=decision.admitted, level=decision.bucket.level,
+                                        retry_after_seconds=decision.retry_after_s)  # fmt: skip
+
+    @maps_domain_errors
+    async def SettleTokens(
+        self, request: pb.SettleTokensRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SettleTokensResponse:
+        await self._buckets.settle(request.user_id, _tier(request.tier), request.reserved,
+                                   request.actual)  # fmt: skip
+        return pb.SettleTokensResponse()
 
     @maps_domain_errors
     async def ReadConversation(

@@ -283,8 +283,9 @@ async def build_regions(
     service: Service,
     store: Store,
     pipeline: ChatPipeline,
-    away_pipeline: Callable[[Store], ChatPipeline],
+    away_pipeline: Callable[[Store, Buckets], ChatPipeline],
     registry: CollectorRegistry,
+    limits: Callable[[Tier], Limit],
 ) -> RegionRouter | NoRegions:
     if not config.region and not config.global_etcd_endpoint:
         return NoRegions(pipeline)
@@ -298,7 +299,7 @@ async def build_regions(
     service.task(view.run(), "directory")
     rules = RegionRules(config.region_spill_rung, config.region_out_after_s)
     return RegionRouter(config.region, view, store, pipeline, away_pipeline, config.tls, rules,
-                        registry, config.default_pool, directory)  # fmt: skip
+                        registry, config.default_pool, directory, limits)  # fmt: skip
 
 
 async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
@@ -336,14 +337,17 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
             region=config.region,
         )
 
-        def away_pipeline(home_store: Store) -> ChatPipeline:
+        def away_pipeline(home_store: Store, home_buckets: Buckets) -> ChatPipeline:
             # A conversation of another region's user: history read from and written to its
-            # home (the store given); compaction is left to home; its run is this gateway's.
-            return ChatPipeline(home_store, scheduler, nodes, runs, buckets, policy,
+            # home (the store given), its bucket home's; compaction is left to home; its run
+            # is this gateway's.
+            return ChatPipeline(home_store, scheduler, nodes, runs, home_buckets, policy,
                                 time.monotonic, LocalRuns(), metrics, build_policies(config),
                                 None, region=config.region)  # fmt: skip
 
-        regions = await build_regions(config, service, store, pipeline, away_pipeline, registry)
+        regions = await build_regions(
+            config, service, store, pipeline, away_pipeline, registry, buckets.limit
+        )
         streaming = Gauge("gateway_answers_streaming", "answers being generated", registry=registry)
         streaming.set_function(lambda: len(runs.running()))
         # Runs held for retries and resumes: grows for keep_ended_runs_s, then stays about level.
@@ -361,7 +365,8 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
                          buckets, regions, peers),
             server.server,
         )  # fmt: skip
-        home_service_pb2_grpc.add_HomeServiceServicer_to_server(HomeServicer(store), server.server)
+        home = HomeServicer(store, buckets)
+        home_service_pb2_grpc.add_HomeServiceServicer_to_server(home, server.server)
         await service.grpc(server)
         if isinstance(regions, RegionRouter):
             publish = lambda: regions.directory.publish_gateway(config.region, server.address)  # noqa: E731

@@ -23,8 +23,10 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from domain.errors import NotFound, Unavailable
+from domain.limiter import Limit
 from domain.regions import Placement, Reason, RegionRules, Regions
-from domain.types import User
+from domain.types import Tier, User
+from gateway.buckets import Buckets
 from gateway.home_client import HomeStore
 from gateway.pipeline import ChatPipeline
 from infra.directory import Directory, DirectorySnapshot, DirectoryView
@@ -84,14 +86,17 @@ class RegionRouter:
     view: DirectoryView
     store: Store
     pipeline: ChatPipeline
-    # Builds the pipeline of a conversation running here for another region's user.
-    away_pipeline: Callable[[Store], ChatPipeline]
+    # Builds the pipeline of a conversation running here for another region's user, on its
+    # home region's store and buckets.
+    away_pipeline: Callable[[Store, Buckets], ChatPipeline]
     tls: TlsConfig
     rules: RegionRules
     registry: CollectorRegistry
     default_pool: str
     # Where this region's gateways publish their addresses.
     directory: Directory
+    # Each tier's bucket limit (the same in every region).
+    limits: Callable[[Tier], Limit]
     clock: Callable[[], float] = time.time
     _away: dict[str, tuple[HomeStore, ChatPipeline]] = field(default_factory=dict)
 
@@ -159,7 +164,8 @@ class RegionRouter:
         held = self._away.get(home)
         if held is None:
             store = HomeStore(home, addresses, self.tls)
-            held = self._away[home] = (store, self.away_pipeline(store))  # type: ignore[arg-type]
+            pipeline = self.away_pipeline(store, store.buckets(self.limits))  # type: ignore[arg-type]
+            held = self._away[home] = (store, pipeline)
         return held[1]
 
     async def close(self, grace_s: float) -> None:

@@ -18,6 +18,7 @@ from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
+from domain.tiers import PLUS_DEFAULTS
 from infra.certs import Authority
 from tests.servers import Etcd
 from tests.sse import iter_events
@@ -25,6 +26,7 @@ from tests.sse import iter_events
 pytestmark = pytest.mark.slow
 
 NAMES = ("a", "b", "c")
+PLUS_CAPACITY = PLUS_DEFAULTS.limit.capacity
 # Within the 10 s the design allows: published every 2 s, out after 6 s, read every 1 s.
 OUT_WITHIN_S = 10.0
 
@@ -145,6 +147,15 @@ async def send(
     return events[0].data, text, message_id
 
 
+async def level(http: aiohttp.ClientSession, platform: LocalPlatform, token: str) -> float:
+    """The user's token bucket as the region's gateway keeps it."""
+    async with http.get(
+        f"{platform.edge_url}/v1/limits", headers={"Authorization": f"Bearer {token}"}
+    ) as response:
+        assert response.status == 200
+        return float((await response.json())["level"])
+
+
 async def listed(
     http: aiohttp.ClientSession, platform: LocalPlatform, token: str, conversation: str
 ) -> tuple[int, list[dict]]:
@@ -166,6 +177,10 @@ async def test_a_full_home_spills_and_the_conversation_stays_where_it_went(regio
             first, first_text, first_id = await send(http, a, token, "c1", "Hello from home")
             # Home full: the region with the most room (b and c idle alike: by name).
             assert (first["region"], first["regionNotice"]) == ("b", "")
+            # The bucket is home's: the answer run at b was charged at a. (Plus refills about
+            # 23 tokens a second: the charge shows for many seconds.)
+            charged, untouched = await level(http, a, token), await level(http, regions["b"], token)
+            assert (charged < PLUS_CAPACITY, untouched) == (True, PLUS_CAPACITY)
         finally:
             await pin(a, None)
         # Home has room again, but the conversation's cache is at b now: it stays there.

@@ -116,3 +116,39 @@ class AppendMessageResponse(_message.Message):
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     message: StoredMessage
     def __init__(self, message: _Optional[_Union[StoredMessage, _Mapping]] = ...) -> None: ...
+
+class ReserveTokensRequest(_message.Message):
+    __slots__ = ("user_id", "tier", "amount")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    AMOUNT_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    tier: _common_pb2.Tier
+    amount: float
+    def __init__(self, user_id: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., amount: _Optional[float] = ...) -> None: ...
+
+class ReserveTokensResponse(_message.Message):
+    __slots__ = ("admitted", "level", "retry_after_seconds")
+    ADMITTED_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    admitted: bool
+    level: float
+    retry_after_seconds: float
+    def __init__(self, admitted: _Optional[bool] = ..., level: _Optional[float] = ..., retry_after_seconds: _Optional[float] = ...) -> None: ...
+
+class SettleTokensRequest(_message.Message):
+    __slots__ = ("user_id", "tier", "reserved", "actual")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_FIELD_NUMBER: _ClassVar[int]
+    ACTUAL_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    tier: _common_pb2.Tier
+    reserved: float
+    actual: float
+    def __init__(self, user_id: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., reserved: _Optional[float] = ..., actual: _Optional[float] = ...) -> None: ...
+
+class SettleTokensResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -54,6 +54,16 @@ class HomeServiceStub:
                 request_serializer=chat_dot_v1_dot_home__service__pb2.AppendMessageRequest.SerializeToString,
                 response_deserializer=chat_dot_v1_dot_home__service__pb2.AppendMessageResponse.FromString,
                 _registered_method=True)
+        self.ReserveTokens = channel.unary_unary(
+                '/chat.v1.HomeService/ReserveTokens',
+                request_serializer=chat_dot_v1_dot_home__service__pb2.ReserveTokensRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_home__service__pb2.ReserveTokensResponse.FromString,
+                _registered_method=True)
+        self.SettleTokens = channel.unary_unary(
+                '/chat.v1.HomeService/SettleTokens',
+                request_serializer=chat_dot_v1_dot_home__service__pb2.SettleTokensRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_home__service__pb2.SettleTokensResponse.FromString,
+                _registered_method=True)
 
 
 class HomeServiceServicer:
@@ -87,6 +97,20 @@ class HomeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReserveTokens(self, request, context):
+        """The user's token bucket is the home region's: an answer running away reserves its worst
+        case here and settles the real cost here, as one running at home does.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SettleTokens(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HomeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -104,6 +128,16 @@ def add_HomeServiceServicer_to_server(servicer, server):
                     servicer.AppendMessage,
                     request_deserializer=chat_dot_v1_dot_home__service__pb2.AppendMessageRequest.FromString,
                     response_serializer=chat_dot_v1_dot_home__service__pb2.AppendMessageResponse.SerializeToString,
+            ),
+            'ReserveTokens': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReserveTokens,
+                    request_deserializer=chat_dot_v1_dot_home__service__pb2.ReserveTokensRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_home__service__pb2.ReserveTokensResponse.SerializeToString,
+            ),
+            'SettleTokens': grpc.unary_unary_rpc_method_handler(
+                    servicer.SettleTokens,
+                    request_deserializer=chat_dot_v1_dot_home__service__pb2.SettleTokensRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_home__service__pb2.SettleTokensResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -192,6 +226,60 @@ class HomeService:
             '/chat.v1.HomeService/AppendMessage',
             chat_dot_v1_dot_home__service__pb2.AppendMessageRequest.SerializeToString,
             chat_dot_v1_dot_home__service__pb2.AppendMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReserveTokens(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.HomeService/ReserveTokens',
+            chat_dot_v1_dot_home__service__pb2.ReserveTokensRequest.SerializeToString,
+            chat_dot_v1_dot_home__service__pb2.ReserveTokensResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SettleTokens(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.HomeService/SettleTokens',
+            chat_dot_v1_dot_home__service__pb2.SettleTokensRequest.SerializeToString,
+            chat_dot_v1_dot_home__service__pb2.SettleTokensResponse.FromString,
             options,
             channel_credentials,
             insecure,
