@@ -19,7 +19,11 @@ from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from domain.tiers import PLUS_DEFAULTS
+from domain.types import Tier
+from infra.bearer import token_hash
 from infra.certs import Authority
+from infra.directory import Directory, DirectoryUser
+from tests.clients.test_chatctl import admin_flags, chatctl
 from tests.servers import Etcd
 from tests.sse import iter_events
 
@@ -230,6 +234,34 @@ async def test_a_user_reaching_another_region_is_served_by_home(regions) -> None
         assert meta["region"] == "c"
         status, messages = await listed(http, regions["c"], token, "far")
         assert (status, [m["content"] for m in messages]) == (200, ["Hello from afar", text])
+
+
+async def test_chatctl_creates_a_pinned_user_and_lists_the_regions(regions, etcd_server) -> None:
+    a = regions["a"]
+    prefix = a.settings.extra_env["CHAT_GATEWAY_GLOBAL_PREFIX"]
+    created = await chatctl("users", "create", "ctl-pinned", "--region", "a", "--pinned",
+                            "--tier", "plus", "--json", *admin_flags(a))  # fmt: skip
+    assert created.code == 0, created.err
+    directory = Directory(etcd_server.endpoint, prefix)
+    try:
+        listed_user = await directory.user("ctl-pinned")
+    finally:
+        await directory.close()
+    assert listed_user == DirectoryUser(
+        "ctl-pinned", Tier.PLUS, "a", True, token_hash(created.json()["token"])
+    )
+    # Another region's scheduler does not create a's users: their history lives at a.
+    refused = await chatctl("users", "create", "ctl-wrong", "--region", "a",
+                            *admin_flags(regions["b"]))  # fmt: skip
+    assert (refused.code, "created by that region's scheduler" in refused.err) == (1, True)
+    shown = await chatctl("regions", "--etcd", etcd_server.endpoint, "--prefix", prefix, "--json")
+    assert shown.code == 0, shown.err
+    small = {row["region"]: row for row in shown.json() if row["pool"] == "small"}
+    assert {name: (row["up"], row["ready_replicas"]) for name, row in small.items()} == {
+        "a": (True, 1),
+        "b": (True, 1),
+        "c": (True, 1),
+    }
 
 
 async def test_a_region_killed_whole_is_out_and_its_users_start_elsewhere(regions) -> None:
