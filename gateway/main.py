@@ -51,7 +51,7 @@ from gateway.scheduler_client import SchedulerClient
 from gateway.servicer import ChatServicer
 from gateway.shared_runs import SharedRuns, SharedRunsConfig
 from infra.config import ConfigError
-from infra.directory import DEFAULT_PREFIX, Directory, DirectoryView, publish_forever
+from infra.directory import DEFAULT_PREFIX, Directory, DirectoryView
 from infra.grpcserver import GrpcServer
 from infra.logs import configure_logging
 from infra.runner import run_service
@@ -368,9 +368,7 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         home = HomeServicer(store, buckets)
         home_service_pb2_grpc.add_HomeServiceServicer_to_server(home, server.server)
         await service.grpc(server)
-        if isinstance(regions, RegionRouter):
-            publish = lambda: regions.directory.publish_gateway(config.region, server.address)  # noqa: E731
-            service.task(publish_forever(publish, config.region_publish_s, "gateway"), "publish")
+        service.task(regions.publish(server.address, config.region_publish_s), "publish")
         background = sharing.start(pipeline.resume)
         # Once the drain ended every run: the takeover work stops, nothing is left to take.
         service.closes(lambda: sharing.retire(background))

@@ -29,7 +29,7 @@ from domain.types import Tier, User
 from gateway.buckets import Buckets
 from gateway.home_client import HomeStore
 from gateway.pipeline import ChatPipeline
-from infra.directory import Directory, DirectorySnapshot, DirectoryView
+from infra.directory import Directory, DirectorySnapshot, DirectoryView, publish_forever
 from infra.tls import TlsConfig
 from store.base import Store
 
@@ -74,6 +74,9 @@ class NoRegions:
         return Local(self._pipeline)
 
     async def user_by_token_hash(self, digest: str) -> User | None:
+        return None
+
+    async def publish(self, address: str, every_s: float) -> None:
         return None
 
     async def close(self, grace_s: float) -> None:
@@ -167,6 +170,14 @@ class RegionRouter:
             pipeline = self.away_pipeline(store, store.buckets(self.limits))  # type: ignore[arg-type]
             held = self._away[home] = (store, pipeline)
         return held[1]
+
+    async def publish(self, address: str, every_s: float) -> None:
+        """Says, every every_s, that this gateway serves the region at address."""
+
+        async def once() -> None:
+            await self.directory.publish_gateway(self.region, address)
+
+        await publish_forever(once, every_s, "gateway")
 
     async def close(self, grace_s: float) -> None:
         """Lets answers running here for other regions finish (and be saved at home)."""

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import aetcd
@@ -186,13 +186,15 @@ class DirectoryView:
             await asyncio.sleep(self._refresh_s)
 
 
-async def publish_forever(publish: Callable[[], object], every_s: float, what: str) -> None:
-    """Calls publish (a coroutine function) every every_s; etcd trouble is logged and the
-    next round tries again: a region that cannot publish simply ages out."""
+async def publish_forever(
+    publish: Callable[[], Awaitable[None]], every_s: float, what: str
+) -> None:
+    """Calls publish every every_s; etcd trouble is logged and the next round tries again: a
+    region that cannot publish simply ages out."""
     log = structlog.get_logger(component="directory")
     while True:
         try:
-            await publish()  # type: ignore[misc]
+            await publish()
         except ETCD_ERRORS as error:
             log.warning("could not publish to the global directory", what=what,
                         error=type(error).__name__)  # fmt: skip
