@@ -267,6 +267,7 @@ async def test_chatctl_creates_a_pinned_user_and_lists_the_regions(regions, etcd
 async def test_a_region_killed_whole_is_out_and_its_users_start_elsewhere(regions) -> None:
     a, b, c = regions["a"], regions["b"], regions["c"]
     carol = await create_user(c)
+    pia = await create_user(c, pinned=True)
     bob = await create_user(b)
     async with aiohttp.ClientSession() as http:
         await until_seen(http, a, {"up:c": 1}, 10.0)
@@ -287,6 +288,16 @@ async def test_a_region_killed_whole_is_out_and_its_users_start_elsewhere(region
             "earlier history, which comes back when c returns."
         )
         assert text
+        # A pinned user's conversations stay in their region, even while it is out.
+        async with http.post(
+            f"{a.edge_url}/v1/conversations/pinned/messages",
+            json={"content": "Anyone?"},
+            headers={"Authorization": f"Bearer {pia}", "Idempotency-Key": "p1"},
+        ) as response:
+            assert (response.status, (await response.json())["error"]["message"]) == (
+                503,
+                "your home region 'c' is unavailable; residency keeps your conversations there",
+            )
         bob_meta, bob_text, _ = await in_flight
         assert bob_meta["region"] == "b"
         status, messages = await listed(http, b, bob, "b1")
