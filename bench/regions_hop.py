@@ -2,6 +2,9 @@
 reached another region's edge (passed on to home) and a conversation spilled away from home
 (passed on by home, its history read from and its turns written to home over HomeService).
 
+Then region b is SIGKILLed whole: how long until a's gateway counts it out, and until a user
+homed at b is answered at a.
+
 Two regions on this machine (loopback, mutual TLS, simulated replicas fast enough that the
 platform's own work shows), the global directory in an etcd of its own. Sequential messages,
 each a new conversation's first (the spilled ones: a later turn too, which reads history).
@@ -104,7 +107,12 @@ async def measure(messages: int) -> dict[str, list[float]]:
                 a, "CreateUser", pb.CreateUserRequest(user_id="hop", tier=common_pb2.TIER_PLUS)
             )
             token = created.token  # type: ignore[attr-defined]
-            return await _runs(a, b, token, messages)
+            results = await _runs(a, b, token, messages)
+            away = await admin_call(
+                b, "CreateUser", pb.CreateUserRequest(user_id="b-home", tier=common_pb2.TIER_PLUS)
+            )
+            results.update(await _lose(a, b, away.token))  # type: ignore[attr-defined]
+            return results
         finally:
             await asyncio.gather(*(p.stop() for p in regions.values()))
             etcd.terminate()
@@ -138,6 +146,28 @@ async def _runs(a: LocalPlatform, b: LocalPlatform, token: str, n: int) -> dict[
     return results
 
 
+async def _lose(a: LocalPlatform, b: LocalPlatform, token: str) -> dict[str, list[float]]:
+    """Kills every process of b; (seconds until a's gateway has b out, until b's user is
+    answered at a)."""
+    port = a._child("gateway").ready["metrics"]
+    pattern = re.compile(r'^gateway_region_up\{region="b"\} (\S+)$', re.MULTILINE)
+    async with aiohttp.ClientSession() as http:
+        killed = time.perf_counter()
+        for child in b.children:
+            child.process.kill()
+        while True:
+            async with http.get(f"http://127.0.0.1:{port}/metrics") as response:
+                found = pattern.search(await response.text())
+            if found and float(found.group(1)) == 0:
+                break
+            await asyncio.sleep(0.05)
+        out = time.perf_counter() - killed
+        _, region, _ = await ttft(http, a.edge_url, token, f"l{uuid.uuid4().hex[:8]}")
+        assert region == "a"
+        answered = time.perf_counter() - killed
+    return {"region b killed: out at a": [out], "b's user answered at a": [answered]}
+
+
 def report(results: dict[str, list[float]], messages: int) -> str:
     home = pct(results["at home"], 0.5)
     lines = [
@@ -146,11 +176,17 @@ def report(results: dict[str, list[float]], messages: int) -> str:
         f"{'path':<22}{'p50 ms':>9}{'p90 ms':>9}{'extra p50 ms':>14}",
     ]
     summary = {}
+    loss = {k: results.pop(k)[0] for k in list(results) if k.startswith(("region b", "b's"))}
     for name, values in results.items():
         p50, p90 = pct(values, 0.5), pct(values, 0.9)
         lines.append(f"{name:<22}{p50 * 1e3:>9.1f}{p90 * 1e3:>9.1f}{(p50 - home) * 1e3:>14.1f}")
         summary[name.replace(", ", "_").replace(" ", "_")] = {
             "p50_ms": round(p50 * 1e3, 1), "p90_ms": round(p90 * 1e3, 1)}  # fmt: skip
+    for name, seconds in loss.items():
+        lines.append(f"{name:<32}{seconds:>6.1f} s after the kill")
+    lines.append("(goal: a region out within 10 s; published every 2 s, out after 6 s)")
+    out, answered = loss["region b killed: out at a"], loss["b's user answered at a"]
+    summary["region_loss_s"] = {"out": round(out, 1), "answered_elsewhere": round(answered, 1)}
     lines.append(json.dumps({"bench": "regions_hop", "messages": messages, **summary}))
     return "\n".join(lines)
 
