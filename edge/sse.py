@@ -23,6 +23,8 @@ def event_payload(event: pb.ChatEvent) -> tuple[str, dict[str, object]]:
             "conversationId": m.conversation_id,
             "model": m.model,
             "replica": m.replica_id,
+            "region": m.region,
+            "regionNotice": m.region_notice,
         }
     if kind == "delta":
         return "delta", {"text": event.delta.text}

@@ -52,6 +52,9 @@ class AnswerPlan:
     # How the output check shows text: the tier's choice for messages; completions always
     # hold back, since their clients cannot withdraw text (docs/decisions.md, "Retract mode").
     output_mode: OutputMode = OutputMode.HOLDBACK
+    # Told to the user in the meta event (a conversation started away from a home region that
+    # is out, without its history); not kept across a takeover.
+    region_notice: str = ""
 
 
 @dataclass(slots=True)

@@ -61,6 +61,8 @@ def event_to_pb(event_id: int, event: Event) -> pb.ChatEvent:
                     conversation_id=event.conversation_id,
                     model=event.model,
                     replica_id=event.replica_id,
+                    region=event.region,
+                    region_notice=event.region_notice,
                 ),
             )
         case Delta():
@@ -125,4 +127,5 @@ def message_to_pb(record: MessageRecord, parent_id: str) -> pb.Message:
         replica_id=record.replica_id,
         finish=FINISH_TO_PB.get(Finish(record.finish), 0) if record.finish else 0,
         created_at=_timestamp(record.created_at),
+        region=record.region,
     )

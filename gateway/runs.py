@@ -20,6 +20,10 @@ class Meta:
     conversation_id: str
     model: str
     replica_id: str
+    # The region serving the answer ('' on a single-region platform), and what the user is
+    # told about it (home out: no history).
+    region: str = ""
+    region_notice: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ import math
 from collections.abc import AsyncIterator
 
 import grpc
+from grpc_status import rpc_status
 
 from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import chat_service_pb2_grpc as pb_grpc
@@ -20,10 +21,14 @@ from gateway.convert import (
     message_to_pb,
     pool_of,
 )
+from gateway.peer_client import PeerGateways
 from gateway.pipeline import ChatPipeline, SendRequest, check_id
+from gateway.regions import SERVE_FOR_HEADER, Forward, NoRegions, RegionRouter
 from gateway.runs import RunAbandoned
+from infra.bearer import bearer_from_metadata
 from infra.convert import TIER_TO_PB
 from infra.grpcserver import maps_domain_errors
+from infra.tls import Role, TlsConfig, peer
 from store.base import Store
 
 MAX_PAGE = 100
@@ -50,6 +55,8 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         pipeline: ChatPipeline,
         store: Store,
         buckets: Buckets,
+        regions: RegionRouter | NoRegions | None = None,
+        peers: PeerGateways | None = None,
         stream_interval_s: float = 0.0,
     ) -> None:
         self._auth = auth
@@ -59,20 +66,30 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         # After an answer's first text, at most one message per stream per interval, each
         # carrying every event that came meanwhile (MessageRun.follow_batches).
         self._interval_s = stream_interval_s
+        self._regions = regions or NoRegions(pipeline)
+        self._peers = peers or PeerGateways(TlsConfig(insecure=True))
 
     @maps_domain_errors
     async def SendMessage(
         self, request: pb.SendMessageRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.SendMessageResponse]:
         user = await self._auth.user_of(context)
-        run = await self._pipeline.send(
+        pool = pool_of(request.model)
+        route = await self._regions.route(user, request.conversation_id, pool,
+                                          _serve_for(context))  # fmt: skip
+        if isinstance(route, Forward):
+            async for response in self._relay(route, request, context):
+                yield response
+            return
+        run = await route.pipeline.send(
             user,
             SendRequest(
                 conversation_id=request.conversation_id,
                 message_id=request.message_id,
                 parent_id=request.parent_id,
                 content=request.content,
-                pool=pool_of(request.model),
+                pool=pool,
+                region_notice=route.notice,
             ),
         )
         try:
@@ -184,6 +201,33 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
             refill_per_second=limit.refill_per_s,
             full_in_seconds=(limit.capacity - bucket.level) / limit.refill_per_s,
         )
+
+    async def _relay(
+        self, route: Forward, request: pb.SendMessageRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.SendMessageResponse]:
+        """The message passed on to the region that serves it; its answer relayed as is, its
+        error with the same status."""
+        token = bearer_from_metadata(context.invocation_metadata()) or ""
+        try:
+            async for response in self._peers.send(route, request, token):
+                yield response
+        except grpc.aio.AioRpcError as error:
+            status = rpc_status.from_call(error)  # type: ignore[arg-type]
+            if status is not None:
+                await context.abort_with_status(rpc_status.to_status(status))
+            await context.abort(error.code(), error.details() or "")
+
+
+def _serve_for(context: grpc.aio.ServicerContext) -> str:
+    """The home region a message passed on by another region's gateway runs for; '' for a
+    message from anyone else (an edge, a client), whose header is ignored."""
+    caller = peer(context)
+    if caller is not None and caller.role != Role.GATEWAY:
+        return ""
+    for key, value in context.invocation_metadata() or ():
+        if key == SERVE_FOR_HEADER and isinstance(value, str):
+            return value
+    return ""
 
 
 async def _attach_elsewhere(context: grpc.aio.ServicerContext, error: RunAbandoned) -> None:

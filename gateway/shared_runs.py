@@ -409,7 +409,8 @@ def encode_event(event: Event) -> str:
         case Meta():
             body = {"k": "meta", "message_id": event.message_id,
                     "conversation_id": event.conversation_id, "model": event.model,
-                    "replica_id": event.replica_id}  # fmt: skip
+                    "replica_id": event.replica_id, "region": event.region,
+                    "region_notice": event.region_notice}  # fmt: skip
         case Delta():
             body = {"k": "delta", "text": event.text}
         case Retract():
@@ -427,8 +428,10 @@ def decode_event(raw: bytes | str) -> Event:
     body = json.loads(raw)
     match body["k"]:
         case "meta":
+            # A log written before regions has no region: ''.
             return Meta(body["message_id"], body["conversation_id"], body["model"],
-                        body["replica_id"])  # fmt: skip
+                        body["replica_id"], body.get("region", ""),
+                        body.get("region_notice", ""))  # fmt: skip
         case "delta":
             return Delta(body["text"])
         case "retract":

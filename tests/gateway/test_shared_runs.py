@@ -88,9 +88,15 @@ async def _stop(task: asyncio.Task[None]) -> None:
     await asyncio.gather(task, return_exceptions=True)
 
 
+def test_a_meta_logged_before_regions_reads_with_no_region() -> None:
+    old = '{"k":"meta","message_id":"m1","conversation_id":"c1","model":"m","replica_id":"n"}'
+    assert decode_event(old) == Meta("m1", "c1", "m", "n", "", "")
+
+
 def test_events_survive_the_codec() -> None:
     events = [
         Meta("m1", "c1", "model", "node-1"),
+        Meta("m1", "c1", "model", "node-1", "b", "Your home region a is unavailable"),
         Delta("héllo\n"),
         Retract(6),
         Done(Finish.STOP, Usage(10, 4, 7)),
