@@ -20,9 +20,10 @@ import aiohttp
 
 from domain.types import Finish, Usage
 from infra.process import dies_with_parent
+from nodeagent import chat_wire
 from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
 
-_FINISH = {"stop": Finish.STOP, "length": Finish.LENGTH}
+_FINISH = {"stop": Finish.STOP, "length": Finish.LENGTH, "tool_calls": Finish.STOP}
 # The health check's bound: llama-server answers /health at once, even mid-generation.
 HEALTH_TIMEOUT_S = 5.0
 
@@ -191,7 +192,7 @@ class LlamaCppEngine:
         )
 
     def _body(self, request: GenerationRequest) -> dict[str, object]:
-        messages = [{"role": turn.role.value, "content": turn.text} for turn in request.turns]
+        messages = chat_wire.messages(request.turns)
         if request.continue_from:
             # llama-server continues a trailing assistant message instead of starting anew.
             messages.append({"role": "assistant", "content": request.continue_from})
@@ -202,6 +203,7 @@ class LlamaCppEngine:
             "stream": True,
             "stream_options": {"include_usage": True},
             "cache_prompt": True,
+            **chat_wire.option_fields(request.options),
         }
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Chunk | Finished]:
@@ -210,6 +212,7 @@ class LlamaCppEngine:
         finish = Finish.STOP
         usage = Usage()
         output_tokens = 0
+        calls = chat_wire.ToolCallAssembler()
         try:
             async with self._http().post(
                 f"{self._base_url}/v1/chat/completions", json=self._body(request)
@@ -220,6 +223,7 @@ class LlamaCppEngine:
                 echo = request.continue_from
                 async for event in _sse_data(response.content):
                     choice = (event.get("choices") or [{}])[0]
+                    calls.feed(choice.get("delta") or {})
                     text = (choice.get("delta") or {}).get("content")
                     # llama-server streams a continued assistant message from its start: drop
                     # the part the client already has.
@@ -243,7 +247,7 @@ class LlamaCppEngine:
             acc.running_tokens.pop(request.request_id, None)
         acc.prompt_tokens_seen += usage.input_tokens
         acc.cached_tokens_seen += usage.cached_tokens
-        yield Finished(finish, usage)
+        yield Finished(finish, usage, calls.calls(request.request_id))
 
 
 def _strip_echo(text: str, echo: str) -> tuple[str, str]:
