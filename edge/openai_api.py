@@ -301,7 +301,7 @@ class OpenAIApi:
         if event.done.finish == FINISH_ERROR:
             await writer.error(13, "the model failed while answering")
             return True
-        await writer.choice({}, finish_of(event.done, bool(writer.called)))
+        await writer.choice({}, finish_of(event.done, bool(writer.called), writer.refused))
         if usage:
             await writer.usage(event.done)
         return True
@@ -315,6 +315,7 @@ class OpenAIApi:
             writer.called += len(calls)
             await writer.choice({"tool_calls": calls})
         if delta.text:
+            writer.refused = writer.refused or delta.refusal
             await writer.choice({"refusal" if delta.refusal else "content": delta.text})
 
     async def _whole_unless_gone(

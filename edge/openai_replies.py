@@ -42,6 +42,9 @@ class ChunkWriter:
         }
         # Tool calls were written: a stop is OpenAI's "tool_calls" finish.
         self.called = 0
+        # The platform's refusal was written apart (OpenAI's `refusal`), as OpenAI does for a
+        # structured answer: the finish is then "stop", which the SDK's parse() reads.
+        self.refused = False
 
     async def data(self, payload: dict[str, Any]) -> None:
         line = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
@@ -93,14 +96,19 @@ class WholeAnswer:
         return message
 
 
-def finish_of(done: pb.DoneEvent, called: bool) -> str:
+def finish_of(done: pb.DoneEvent, called: bool, refused_apart: bool = False) -> str:
+    """OpenAI's finish_reason: "tool_calls" after calls; a refusal given in the `refusal` field
+    ends with "stop" (OpenAI's own structured-output refusals do), one given as the content
+    with "content_filter"."""
+    if refused_apart:
+        return "stop"
     finish = OPENAI_FINISH.get(done.finish, "stop")
     return "tool_calls" if called and finish == "stop" else finish
 
 
 def completion_body(meta: pb.MetaEvent, answer: WholeAnswer, done: pb.DoneEvent) -> dict[str, Any]:
     message = answer.message()
-    finish = finish_of(done, bool(answer.calls))
+    finish = finish_of(done, bool(answer.calls), bool(answer.refusals))
     return {
         "id": meta.message_id,
         "object": "chat.completion",
