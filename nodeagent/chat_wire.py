@@ -87,6 +87,15 @@ def option_fields(options: AnswerOptions) -> dict[str, Any]:
     return fields
 
 
+def named_as_required(fields: dict[str, Any], options: AnswerOptions) -> dict[str, Any]:
+    """For an engine whose tool_choice is a string only (llama-server ignores an object, and
+    the model then may not call): a named tool becomes `required` with that tool alone."""
+    if options.tool_choice is not ToolChoice.NAMED:
+        return fields
+    named = [t for t in fields["tools"] if t["function"]["name"] == options.tool_choice_name]
+    return {**fields, "tools": named, "tool_choice": "required"}
+
+
 @dataclass(slots=True)
 class _Partial:
     call_id: str = ""

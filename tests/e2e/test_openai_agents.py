@@ -9,13 +9,16 @@ import json
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import jsonschema
 import openai
 import pydantic
 import pytest
+from langchain_core.messages import HumanMessage
+from langchain_core.tools import tool as langchain_tool
+from langchain_openai import ChatOpenAI
 
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from domain.safety import Refusals
@@ -348,3 +351,48 @@ async def test_malformed_tools_and_formats_get_a_400_naming_them(sim, fields, pa
     ):
         assert r.status == 400
         assert (await r.json())["error"]["param"] == param
+
+
+# LangChain's ChatOpenAI --------------------------------------------------------------------------
+
+
+def chat_model(platform: LocalPlatform) -> ChatOpenAI:
+    # A model name LangChain knows nothing of: it never needs tiktoken's encodings.
+    return ChatOpenAI(
+        model="auto",
+        base_url=f"{platform.edge_url}/v1",
+        api_key=platform.tokens["plus"],
+        max_retries=0,
+    )
+
+
+@langchain_tool
+def get_weather(city: str, unit: Literal["c", "f"]) -> str:
+    """Weather now in a city."""
+    return json.dumps({"city": city, "unit": unit, "temp": 4})
+
+
+async def test_langchain_bind_tools_gets_calls_and_uses_their_results(sim: LocalPlatform) -> None:
+    model = chat_model(sim).bind_tools([get_weather])
+    question = HumanMessage("Weather in Oslo?")
+    asked = await model.ainvoke([question])
+    (call,) = asked.tool_calls
+    assert call["name"] == "get_weather" and set(call["args"]) == {"city", "unit"}
+    assert call["args"]["unit"] in ("c", "f")
+    result = await get_weather.ainvoke(call)
+    answer = await model.ainvoke([question, asked, result])
+    assert answer.tool_calls == [] and answer.content
+    streamed = [chunk async for chunk in model.astream([question])]
+    whole = streamed[0]
+    for chunk in streamed[1:]:
+        whole += chunk
+    assert [c["name"] for c in whole.tool_calls] == ["get_weather"]
+
+
+async def test_langchain_structured_output_on_simulated_replicas(sim: LocalPlatform) -> None:
+    city = (
+        await chat_model(sim)
+        .with_structured_output(City, method="json_schema")
+        .ainvoke("Describe a city.")
+    )
+    assert isinstance(city, City) and len(city.rivers) == 2
