@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,63 +45,56 @@ MAX_STOPS = 4
 
 @dataclass(frozen=True, slots=True)
 class DefaultOnly:
-    """A field accepted only at a value that asks for nothing the platform does not do."""
+    """A field accepted only at values that ask for nothing the platform does not do."""
 
-    accepts: Callable[[Any], bool]
     why: str
+    # The values accepted (None: the field sent as null).
+    defaults: tuple[Any, ...] = (None,)
 
-
-def _null(value: Any) -> bool:
-    return value is None
-
-
-def _empty(value: Any) -> bool:
-    return value is None or value == {} or value == []
-
-
-def _one_of(*values: Any) -> Callable[[Any], bool]:
-    return lambda value: any(value is v or (value == v and type(value) is type(v)) for v in values)
+    def accepts(self, value: Any) -> bool:
+        # True is not 1 here, nor False 0: `n: true` is a mistake, not a default.
+        return any(value is d or (value == d and type(value) is type(d)) for d in self.defaults)
 
 
 DEFAULT_ONLY: dict[str, DefaultOnly] = {
-    "audio": DefaultOnly(_null, "audio output is not supported"),
-    "functions": DefaultOnly(_empty, "the deprecated 'functions' are not supported; use 'tools'"),
+    "audio": DefaultOnly("audio output is not supported"),
+    "functions": DefaultOnly(
+        "the deprecated 'functions' are not supported; use 'tools'", (None, [])
+    ),
     "function_call": DefaultOnly(
-        _one_of(None, "none", "auto"), "the deprecated 'function_call'; use 'tool_choice'"
+        "the deprecated 'function_call'; use 'tool_choice'", (None, "none", "auto")
     ),
-    "logit_bias": DefaultOnly(_empty, "logit_bias is not supported"),
-    "logprobs": DefaultOnly(_one_of(None, False), "logprobs are not returned"),
-    "top_logprobs": DefaultOnly(_one_of(None, 0), "logprobs are not returned"),
+    "logit_bias": DefaultOnly("logit_bias is not supported", (None, {})),
+    "logprobs": DefaultOnly("logprobs are not returned", (None, False)),
+    "top_logprobs": DefaultOnly("logprobs are not returned", (None, 0)),
     "metadata": DefaultOnly(
-        _empty, "chat completions are not stored, so there is nothing to attach metadata to"
+        "chat completions are not stored, so there is nothing to attach metadata to", (None, {})
     ),
-    "modalities": DefaultOnly(
-        lambda v: v is None or v == ["text"], "the models answer in text only"
-    ),
+    "modalities": DefaultOnly("the models answer in text only", (None, ["text"])),
     "moderation": DefaultOnly(
-        _null, "the platform's own safety checks run on every answer; no other can be chosen"
+        "the platform's own safety checks run on every answer; no other can be chosen"
     ),
-    "n": DefaultOnly(_one_of(None, 1), "only n=1 is supported"),
-    "prediction": DefaultOnly(_null, "predicted outputs are not supported"),
+    "n": DefaultOnly("only n=1 is supported", (None, 1)),
+    "prediction": DefaultOnly("predicted outputs are not supported"),
     "prompt_cache_options": DefaultOnly(
-        lambda v: _empty(v) or v == {"mode": "implicit"},
         "the prefix cache is the replica's own and takes no breakpoints",
+        (None, {}, {"mode": "implicit"}),
     ),
     "prompt_cache_retention": DefaultOnly(
-        _one_of(None, "in_memory"), "the prefix cache is the replica's, in memory only"
+        "the prefix cache is the replica's, in memory only", (None, "in_memory")
     ),
-    "reasoning_effort": DefaultOnly(_one_of(None, "none"), "the models do not reason"),
+    "reasoning_effort": DefaultOnly("the models do not reason", (None, "none")),
     "safety_identifier": DefaultOnly(
-        _null, "the API key names the user; the platform keeps no other identifier"
+        "the API key names the user; the platform keeps no other identifier"
     ),
     "service_tier": DefaultOnly(
-        _one_of(None, "auto", "default"), "the service tier is the API key's tier"
+        "the service tier is the API key's tier", (None, "auto", "default")
     ),
     "store": DefaultOnly(
-        _one_of(None, False), "chat completions are not stored (the Responses API stores)"
+        "chat completions are not stored (the Responses API stores)", (None, False)
     ),
-    "verbosity": DefaultOnly(_one_of(None, "medium"), "verbosity cannot be chosen"),
-    "web_search_options": DefaultOnly(_null, "web search is not supported"),
+    "verbosity": DefaultOnly("verbosity cannot be chosen", (None, "medium")),
+    "web_search_options": DefaultOnly("web search is not supported"),
 }
 
 

@@ -17,6 +17,9 @@ from typing import Any
 from domain.answer_options import AnswerOptions, ToolCall, ToolChoice, ToolDefinition
 
 _WORDS = "blue water light paper river stone cloud green quiet early bright small".split()
+# Past this a schema is recursive ($ref to itself) or absurd: the value is cut short there.
+MAX_DEPTH = 8
+MAX_ITEMS = 1000
 # The chunks of a document: each token with the white space before it, so they join to it.
 _CHUNK = re.compile(r"\s*(?:\w+|[^\w\s])")
 
@@ -29,17 +32,17 @@ class _Writer:
         self._free = free
 
     def value(self, schema: Any, depth: int = 0) -> Any:
-        if not isinstance(schema, dict):
+        if not isinstance(schema, dict) or depth > MAX_DEPTH:
             return None
-        if "$ref" in schema:
-            return self.value(self._resolve(schema["$ref"]), depth)
+        if isinstance(schema.get("$ref"), str):
+            return self.value(self._resolve(schema["$ref"]), depth + 1)
         if "const" in schema:
             return schema["const"]
-        if schema.get("enum"):
+        if isinstance(schema.get("enum"), list) and schema["enum"]:
             return self._rng.choice(schema["enum"])
         for key in ("anyOf", "oneOf", "allOf"):
-            if schema.get(key):
-                return self.value(schema[key][0], depth)
+            if isinstance(schema.get(key), list) and schema[key]:
+                return self.value(schema[key][0], depth + 1)
         kind = schema.get("type", "object")
         if isinstance(kind, list):
             kind = next((k for k in kind if k != "null"), "null")
@@ -47,34 +50,44 @@ class _Writer:
 
     def _typed(self, kind: str, schema: dict[str, Any], depth: int) -> Any:
         if kind == "object":
-            properties = schema.get("properties") or {}
+            properties = schema.get("properties")
+            properties = properties if isinstance(properties, dict) else {}
             if not properties and depth == 0 and self._free:
                 return {"answer": self._words(schema)}
             return {name: self.value(sub, depth + 1) for name, sub in properties.items()}
         if kind == "array":
-            count = max(int(schema.get("minItems", 0)), min(2, int(schema.get("maxItems", 2))))
+            fewest = _int(schema, "minItems", 0)
+            count = min(MAX_ITEMS, max(fewest, min(2, _int(schema, "maxItems", 2))))
             return [self.value(schema.get("items", {}), depth + 1) for _ in range(count)]
         if kind == "string":
             return self._words(schema)
         if kind == "integer":
-            return self._rng.randint(int(schema.get("minimum", 0)), int(schema.get("maximum", 99)))
+            low = _int(schema, "minimum", 0)
+            return self._rng.randint(low, max(low, _int(schema, "maximum", low + 99)))
         if kind == "number":
-            low, high = float(schema.get("minimum", 0)), float(schema.get("maximum", 99))
-            return round(self._rng.uniform(low, high), 2)
+            low = _int(schema, "minimum", 0)
+            return round(self._rng.uniform(low, max(low, _int(schema, "maximum", low + 99))), 2)
         if kind == "boolean":
             return self._rng.random() < 0.5
         return None
 
     def _words(self, schema: dict[str, Any]) -> str:
         text = " ".join(self._rng.choice(_WORDS) for _ in range(self._rng.randint(1, 4)))
-        low, high = int(schema.get("minLength", 0)), int(schema.get("maxLength", 10**6))
-        return text.ljust(low, "a")[:high]
+        low = min(_int(schema, "minLength", 0), 1000)
+        return text.ljust(low, "a")[: max(0, _int(schema, "maxLength", 10**6))]
 
     def _resolve(self, ref: str) -> Any:
         node: Any = self._root
         for part in ref.removeprefix("#/").split("/"):
             node = node.get(part, {}) if isinstance(node, dict) and part else node
         return node
+
+
+def _int(schema: dict[str, Any], key: str, default: int) -> int:
+    value = schema.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return default
+    return int(max(-(10**9), min(10**9, value)))
 
 
 def document(schema_text: str, rng: random.Random, free: bool = True) -> str:

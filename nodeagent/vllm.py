@@ -25,7 +25,7 @@ from domain.types import Finish, Tier, Usage
 from infra.process import dies_with_parent
 from nodeagent import chat_wire
 from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
-from nodeagent.llamacpp import free_port
+from nodeagent.llamacpp import free_port, tools_template_path
 from nodeagent.vllm_metrics import (
     MetricsParseError,
     VllmMetrics,
@@ -71,6 +71,23 @@ class VllmLaunch:
     # Takes the server's output; empty: .vllm/logs/vllm-PORT.log (one per server).
     log_path: str = ""
     extra_args: tuple[str, ...] = ()
+    # Parses the model's tool calls for tool_choice "auto" (required and named calls are
+    # decoded under a grammar without it); hermes reads <tool_call> tags.
+    tool_call_parser: str = "hermes"
+    # A chat template in place of the model's own; empty: the model's. The bundled SmolLM2's
+    # own template drops a request's tools, so it gets the one with tool use.
+    chat_template: str = ""
+
+    def tool_args(self) -> list[str]:
+        if not self.tool_call_parser:
+            return []
+        return ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
+
+    def template_args(self) -> list[str]:
+        template = self.chat_template
+        if not template and self.model_path == str(DEFAULT_HOME / "smollm2-135m-instruct"):
+            template = str(tools_template_path())
+        return ["--chat-template", template] if template else []
 
     def command(self, served_model: str, port: int, context_tokens: int) -> list[str]:
         return [
@@ -97,6 +114,8 @@ class VllmLaunch:
             "--enable-prefix-caching",
             "--disable-uvicorn-access-log",
             *(["--enforce-eager"] if self.enforce_eager else []),
+            *self.tool_args(),
+            *self.template_args(),
             *self.extra_args,
         ]
 

@@ -98,6 +98,10 @@ def test_every_sdk_field_is_either_honoured_or_refused_unless_default() -> None:
     assert set(HONOURED) | set(DEFAULT_ONLY) == SDK_FIELDS
     assert not set(HONOURED) & set(DEFAULT_ONLY)
     assert set(DEFAULTS_AND_REFUSED) == set(DEFAULT_ONLY)
+    # What the OpenAPI document lists as accepted is what is accepted.
+    assert {n: list(r.defaults) for n, r in DEFAULT_ONLY.items()} == {
+        n: defaults for n, (defaults, _) in DEFAULTS_AND_REFUSED.items()
+    }
     assert set(HONOURED_VALUES) | {"messages", "model", "stream_options"} == set(HONOURED)
 
 
