@@ -65,8 +65,10 @@ class _Writer:
             low = _int(schema, "minimum", 0)
             return self._rng.randint(low, max(low, _int(schema, "maximum", low + 99)))
         if kind == "number":
-            low = _int(schema, "minimum", 0)
-            return round(self._rng.uniform(low, max(low, _int(schema, "maximum", low + 99))), 2)
+            low = float(_int(schema, "minimum", 0, exact=True))
+            high = max(low, float(_int(schema, "maximum", low + 99, exact=True)))
+            # Rounded inward, so the bounds hold.
+            return min(high, max(low, round(self._rng.uniform(low, high), 2)))
         if kind == "boolean":
             return self._rng.random() < 0.5
         return None
@@ -83,11 +85,13 @@ class _Writer:
         return node
 
 
-def _int(schema: dict[str, Any], key: str, default: int) -> int:
+def _int(schema: dict[str, Any], key: str, default: float, exact: bool = False) -> Any:
+    """A numeric keyword, bounded; an int unless exact (a number's bounds keep fractions)."""
     value = schema.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        return default
-    return int(max(-(10**9), min(10**9, value)))
+        value = default
+    bounded = max(-(10**9), min(10**9, value))
+    return bounded if exact else int(bounded)
 
 
 def document(schema_text: str, rng: random.Random, free: bool = True) -> str:
