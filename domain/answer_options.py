@@ -5,7 +5,10 @@ call. Plain values; the edge parses them, the nodeagent's engine adapters apply 
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass
+
+from domain.errors import InvalidArgument
 
 
 class ToolChoice(enum.StrEnum):
@@ -65,3 +68,28 @@ class AnswerOptions:
 
 # The options of a request that asks for nothing: the platform's sampling, free text.
 PLAIN = AnswerOptions()
+
+
+def _json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
+
+
+def check(options: AnswerOptions) -> None:
+    """What every service checks of options that came over gRPC: the schemas are JSON objects
+    and a named tool is among the tools; an engine would otherwise fail mid-call."""
+    if options.json_schema and not _json_object(options.json_schema):
+        raise InvalidArgument("options.json_schema must be a JSON object")
+    names = set()
+    for tool in options.tools:
+        if not tool.name:
+            raise InvalidArgument("every tool needs a name")
+        if tool.parameters and not _json_object(tool.parameters):
+            raise InvalidArgument(f"the parameters of tool {tool.name!r} must be a JSON object")
+        names.add(tool.name)
+    if options.tool_choice is ToolChoice.NAMED and options.tool_choice_name not in names:
+        raise InvalidArgument(f"tool_choice names {options.tool_choice_name!r}, not a tool")
+    if options.tool_choice is ToolChoice.REQUIRED and not names:
+        raise InvalidArgument("tool_choice is required but there are no tools")

@@ -12,6 +12,7 @@ import re
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
+from domain import answer_options
 from domain.answer_options import PLAIN, AnswerOptions, ToolCall
 from domain.context import ContextBuilder, Prompt
 from domain.errors import InvalidArgument, MessageTooLarge
@@ -72,6 +73,7 @@ def validate(request: CompleteRequest, max_message_chars: int) -> None:
         _check_tool_use(index, turn, calls)
     if request.turns[-1].role not in (Role.USER, Role.TOOL):
         raise InvalidArgument("the last turn must be the user's or a tool's result")
+    answer_options.check(request.options)
     if request.max_tokens < 0:
         raise InvalidArgument("max_tokens must not be negative")
     if request.session_key and not SESSION_KEY_PATTERN.match(request.session_key):
