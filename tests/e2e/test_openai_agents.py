@@ -5,6 +5,7 @@ field, a failover refused mid-document, and tool calls whole and streamed."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 from collections.abc import AsyncIterator
@@ -20,6 +21,8 @@ from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool as langchain_tool
 from langchain_openai import ChatOpenAI
 
+from chat.v1 import scheduler_service_pb2 as spb
+from chat.v1 import scheduler_service_pb2_grpc as spb_grpc
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from domain.safety import Refusals
 
@@ -186,6 +189,9 @@ async def test_a_json_answer_whose_replica_dies_is_not_continued(sim: LocalPlatf
             if shown == 3 and "error" not in events[-1]:
                 killed = next(c for c in sim.children if c.name == serving)
                 killed.process.send_signal(signal.SIGKILL)
+    # The fixture's other tests get both replicas back.
+    await sim.restart(serving)
+    await both_nodes_ready(sim)
     error = events[-1]["error"]
     assert error["code"] == "14"
     assert error["message"] == (
@@ -193,6 +199,18 @@ async def test_a_json_answer_whose_replica_dies_is_not_continued(sim: LocalPlatf
         "cannot be continued on another replica; send the request again"
     )
     assert not any(e.get("choices") and e["choices"][0]["finish_reason"] for e in events)
+
+
+async def both_nodes_ready(platform: LocalPlatform) -> None:
+    admin = (("authorization", f"Bearer {platform.admin_token}"),)
+    async with platform.channel(platform.scheduler_address) as channel:
+        scheduler = spb_grpc.SchedulerServiceStub(channel)
+        for _ in range(600):
+            nodes = (await scheduler.ListNodes(spb.ListNodesRequest(), metadata=admin)).nodes
+            if sum(n.load.state == spb.NODE_STATE_READY for n in nodes) == 2:
+                return
+            await asyncio.sleep(0.1)
+    raise AssertionError("the restarted node did not come back")
 
 
 # Tool calls -----------------------------------------------------------------------------------
@@ -396,3 +414,20 @@ async def test_langchain_structured_output_on_simulated_replicas(sim: LocalPlatf
         .ainvoke("Describe a city.")
     )
     assert isinstance(city, City) and len(city.rivers) == 2
+
+
+async def test_prompt_cache_key_and_user_keep_a_session_on_one_replica(sim: LocalPlatform) -> None:
+    """Both name the affinity key: different openings with one key go to one replica (by
+    chance, five openings would share one of two replicas once in sixteen)."""
+    async with sdk(sim) as client:
+        for field in ("prompt_cache_key", "user"):
+            replicas = set()
+            for topic in ("owls", "tides", "bread", "comets", "glass"):
+                completion = await client.chat.completions.create(
+                    model="auto",
+                    messages=ask(f"About {topic}?"),
+                    max_tokens=2,
+                    **{field: f"{field}-session-1"},
+                )
+                replicas.add(completion.system_fingerprint)
+            assert len(replicas) == 1, field
