@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from domain.answer_options import ToolCall
+
 
 class Tier(enum.StrEnum):
     FREE = "free"
@@ -15,6 +17,8 @@ class Role(enum.StrEnum):
     SYSTEM = "system"
     USER = "user"
     ASSISTANT = "assistant"
+    # A tool's result (the OpenAI-compatible API's completions only; never stored).
+    TOOL = "tool"
 
 
 class Finish(enum.StrEnum):
@@ -38,6 +42,9 @@ class Turn:
     text: str
     # Counted once with the serving model's tokenizer when the turn is saved; never recounted.
     tokens: int
+    # Tool use (completions only): an assistant turn's calls, or the call a tool turn answers.
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,11 +8,19 @@ id that is not there, null for a finish a turn does not have)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import common_pb2
-from infra.convert import FINISH_NAMES, MODEL_CHOICES, ROLE_NAMES, TIER_NAMES
+from domain.answer_options import PLAIN, AnswerOptions, ToolCall
+from infra.convert import (
+    FINISH_NAMES,
+    MODEL_CHOICES,
+    ROLE_NAMES,
+    TIER_NAMES,
+    options_to_pb,
+    tool_call_to_pb,
+)
 
 FINISH_ERROR = common_pb2.FINISH_REASON_ERROR
 # The OpenAI-compatible API's roles; "developer" is what newer OpenAI clients send in place
@@ -22,7 +30,21 @@ OPENAI_ROLES = {
     "developer": common_pb2.ROLE_SYSTEM,
     "user": common_pb2.ROLE_USER,
     "assistant": common_pb2.ROLE_ASSISTANT,
+    "tool": common_pb2.ROLE_TOOL,
 }
+NO_OPTIONS = PLAIN
+
+
+class CallerTurn(NamedTuple):
+    """One message of a completion's history: role (one of OPENAI_ROLES) and text, and for
+    tool use, an assistant's calls or the id of the call a tool message answers."""
+
+    role: str
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str = ""
+
+
 # And its finish reasons: a stopped answer ends as OpenAI's do, a refusal is its content filter.
 OPENAI_FINISH = {
     common_pb2.FINISH_REASON_STOP: "stop",
@@ -77,15 +99,31 @@ def limits_request() -> pb.GetLimitsRequest:
     return pb.GetLimitsRequest()
 
 
+def _turn_pb(turn: tuple[str, str] | CallerTurn) -> common_pb2.Turn:
+    whole = CallerTurn(*turn)
+    return common_pb2.Turn(
+        role=OPENAI_ROLES[whole.role],
+        content=whole.text,
+        tool_calls=[tool_call_to_pb(call) for call in whole.tool_calls],
+        tool_call_id=whole.tool_call_id,
+    )
+
+
 def completion_request(
-    turns: list[tuple[str, str]], model: str, max_tokens: int, session_key: str
+    turns: list[tuple[str, str]] | list[CallerTurn],
+    model: str,
+    max_tokens: int,
+    session_key: str,
+    options: AnswerOptions = NO_OPTIONS,
 ) -> pb.CompleteRequest:
-    """turns: (role, text), the role one of OPENAI_ROLES; model: one of MODEL_CHOICES."""
+    """turns: (role, text) pairs or CallerTurns, the role one of OPENAI_ROLES; model: one of
+    MODEL_CHOICES."""
     return pb.CompleteRequest(
-        turns=[common_pb2.Turn(role=OPENAI_ROLES[role], content=text) for role, text in turns],
+        turns=[_turn_pb(turn) for turn in turns],
         model=MODEL_CHOICES[model],
         max_tokens=max_tokens,
         session_key=session_key,
+        options=options_to_pb(options),
     )
 
 

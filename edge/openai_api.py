@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,56 +20,34 @@ import grpc
 from aiohttp import web
 
 from chat.v1 import chat_service_pb2 as pb
-from edge import sse
+from domain.answer_options import AnswerOptions
+from edge import openai_fields, openai_format, openai_tools, sse
 from edge.convert import (
     FINISH_ERROR,
     MODEL_CHOICES,
-    OPENAI_FINISH,
+    NO_OPTIONS,
     OPENAI_ROLES,
+    CallerTurn,
     completion_request,
     limits_request,
 )
 from edge.gateways import Gateways
 from edge.metrics import EdgeMetrics
+
+# Re-exported: callers import these from here (edge/errors.py, the Responses API).
+from edge.openai_errors import OpenAIError as OpenAIError
+from edge.openai_replies import ChunkWriter, WholeAnswer, completion_body, finish_of
+from edge.openai_replies import usage_of as usage_of
+from infra.convert import tool_call_from_pb
 from infra.status import REASON_MESSAGE_TOO_LARGE, CallFailure
 
 SESSION_HEADER = "X-Session-Id"
 REPLICA_HEADER = "X-Replica"
-ERROR_TYPES = {401: "invalid_request_error", 403: "permission_error", 429: "rate_limit_error"}
 DONE_LINE = b"data: [DONE]\n\n"
 # How often a non-streaming completion looks whether its caller is still connected.
 CLIENT_CHECK_S = 0.25
 CLIENT_CLOSED = 499  # nginx's status for a request its client gave up on; nobody reads it
 MAX_BODY_KEY = web.AppKey("max_body_bytes", int)
-
-
-class OpenAIError(Exception):
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        code: str | None = None,
-        param: str | None = None,
-        retry_after: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.code = code
-        self.param = param
-        self.retry_after = retry_after
-
-    def body(self) -> dict[str, Any]:
-        kind = ERROR_TYPES.get(self.status)
-        if kind is None:
-            kind = "server_error" if self.status >= 500 else "invalid_request_error"
-        return {
-            "error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}
-        }
-
-    def response(self) -> web.Response:
-        headers = {"Retry-After": self.retry_after} if self.retry_after else None
-        return web.json_response(self.body(), status=self.status, headers=headers)
 
 
 def from_rpc(error: grpc.aio.AioRpcError) -> OpenAIError:
@@ -114,6 +91,7 @@ class Completion:
     model: str
     stream: bool
     include_usage: bool
+    options: AnswerOptions = NO_OPTIONS
 
 
 def bearer(request: web.Request) -> tuple[tuple[str, str], ...]:
@@ -142,22 +120,33 @@ def _text_of(content: Any, index: int) -> str:
     return "".join(texts)
 
 
-def _turns(messages: Any) -> list[tuple[str, str]]:
+def _turn(message: dict[str, Any], index: int) -> CallerTurn:
+    role = message["role"]
+    calls = openai_tools.calls_of(message, index)
+    content = message.get("content")
+    if calls and content is None:
+        return CallerTurn(role, "", calls)  # an assistant turn that only called tools
+    text = _text_of(content, index)
+    if role == "tool":
+        return CallerTurn(role, text, (), openai_tools.call_id_of(message, index))
+    return CallerTurn(role, text, calls)
+
+
+def _turns(messages: Any) -> list[CallerTurn]:
     if not isinstance(messages, list) or not messages:
         raise OpenAIError(400, "'messages' must be a non-empty list", None, "messages")
     turns = []
     for index, message in enumerate(messages):
         if not isinstance(message, dict):
             raise OpenAIError(400, f"'messages[{index}]' must be an object", None, "messages")
-        role = message.get("role")
-        if role not in OPENAI_ROLES:
+        if message.get("role") not in OPENAI_ROLES:
             raise OpenAIError(
                 400,
-                f"'messages[{index}].role' must be one of system, developer, user, assistant",
+                f"'messages[{index}].role' must be one of system, developer, user, assistant, tool",
                 None,
                 f"messages[{index}].role",
             )
-        turns.append((role, _text_of(message.get("content"), index)))
+        turns.append(_turn(message, index))
     return turns
 
 
@@ -203,64 +192,15 @@ def parse_completion(body: dict[str, Any], session_key: str) -> Completion:
             "model_not_found",
             "model",
         )
-    n = body.get("n", 1)
-    if n not in (None, 1):
-        raise OpenAIError(400, "only n=1 is supported", None, "n")
-    if body.get("tools"):
-        raise OpenAIError(400, "tools are not supported", None, "tools")
+    openai_fields.check_known(body)
     stream, include_usage = _stream_flags(body)
-    ask = completion_request(_turns(body.get("messages")), model, _max_tokens(body), session_key)
-    return Completion(ask, model, stream, include_usage)
-
-
-def usage_of(done: pb.DoneEvent) -> dict[str, Any]:
-    u = done.usage
-    return {
-        "prompt_tokens": u.input_tokens,
-        "completion_tokens": u.output_tokens,
-        "total_tokens": u.input_tokens + u.output_tokens,
-        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
-    }
-
-
-class ChunkWriter:
-    """Writes chat.completion.chunk objects of one completion as `data:` lines."""
-
-    def __init__(self, response: web.StreamResponse, meta: pb.MetaEvent, metrics: EdgeMetrics):
-        self._response = response
-        self._metrics = metrics
-        self._head = {
-            "id": meta.message_id,
-            "object": "chat.completion.chunk",
-            "created": int(time.time()),
-            "model": meta.model,
-            "system_fingerprint": meta.replica_id,
-        }
-
-    async def data(self, payload: dict[str, Any]) -> None:
-        line = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
-        await self._response.write(f"data: {line}\n\n".encode())
-        self._metrics.events.inc()
-
-    async def choice(self, delta: dict[str, Any], finish: str | None = None) -> None:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        await self.data({**self._head, "choices": [choice]})
-
-    async def usage(self, done: pb.DoneEvent) -> None:
-        await self.data({**self._head, "choices": [], "usage": usage_of(done)})
-
-    async def error(self, code: int, message: str) -> None:
-        # The openai SDK raises an APIError for a chunk that carries "error".
-        await self.data(
-            {
-                "error": {
-                    "message": message,
-                    "type": "server_error",
-                    "param": None,
-                    "code": str(code),
-                }
-            }
-        )
+    turns = _turns(body.get("messages"))
+    options = openai_fields.sampling(body)
+    options = openai_format.with_format(options, body.get("response_format"))
+    options = openai_tools.with_tools(options, body)
+    key = openai_fields.cache_key(body, session_key)
+    ask = completion_request(turns, model, _max_tokens(body), key, options)
+    return Completion(ask, model, stream, include_usage, options)
 
 
 class OpenAIApi:
@@ -351,7 +291,7 @@ class OpenAIApi:
         """Writes one event as OpenAI chunks; True when it was the last."""
         kind = event.WhichOneof("kind")
         if kind == "delta":
-            await writer.choice({"content": event.delta.text})
+            await self._write_delta(writer, event.delta)
             return False
         if kind == "error":
             await writer.error(event.error.code, event.error.message)
@@ -361,10 +301,22 @@ class OpenAIApi:
         if event.done.finish == FINISH_ERROR:
             await writer.error(13, "the model failed while answering")
             return True
-        await writer.choice({}, OPENAI_FINISH.get(event.done.finish, "stop"))
+        await writer.choice({}, finish_of(event.done, bool(writer.called), writer.refused))
         if usage:
             await writer.usage(event.done)
         return True
+
+    async def _write_delta(self, writer: ChunkWriter, delta: pb.DeltaEvent) -> None:
+        if delta.tool_calls:
+            calls = [
+                openai_tools.call_json(tool_call_from_pb(call), writer.called + index)
+                for index, call in enumerate(delta.tool_calls)
+            ]
+            writer.called += len(calls)
+            await writer.choice({"tool_calls": calls})
+        if delta.text:
+            writer.refused = writer.refused or delta.refusal
+            await writer.choice({"refusal" if delta.refusal else "content": delta.text})
 
     async def _whole_unless_gone(
         self,
@@ -391,18 +343,18 @@ class OpenAIApi:
                 whole.cancel()
 
     async def _whole(self, meta: pb.MetaEvent, events: AsyncIterator[pb.ChatEvent]) -> web.Response:
-        texts: list[str] = []
+        answer = WholeAnswer()
         async for event in events:
             kind = event.WhichOneof("kind")
             if kind == "delta":
-                texts.append(event.delta.text)
+                answer.add(event.delta)
             elif kind == "error":
                 raise OpenAIError(502 if event.error.code != 14 else 503, event.error.message)
             elif kind == "done":
                 if event.done.finish == FINISH_ERROR:
                     raise OpenAIError(502, "the model failed while answering")
                 return web.json_response(
-                    _completion_body(meta, "".join(texts), event.done),
+                    completion_body(meta, answer, event.done),
                     headers={REPLICA_HEADER: meta.replica_id},
                 )
         raise OpenAIError(502, "the gateway ended the completion without finishing it")
@@ -431,20 +383,6 @@ class OpenAIApi:
 
 def _model(name: str) -> dict[str, Any]:
     return {"id": name, "object": "model", "created": 0, "owned_by": "chat-platform"}
-
-
-def _completion_body(meta: pb.MetaEvent, text: str, done: pb.DoneEvent) -> dict[str, Any]:
-    message = {"role": "assistant", "content": text, "refusal": None}
-    finish = OPENAI_FINISH.get(done.finish, "stop")
-    return {
-        "id": meta.message_id,
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": meta.model,
-        "system_fingerprint": meta.replica_id,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
-        "usage": usage_of(done),
-    }
 
 
 async def _events(head: Any | None, call: grpc.aio.UnaryStreamCall) -> AsyncIterator[pb.ChatEvent]:

@@ -8,6 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from domain.types import Finish, Role, Tier
+from edge.openai_schemas import OPENAI_REQUEST_SCHEMAS
 from infra.convert import MODEL_CHOICES
 
 JSON = "application/json"
@@ -167,48 +168,8 @@ SCHEMAS: dict[str, Any] = {
             "fullInSeconds": {"type": "number"},
         }
     ),
-    "ChatMessage": {
-        "type": "object",
-        "required": ["role", "content"],
-        "properties": {
-            "role": {"type": "string", "enum": ["system", "developer", "user", "assistant"]},
-            "content": {
-                "oneOf": [
-                    {"type": "string"},
-                    {
-                        "type": "array",
-                        "minItems": 1,
-                        "items": {
-                            "type": "object",
-                            "required": ["type", "text"],
-                            "properties": {
-                                "type": {"const": "text"},
-                                "text": {"type": "string"},
-                            },
-                        },
-                    },
-                ]
-            },
-            "name": {"type": "string"},
-        },
-    },
-    "ChatCompletionRequest": {
-        "type": "object",
-        "required": ["model", "messages"],
-        "properties": {
-            "model": {"type": "string", "enum": list(MODEL_CHOICES)},
-            "messages": {"type": "array", "minItems": 1, "items": _ref("ChatMessage")},
-            "stream": {"type": "boolean"},
-            "stream_options": {
-                "type": "object",
-                "properties": {"include_usage": {"type": "boolean"}},
-            },
-            "max_tokens": {"type": "integer", "minimum": 1},
-            "max_completion_tokens": {"type": "integer", "minimum": 1},
-            "temperature": {"type": "number"},
-            "n": {"type": "integer", "const": 1},
-        },
-    },
+    # The chat-completions request, field by field (edge/openai_schemas.py).
+    **OPENAI_REQUEST_SCHEMAS,
     "ChatCompletion": {
         "type": "object",
         "required": ["id", "object", "created", "model", "choices", "usage"],

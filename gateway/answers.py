@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from domain.answer_options import PLAIN, AnswerOptions
 from domain.breaker import Breakers
 from domain.context import Prompt
 from domain.errors import Unavailable
@@ -55,6 +56,8 @@ class AnswerPlan:
     # Told to the user in the meta event (a conversation started away from a home region that
     # is out, without its history); not kept across a takeover.
     region_notice: str = ""
+    # A completion's sampling, JSON answer and tools (messages keep the defaults).
+    options: AnswerOptions = PLAIN
 
 
 @dataclass(slots=True)
@@ -132,6 +135,7 @@ class AnswerWriter:
             try:
                 finish, usage = await self._stream(run, plan, answer.served_by, answer)
             except NodeLost as error:
+                self._refuse_broken_document(run, plan, answer, error)
                 lost.append(answer.served_by.node_id)
                 self._metrics.failovers.labels(plan.tier.value, plan.pool).inc()
                 self._breakers.of(plan.pool).record_failure()
@@ -150,6 +154,22 @@ class AnswerWriter:
             )
             return
         raise Unavailable(f"the answer lost {len(lost)} replicas in a row; try again")
+
+    def _refuse_broken_document(
+        self, run: MessageRun, plan: AnswerPlan, answer: Answer, error: NodeLost
+    ) -> None:
+        """A JSON answer or tool calls are decoded under a grammar that starts at the answer's
+        first character, and an engine cannot resume it mid-document (llama.cpp has no way
+        to), so a continuation could write a broken document. Lost before its first token,
+        the answer simply starts again elsewhere; lost later, it fails with this error."""
+        if not plan.options.constrained or not answer.pieces:
+            return
+        self._log.warning("replica lost mid-document; not continued", message_id=run.message_id,
+                          node=answer.served_by.node_id, reason=str(error))  # fmt: skip
+        raise Unavailable(
+            "the replica writing this JSON answer was lost mid-document, and a JSON answer "
+            "cannot be continued on another replica; send the request again"
+        )
 
     async def _count_taken_over(self, answer: Answer) -> None:
         """The log a takeover reads keeps text, not token counts, and a delta may hold many
@@ -208,9 +228,11 @@ class AnswerWriter:
             await self._withdraw(run, plan, answer)
             await self._show_refusal(run, answer)
             return Finish.REFUSED
-        refusal = ("\n\n" if answer.shown else "") + guard.refusal_text
+        # A JSON or tool answer's refusal goes apart from the document (OpenAI's `refusal`).
+        apart = plan.options.constrained
+        refusal = ("\n\n" if answer.shown and not apart else "") + guard.refusal_text
         answer.shown.append(refusal)
-        await run.append(Delta(refusal))
+        await run.append(Delta(refusal, refusal=apart))
         return Finish.REFUSED
 
     async def _withdraw(self, run: MessageRun, plan: AnswerPlan, answer: Answer) -> None:
@@ -241,9 +263,10 @@ class AnswerWriter:
             turns=plan.prompt.turns,
             max_tokens=plan.max_answer_tokens - answer.tokens,
             tier=plan.tier,
-            temperature=ANSWER_TEMPERATURE,
+            temperature=_temperature(plan.options),
             prompt_tokens=plan.prompt.tokens,
             continue_from="".join(answer.pieces),
+            options=plan.options,
         )
         generation: Generation | None = None
         stop: _StopRelay | None = None
@@ -260,6 +283,8 @@ class AnswerWriter:
                     deadline.reschedule(loop.time() + silence_s)
                     item = await generation.read()
                     if type(item) is not Chunk:
+                        if item.tool_calls:
+                            await run.append(Delta("", tool_calls=item.tool_calls))
                         return item.finish, item.usage
                     silence_s = self._timeouts.stall_s
                     # A chunk's index is its last token's: it may carry several.
@@ -280,3 +305,7 @@ class AnswerWriter:
                 stop.close()
             if generation is not None:
                 generation.close()
+
+
+def _temperature(options: AnswerOptions) -> float:
+    return ANSWER_TEMPERATURE if options.temperature is None else options.temperature

@@ -12,6 +12,8 @@ import re
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
+from domain import answer_options
+from domain.answer_options import PLAIN, AnswerOptions, ToolCall
 from domain.context import ContextBuilder, Prompt
 from domain.errors import InvalidArgument, MessageTooLarge
 from domain.types import Role, Turn
@@ -30,6 +32,19 @@ class CallerTurn:
 
     role: Role
     text: str
+    # Tool use: an assistant turn's calls (its text may then be empty), or the call a tool
+    # turn answers.
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str = ""
+
+    def counted_text(self) -> str:
+        """What the prompt holds of this turn, as the tokenizer is asked to count it: the
+        calls go into the prompt as JSON (an estimate of the chat template's own form)."""
+        calls = (f'{{"name":"{c.name}","arguments":{c.arguments}}}' for c in self.tool_calls)
+        return "\n".join([self.text, *calls]) if self.tool_calls else self.text
+
+    def as_turn(self, tokens: int) -> Turn:
+        return Turn(self.role, self.text, tokens, self.tool_calls, self.tool_call_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +53,7 @@ class CompleteRequest:
     pool: str | None  # None: the router decides
     max_tokens: int  # 0: the tier's (and the ladder's) cap
     session_key: str  # empty: derived from the start of the history
+    options: AnswerOptions = PLAIN
 
 
 def validate(request: CompleteRequest, max_message_chars: int) -> None:
@@ -45,20 +61,34 @@ def validate(request: CompleteRequest, max_message_chars: int) -> None:
         raise InvalidArgument("turns must not be empty")
     if len(request.turns) > MAX_TURNS:
         raise InvalidArgument(f"at most {MAX_TURNS} turns are accepted")
+    calls: set[str] = set()
     for index, turn in enumerate(request.turns):
-        if not turn.text.strip():
+        if not turn.text.strip() and not turn.tool_calls:
             raise InvalidArgument(f"turn {index} has no content")
-        if len(turn.text) > max_message_chars:
+        if len(turn.counted_text()) > max_message_chars:
             raise MessageTooLarge(
-                f"turn {index} has {len(turn.text)} characters; "
+                f"turn {index} has {len(turn.counted_text())} characters; "
                 f"at most {max_message_chars} are accepted"
             )
-    if request.turns[-1].role is not Role.USER:
-        raise InvalidArgument("the last turn must be the user's")
+        _check_tool_use(index, turn, calls)
+    if request.turns[-1].role not in (Role.USER, Role.TOOL):
+        raise InvalidArgument("the last turn must be the user's or a tool's result")
+    answer_options.check(request.options)
     if request.max_tokens < 0:
         raise InvalidArgument("max_tokens must not be negative")
     if request.session_key and not SESSION_KEY_PATTERN.match(request.session_key):
         raise InvalidArgument("the session key must be 1-128 printable ASCII characters")
+
+
+def _check_tool_use(index: int, turn: CallerTurn, calls: set[str]) -> None:
+    """Tool calls only on assistant turns; a tool turn answers a call made before it."""
+    if turn.tool_calls and turn.role is not Role.ASSISTANT:
+        raise InvalidArgument(f"turn {index}: only an assistant turn may call tools")
+    calls.update(call.call_id for call in turn.tool_calls)
+    if turn.role is Role.TOOL and turn.tool_call_id not in calls:
+        raise InvalidArgument(
+            f"turn {index} answers the tool call {turn.tool_call_id!r}, which no earlier turn made"
+        )
 
 
 def affinity_key(user_id: str, request: CompleteRequest) -> str:
@@ -89,6 +119,12 @@ def split_system(
     if turns[0].role is Role.SYSTEM:
         return turns[0], turns[1:]
     return CallerTurn(Role.SYSTEM, default_system), turns
+
+
+def tools_text(options: AnswerOptions) -> str:
+    """The tools' definitions as the prompt carries them (the chat template writes them into
+    the system part): counted with the system turn, so the window and the bucket see them."""
+    return "\n".join(f"{t.name}: {t.description} {t.parameters}" for t in options.tools)
 
 
 def fit(system: Turn, turns: list[Turn], window_tokens: int, answer_reserve: int) -> Prompt:

@@ -12,7 +12,16 @@ from domain.errors import InvalidArgument
 from domain.types import Finish
 from gateway.completions import CallerTurn, CompleteRequest
 from gateway.runs import Delta, Done, Event, Failed, Meta, Retract
-from infra.convert import AUTO_MODEL, FINISH_TO_PB, MODEL_CHOICES, ROLE_FROM_PB, ROLE_TO_PB
+from infra.convert import (
+    AUTO_MODEL,
+    FINISH_TO_PB,
+    MODEL_CHOICES,
+    ROLE_FROM_PB,
+    ROLE_TO_PB,
+    options_from_pb,
+    tool_call_from_pb,
+    tool_call_to_pb,
+)
 from store.records import ConversationRecord, MessageRecord
 
 # The stream messages that carry a batch of events.
@@ -35,13 +44,15 @@ def completion_from_pb(request: pb.CompleteRequest) -> CompleteRequest:
     for index, turn in enumerate(request.turns):
         role = ROLE_FROM_PB.get(turn.role)
         if role is None:
-            raise InvalidArgument(f"turn {index} must be a system, user or assistant turn")
-        turns.append(CallerTurn(role, turn.content))
+            raise InvalidArgument(f"turn {index} must be a system, user, assistant or tool turn")
+        calls = tuple(tool_call_from_pb(call) for call in turn.tool_calls)
+        turns.append(CallerTurn(role, turn.content, calls, turn.tool_call_id))
     return CompleteRequest(
         turns=tuple(turns),
         pool=pool_of(request.model),
         max_tokens=request.max_tokens,
         session_key=request.session_key,
+        options=options_from_pb(request.options),
     )
 
 
@@ -66,7 +77,12 @@ def event_to_pb(event_id: int, event: Event) -> pb.ChatEvent:
                 ),
             )
         case Delta():
-            return pb.ChatEvent(event_id=event_id, delta=pb.DeltaEvent(text=event.text))
+            delta = pb.DeltaEvent(
+                text=event.text,
+                tool_calls=[tool_call_to_pb(call) for call in event.tool_calls],
+                refusal=event.refusal,
+            )
+            return pb.ChatEvent(event_id=event_id, delta=delta)
         case Retract():
             retract = pb.RetractEvent(withdrawn_chars=event.chars)
             return pb.ChatEvent(event_id=event_id, retract=retract)

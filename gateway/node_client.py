@@ -11,9 +11,17 @@ from typing import NamedTuple
 import grpc
 
 from chat.v1 import common_pb2, node_service_pb2, node_service_pb2_grpc
+from domain.answer_options import PLAIN, AnswerOptions, ToolCall
 from domain.errors import Unavailable
 from domain.types import Finish, Tier, Turn, Usage
-from infra.convert import FINISH_FROM_PB, ROLE_TO_PB, TIER_TO_PB
+from infra.convert import (
+    FINISH_FROM_PB,
+    ROLE_TO_PB,
+    TIER_TO_PB,
+    options_to_pb,
+    tool_call_from_pb,
+    tool_call_to_pb,
+)
 from infra.keepalive import CLIENT_KEEPALIVE
 from infra.tls import TlsConfig, open_channel
 
@@ -36,6 +44,8 @@ class Chunk(NamedTuple):
 class Finished(NamedTuple):
     finish: Finish
     usage: Usage
+    # The calls the engine parsed from the answer (a request with tools).
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 class StreamBroken(Exception):
@@ -60,6 +70,8 @@ class GenerateSpec(NamedTuple):
     prompt_tokens: int
     # A partial answer to go on from (a failover or a takeover).
     continue_from: str = ""
+    # The caller's sampling, JSON answer and tools (completions).
+    options: AnswerOptions = PLAIN
 
 
 class Generation:
@@ -75,12 +87,13 @@ class Generation:
     async def start(self, spec: GenerateSpec) -> None:
         start = node_service_pb2.GenerateStart(
             request_id=spec.request_id,
-            turns=[common_pb2.Turn(role=ROLE_TO_PB[t.role], content=t.text) for t in spec.turns],
+            turns=[_turn_pb(t) for t in spec.turns],
             max_tokens=max(1, spec.max_tokens),
             tier=TIER_TO_PB[spec.tier],
             continue_from=spec.continue_from,
             prompt_tokens=spec.prompt_tokens,
             temperature=spec.temperature,
+            options=options_to_pb(spec.options),
         )
         try:
             await self._call.write(node_service_pb2.GenerateRequest(start=start))
@@ -102,6 +115,7 @@ class Generation:
         return Finished(
             FINISH_FROM_PB.get(finish.finish, Finish.ERROR),
             Usage(usage.input_tokens, usage.cached_tokens, usage.output_tokens),
+            tuple(tool_call_from_pb(call) for call in finish.tool_calls),
         )
 
     def cancel(self) -> asyncio.Task[None]:
@@ -119,6 +133,15 @@ class Generation:
 
     def close(self) -> None:
         self._call.cancel()
+
+
+def _turn_pb(turn: Turn) -> common_pb2.Turn:
+    return common_pb2.Turn(
+        role=ROLE_TO_PB[turn.role],
+        content=turn.text,
+        tool_calls=[tool_call_to_pb(call) for call in turn.tool_calls],
+        tool_call_id=turn.tool_call_id,
+    )
 
 
 def _broken(error: grpc.aio.AioRpcError) -> Exception:

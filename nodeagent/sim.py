@@ -28,10 +28,12 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Hashable, Sequence
 from dataclasses import dataclass, field
 
+from domain.answer_options import ToolCall
 from domain.replica_hardware import H100x4_70B, ReplicaPreset
 from domain.replica_requests import StepResult
 from domain.replica_sim import ReplicaSim
 from domain.types import Finish, Role, Tier, Usage
+from nodeagent import sim_documents
 from nodeagent.engine import (
     Chunk,
     EngineError,
@@ -70,13 +72,18 @@ def prompt_tokens(turns: Sequence[PromptTurn], continue_from: str = "") -> list[
     return tokens
 
 
-def planned_answer(turns: Sequence[PromptTurn], lengths: tuple[int, int]) -> list[str]:
-    """The whole answer the simulator gives to these turns, as token strings: sentences of
-    words from a fixed list, ending in a full stop. A function of the turns alone."""
+def _seeded(turns: Sequence[PromptTurn]) -> random.Random:
+    """A generator seeded by the turns alone: the same prompt, the same answer, anywhere."""
     digest = hashlib.blake2b(digest_size=8)
     for turn in turns:
         digest.update(f"{turn.role}\0{turn.text}\0".encode())
-    rng = random.Random(int.from_bytes(digest.digest(), "big"))
+    return random.Random(int.from_bytes(digest.digest(), "big"))
+
+
+def planned_answer(turns: Sequence[PromptTurn], lengths: tuple[int, int]) -> list[str]:
+    """The whole answer the simulator gives to these turns, as token strings: sentences of
+    words from a fixed list, ending in a full stop. A function of the turns alone."""
+    rng = _seeded(turns)
     length = rng.randint(*lengths)
     tokens: list[str] = []
     while len(tokens) < length:
@@ -137,6 +144,8 @@ class _Plan:
     answer: list[str]  # the tokens this request writes: the rest of the planned answer
     chunks: list[str]
     finish: Finish
+    # Calls made instead of text: the answer's tokens are the calls', streamed as none.
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 class SimEngine:
@@ -204,6 +213,15 @@ class SimEngine:
     # --- one answer ---
 
     def _plan(self, request: GenerationRequest) -> _Plan:
+        calls = sim_documents.tool_calls(
+            request.options, request.turns[-1].role is Role.TOOL, _seeded(request.turns)
+        )
+        if calls:
+            tokens = count_tokens("".join(c.name + c.arguments for c in calls))
+            prompt = prompt_tokens(request.turns)
+            return _Plan(prompt, ["x"] * tokens, [], Finish.STOP, tuple(calls))
+        if request.options.json_object:
+            return self._document_plan(request)
         whole = planned_answer(request.turns, self._answer_lengths)
         already = count_tokens(request.continue_from)
         rest = whole[already:]
@@ -215,6 +233,17 @@ class SimEngine:
             rendered(whole[: already + len(answer)], already),
             finish,
         )
+
+    def _document_plan(self, request: GenerationRequest) -> _Plan:
+        """A JSON answer: the whole document, or, past the cap, its start (as a real engine
+        cut off by max_tokens leaves it)."""
+        text = sim_documents.document(request.options.json_schema, _seeded(request.turns))
+        whole = sim_documents.chunks(text)
+        already = count_tokens(request.continue_from)
+        rest = whole[already:]
+        answer = rest[: request.max_tokens]
+        finish = Finish.LENGTH if len(rest) > request.max_tokens else Finish.STOP
+        return _Plan(prompt_tokens(request.turns, request.continue_from), answer, answer, finish)
 
     def _submit(self, request: GenerationRequest, plan: _Plan, key: Hashable) -> _Stream:
         if self._task is None or self._task.done():
@@ -251,7 +280,7 @@ class SimEngine:
                 stream.changed.clear()
                 if stream.failed:
                     raise EngineError(stream.failed)
-                while sent < stream.emitted:
+                while sent < min(stream.emitted, len(plan.chunks)):
                     yield Chunk(plan.chunks[sent])
                     sent += 1
         finally:
@@ -260,7 +289,7 @@ class SimEngine:
                 self._sim.cancel(request.request_id)  # its KV blocks go back at once
             self._remember(key, [*plan.prompt, *plan.answer[: stream.emitted]])
         usage = Usage(len(plan.prompt), stream.cached_tokens, len(plan.answer))
-        yield Finished(plan.finish, usage)
+        yield Finished(plan.finish, usage, plan.tool_calls)
 
     def _remember(self, key: Hashable, tokens: list[str]) -> None:
         self._contents[key] = tokens

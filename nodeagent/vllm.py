@@ -23,8 +23,9 @@ import aiohttp
 
 from domain.types import Finish, Tier, Usage
 from infra.process import dies_with_parent
+from nodeagent import chat_wire
 from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
-from nodeagent.llamacpp import free_port
+from nodeagent.llamacpp import free_port, tools_template_path
 from nodeagent.vllm_metrics import (
     MetricsParseError,
     VllmMetrics,
@@ -38,6 +39,7 @@ PRIORITY = {Tier.PLUS: 0, Tier.FREE: 10}
 _FINISH = {
     "stop": Finish.STOP,
     "length": Finish.LENGTH,
+    "tool_calls": Finish.STOP,
     "abort": Finish.CANCELLED,
     "error": Finish.ERROR,
 }
@@ -69,6 +71,23 @@ class VllmLaunch:
     # Takes the server's output; empty: .vllm/logs/vllm-PORT.log (one per server).
     log_path: str = ""
     extra_args: tuple[str, ...] = ()
+    # Parses the model's tool calls for tool_choice "auto" (required and named calls are
+    # decoded under a grammar without it); hermes reads <tool_call> tags.
+    tool_call_parser: str = "hermes"
+    # A chat template in place of the model's own; empty: the model's. The bundled SmolLM2's
+    # own template drops a request's tools, so it gets the one with tool use.
+    chat_template: str = ""
+
+    def tool_args(self) -> list[str]:
+        if not self.tool_call_parser:
+            return []
+        return ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
+
+    def template_args(self) -> list[str]:
+        template = self.chat_template
+        if not template and self.model_path == str(DEFAULT_HOME / "smollm2-135m-instruct"):
+            template = str(tools_template_path())
+        return ["--chat-template", template] if template else []
 
     def command(self, served_model: str, port: int, context_tokens: int) -> list[str]:
         return [
@@ -95,6 +114,8 @@ class VllmLaunch:
             "--enable-prefix-caching",
             "--disable-uvicorn-access-log",
             *(["--enforce-eager"] if self.enforce_eager else []),
+            *self.tool_args(),
+            *self.template_args(),
             *self.extra_args,
         ]
 
@@ -281,7 +302,7 @@ class VllmEngine:
         )
 
     def _body(self, request: GenerationRequest) -> dict[str, object]:
-        messages = [{"role": turn.role.value, "content": turn.text} for turn in request.turns]
+        messages = chat_wire.messages(request.turns)
         body: dict[str, object] = {
             "model": self.model,
             "messages": messages,
@@ -290,6 +311,7 @@ class VllmEngine:
             "priority": PRIORITY[request.tier],
             "stream": True,
             "stream_options": {"include_usage": True},
+            **chat_wire.option_fields(request.options),
         }
         if request.continue_from:
             # The answer so far goes in as an open assistant turn that vLLM extends; it streams
@@ -304,6 +326,7 @@ class VllmEngine:
         waiting[request.request_id] = request.prompt_tokens
         finish: Finish | None = None
         usage = Usage()
+        calls = chat_wire.ToolCallAssembler()
         try:
             # Leaving this block (a finished answer, or the caller closing this generator)
             # closes the HTTP stream, and vLLM aborts the request and frees its KV blocks.
@@ -315,6 +338,7 @@ class VllmEngine:
                 async for event in _sse_data(response.content):
                     _raise_on_error_event(event)
                     choice = _first_choice(event)
+                    calls.feed(choice.get("delta") or {})
                     text = (choice.get("delta") or {}).get("content")
                     if text:
                         waiting.pop(request.request_id, None)
@@ -330,7 +354,7 @@ class VllmEngine:
         if finish is None:
             # A stream cut off cleanly (vLLM died between events) is not a finished answer.
             raise EngineError("vLLM ended the stream without a finish reason")
-        yield Finished(finish, usage)
+        yield Finished(finish, usage, calls.calls(request.request_id))
 
 
 def _open_server_log(launch: VllmLaunch) -> BinaryIO:

@@ -302,6 +302,16 @@ def node_hints(field: FieldDescriptor) -> st.SearchStrategy[object] | None:
     if field.name == "role":
         user = st.just(common_pb.ROLE_USER)
         return protofuzz.weighted((3, user), (1, protofuzz.enums(field.enum_type)))
+    # The answer's options: mostly none or well-formed (anything else is refused at once).
+    if field.name == "options":
+        fuzzed = protofuzz.requests(field.message_type, node_hints)
+        return protofuzz.weighted((4, st.just(common_pb.AnswerOptions())), (1, fuzzed))
+    if field.name in ("json_schema", "parameters"):
+        well_formed = st.sampled_from(["", '{"type": "object"}'])
+        return protofuzz.weighted((4, well_formed), (1, protofuzz.scalars(field)))
+    if field.name == "tool_choice":
+        auto = st.just(common_pb.TOOL_CHOICE_UNSPECIFIED)
+        return protofuzz.weighted((4, auto), (1, protofuzz.enums(field.enum_type)))
     return None
 
 

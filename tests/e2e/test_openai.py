@@ -114,7 +114,8 @@ BAD_BODIES = [
     ({"model": "auto", "messages": "Hi"}, "messages"),
     ({"messages": user_says()}, "model"),
     ({"model": 7, "messages": user_says()}, "model"),
-    ({"model": "auto", "messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
+    ({"model": "auto", "messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+    ({"model": "auto", "messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id"),
     ({"model": "auto", "messages": [{"role": "user"}]}, "messages[0].content"),
     (
         {"model": "auto", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},

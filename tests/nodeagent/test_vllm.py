@@ -14,10 +14,12 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
+import jsonschema
 import pytest
 
 from chat.v1 import common_pb2, node_service_pb2_grpc
 from chat.v1 import node_service_pb2 as pb
+from domain.answer_options import AnswerOptions, ToolChoice, ToolDefinition
 from domain.types import Finish, Role, Tier
 from infra.grpcserver import GrpcServer
 from infra.tls import TlsConfig
@@ -339,3 +341,32 @@ async def test_a_dead_vllm_is_unhealthy_and_fails_requests(vllm: VllmEngine) -> 
 
 async def _not(check: Awaitable[bool]) -> bool:
     return not await check
+
+
+CITY_SCHEMA = {
+    "type": "object",
+    "properties": {"country": {"type": "string"}, "city": {"type": "string"}},
+    "required": ["country", "city"],
+    "additionalProperties": False,
+}
+CITY_ONLY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+WEATHER_TOOL = ToolDefinition("get_weather", "Weather now in a city", json.dumps(CITY_ONLY))
+
+
+async def test_a_json_schema_answer_is_a_document_the_schema_accepts(vllm: VllmEngine) -> None:
+    options = AnswerOptions(json_object=True, json_schema=json.dumps(CITY_SCHEMA))
+    text, finished = await collect(
+        vllm.generate(request("j1", "Name the capital of France.", 60, options=options))
+    )
+    assert finished.finish is Finish.STOP
+    jsonschema.validate(json.loads(text), CITY_SCHEMA)
+
+
+async def test_a_required_tool_call_is_parsed_into_whole_calls(vllm: VllmEngine) -> None:
+    options = AnswerOptions(tools=(WEATHER_TOOL,), tool_choice=ToolChoice.REQUIRED)
+    _, finished = await collect(
+        vllm.generate(request("t1", "What is the weather in Paris?", 60, options=options))
+    )
+    (call,) = finished.tool_calls
+    assert call.name == "get_weather" and call.call_id
+    assert set(json.loads(call.arguments)) == {"city"}

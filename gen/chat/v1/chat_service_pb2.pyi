@@ -55,10 +55,14 @@ class MetaEvent(_message.Message):
     def __init__(self, message_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., model: _Optional[str] = ..., replica_id: _Optional[str] = ..., region: _Optional[str] = ..., region_notice: _Optional[str] = ...) -> None: ...
 
 class DeltaEvent(_message.Message):
-    __slots__ = ("text",)
+    __slots__ = ("text", "tool_calls", "refusal")
     TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_FIELD_NUMBER: _ClassVar[int]
     text: str
-    def __init__(self, text: _Optional[str] = ...) -> None: ...
+    tool_calls: _containers.RepeatedCompositeFieldContainer[_common_pb2.ToolCall]
+    refusal: bool
+    def __init__(self, text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[_common_pb2.ToolCall, _Mapping]]] = ..., refusal: _Optional[bool] = ...) -> None: ...
 
 class DoneEvent(_message.Message):
     __slots__ = ("finish", "usage")
@@ -239,16 +243,18 @@ class ListMessagesResponse(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
 
 class CompleteRequest(_message.Message):
-    __slots__ = ("turns", "model", "max_tokens", "session_key")
+    __slots__ = ("turns", "model", "max_tokens", "session_key", "options")
     TURNS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SESSION_KEY_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
     turns: _containers.RepeatedCompositeFieldContainer[_common_pb2.Turn]
     model: ModelChoice
     max_tokens: int
     session_key: str
-    def __init__(self, turns: _Optional[_Iterable[_Union[_common_pb2.Turn, _Mapping]]] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., max_tokens: _Optional[int] = ..., session_key: _Optional[str] = ...) -> None: ...
+    options: _common_pb2.AnswerOptions
+    def __init__(self, turns: _Optional[_Iterable[_Union[_common_pb2.Turn, _Mapping]]] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., max_tokens: _Optional[int] = ..., session_key: _Optional[str] = ..., options: _Optional[_Union[_common_pb2.AnswerOptions, _Mapping]] = ...) -> None: ...
 
 class CompleteResponse(_message.Message):
     __slots__ = ("event", "more")

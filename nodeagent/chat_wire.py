@@ -1,0 +1,128 @@
+"""What llama-server and vLLM share: both speak OpenAI's chat-completions API, so a request's
+messages, sampling, JSON answer and tools are written to them alike, and both stream the tool
+calls they parse (llama-server from its chat template's tool support, vLLM with its tool
+parser) as OpenAI's `tool_calls` deltas, which are assembled here into whole calls."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from domain.answer_options import AnswerOptions, ToolCall, ToolChoice
+from nodeagent.engine import PromptTurn
+
+
+def _message(turn: PromptTurn) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": turn.role.value, "content": turn.text}
+    if turn.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": call.call_id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in turn.tool_calls
+        ]
+    if turn.tool_call_id:
+        message["tool_call_id"] = turn.tool_call_id
+    return message
+
+
+def messages(turns: Sequence[PromptTurn]) -> list[dict[str, Any]]:
+    return [_message(turn) for turn in turns]
+
+
+def _response_format(options: AnswerOptions) -> dict[str, Any] | None:
+    if options.json_schema:
+        schema = json.loads(options.json_schema)
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": "answer", "schema": schema, "strict": True},
+        }
+    if options.json_object:
+        return {"type": "json_object"}
+    return None
+
+
+def _tools(options: AnswerOptions) -> dict[str, Any]:
+    if not options.tools:
+        return {}
+    tools = []
+    for tool in options.tools:
+        function: dict[str, Any] = {"name": tool.name, "description": tool.description}
+        function["parameters"] = json.loads(tool.parameters) if tool.parameters else {}
+        if tool.strict:
+            function["strict"] = True
+        tools.append({"type": "function", "function": function})
+    choice: Any = options.tool_choice.value
+    if options.tool_choice is ToolChoice.NAMED:
+        choice = {"type": "function", "function": {"name": options.tool_choice_name}}
+    return {
+        "tools": tools,
+        "tool_choice": choice,
+        "parallel_tool_calls": options.parallel_tool_calls,
+    }
+
+
+def option_fields(options: AnswerOptions) -> dict[str, Any]:
+    """The request's fields beyond the messages and the temperature; none when plain."""
+    fields: dict[str, Any] = {
+        name: value
+        for name, value in (
+            ("top_p", options.top_p),
+            ("seed", options.seed),
+            ("frequency_penalty", options.frequency_penalty),
+            ("presence_penalty", options.presence_penalty),
+        )
+        if value is not None
+    }
+    if options.stop:
+        fields["stop"] = list(options.stop)
+    response_format = _response_format(options)
+    if response_format is not None:
+        fields["response_format"] = response_format
+    fields.update(_tools(options))
+    return fields
+
+
+def named_as_required(fields: dict[str, Any], options: AnswerOptions) -> dict[str, Any]:
+    """For an engine whose tool_choice is a string only (llama-server ignores an object, and
+    the model then may not call): a named tool becomes `required` with that tool alone."""
+    if options.tool_choice is not ToolChoice.NAMED:
+        return fields
+    named = [t for t in fields["tools"] if t["function"]["name"] == options.tool_choice_name]
+    return {**fields, "tools": named, "tool_choice": "required"}
+
+
+@dataclass(slots=True)
+class _Partial:
+    call_id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ToolCallAssembler:
+    """Joins a stream's tool_calls deltas (by index: the id and name come once, the arguments
+    in pieces) into whole calls."""
+
+    partials: dict[int, _Partial] = field(default_factory=dict)
+
+    def feed(self, delta: Mapping[str, Any]) -> None:
+        for piece in delta.get("tool_calls") or ():
+            if not isinstance(piece, dict):
+                continue
+            partial = self.partials.setdefault(int(piece.get("index", 0)), _Partial())
+            partial.call_id = piece.get("id") or partial.call_id
+            function = piece.get("function") or {}
+            partial.name = function.get("name") or partial.name
+            partial.arguments.append(function.get("arguments") or "")
+
+    def calls(self, request_id: str) -> tuple[ToolCall, ...]:
+        """The whole calls; an engine that names no id gets one made from the request's."""
+        return tuple(
+            ToolCall(p.call_id or f"call_{index}_{request_id[-8:]}", p.name, "".join(p.arguments))
+            for index, p in sorted(self.partials.items())
+        )
