@@ -38,6 +38,8 @@ class CompleteRequest:
     pool: str | None  # None: the router decides
     max_tokens: int  # 0: the tier's (and the ladder's) cap
     session_key: str  # empty: derived from the start of the history
+    # Runs on when its caller goes, for a resume by its id (the OpenAI API's X-Resumable).
+    resumable: bool = False
 
 
 def validate(request: CompleteRequest, max_message_chars: int) -> None:
@@ -106,15 +108,17 @@ def fit(system: Turn, turns: list[Turn], window_tokens: int, answer_reserve: int
     return prompt
 
 
-async def follow_then_stop(run: MessageRun) -> AsyncGenerator[list[tuple[int, Event]]]:
+async def follow_then_stop(
+    run: MessageRun, resumable: bool = False
+) -> AsyncGenerator[list[tuple[int, Event]]]:
     """The run's events for its one caller, in batches. Nobody can resume a stateless
-    completion, so a caller that goes away stops it: the replica's slot is freed for someone
-    who is there."""
+    completion unless it was asked resumable, so a caller that goes away stops it: the
+    replica's slot is freed for someone who is there."""
     try:
         async for batch in run.follow_batches(0):
             yield batch
     finally:
-        if not run.ended:
+        if not run.ended and not resumable:
             run.stop_requested.set()
 
 
@@ -124,7 +128,7 @@ def answer_cap(tier_cap: int, asked: int) -> int:
 
 
 def closing_events(
-    run: MessageRun,
+    run: MessageRun, resumable: bool = False
 ) -> contextlib.aclosing[AsyncGenerator[list[tuple[int, Event]]]]:
     """follow_then_stop, closed (and so stopped) even when its reader is closed mid-way."""
-    return contextlib.aclosing(follow_then_stop(run))
+    return contextlib.aclosing(follow_then_stop(run, resumable))

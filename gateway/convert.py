@@ -37,6 +37,7 @@ def completion_from_pb(request: pb.CompleteRequest) -> CompleteRequest:
         pool=pool_of(request.model),
         max_tokens=request.max_tokens,
         session_key=request.session_key,
+        resumable=request.resumable,
     )
 
 
