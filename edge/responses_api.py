@@ -13,7 +13,7 @@ deletion is marked beside it (the store's deleted_responses). Everything a messa
 `store: false` is a stateless completion (ChatService.Complete): nothing is kept, nothing can
 be read back, and the input may carry the whole history.
 
-A stream is the answer's event log, in OpenAI's events (edge/responses_events.py), and the
+A stream is the answer's event log, in OpenAI's events (edge/responses_convert.py), and the
 answer runs on when the client goes (it is a message), so a background response, or any
 stream cut short, can be read again from any event."""
 
@@ -31,12 +31,12 @@ from aiohttp import web
 
 from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import chat_service_pb2_grpc as pb_grpc
-from edge import responses_request, sse
-from edge.convert import MODEL_CHOICES, completion_request
+from edge import convert, responses_convert, responses_request, sse
+from edge.convert import completion_request
 from edge.gateways import Gateways, gateway_lost, never_sent
 from edge.metrics import EdgeMetrics
 from edge.openai_api import OpenAIError, bearer, openai_errors
-from edge.responses_events import (
+from edge.responses_convert import (
     ANSWER_SUFFIX,
     RESPONSE_PREFIX,
     EventTranslator,
@@ -159,7 +159,7 @@ class ResponsesApi:
         metadata, timeout = bearer(request), self._rpc_timeout_s
         response_id = _response_id(request)
         await self._get(response_id, metadata)
-        stop = pb.StopMessageRequest(message_id=response_id)
+        stop = convert.stop_request(response_id)
         await self._gateways.call(
             lambda chat: chat.StopMessage(stop, metadata=metadata, timeout=timeout), never_sent
         )
@@ -184,7 +184,7 @@ class ResponsesApi:
     async def delete(self, request: web.Request) -> web.Response:
         metadata, timeout = bearer(request), self._rpc_timeout_s
         response_id = _response_id(request)
-        ask = pb.DeleteResponseRequest(response_id=response_id)
+        ask = responses_convert.delete_request(response_id)
         await self._gateways.call(
             lambda chat: chat.DeleteResponse(ask, metadata=metadata, timeout=timeout), never_sent
         )
@@ -193,7 +193,7 @@ class ResponsesApi:
     # Calls --------------------------------------------------------------------------------------
 
     async def _get(self, response_id: str, metadata: Metadata) -> pb.GetResponseResponse:
-        ask = pb.GetResponseRequest(response_id=response_id)
+        ask = responses_convert.get_request(response_id)
         timeout = self._rpc_timeout_s
         try:
             return await self._gateways.call(
@@ -220,17 +220,9 @@ class ResponsesApi:
                 raise OpenAIError(400, f"the response {previous!r} is still in progress", None,
                                   "previous_response_id")  # fmt: skip
             conversation_id, parent_id = stored.question.conversation_id, previous + ANSWER_SUFFIX
-        send = pb.SendMessageRequest(
-            conversation_id=conversation_id,
-            message_id=response_id,
-            parent_id=parent_id,
-            content=ask.content,
-            model=MODEL_CHOICES[ask.model],
-            instructions=ask.system,
-            # An OpenAI client has no way to withdraw text it was shown.
-            hold_back=True,
-            max_tokens=ask.max_output_tokens,
-        )
+        send = responses_convert.send_request(conversation_id, response_id, parent_id,
+                                              ask.content, ask.model, ask.system,
+                                              ask.max_output_tokens)  # fmt: skip
         return lambda chat: chat.SendMessage(send, metadata=metadata)
 
     def _complete(self, ask: ResponseRequest, metadata: Metadata) -> StartCall:
@@ -300,8 +292,8 @@ class ResponsesApi:
                             keepalive.wrote()
                 except grpc.aio.AioRpcError as error:
                     failure = CallFailure(error)
-                    lost = pb.ChatEvent(event_id=last + 1, error=pb.ErrorEvent(
-                        code=failure.code.value[0], message=failure.message))  # fmt: skip
+                    lost = responses_convert.failure_event(last, failure.code.value[0],
+                                                           failure.message)  # fmt: skip
                     await response.write(b"".join(sse_line(e) for e in translator.feed(lost)))
         except ConnectionResetError:
             pass  # the client went away; the answer runs on for a resume
@@ -312,7 +304,7 @@ class ResponsesApi:
 
 
 def _attach_after(message_id: str, after: int, metadata: Metadata) -> StartCall:
-    attach = pb.AttachMessageRequest(message_id=message_id, after_event_id=after)
+    attach = convert.attach_request(message_id, after)
     return lambda chat: chat.AttachMessage(attach, metadata=metadata)
 
 

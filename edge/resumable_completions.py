@@ -21,7 +21,7 @@ from aiohttp import web
 
 from chat.v1 import chat_service_pb2 as pb
 from edge import sse
-from edge.convert import FINISH_ERROR, OPENAI_FINISH
+from edge.convert import FINISH_ERROR, OPENAI_FINISH, attach_request
 from edge.gateways import Gateways
 from edge.metrics import EdgeMetrics
 from edge.openai_api import (
@@ -89,7 +89,7 @@ class ResumableCompletions:
         if not EVENT_ID.fullmatch(raw):
             raise OpenAIError(400, "Last-Event-ID must be a non-negative integer")
         # From the first event: the chunks' head (model, replica) is the meta event's.
-        attach = pb.AttachMessageRequest(message_id=completion_id, after_event_id=0)
+        attach = attach_request(completion_id, 0)
         _, call, head = await self._gateways.open_stream(
             lambda chat: chat.AttachMessage(attach, metadata=metadata)
         )

@@ -46,6 +46,9 @@ SERVICE_PROTOBUF_ALLOWED = {
         "edge/relay.py",
         "edge/sse.py",
         "edge/openai_api.py",
+        "edge/responses_api.py",
+        "edge/resumable_completions.py",
+        "edge/responses_convert.py",  # the Responses API's convert module
         "edge/main.py",
     },
 }

@@ -1,5 +1,5 @@
 """The OpenAI Responses API's objects and stream events, made from the platform's answer events
-and stored messages. Pure conversion: no I/O.
+and stored messages, and the ChatService requests it sends. Pure conversion: no I/O.
 
 Event numbers. OpenAI numbers a response's stream events from 0 (`sequence_number`); the
 platform numbers an answer's events from 1 (`event_id`). Each platform event becomes a fixed
@@ -26,7 +26,7 @@ from typing import Any
 
 from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import common_pb2
-from infra.convert import FINISH_NAMES
+from infra.convert import FINISH_NAMES, MODEL_CHOICES
 
 RESPONSE_PREFIX = "resp_"
 ITEM_PREFIX = "msg_"
@@ -250,3 +250,41 @@ def sse_line(event: Event) -> bytes:
     data = json.dumps({"type": name, "sequence_number": seq, **payload},
                       separators=(",", ":"), ensure_ascii=False)  # fmt: skip
     return f"id: {seq}\nevent: {name}\ndata: {data}\n\n".encode()
+
+
+def send_request(
+    conversation_id: str,
+    response_id: str,
+    parent_id: str,
+    content: str,
+    model: str,
+    instructions: str,
+    max_tokens: int,
+) -> pb.SendMessageRequest:
+    """A stored response's message; model: one of MODEL_CHOICES."""
+    return pb.SendMessageRequest(
+        conversation_id=conversation_id,
+        message_id=response_id,
+        parent_id=parent_id,
+        content=content,
+        model=MODEL_CHOICES[model],
+        instructions=instructions,
+        # An OpenAI client has no way to withdraw text it was shown.
+        hold_back=True,
+        max_tokens=max_tokens,
+    )
+
+
+def get_request(response_id: str) -> pb.GetResponseRequest:
+    return pb.GetResponseRequest(response_id=response_id)
+
+
+def delete_request(response_id: str) -> pb.DeleteResponseRequest:
+    return pb.DeleteResponseRequest(response_id=response_id)
+
+
+def failure_event(after_event_id: int, code: int, message: str) -> pb.ChatEvent:
+    """The answer's end when its stream broke with an error: an error event after the last."""
+    return pb.ChatEvent(
+        event_id=after_event_id + 1, error=pb.ErrorEvent(code=code, message=message)
+    )
