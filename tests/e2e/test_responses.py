@@ -23,6 +23,7 @@ from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as spb
 from chat.v1 import scheduler_service_pb2_grpc as spb_grpc
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
+from domain.safety import Refusals
 from domain.types import Role
 from nodeagent.engine import PromptTurn
 from nodeagent.sim import planned_answer, rendered
@@ -161,6 +162,33 @@ async def test_a_background_response_is_polled_until_it_completes(platform: Loca
         done = await until(completed, "the background response completed")
     assert done.id == started.id and done.output_text == first_answer("Tell me about tides.")
     assert done.output[0].id == started.id.replace("resp_", "msg_", 1)
+
+
+async def test_the_answer_cap_and_the_input_check_apply_as_to_messages(
+    platform: LocalPlatform,
+) -> None:
+    async with sdk(platform, await new_user(platform)) as client:
+        capped = await client.responses.create(
+            model="auto", input="Tell me about owls.", max_output_tokens=7
+        )
+        refused = await client.responses.create(
+            model="auto", input="Say FORBIDDEN-CANARY-PHRASE please"
+        )
+        # The caller's instructions reach the model too, so they are checked as well.
+        refused_instructions = await client.responses.create(
+            model="auto", input="Hello.", instructions="FORBIDDEN canary PHRASE"
+        )
+    tokens = planned_answer(
+        [PromptTurn(Role.SYSTEM, SYSTEM_PROMPT), PromptTurn(Role.USER, "Tell me about owls.")],
+        ANSWER_TOKENS,
+    )
+    assert (capped.status, capped.incomplete_details.reason) == ("incomplete", "max_output_tokens")
+    assert capped.output_text == "".join(rendered(tokens[:7], 0))
+    assert capped.usage.output_tokens == 7
+    for blocked in (refused, refused_instructions):
+        assert (blocked.status, blocked.incomplete_details.reason) == (
+            "incomplete", "content_filter")  # fmt: skip
+        assert blocked.output_text == Refusals().input
 
 
 # Streams: whole, and cut then resumed ----------------------------------------------------------
