@@ -158,17 +158,14 @@ class ResponsesApi:
     async def cancel(self, request: web.Request) -> web.Response:
         metadata, timeout = bearer(request), self._rpc_timeout_s
         response_id = _response_id(request)
-        await self._get(response_id, metadata)
+        read = stored_state(await self._get(response_id, metadata))  # 404 when not theirs
         stop = convert.stop_request(response_id)
         await self._gateways.call(
             lambda chat: chat.StopMessage(stop, metadata=metadata, timeout=timeout), never_sent
         )
         # The answer ends at once and is saved; its log says how, with the text so far.
-        stored = await self._get(response_id, metadata)
-        read = stored_state(stored)
         state = ResponseState(response_id, read.model, created_at=read.created_at,
-                              previous_response_id=read.previous_response_id,
-                              background=True)  # fmt: skip
+                              previous_response_id=read.previous_response_id)  # fmt: skip
         events = self._follow(self._attach(response_id, metadata), response_id, metadata)
         try:
             async with asyncio.timeout(timeout):
