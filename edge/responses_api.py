@@ -35,7 +35,7 @@ from edge import convert, responses_convert, responses_request, sse
 from edge.convert import completion_request
 from edge.gateways import Gateways, gateway_lost, never_sent
 from edge.metrics import EdgeMetrics
-from edge.openai_api import OpenAIError, bearer, openai_errors
+from edge.openai_api import OpenAIError, bearer, from_rpc, openai_errors
 from edge.responses_convert import (
     ANSWER_SUFFIX,
     RESPONSE_PREFIX,
@@ -124,7 +124,13 @@ class ResponsesApi:
         else:
             start = self._complete(ask, metadata)
             events = self._follow(start, None, metadata)
-        first = await anext(events, None)
+        try:
+            first = await anext(events, None)
+        except grpc.aio.AioRpcError as error:
+            refused = from_rpc(error)
+            if refused.code == "context_length_exceeded":
+                refused.param = "input"  # what the chat completions call `messages`
+            raise refused from error
         if first is None or first.WhichOneof("kind") != "meta":
             await events.aclose()
             raise OpenAIError(502, "the gateway did not start the response")

@@ -77,7 +77,6 @@ class ResponseState:
     max_output_tokens: int | None = None
     status: str = "in_progress"
     text: str = ""
-    refused: bool = False
     usage: dict[str, Any] | None = None
     error: dict[str, str] | None = None
     incomplete_reason: str | None = None
@@ -95,11 +94,17 @@ class ResponseState:
     def part(self) -> dict[str, Any]:
         return {"type": "output_text", "text": self.text, "annotations": [], "logprobs": []}
 
+    def item_status(self) -> str:
+        """The output message's status: OpenAI's item statuses are in_progress, completed
+        and incomplete (a cut answer: too long, refused, cancelled or failed)."""
+        return self.status if self.status in ("in_progress", "completed") else "incomplete"
+
+    def output(self) -> list[dict[str, Any]]:
+        if not self.text and self.status in ("in_progress", "failed"):
+            return []
+        return [self.item(self.item_status())]
+
     def body(self) -> dict[str, Any]:
-        output = []
-        if self.text or self.status != "in_progress":
-            item_status = "in_progress" if self.status == "in_progress" else "completed"
-            output = [self.item(item_status)] if self.text or self.status != "failed" else []
         incomplete = {"reason": self.incomplete_reason} if self.incomplete_reason else None
         return {
             "id": self.response_id,
@@ -112,7 +117,7 @@ class ResponseState:
             "instructions": self.instructions,
             "max_output_tokens": self.max_output_tokens,
             "model": self.model,
-            "output": output,
+            "output": self.output(),
             "parallel_tool_calls": False,
             "previous_response_id": self.previous_response_id,
             "reasoning": {"effort": None, "summary": None},
@@ -203,7 +208,7 @@ class EventTranslator:
              {"item_id": item_id(self.state.response_id), "output_index": 0,
               "content_index": 0, "part": part}),
             (seq + 2, "response.output_item.done",
-             {"output_index": 0, "item": self.state.item("completed")}),
+             {"output_index": 0, "item": self.state.item(self.state.item_status())}),
             (seq + 3, ENDING_EVENT[status], {"response": self.state.body()}),
         ]  # fmt: skip
 

@@ -353,6 +353,8 @@ BAD_BODIES = [
     ({"model": "auto", "input": "Hi", "frobnicate": 1}, "frobnicate"),
     ({"model": "auto", "input": "Hi", "background": True, "store": False}, "background"),
     ({"model": "auto", "input": "Hi", "previous_response_id": 3}, "previous_response_id"),
+    # Over the gateway's 32,000 characters: refused there, named as OpenAI names it.
+    ({"model": "auto", "input": "word " * 7000}, "input"),
     (
         {
             "model": "auto",
