@@ -191,6 +191,28 @@ async def test_the_answer_cap_and_the_input_check_apply_as_to_messages(
         assert blocked.output_text == Refusals().input
 
 
+async def test_background_responses_count_against_the_open_streams_cap(
+    platform: LocalPlatform,
+) -> None:
+    # As messages do: a background response streams at the gateway until it ends.
+    async with sdk(platform, await new_user(platform)) as client:
+        running = [
+            await client.responses.create(model="auto", input=f"Essay {i}.", background=True)
+            for i in range(4)
+        ]
+        with pytest.raises(openai.RateLimitError) as refused:
+            await client.responses.create(model="auto", input="One more.", background=True)
+        assert refused.value.response.headers["Retry-After"] == "1"
+
+        async def all_ended() -> bool:
+            read = [await client.responses.retrieve(r.id) for r in running]
+            return all(r.status == "completed" for r in read)
+
+        await until(all_ended, "the four background responses completed")
+        again = await client.responses.create(model="auto", input="Now?")
+    assert again.output_text == first_answer("Now?")
+
+
 # Streams: whole, and cut then resumed ----------------------------------------------------------
 
 
