@@ -109,13 +109,13 @@ def fit(system: Turn, turns: list[Turn], window_tokens: int, answer_reserve: int
 
 
 async def follow_then_stop(
-    run: MessageRun, resumable: bool = False
+    run: MessageRun, interval_s: float = 0.0, resumable: bool = False
 ) -> AsyncGenerator[list[tuple[int, Event]]]:
     """The run's events for its one caller, in batches. Nobody can resume a stateless
     completion unless it was asked resumable, so a caller that goes away stops it: the
     replica's slot is freed for someone who is there."""
     try:
-        async for batch in run.follow_batches(0):
+        async for batch in run.follow_batches(0, interval_s=interval_s):
             yield batch
     finally:
         if not run.ended and not resumable:
@@ -128,7 +128,7 @@ def answer_cap(tier_cap: int, asked: int) -> int:
 
 
 def closing_events(
-    run: MessageRun, resumable: bool = False
+    run: MessageRun, interval_s: float = 0.0, resumable: bool = False
 ) -> contextlib.aclosing[AsyncGenerator[list[tuple[int, Event]]]]:
     """follow_then_stop, closed (and so stopped) even when its reader is closed mid-way."""
-    return contextlib.aclosing(follow_then_stop(run, resumable))
+    return contextlib.aclosing(follow_then_stop(run, interval_s, resumable))

@@ -91,6 +91,8 @@ class SendRequest:
     parent_id: str
     content: str
     pool: str | None  # None: the router decides
+    # The meta event's notice about the region serving (gateway/regions.py).
+    region_notice: str = ""
     # This message's own system prompt (the Responses API's instructions); "": the platform's.
     instructions: str = ""
     # The client cannot withdraw shown text: hold-back whatever the tier's output mode.
@@ -118,7 +120,10 @@ class ChatPipeline:
         metrics: GatewayMetrics | None = None,
         policies: MessagePolicies | None = None,
         compactor: Compactor | None = None,
+        region: str = "",
     ) -> None:
+        # This gateway's region, named in each meta event and stored turn ('' with one).
+        self._region = region
         # None: conversations are never compacted; the oldest turns simply drop out.
         self._compactor = compactor
         self._metrics = metrics or GatewayMetrics(CollectorRegistry())
@@ -208,6 +213,7 @@ class ChatPipeline:
                                             parts, route.pool, request.instructions)  # fmt: skip
         except PoolsDown as down:
             return await self._busy_answer(user, request, fingerprint, down)
+        plan = dataclasses.replace(plan, region_notice=request.region_notice)
         if not request.hold_back:
             plan = dataclasses.replace(plan, output_mode=self._policies.output_mode(user.tier))
         if request.max_tokens:
@@ -228,6 +234,7 @@ class ChatPipeline:
                     parent_seq=parent.seq if parent else None,
                     model=plan.pick.model,
                     pool=route.conversation_pool,
+                    region=self._region,
                 ),
                 title=request.content[:80],
             )
@@ -362,7 +369,13 @@ class ChatPipeline:
             await run.append(Failed(FailureCode.UNAVAILABLE, "the answer was lost"))
             return run
         await run.append(
-            Meta(request.message_id, request.conversation_id, answer.model, answer.replica_id)
+            Meta(
+                request.message_id,
+                request.conversation_id,
+                answer.model,
+                answer.replica_id,
+                answer.region,
+            )
         )
         await run.append(Delta(answer.content))
         await run.append(Done(Finish(answer.finish or "stop"), Usage(output_tokens=answer.tokens)))
@@ -434,7 +447,8 @@ class ChatPipeline:
         ending: Event
         try:
             if resumed is None:
-                meta = Meta(run.message_id, run.conversation_id, pick.model, pick.node_id)
+                meta = Meta(run.message_id, run.conversation_id, pick.model, pick.node_id,
+                            self._region, plan.region_notice)  # fmt: skip
                 await run.append(meta)
             await self._writer.write(run, plan, answer)
             ending = Done(answer.finish, answer.usage)
@@ -505,6 +519,7 @@ class ChatPipeline:
                 # The replica that finished the answer; a failover is in the gateway's log.
                 replica_id=answer.served_by.node_id,
                 finish=answer.finish.value,
+                region=self._region,
             ),
         )
 
