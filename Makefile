@@ -39,6 +39,7 @@ bench: setup
 	.venv/bin/python bench/gateway_cost.py
 	.venv/bin/python bench/race.py
 	.venv/bin/python bench/sim_region.py
+	.venv/bin/python bench/responses_resume.py
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache

@@ -23,6 +23,8 @@ from edge.openai_api import MAX_BODY_KEY, OpenAIApi
 from edge.openapi import openapi_handler
 from edge.ops import Cors, PerAddressLimit
 from edge.relay import Relay
+from edge.responses_api import ResponsesApi
+from edge.resumable_completions import ResumableCompletions
 from infra.convert import AUTO_MODEL
 from infra.metrics import metrics_handler
 
@@ -271,6 +273,8 @@ def build_app(
     app.router.add_post("/v1/messages/{message_id}/stop", edge.stop)
     app.router.add_get("/v1/limits", edge.limits)
     OpenAIApi(gateways, metrics, settings.keepalive_s, settings.rpc_timeout_s).register(app)
+    ResponsesApi(gateways, metrics, settings.keepalive_s, settings.rpc_timeout_s).register(app)
+    ResumableCompletions(gateways, metrics, settings.keepalive_s).register(app)
     app.router.add_get("/openapi.json", openapi_handler)
     app.router.add_get("/healthz", edge.healthz)
     app.router.add_get("/readyz", edge.readyz)

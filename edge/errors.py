@@ -9,7 +9,7 @@ from aiohttp import web
 from edge.openai_api import OpenAIError
 from infra.status import CallFailure
 
-OPENAI_PATHS = ("/v1/chat/", "/v1/models")
+OPENAI_PATHS = ("/v1/chat/", "/v1/models", "/v1/responses")
 
 
 class HttpError(Exception):

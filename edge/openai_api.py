@@ -48,6 +48,11 @@ DONE_LINE = b"data: [DONE]\n\n"
 CLIENT_CHECK_S = 0.25
 CLIENT_CLOSED = 499  # nginx's status for a request its client gave up on; nobody reads it
 MAX_BODY_KEY = web.AppKey("max_body_bytes", int)
+# `X-Resumable: true` streams a completion that outlives its client (edge/resumable_completions.py).
+RESUMABLE_HEADER = "X-Resumable"
+ResumableStart = Callable[[web.Request, "Completion", tuple[tuple[str, str], ...]],
+                          Awaitable[web.StreamResponse]]  # fmt: skip
+RESUMABLE_KEY = web.AppKey("resumable_completions", ResumableStart)
 
 
 def from_rpc(error: grpc.aio.AioRpcError) -> OpenAIError:
@@ -231,6 +236,8 @@ class OpenAIApi:
         if not isinstance(body, dict):
             raise OpenAIError(400, "the body must be a JSON object")
         completion = parse_completion(body, request.headers.get(SESSION_HEADER, ""))
+        if request.headers.get(RESUMABLE_HEADER, "").lower() == "true":
+            return await request.app[RESUMABLE_KEY](request, completion, metadata)
         _, call, head = await self._gateways.open_stream(
             lambda chat: chat.Complete(completion.request, metadata=metadata)
         )

@@ -9,6 +9,7 @@ from aiohttp import web
 
 from domain.types import Finish, Role, Tier
 from edge.openai_schemas import OPENAI_REQUEST_SCHEMAS
+from edge.openapi_responses import RESPONSES_PATHS, RESPONSES_SCHEMAS
 from infra.convert import MODEL_CHOICES
 
 JSON = "application/json"
@@ -311,7 +312,11 @@ OPENAI_PATHS: dict[str, Any] = {
                 },
                 **_openai_errors(400, 401, 404, 413, 429, 503),
             },
-            parameters=[{"name": "X-Session-Id", "in": "header", "schema": {"type": "string"}}],
+            parameters=[
+                {"name": "X-Session-Id", "in": "header", "schema": {"type": "string"}},
+                # An extension: the completion runs on when its client goes, for a resume.
+                {"name": "X-Resumable", "in": "header", "schema": {"enum": ["true", "false"]}},
+            ],
             requestBody={
                 "required": True,
                 "content": {JSON: {"schema": _ref("ChatCompletionRequest")}},
@@ -378,7 +383,7 @@ PUBLIC_PATHS = frozenset(OPERATIONS_PATHS)
 
 
 def build_document() -> dict[str, Any]:
-    paths = {**CONVERSATION_PATHS, **OPENAI_PATHS, **OPERATIONS_PATHS}
+    paths = {**CONVERSATION_PATHS, **OPENAI_PATHS, **RESPONSES_PATHS, **OPERATIONS_PATHS}
     for path, item in paths.items():
         if path in PUBLIC_PATHS:
             for method in ("get", "post", "delete"):
@@ -395,7 +400,7 @@ def build_document() -> dict[str, Any]:
         },
         "paths": paths,
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": {**SCHEMAS, **RESPONSES_SCHEMAS},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],

@@ -54,6 +54,8 @@ class CompleteRequest:
     max_tokens: int  # 0: the tier's (and the ladder's) cap
     session_key: str  # empty: derived from the start of the history
     options: AnswerOptions = PLAIN
+    # Runs on when its caller goes, for a resume by its id (the OpenAI API's X-Resumable).
+    resumable: bool = False
 
 
 def validate(request: CompleteRequest, max_message_chars: int) -> None:
@@ -143,16 +145,16 @@ def fit(system: Turn, turns: list[Turn], window_tokens: int, answer_reserve: int
 
 
 async def follow_then_stop(
-    run: MessageRun, interval_s: float = 0.0
+    run: MessageRun, interval_s: float = 0.0, resumable: bool = False
 ) -> AsyncGenerator[list[tuple[int, Event]]]:
     """The run's events for its one caller, in batches. Nobody can resume a stateless
-    completion, so a caller that goes away stops it: the replica's slot is freed for someone
-    who is there."""
+    completion unless it was asked resumable, so a caller that goes away stops it: the
+    replica's slot is freed for someone who is there."""
     try:
         async for batch in run.follow_batches(0, interval_s=interval_s):
             yield batch
     finally:
-        if not run.ended:
+        if not run.ended and not resumable:
             run.stop_requested.set()
 
 
@@ -162,7 +164,7 @@ def answer_cap(tier_cap: int, asked: int) -> int:
 
 
 def closing_events(
-    run: MessageRun, interval_s: float = 0.0
+    run: MessageRun, interval_s: float = 0.0, resumable: bool = False
 ) -> contextlib.aclosing[AsyncGenerator[list[tuple[int, Event]]]]:
     """follow_then_stop, closed (and so stopped) even when its reader is closed mid-way."""
-    return contextlib.aclosing(follow_then_stop(run, interval_s))
+    return contextlib.aclosing(follow_then_stop(run, interval_s, resumable))

@@ -53,6 +53,7 @@ def completion_from_pb(request: pb.CompleteRequest) -> CompleteRequest:
         max_tokens=request.max_tokens,
         session_key=request.session_key,
         options=options_from_pb(request.options),
+        resumable=request.resumable,
     )
 
 

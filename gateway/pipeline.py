@@ -93,6 +93,12 @@ class SendRequest:
     pool: str | None  # None: the router decides
     # The meta event's notice about the region serving (gateway/regions.py).
     region_notice: str = ""
+    # This message's own system prompt (the Responses API's instructions); "": the platform's.
+    instructions: str = ""
+    # The client cannot withdraw shown text: hold-back whatever the tier's output mode.
+    hold_back: bool = False
+    # At most this many answer tokens, below the tier's cap; 0: the tier's cap.
+    max_tokens: int = 0
 
 
 def check_id(name: str, value: str) -> None:
@@ -195,18 +201,24 @@ class ChatPipeline:
         self._check_open_streams(user)
         conversation, parent = await self._parent_of(user, request)
         unsafe = self._policies.check_input(request.content)
+        if unsafe is None and request.instructions:
+            # The caller's own system prompt reaches the model too: blocked text must not.
+            unsafe = self._policies.check_input(request.instructions)
         if unsafe is not None:
             return await self._refuse_input(user, request, fingerprint, parent, *unsafe)
         parts = await self._context_parts(user, conversation, parent)
         route = self._route(user, request, conversation)
         try:
-            plan = await self._planner.plan(
-                user, request.conversation_id, request.content, parts, route.pool
-            )
+            plan = await self._planner.plan(user, request.conversation_id, request.content,
+                                            parts, route.pool, request.instructions)  # fmt: skip
         except PoolsDown as down:
             return await self._busy_answer(user, request, fingerprint, down)
-        plan = dataclasses.replace(plan, output_mode=self._policies.output_mode(user.tier),
-                                   region_notice=request.region_notice)  # fmt: skip
+        plan = dataclasses.replace(plan, region_notice=request.region_notice)
+        if not request.hold_back:
+            plan = dataclasses.replace(plan, output_mode=self._policies.output_mode(user.tier))
+        if request.max_tokens:
+            cap = completions.answer_cap(plan.max_answer_tokens, request.max_tokens)
+            plan = dataclasses.replace(plan, max_answer_tokens=cap)
         run = MessageRun(user.user_id, request.conversation_id, request.message_id, fingerprint,
                          started_at=arrived)  # fmt: skip
         self._runs.add(run)
@@ -286,6 +298,11 @@ class ChatPipeline:
                 f"content has {len(request.content)} characters; "
                 f"at most {self._policy.max_message_chars} are accepted"
             )
+        if len(request.instructions) > self._policy.max_message_chars:
+            raise MessageTooLarge(
+                f"instructions have {len(request.instructions)} characters; "
+                f"at most {self._policy.max_message_chars} are accepted"
+            )
 
     # Completing (stateless: the caller sends the history, nothing is stored) ---------------------
 
@@ -309,7 +326,7 @@ class ChatPipeline:
         # client has no way to withdraw text it was sent (docs/decisions.md, "Retract mode").
         plan = await self._planner.plan_completion(user, key, request, route.pool)
         self._runs.add(run)
-        self._start(run, self._drive_completion(run, user, plan))
+        self._start(run, self._drive_completion(run, user, plan, request.resumable))
         return run
 
     async def _refused_completion(
@@ -322,11 +339,15 @@ class ChatPipeline:
         await _compose(run, SAFETY_MODEL, refusal, Finish.REFUSED, apart)
         return run
 
-    async def _drive_completion(self, run: MessageRun, user: User, plan: AnswerPlan) -> None:
+    async def _drive_completion(
+        self, run: MessageRun, user: User, plan: AnswerPlan, resumable: bool
+    ) -> None:
         try:
             await self._drive(run, user, plan, answer_parent_seq=None, store_answer=False)
         finally:
-            self._runs.discard(run)
+            if not resumable or not run.ended:
+                self._runs.discard(run)
+            # A resumable one is kept, like a message's run, for a client coming back to it.
 
     async def _replay_stored(
         self, user: User, request: SendRequest, fingerprint: str
@@ -563,4 +584,7 @@ async def _compose(
 
 def _fingerprint(request: SendRequest) -> str:
     parts = [request.conversation_id, request.parent_id, request.content, request.pool or ""]
+    if request.instructions or request.hold_back or request.max_tokens:
+        # Only then, so the fingerprints of messages sent before these fields existed hold.
+        parts += [request.instructions, str(request.hold_back), str(request.max_tokens)]
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()

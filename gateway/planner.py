@@ -87,18 +87,28 @@ class Planner:
         self._log = structlog.get_logger(component="planner")
 
     async def plan(
-        self, user: User, conversation_id: str, content: str, parts: ContextParts, pool: str
+        self,
+        user: User,
+        conversation_id: str,
+        content: str,
+        parts: ContextParts,
+        pool: str,
+        instructions: str = "",
     ) -> AnswerPlan:
         """The ladder's decision, the prompt that fits the window, the reservation and the
-        replica for one message of a stored conversation."""
+        replica for one message of a stored conversation; instructions, when given, stand in
+        for the platform's system prompt."""
         # The pinned turn moves with every message, so it is never in the prefix cache.
         stable = [parts.summary] if parts.summary else []
         reusable = sum(turn.tokens for turn in [*stable, *parts.history])
         size = PromptSize(reusable + estimate_tokens(content), reusable)
         pick, tier, pool = await self.shed(user, conversation_id, pool, size)
-        system_tokens, message_tokens = await self._count(pick, content)
+        if instructions:
+            system_tokens, message_tokens = await self.tokenize(pick, [instructions, content])
+        else:
+            system_tokens, message_tokens = await self._count(pick, content)
         builder = ContextBuilder(
-            Turn(Role.SYSTEM, self._policy.system_prompt, system_tokens),
+            Turn(Role.SYSTEM, instructions or self._policy.system_prompt, system_tokens),
             tier.window_tokens,
             tier.max_answer_tokens,
         )

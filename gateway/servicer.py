@@ -10,7 +10,8 @@ from grpc_status import rpc_status
 
 from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import chat_service_pb2_grpc as pb_grpc
-from domain.errors import InvalidArgument
+from domain.errors import InvalidArgument, NotFound
+from domain.types import Role as TurnRole
 from gateway.auth import Authenticator
 from gateway.buckets import Buckets
 from gateway.completions import closing_events
@@ -22,7 +23,7 @@ from gateway.convert import (
     pool_of,
 )
 from gateway.peer_client import PeerGateways
-from gateway.pipeline import ChatPipeline, SendRequest, check_id
+from gateway.pipeline import ANSWER_SUFFIX, ChatPipeline, SendRequest, check_id
 from gateway.regions import SERVE_FOR_HEADER, Forward, NoRegions, RegionRouter
 from gateway.runs import RunAbandoned
 from infra.bearer import bearer_from_metadata
@@ -30,6 +31,7 @@ from infra.convert import TIER_TO_PB
 from infra.grpcserver import maps_domain_errors
 from infra.tls import Role, TlsConfig, peer
 from store.base import Store
+from store.records import MessageRecord
 
 MAX_PAGE = 100
 
@@ -90,6 +92,9 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
                 content=request.content,
                 pool=pool,
                 region_notice=route.notice,
+                instructions=request.instructions,
+                hold_back=request.hold_back,
+                max_tokens=request.max_tokens,
             ),
         )
         try:
@@ -183,9 +188,53 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
     ) -> AsyncIterator[pb.CompleteResponse]:
         user = await self._auth.user_of(context)
         run = await self._pipeline.complete(user, completion_from_pb(request))
-        async with closing_events(run, self._interval_s) as batches:
+        async with closing_events(run, self._interval_s, request.resumable) as batches:
             async for batch in batches:
                 yield events_response(pb.CompleteResponse, batch)
+
+    @maps_domain_errors
+    async def GetResponse(
+        self, request: pb.GetResponseRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetResponseResponse:
+        user = await self._auth.user_of(context)
+        check_id("response id", request.response_id)
+        await self._check_not_deleted(user.user_id, request.response_id)
+        question = await self._store.get_message(user.user_id, request.response_id)
+        if question.role is not TurnRole.USER:
+            raise NotFound(f"no response {request.response_id!r}")
+        parent_id = await self._message_id_at(user.user_id, question)
+        reply = pb.GetResponseResponse(question=message_to_pb(question, parent_id))
+        try:
+            answer_id = request.response_id + ANSWER_SUFFIX
+            answer = await self._store.get_message(user.user_id, answer_id)
+        except NotFound:
+            return reply  # still being written
+        reply.answer.CopyFrom(message_to_pb(answer, request.response_id))
+        reply.answered = True
+        return reply
+
+    @maps_domain_errors
+    async def DeleteResponse(
+        self, request: pb.DeleteResponseRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteResponseResponse:
+        user = await self._auth.user_of(context)
+        check_id("response id", request.response_id)
+        question = await self._store.get_message(user.user_id, request.response_id)
+        if question.role is not TurnRole.USER:
+            raise NotFound(f"no response {request.response_id!r}")
+        await self._store.delete_response(user.user_id, request.response_id)
+        return pb.DeleteResponseResponse()
+
+    async def _check_not_deleted(self, user_id: str, response_id: str) -> None:
+        if await self._store.response_deleted(user_id, response_id):
+            raise NotFound(f"no response {response_id!r}")
+
+    async def _message_id_at(self, user_id: str, message: MessageRecord) -> str:
+        """The id of the message this one answers (its parent), "" for a first message."""
+        if not message.parent_seq:
+            return ""
+        messages = await self._store.list_messages(user_id, message.conversation_id)
+        return next((m.message_id for m in messages if m.seq == message.parent_seq), "")
 
     @maps_domain_errors
     async def GetLimits(

@@ -291,6 +291,29 @@ class PostgresStore:
             raise NotFound(f"no message {message_id!r}")
         return _message(row)
 
+    async def delete_response(self, user_id: str, response_id: str) -> None:
+        """Marks the message response_id deleted as a response; NotFound for no such message
+        or one already deleted."""
+        message = await self.get_message(user_id, response_id)
+        inserted = await self._execute(
+            "INSERT INTO deleted_responses (user_id, conversation_id, response_id, deleted_at) "
+            "VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+            user_id,
+            message.conversation_id,
+            response_id,
+            time.time(),
+        )
+        if inserted == 0:
+            raise NotFound(f"no response {response_id!r}")
+
+    async def response_deleted(self, user_id: str, response_id: str) -> bool:
+        row = await self._fetchrow(
+            "SELECT 1 FROM deleted_responses WHERE user_id = $1 AND response_id = $2",
+            user_id,
+            response_id,
+        )
+        return row is not None
+
     async def list_messages(self, user_id: str, conversation_id: str) -> list[MessageRecord]:
         await self.get_conversation(user_id, conversation_id)
         rows = await self._fetch(

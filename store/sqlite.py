@@ -230,6 +230,27 @@ class SqliteStore:
             raise NotFound(f"no message {message_id!r}")
         return _message(row)
 
+    async def delete_response(self, user_id: str, response_id: str) -> None:
+        """Marks the message response_id deleted as a response; NotFound for no such message
+        or one already deleted."""
+        message = await self.get_message(user_id, response_id)
+        async with self._writing:
+            cursor = await self.db.execute(
+                "INSERT INTO deleted_responses (user_id, conversation_id, response_id, deleted_at) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (user_id, message.conversation_id, response_id, time.time()),
+            )
+            await self.db.commit()
+        if cursor.rowcount == 0:
+            raise NotFound(f"no response {response_id!r}")
+
+    async def response_deleted(self, user_id: str, response_id: str) -> bool:
+        row = await self._one(
+            "SELECT 1 FROM deleted_responses WHERE user_id = ? AND response_id = ?",
+            (user_id, response_id),
+        )
+        return row is not None
+
     async def list_messages(self, user_id: str, conversation_id: str) -> list[MessageRecord]:
         await self.get_conversation(user_id, conversation_id)
         rows = await self._all(

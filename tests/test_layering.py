@@ -53,6 +53,9 @@ SERVICE_PROTOBUF_ALLOWED = {
         "edge/sse.py",
         "edge/openai_api.py",
         "edge/openai_replies.py",  # the OpenAI stream's chunks, written from the events
+        "edge/responses_api.py",
+        "edge/resumable_completions.py",
+        "edge/responses_convert.py",  # the Responses API's convert module
         "edge/main.py",
     },
 }

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
+import openai
 import pytest
 
 from clients.chat_client import AdminClient
@@ -167,3 +168,29 @@ async def test_a_node_drained_mid_answer_finishes_it_unchanged(platform, http) -
     # A drain takes no new answers and lets running ones finish where they are.
     assert stored["replica"] == events[0][1].data["replica"]
     assert events[-1][1].data["usage"]["output"] == PLUS_CAP
+
+
+async def test_a_response_whose_gateway_is_killed_mid_stream_goes_on_exactly(
+    platform, http
+) -> None:
+    # OpenAI's Responses API over the same answer log: the edge follows the answer at the
+    # gateway that took it over, and the SDK's stream numbers on without a gap.
+    content = "Response, gateway kill: tell me about harbours."
+    async with openai.AsyncOpenAI(
+        base_url=f"{platform.edge_url}/v1", api_key=platform.tokens["plus"], max_retries=0
+    ) as client:
+        stream = await client.responses.create(model="auto", input=content, stream=True)
+        events: list[tuple[float, Any]] = []
+        async for event in stream:
+            events.append((time.monotonic(), event))
+            deltas = sum(e.type == "response.output_text.delta" for _, e in events)
+            if deltas == KILL_AFTER_DELTAS and event.type == "response.output_text.delta":
+                await kill_the_gateway(http, platform, "")
+    assert [e.sequence_number for _, e in events] == list(range(len(events)))
+    text = "".join(e.delta for _, e in events if e.type == "response.output_text.delta")
+    assert text == expected_answer(content, SYSTEM_PROMPT, ANSWER_TOKENS, PLUS_CAP)
+    ending = events[-1][1]
+    assert (ending.type, ending.response.output_text) == ("response.incomplete", text)
+    assert ending.response.usage.output_tokens == PLUS_CAP
+    pause_s = max(b - a for (a, _), (b, _) in itertools.pairwise(events))
+    assert pause_s < PAUSE_BOUND_S, f"the answer paused {pause_s:.1f} s"

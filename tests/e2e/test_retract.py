@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import openai
 import pytest
 
 from clients.chat_client import (
@@ -151,3 +152,18 @@ async def test_a_completion_holds_back_even_for_a_plus_caller(platform) -> None:
     text = "".join(choice["delta"].get("content", "") for choice in choices)
     assert_held_back(text)  # as for Free
     assert choices[-1]["finish_reason"] == "content_filter"
+
+
+async def test_a_response_holds_back_even_for_a_plus_caller(platform) -> None:
+    # OpenAI's Responses API has no way to withdraw text either.
+    async with openai.AsyncOpenAI(
+        base_url=f"{platform.edge_url}/v1", api_key=platform.tokens["plus"], max_retries=0
+    ) as client:
+        stream = await client.responses.create(model="auto", input=MESSAGE, stream=True)
+        events = [event async for event in stream]
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert_held_back(text)  # as for Free
+    ending = events[-1]
+    assert (ending.type, ending.response.incomplete_details.reason) == (
+        "response.incomplete", "content_filter")  # fmt: skip
+    assert ending.response.output_text == text

@@ -129,6 +129,26 @@ async def test_delete_removes_messages_too(store) -> None:
     assert again.seq == 1
 
 
+async def test_a_deleted_response_is_marked_for_its_user_and_its_turns_stay(store) -> None:
+    await store.add_message("alice", "c1", msg("resp_1", Role.USER, None))
+    await store.add_message("alice", "c1", msg("resp_1.answer", Role.ASSISTANT, 1))
+    with pytest.raises(NotFound):
+        await store.delete_response("bob", "resp_1")  # not bob's
+    assert not await store.response_deleted("alice", "resp_1")
+    await store.delete_response("alice", "resp_1")
+    assert await store.response_deleted("alice", "resp_1")
+    assert not await store.response_deleted("bob", "resp_1")
+    with pytest.raises(NotFound):
+        await store.delete_response("alice", "resp_1")  # only once
+    # The conversation keeps both turns as history.
+    kept = await store.list_messages("alice", "c1")
+    assert [m.message_id for m in kept] == ["resp_1", "resp_1.answer"]
+    # Gone with its conversation: the id may start over.
+    await store.delete_conversation("alice", "c1")
+    await store.add_message("alice", "c2", msg("resp_1", Role.USER, None))
+    assert not await store.response_deleted("alice", "resp_1")
+
+
 async def test_users_tokens_and_tiers(store) -> None:
     await store.create_user("u1", Tier.FREE, "hash-1")
     with pytest.raises(AlreadyExists):

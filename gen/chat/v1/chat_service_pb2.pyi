@@ -87,18 +87,24 @@ class ErrorEvent(_message.Message):
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class SendMessageRequest(_message.Message):
-    __slots__ = ("conversation_id", "message_id", "parent_id", "content", "model")
+    __slots__ = ("conversation_id", "message_id", "parent_id", "content", "model", "instructions", "hold_back", "max_tokens")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     PARENT_ID_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
+    HOLD_BACK_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     message_id: str
     parent_id: str
     content: str
     model: ModelChoice
-    def __init__(self, conversation_id: _Optional[str] = ..., message_id: _Optional[str] = ..., parent_id: _Optional[str] = ..., content: _Optional[str] = ..., model: _Optional[_Union[ModelChoice, str]] = ...) -> None: ...
+    instructions: str
+    hold_back: bool
+    max_tokens: int
+    def __init__(self, conversation_id: _Optional[str] = ..., message_id: _Optional[str] = ..., parent_id: _Optional[str] = ..., content: _Optional[str] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., instructions: _Optional[str] = ..., hold_back: _Optional[bool] = ..., max_tokens: _Optional[int] = ...) -> None: ...
 
 class SendMessageResponse(_message.Message):
     __slots__ = ("event", "more")
@@ -243,18 +249,20 @@ class ListMessagesResponse(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
 
 class CompleteRequest(_message.Message):
-    __slots__ = ("turns", "model", "max_tokens", "session_key", "options")
+    __slots__ = ("turns", "model", "max_tokens", "session_key", "options", "resumable")
     TURNS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SESSION_KEY_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    RESUMABLE_FIELD_NUMBER: _ClassVar[int]
     turns: _containers.RepeatedCompositeFieldContainer[_common_pb2.Turn]
     model: ModelChoice
     max_tokens: int
     session_key: str
     options: _common_pb2.AnswerOptions
-    def __init__(self, turns: _Optional[_Iterable[_Union[_common_pb2.Turn, _Mapping]]] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., max_tokens: _Optional[int] = ..., session_key: _Optional[str] = ..., options: _Optional[_Union[_common_pb2.AnswerOptions, _Mapping]] = ...) -> None: ...
+    resumable: bool
+    def __init__(self, turns: _Optional[_Iterable[_Union[_common_pb2.Turn, _Mapping]]] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., max_tokens: _Optional[int] = ..., session_key: _Optional[str] = ..., options: _Optional[_Union[_common_pb2.AnswerOptions, _Mapping]] = ..., resumable: _Optional[bool] = ...) -> None: ...
 
 class CompleteResponse(_message.Message):
     __slots__ = ("event", "more")
@@ -281,3 +289,29 @@ class GetLimitsResponse(_message.Message):
     refill_per_second: float
     full_in_seconds: float
     def __init__(self, tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., level: _Optional[float] = ..., capacity: _Optional[float] = ..., refill_per_second: _Optional[float] = ..., full_in_seconds: _Optional[float] = ...) -> None: ...
+
+class GetResponseRequest(_message.Message):
+    __slots__ = ("response_id",)
+    RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
+    response_id: str
+    def __init__(self, response_id: _Optional[str] = ...) -> None: ...
+
+class GetResponseResponse(_message.Message):
+    __slots__ = ("question", "answer", "answered")
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_FIELD_NUMBER: _ClassVar[int]
+    question: Message
+    answer: Message
+    answered: bool
+    def __init__(self, question: _Optional[_Union[Message, _Mapping]] = ..., answer: _Optional[_Union[Message, _Mapping]] = ..., answered: _Optional[bool] = ...) -> None: ...
+
+class DeleteResponseRequest(_message.Message):
+    __slots__ = ("response_id",)
+    RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
+    response_id: str
+    def __init__(self, response_id: _Optional[str] = ...) -> None: ...
+
+class DeleteResponseResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -88,6 +88,16 @@ class ChatServiceStub:
                 request_serializer=chat_dot_v1_dot_chat__service__pb2.GetLimitsRequest.SerializeToString,
                 response_deserializer=chat_dot_v1_dot_chat__service__pb2.GetLimitsResponse.FromString,
                 _registered_method=True)
+        self.GetResponse = channel.unary_unary(
+                '/chat.v1.ChatService/GetResponse',
+                request_serializer=chat_dot_v1_dot_chat__service__pb2.GetResponseRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_chat__service__pb2.GetResponseResponse.FromString,
+                _registered_method=True)
+        self.DeleteResponse = channel.unary_unary(
+                '/chat.v1.ChatService/DeleteResponse',
+                request_serializer=chat_dot_v1_dot_chat__service__pb2.DeleteResponseRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_chat__service__pb2.DeleteResponseResponse.FromString,
+                _registered_method=True)
 
 
 class ChatServiceServicer:
@@ -163,6 +173,23 @@ class ChatServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetResponse(self, request, context):
+        """A response of the OpenAI Responses API: a message (its id is the response's) and its
+        answer once stored. NOT_FOUND for a message the user does not have, or one deleted as a
+        response.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteResponse(self, request, context):
+        """Deletes a response: it can no longer be read or continued from, while its conversation
+        keeps both turns as history for the responses that continued from it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ChatServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -215,6 +242,16 @@ def add_ChatServiceServicer_to_server(servicer, server):
                     servicer.GetLimits,
                     request_deserializer=chat_dot_v1_dot_chat__service__pb2.GetLimitsRequest.FromString,
                     response_serializer=chat_dot_v1_dot_chat__service__pb2.GetLimitsResponse.SerializeToString,
+            ),
+            'GetResponse': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetResponse,
+                    request_deserializer=chat_dot_v1_dot_chat__service__pb2.GetResponseRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_chat__service__pb2.GetResponseResponse.SerializeToString,
+            ),
+            'DeleteResponse': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteResponse,
+                    request_deserializer=chat_dot_v1_dot_chat__service__pb2.DeleteResponseRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_chat__service__pb2.DeleteResponseResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -491,6 +528,60 @@ class ChatService:
             '/chat.v1.ChatService/GetLimits',
             chat_dot_v1_dot_chat__service__pb2.GetLimitsRequest.SerializeToString,
             chat_dot_v1_dot_chat__service__pb2.GetLimitsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetResponse(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.ChatService/GetResponse',
+            chat_dot_v1_dot_chat__service__pb2.GetResponseRequest.SerializeToString,
+            chat_dot_v1_dot_chat__service__pb2.GetResponseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteResponse(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.ChatService/DeleteResponse',
+            chat_dot_v1_dot_chat__service__pb2.DeleteResponseRequest.SerializeToString,
+            chat_dot_v1_dot_chat__service__pb2.DeleteResponseResponse.FromString,
             options,
             channel_credentials,
             insecure,

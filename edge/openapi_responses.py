@@ -1,0 +1,199 @@
+"""The OpenAPI description of the Responses API (edge/responses_api.py) and of the resumable
+chat completions' resume (edge/resumable_completions.py); edge/openapi.py merges it in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infra.convert import MODEL_CHOICES
+
+JSON = "application/json"
+SSE = "text/event-stream"
+RESPONSE_ID = {"type": "string", "pattern": "^resp_[A-Za-z0-9_-]{1,59}$"}
+ERROR = {"$ref": "#/components/schemas/OpenAIError"}
+REASONS = {
+    400: "the request is malformed; `param` names the field",
+    401: "no bearer token, or one the platform does not know",
+    404: "no such response (or model) for this user",
+    413: "the body is over the limit",
+    429: "a limit or the shedding ladder: wait Retry-After seconds",
+    503: "the platform cannot serve now",
+}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    answers = {
+        str(s): {"description": REASONS[s], "content": {JSON: {"schema": ERROR}}} for s in statuses
+    }
+    if 429 in statuses:
+        answers["429"]["headers"] = {"Retry-After": {"schema": {"type": "integer"}}}
+    return answers
+
+
+def _ok(description: str, schema: dict[str, Any], stream: bool = False) -> dict[str, Any]:
+    content: dict[str, Any] = {JSON: {"schema": schema}}
+    if stream:
+        content[SSE] = {"schema": {"type": "string"}}
+    return {"200": {"description": description, "content": content}}
+
+
+TEXT_PART = {
+    "type": "object",
+    "required": ["type", "text"],
+    "properties": {"type": {"enum": ["input_text", "output_text"]}, "text": {"type": "string"}},
+}
+INPUT_ITEM = {
+    "type": "object",
+    "required": ["role", "content"],
+    "properties": {
+        "type": {"const": "message"},
+        "role": {"enum": ["user", "system", "developer", "assistant"]},
+        "content": {
+            "oneOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": TEXT_PART}]
+        },
+    },
+}
+NULLABLE_STRING = {"type": ["string", "null"]}
+RESPONSES_SCHEMAS: dict[str, Any] = {
+    "ResponseRequest": {
+        "type": "object",
+        "required": ["input"],
+        "properties": {
+            "model": {"type": "string", "enum": list(MODEL_CHOICES)},
+            "input": {
+                "oneOf": [
+                    {"type": "string", "minLength": 1},
+                    {"type": "array", "minItems": 1, "items": INPUT_ITEM},
+                ]
+            },
+            "instructions": NULLABLE_STRING,
+            "previous_response_id": {"oneOf": [RESPONSE_ID, {"type": "null"}]},
+            "store": {"type": "boolean", "description": "false: a stateless completion"},
+            "stream": {"type": "boolean"},
+            "background": {"type": "boolean", "description": "only with store true"},
+            "max_output_tokens": {"type": ["integer", "null"], "minimum": 1},
+            "temperature": {"type": ["number", "null"], "description": "only 1 (the default)"},
+        },
+    },
+    "Response": {
+        "type": "object",
+        "required": ["id", "object", "created_at", "status", "model", "output"],
+        "properties": {
+            "id": RESPONSE_ID,
+            "object": {"const": "response"},
+            "created_at": {"type": "integer"},
+            "status": {"enum": ["in_progress", "completed", "incomplete", "cancelled", "failed"]},
+            "model": {"type": "string"},
+            "output": {"type": "array", "items": {"type": "object"}},
+            "previous_response_id": NULLABLE_STRING,
+            "instructions": NULLABLE_STRING,
+            "background": {"type": "boolean"},
+            "store": {"type": "boolean"},
+            "usage": {"type": ["object", "null"]},
+            "error": {"type": ["object", "null"]},
+            "incomplete_details": {"type": ["object", "null"]},
+        },
+    },
+    "DeletedResponse": {
+        "type": "object",
+        "required": ["id", "object", "deleted"],
+        "properties": {
+            "id": RESPONSE_ID,
+            "object": {"const": "response"},
+            "deleted": {"const": True},
+        },
+    },
+}
+
+RESPONSE_PARAM = {"name": "response_id", "in": "path", "required": True, "schema": RESPONSE_ID}
+STREAM_EVENTS = (
+    "OpenAI's stream events, each with `sequence_number` (from 0, also the SSE id): "
+    "response.created, response.in_progress, response.output_item.added, "
+    "response.content_part.added, response.output_text.delta..., response.output_text.done, "
+    "response.content_part.done, response.output_item.done, then response.completed, "
+    "response.incomplete, response.cancelled or response.failed"
+)
+RESPONSES_PATHS: dict[str, Any] = {
+    "/v1/responses": {
+        "post": {
+            "summary": "Creates a response (OpenAI's Responses API); stored ones continue "
+            "through previous_response_id",
+            "requestBody": {
+                "required": True,
+                "content": {JSON: {"schema": {"$ref": "#/components/schemas/ResponseRequest"}}},
+            },
+            "responses": {
+                **_ok(
+                    "the response (in progress when background), or its events when stream",
+                    {"$ref": "#/components/schemas/Response"},
+                    stream=True,
+                ),
+                **_errors(400, 401, 404, 413, 429, 503),
+            },
+        }
+    },
+    "/v1/responses/{response_id}": {
+        "parameters": [RESPONSE_PARAM],
+        "get": {
+            "summary": "Reads a stored response; with stream=true, its events again, after "
+            "starting_after",
+            "parameters": [
+                {"name": "stream", "in": "query", "schema": {"enum": ["true", "false"]}},
+                {
+                    "name": "starting_after",
+                    "in": "query",
+                    "schema": {"type": "integer", "minimum": 0},
+                },
+            ],
+            "responses": {
+                **_ok(STREAM_EVENTS, {"$ref": "#/components/schemas/Response"}, stream=True),
+                **_errors(400, 401, 404),
+            },
+        },
+        "delete": {
+            "summary": "Deletes a response; its conversation keeps the turns as history",
+            "responses": {
+                **_ok("deleted", {"$ref": "#/components/schemas/DeletedResponse"}),
+                **_errors(401, 404),
+            },
+        },
+    },
+    "/v1/responses/{response_id}/cancel": {
+        "parameters": [RESPONSE_PARAM],
+        "post": {
+            "summary": "Stops a response's answer; the response as it ended",
+            "responses": {
+                **_ok("the response", {"$ref": "#/components/schemas/Response"}),
+                **_errors(401, 404),
+            },
+        },
+    },
+    "/v1/chat/completions/{completion_id}/stream": {
+        "parameters": [
+            {
+                "name": "completion_id",
+                "in": "path",
+                "required": True,
+                "schema": {"type": "string", "pattern": "^chatcmpl-[0-9a-f]{1,55}$"},
+            }
+        ],
+        "get": {
+            "summary": "Resumes a chat completion sent with `X-Resumable: true` (an extension), "
+            "after the chunk whose SSE id is Last-Event-ID",
+            "parameters": [
+                {
+                    "name": "Last-Event-ID",
+                    "in": "header",
+                    "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"},
+                },
+            ],
+            "responses": {
+                "200": {
+                    "description": "chat.completion.chunk events with SSE ids, then `data: [DONE]`",
+                    "content": {SSE: {"schema": {"type": "string"}}},
+                },
+                **_errors(400, 401, 404),
+            },
+        },
+    },
+}
