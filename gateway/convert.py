@@ -113,7 +113,7 @@ def events_response(response_type: type[R], batch: list[tuple[int, Event]]) -> R
 
 
 def _fill(target: pb.ChatEvent, event_id: int, event: Event) -> None:
-    if type(event) is Delta:  # nearly every event
+    if type(event) is Delta and not event.tool_calls and not event.refusal:  # nearly every one
         target.event_id = event_id
         target.delta.text = event.text
     else:
