@@ -60,6 +60,17 @@ class RolloutChange:
 
 
 @dataclass(frozen=True, slots=True)
+class GateRecord:
+    """The eval gate's verdict on a candidate against the version current when it ran."""
+
+    candidate: str
+    baseline: str
+    passed: bool
+    at: float
+    summary: str
+
+
+@dataclass(frozen=True, slots=True)
 class RolloutState:
     versions: tuple[Version, ...] = (Version(BASE_VERSION),)
     current: str = BASE_VERSION
@@ -73,6 +84,8 @@ class RolloutState:
     # Users an operator put on a version whatever the split says (user id, version).
     pins: tuple[tuple[str, str], ...] = ()
     history: tuple[RolloutChange, ...] = field(default_factory=tuple)
+    # The newest verdict per candidate.
+    gates: tuple[GateRecord, ...] = ()
 
     def version(self, name: str) -> Version:
         for version in self.versions:
@@ -169,12 +182,39 @@ def split(state: RolloutState, name: str, tier: Tier, percent: float, at: float)
                    percent=tuple(sorted(shares.items())), salt=salt)  # fmt: skip
 
 
-def promote(state: RolloutState, name: str, at: float, detail: str) -> RolloutState:
+def gate_of(state: RolloutState, name: str) -> GateRecord | None:
+    return next((g for g in reversed(state.gates) if g.candidate == name), None)
+
+
+def record_gate(state: RolloutState, gate: GateRecord) -> RolloutState:
+    state.version(gate.candidate)
+    kept = tuple(g for g in state.gates if g.candidate != gate.candidate)
+    verdict = "passed" if gate.passed else "failed"
+    return _logged(state, gate.at, "gate", gate.candidate,
+                   f"{verdict} against {gate.baseline}: {gate.summary}",
+                   gates=(*kept, gate)[-MAX_HISTORY:])  # fmt: skip
+
+
+def promote(state: RolloutState, name: str, at: float, force: bool = False) -> RolloutState:
     """The candidate becomes current for everyone outside the holdout; conversations already
-    started keep theirs."""
+    started keep theirs. Only with a gate passed against the version current now, unless
+    forced (the history says so)."""
     state.version(name)
     if name == state.current:
         raise FailedPrecondition(f"{name!r} is already the current version")
+    gate = gate_of(state, name)
+    passed = gate is not None and gate.passed and gate.baseline == state.current
+    if not passed and not force:
+        why = (
+            "it has no gate result" if gate is None
+            else f"its gate against {gate.baseline!r} failed" if not gate.passed
+            else f"its gate ran against {gate.baseline!r}, not the current {state.current!r}"
+        )  # fmt: skip
+        raise FailedPrecondition(
+            f"{name!r} cannot be promoted: {why}; run `chatctl eval run --candidate {name}` "
+            "or promote with --force"
+        )
+    detail = "gate passed" if passed else "FORCED without a passing gate"
     return _logged(state, at, "promote", name, detail, current=name, candidate="", percent=())
 
 

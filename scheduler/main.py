@@ -31,6 +31,7 @@ from scheduler.membership import (
     Membership,
 )
 from scheduler.metrics import register_scheduler_metrics
+from scheduler.rollout import EtcdRolloutStore, InProcessRolloutStore, RolloutKeeper, RolloutStore
 from scheduler.servicer import SchedulerServicer
 from scheduler.table import LoadTable
 from scheduler.users import UserAdmin
@@ -103,6 +104,15 @@ def _build_ladder_store(config: SchedulerConfig) -> LadderStore:
     return InProcessLadderStore()
 
 
+def _build_rollout_store(config: SchedulerConfig) -> RolloutStore:
+    """Beside the ladder: in etcd when membership is, else in process."""
+    if config.membership == "etcd":
+        host, port = _etcd_address(config.etcd_endpoint)
+        client = aetcd.Client(host=host, port=port, timeout=1.0, options=ETCD_CHANNEL_OPTIONS)
+        return EtcdRolloutStore(client)
+    return InProcessRolloutStore()
+
+
 def _build_membership(config: SchedulerConfig) -> Membership:
     if config.membership == "memory":
         return InProcessMembership()
@@ -149,6 +159,8 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
             saturated_queue_tokens=config.prefill_tokens_per_s * config.ladder_saturated_wait_s,
         )
         service.closes(ladder.close)
+        rollout = RolloutKeeper(_build_rollout_store(config), time.time)
+        service.closes(rollout.close)
         registry = CollectorRegistry()
         nodes = Gauge("scheduler_nodes", "nodes in the load table", registry=registry)
         nodes.set_function(lambda: len(table.entries()))
@@ -178,6 +190,7 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
                 config.admin_token,
                 ladder,
                 frozenset(config.pools),
+                rollout,
             ),
             server.server,
         )

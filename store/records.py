@@ -62,3 +62,18 @@ class NewMessage:
     finish: str = ""
     # Moves the conversation to this pool when not empty (the router's decision).
     pool: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ServingRecord:
+    """What served one turn: the version and the user's slice, the router's pool, the daily
+    budget's outcome ("within", "over") and the pool that actually served."""
+
+    message_id: str
+    conversation_id: str
+    version: str
+    slice: str = ""
+    routed_pool: str = ""
+    budget: str = ""
+    served_pool: str = ""
+    created_at: float = 0.0
