@@ -116,6 +116,10 @@ class Meta:
     conversation_id: str
     model: str
     replica_id: str
+    # The model version serving the answer; "" from a platform without versions.
+    version: str = ""
+    # "daily_budget" when the day's allowance is spent and a smaller pool answers; "" else.
+    downgraded: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +208,8 @@ def event_from_pb(event: chat_pb.ChatEvent) -> ChatEvent:
     match event.WhichOneof("kind"):
         case "meta":
             m = event.meta
-            return Meta(event.event_id, m.message_id, m.conversation_id, m.model, m.replica_id)
+            return Meta(event.event_id, m.message_id, m.conversation_id, m.model, m.replica_id,
+                        m.version, m.downgraded)  # fmt: skip
         case "delta":
             return Delta(event.event_id, event.delta.text)
         case "retract":

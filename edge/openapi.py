@@ -61,7 +61,9 @@ STREAM_200 = {
         "the answer's events: meta {messageId, conversationId, model, replica}, delta {text}"
         "..., then done {finish, usage {input, cached, output}} or error {code, message}; ids "
         "count 1, 2, 3. retract {withdrawnChars} (a tier in retract mode): remove all of the "
-        "answer's text shown so far; the refusal follows as a delta"
+        "answer's text shown so far; the refusal follows as a delta. meta also names the model "
+        "version serving (version) and, as downgraded, why a smaller pool answers "
+        "(daily_budget: the day's allowance is spent; empty otherwise)"
     ),
     "content": {SSE: {"schema": {"type": "string"}}},
 }

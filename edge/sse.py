@@ -22,6 +22,10 @@ def event_payload(event: pb.ChatEvent) -> tuple[str, dict[str, object]]:
             "conversationId": m.conversation_id,
             "model": m.model,
             "replica": m.replica_id,
+            # The model version that serves (its prompt and sampling); "downgraded" says why
+            # the answer runs on a smaller pool than chosen ("daily_budget"), "" when not.
+            "version": m.version,
+            "downgraded": m.downgraded,
         }
     if kind == "delta":
         return "delta", {"text": event.delta.text}

@@ -52,6 +52,13 @@ class AnswerPlan:
     # How the output check shows text: the tier's choice for messages; completions always
     # hold back, since their clients cannot withdraw text (docs/decisions.md, "Retract mode").
     output_mode: OutputMode = OutputMode.HOLDBACK
+    # The model version that serves it, and that version's sampling.
+    version: str = ""
+    temperature: float = ANSWER_TEMPERATURE
+    # Why a smaller pool than the router chose serves it ("daily_budget"), or ''.
+    downgraded: str = ""
+    # The daily allowance's outcome: "within", "over", or '' where the tier has none.
+    budget: str = ""
 
 
 @dataclass(slots=True)
@@ -131,6 +138,8 @@ class AnswerWriter:
             except NodeLost as error:
                 lost.append(answer.served_by.node_id)
                 self._metrics.failovers.labels(plan.tier.value, plan.pool).inc()
+                if plan.version:
+                    self._metrics.version_failovers.labels(plan.version, plan.tier.value).inc()
                 self._breakers.of(plan.pool).record_failure()
                 self._log.warning("replica lost mid-answer; failing over",
                                   node=answer.served_by.node_id, reason=str(error),
@@ -225,7 +234,7 @@ class AnswerWriter:
             turns=plan.prompt.turns,
             max_tokens=plan.max_answer_tokens - answer.tokens,
             tier=plan.tier,
-            temperature=ANSWER_TEMPERATURE,
+            temperature=plan.temperature,
             prompt_tokens=plan.prompt.tokens,
             continue_from="".join(answer.pieces),
         )

@@ -56,6 +56,8 @@ def event_to_pb(event_id: int, event: Event) -> pb.ChatEvent:
                     conversation_id=event.conversation_id,
                     model=event.model,
                     replica_id=event.replica_id,
+                    version=event.version,
+                    downgraded=event.downgraded,
                 ),
             )
         case Delta():

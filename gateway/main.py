@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from chat.v1 import chat_service_pb2, chat_service_pb2_grpc
 from domain.breaker import BreakerPolicy
 from domain.compaction import CompactionPolicy
 from domain.difficulty import DifficultyModel
+from domain.errors import Unavailable
 from domain.limiter import Limit
 from domain.pools import SMALL_POOL
 from domain.router import Router
@@ -45,6 +47,7 @@ from gateway.runs import RunRegistry
 from gateway.scheduler_client import SchedulerClient
 from gateway.servicer import ChatServicer
 from gateway.shared_runs import SharedRuns, SharedRunsConfig
+from gateway.versions import VersionBook
 from infra.config import ConfigError
 from infra.grpcserver import GrpcServer
 from infra.logs import configure_logging
@@ -145,6 +148,8 @@ class GatewayConfig:
     # the next event, then fails as unavailable.
     runs_write_patience_s: float = 10.0
     shutdown_grace_s: float = 30.0
+    # How often the gateway asks a scheduler whether the model versions' rollout changed.
+    rollout_poll_s: float = 0.5
     ready_file: str = ""
     log_level: str = "info"
 
@@ -279,6 +284,12 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         metrics = GatewayMetrics(registry)
         buckets = build_buckets(config, policy, redis_client, metrics)
         sharing = build_run_sharing(config, redis_client, runs, metrics)
+        versions = VersionBook(scheduler, config.rollout_poll_s)
+        # The rollout as it stands before the first message, when a scheduler answers; else
+        # the configured version until one does (the poll keeps asking).
+        with contextlib.suppress(Unavailable):
+            await versions.refresh()
+        service.task(versions.run(), "versions")
         pipeline = ChatPipeline(
             store,
             scheduler,
@@ -291,12 +302,17 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
             metrics,
             build_policies(config),
             build_compactor(config, store, scheduler, nodes),
+            versions=versions,
         )
         streaming = Gauge("gateway_answers_streaming", "answers being generated", registry=registry)
         streaming.set_function(lambda: len(runs.running()))
         # Runs held for retries and resumes: grows for keep_ended_runs_s, then stays about level.
         kept = Gauge("gateway_runs_kept", "runs held, ended ones included", registry=registry)
         kept.set_function(lambda: len(runs))
+        revision = Gauge("gateway_rollout_revision",
+                         "the revision of the model versions' rollout this gateway applies",
+                         registry=registry)  # fmt: skip
+        revision.set_function(lambda: versions.revision)
         metrics_server = await service.metrics(registry, config.metrics_listen)
         service_name = chat_service_pb2.DESCRIPTOR.services_by_name["ChatService"].full_name
         server = GrpcServer(

@@ -67,8 +67,9 @@ from gateway.runs import (
 from gateway.scheduler_client import SchedulerClient
 from gateway.shared_runs import OwnershipLost
 from gateway.stored_context import ContextParts, branch, context_parts
+from gateway.versions import VersionBook, temperature_of
 from store.base import Store
-from store.records import ConversationRecord, MessageRecord, NewMessage
+from store.records import ConversationRecord, MessageRecord, NewMessage, ServingRecord
 
 # The last hop of the fallback chain: what the user reads when no pool can answer.
 BUSY_MODEL = "busy"
@@ -112,7 +113,10 @@ class ChatPipeline:
         metrics: GatewayMetrics | None = None,
         policies: MessagePolicies | None = None,
         compactor: Compactor | None = None,
+        *,
+        versions: VersionBook,
     ) -> None:
+        self._versions = versions
         # None: conversations are never compacted; the oldest turns simply drop out.
         self._compactor = compactor
         self._metrics = metrics or GatewayMetrics(CollectorRegistry())
@@ -194,13 +198,21 @@ class ChatPipeline:
             return await self._refuse_input(user, request, fingerprint, parent, *unsafe)
         parts = await self._context_parts(user, conversation, parent)
         route = self._route(user, request, conversation)
+        kept = (
+            ""
+            if conversation is None
+            else await self._store.conversation_version(user.user_id, request.conversation_id)
+        )
+        assignment = self._versions.serving(user, kept)
+        version = assignment.version
         try:
-            plan = await self._planner.plan(
-                user, request.conversation_id, request.content, parts, route.pool
-            )
+            plan = await self._planner.plan(user, request.conversation_id, request.content,
+                                            parts, route.pool, version.system_prompt)  # fmt: skip
         except PoolsDown as down:
             return await self._busy_answer(user, request, fingerprint, down)
-        plan = dataclasses.replace(plan, output_mode=self._policies.output_mode(user.tier))
+        plan = dataclasses.replace(plan, output_mode=self._policies.output_mode(user.tier),
+                                   version=version.name,
+                                   temperature=temperature_of(assignment))  # fmt: skip
         run = MessageRun(user.user_id, request.conversation_id, request.message_id, fingerprint,
                          started_at=arrived)  # fmt: skip
         self._runs.add(run)
@@ -219,6 +231,10 @@ class ChatPipeline:
                 ),
                 title=request.content[:80],
             )
+            served = ServingRecord(request.message_id, request.conversation_id, version.name,
+                                   assignment.slice.value, route.pool, plan.budget,
+                                   plan.pool)  # fmt: skip
+            await self._store.record_serving(user.user_id, served)
         except BaseException:
             self._runs.discard(run)
             await self._buckets.settle(user.user_id, user.tier, plan.reserved, 0.0)
@@ -413,7 +429,11 @@ class ChatPipeline:
         ending: Event
         try:
             if resumed is None:
-                meta = Meta(run.message_id, run.conversation_id, pick.model, pick.node_id)
+                meta = Meta(run.message_id, run.conversation_id, pick.model, pick.node_id,
+                            plan.version, plan.downgraded)  # fmt: skip
+                self._log.info("answer started", message_id=run.message_id, version=plan.version,
+                               pool=plan.pool, model=pick.model,
+                               downgraded=plan.downgraded)  # fmt: skip
                 await run.append(meta)
             await self._writer.write(run, plan, answer)
             ending = Done(answer.finish, answer.usage)
@@ -438,7 +458,7 @@ class ChatPipeline:
         await self._buckets.settle(
             user.user_id, user.tier, plan.reserved, limiter.usage_cost(answer.usage)
         )
-        self._observe(run, user, plan.pool, answer)
+        self._observe(run, user, plan.pool, answer, plan.version)
         if answer.finish is not Finish.ERROR:
             self._breakers.of(plan.pool).record_success()
         try:
@@ -461,12 +481,17 @@ class ChatPipeline:
             await self._compactor.consider(user.user_id, run.conversation_id, plan.window_tokens,
                                            plan.max_answer_tokens, system_tokens)  # fmt: skip
 
-    def _observe(self, run: MessageRun, user: User, pool: str, answer: Answer) -> None:
+    def _observe(
+        self, run: MessageRun, user: User, pool: str, answer: Answer, version: str
+    ) -> None:
         first = run.first_text_at
         ttft = None if first is None else first - run.started_at
         stream_s = 0.0 if first is None else time.monotonic() - first
         self._metrics.observe_answer(user.tier, pool, answer.served_by.model, ttft, stream_s,
                                      answer.usage, answer.finish.value)  # fmt: skip
+        if version:
+            self._metrics.observe_version(version, user.tier, answer.finish.value, ttft,
+                                          stream_s, answer.usage.output_tokens)  # fmt: skip
 
     async def _save_answer(
         self, run: MessageRun, user: User, parent_seq: int | None, answer: Answer

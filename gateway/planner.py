@@ -82,23 +82,32 @@ class Planner:
         self._policy = policy
         self._breakers = breakers
         self._metrics = metrics
-        # The system prompt's token count per model: counted once, never per message.
-        self._system_tokens: dict[str, int] = {}
+        # The system prompt's token count per model and prompt (each version may have its
+        # own): counted once, never per message.
+        self._system_tokens: dict[tuple[str, str], int] = {}
         self._log = structlog.get_logger(component="planner")
 
     async def plan(
-        self, user: User, conversation_id: str, content: str, parts: ContextParts, pool: str
+        self,
+        user: User,
+        conversation_id: str,
+        content: str,
+        parts: ContextParts,
+        pool: str,
+        system_prompt: str = "",
     ) -> AnswerPlan:
         """The ladder's decision, the prompt that fits the window, the reservation and the
-        replica for one message of a stored conversation."""
+        replica for one message of a stored conversation. The system prompt is the serving
+        version's ('' for the configured one)."""
+        system = system_prompt or self._policy.system_prompt
         # The pinned turn moves with every message, so it is never in the prefix cache.
         stable = [parts.summary] if parts.summary else []
         reusable = sum(turn.tokens for turn in [*stable, *parts.history])
         size = PromptSize(reusable + estimate_tokens(content), reusable)
         pick, tier, pool = await self.shed(user, conversation_id, pool, size)
-        system_tokens, message_tokens = await self._count(pick, content)
+        system_tokens, message_tokens = await self._count(pick, content, system)
         builder = ContextBuilder(
-            Turn(Role.SYSTEM, self._policy.system_prompt, system_tokens),
+            Turn(Role.SYSTEM, system, system_tokens),
             tier.window_tokens,
             tier.max_answer_tokens,
         )
@@ -216,13 +225,14 @@ class Planner:
             breaker.record_failure()
             raise
 
-    async def _count(self, pick: ReplicaPick, content: str) -> tuple[int, int]:
+    async def _count(self, pick: ReplicaPick, content: str, system: str) -> tuple[int, int]:
         """Token counts from the serving model's own tokenizer: (system prompt, message)."""
-        known = self._system_tokens.get(pick.model)
-        texts = [content] if known is not None else [content, self._policy.system_prompt]
+        key = (pick.model, system)
+        known = self._system_tokens.get(key)
+        texts = [content] if known is not None else [content, system]
         counts = await self.tokenize(pick, texts)
         if known is None:
-            known = self._system_tokens[pick.model] = counts[1]
+            known = self._system_tokens[key] = counts[1]
         return known, counts[0]
 
     async def tokenize(self, pick: ReplicaPick, texts: list[str]) -> list[int]:

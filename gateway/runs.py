@@ -19,6 +19,10 @@ class Meta:
     conversation_id: str
     model: str
     replica_id: str
+    # The model version that serves ('' for composed answers: a refusal, "busy").
+    version: str = ""
+    # Why a smaller pool than the router's serves: "daily_budget", or ''.
+    downgraded: str = ""
 
 
 @dataclass(frozen=True, slots=True)

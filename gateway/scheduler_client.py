@@ -18,9 +18,11 @@ import grpc
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from domain.errors import InvalidArgument, NoReplica, Unavailable
+from domain.rollout import RolloutState
 from domain.types import Tier
 from infra.convert import TIER_TO_PB
 from infra.keepalive import CLIENT_KEEPALIVE
+from infra.rollout_convert import rollout_from_pb
 from infra.status import REASON_NO_REPLICA, CallFailure
 from infra.tls import TlsConfig, open_channel
 
@@ -122,6 +124,20 @@ class SchedulerClient:
         return [i for i in turn if self._down_until[i] <= now] + [
             i for i in turn if self._down_until[i] > now
         ]
+
+    async def rollout(self, known_revision: int) -> tuple[int, RolloutState | None]:
+        """The rollout's revision, and its state when it is newer than known_revision."""
+        request = pb.GetRolloutRequest(known_revision=known_revision)
+        unreachable: list[str] = []
+        for index in self._order():
+            try:
+                answer = await self._stubs[index].GetRollout(request, timeout=self._rpc_timeout_s)
+            except grpc.aio.AioRpcError as error:
+                unreachable.append(f"{self._addresses[index]}: {error.code().name}")
+                continue
+            state = rollout_from_pb(answer.rollout) if answer.HasField("rollout") else None
+            return answer.revision, state
+        raise Unavailable(f"no scheduler answered for the rollout ({'; '.join(unreachable)})")
 
     async def close(self) -> None:
         for channel in self._channels:
