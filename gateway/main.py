@@ -15,11 +15,12 @@ from redis.asyncio import Redis
 import domain
 from chat.v1 import chat_service_pb2, chat_service_pb2_grpc
 from domain.breaker import BreakerPolicy
+from domain.budget import DEFAULT_POOL_WEIGHTS, DailyAllowance
 from domain.compaction import CompactionPolicy
 from domain.difficulty import DifficultyModel
 from domain.errors import Unavailable
 from domain.limiter import Limit
-from domain.pools import SMALL_POOL
+from domain.pools import LARGE_POOL, SMALL_POOL
 from domain.router import Router
 from domain.safety import (
     BlocklistClassifier,
@@ -35,6 +36,7 @@ from gateway.answers import StreamTimeouts
 from gateway.auth import Authenticator
 from gateway.buckets import Buckets, InProcessBuckets
 from gateway.compactor import Compactor
+from gateway.daily_budget import DailyBudget, DailySpend, InProcessDailySpend, RedisDailySpend
 from gateway.metrics import GatewayMetrics
 from gateway.node_client import NodeClient
 from gateway.pipeline import ChatPipeline
@@ -90,6 +92,13 @@ class GatewayConfig:
     free_bucket_capacity: float = FREE_DEFAULTS.limit.capacity
     plus_bucket_capacity: float = PLUS_DEFAULTS.limit.capacity
     bucket_refill_s: float = BUCKET_REFILL_S
+    # Besides the bucket, a daily allowance per user in GPU-cost-weighted tokens (the bucket's
+    # cost times the pool's weight; UTC days; 0: none). Past it messages go to the small pool
+    # instead of being refused (domain/budget.py).
+    free_daily_allowance: float = 100_000.0
+    plus_daily_allowance: float = 1_000_000.0
+    large_pool_cost_weight: float = DEFAULT_POOL_WEIGHTS[LARGE_POOL]
+    small_pool_cost_weight: float = DEFAULT_POOL_WEIGHTS[SMALL_POOL]
     buckets: str = "memory"  # "memory" (this process only) or "redis" (shared by all gateways)
     redis_url: str = "redis://127.0.0.1:6379/0"
     # With Redis unreachable: admit unmetered (open) or refuse with Retry-After (closed).
@@ -239,6 +248,20 @@ def build_buckets(
     return RedisBuckets(redis, limits, fail_open, metrics.observe_bucket_store_unavailable)
 
 
+def build_daily_budget(
+    config: GatewayConfig, redis: Redis | None, metrics: GatewayMetrics
+) -> DailyBudget:
+    """Spend is kept where the buckets are: every gateway must see the same figure."""
+    allowance = DailyAllowance(
+        {Tier.FREE: config.free_daily_allowance, Tier.PLUS: config.plus_daily_allowance},
+        {LARGE_POOL: config.large_pool_cost_weight, SMALL_POOL: config.small_pool_cost_weight},
+    )
+    spend: DailySpend = InProcessDailySpend()
+    if config.buckets == "redis" and redis is not None:
+        spend = RedisDailySpend(redis)
+    return DailyBudget(allowance, spend, metrics)
+
+
 def connect_redis(config: GatewayConfig) -> Redis | None:
     """One Redis client for whatever lives there; None when nothing does."""
     for name, value in (("buckets", config.buckets), ("runs", config.runs)):
@@ -303,6 +326,7 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
             build_policies(config),
             build_compactor(config, store, scheduler, nodes),
             versions=versions,
+            budget=build_daily_budget(config, redis_client, metrics),
         )
         streaming = Gauge("gateway_answers_streaming", "answers being generated", registry=registry)
         streaming.set_function(lambda: len(runs.running()))

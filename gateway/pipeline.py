@@ -45,6 +45,7 @@ from gateway.answers import Answer, AnswerPlan, AnswerWriter
 from gateway.buckets import Buckets
 from gateway.compactor import Compactor
 from gateway.completions import CompleteRequest
+from gateway.daily_budget import DailyBudget
 from gateway.metrics import GatewayMetrics
 from gateway.node_client import NodeClient
 from gateway.planner import (
@@ -115,8 +116,10 @@ class ChatPipeline:
         compactor: Compactor | None = None,
         *,
         versions: VersionBook,
+        budget: DailyBudget,
     ) -> None:
         self._versions = versions
+        self._budget = budget
         # None: conversations are never compacted; the oldest turns simply drop out.
         self._compactor = compactor
         self._metrics = metrics or GatewayMetrics(CollectorRegistry())
@@ -205,14 +208,16 @@ class ChatPipeline:
         )
         assignment = self._versions.serving(user, kept)
         version = assignment.version
+        budget = await self._budget.decide(user, route.pool)
         try:
             plan = await self._planner.plan(user, request.conversation_id, request.content,
-                                            parts, route.pool, version.system_prompt)  # fmt: skip
+                                            parts, budget.pool, version.system_prompt)  # fmt: skip
         except PoolsDown as down:
             return await self._busy_answer(user, request, fingerprint, down)
         plan = dataclasses.replace(plan, output_mode=self._policies.output_mode(user.tier),
-                                   version=version.name,
-                                   temperature=temperature_of(assignment))  # fmt: skip
+                                   version=version.name, temperature=temperature_of(assignment),
+                                   budget=budget.outcome.value,
+                                   downgraded=budget.downgraded)  # fmt: skip
         run = MessageRun(user.user_id, request.conversation_id, request.message_id, fingerprint,
                          started_at=arrived)  # fmt: skip
         self._runs.add(run)
@@ -458,6 +463,7 @@ class ChatPipeline:
         await self._buckets.settle(
             user.user_id, user.tier, plan.reserved, limiter.usage_cost(answer.usage)
         )
+        await self._budget.charge(user, plan.pool, answer.usage)
         self._observe(run, user, plan.pool, answer, plan.version)
         if answer.finish is not Finish.ERROR:
             self._breakers.of(plan.pool).record_success()

@@ -27,6 +27,7 @@ from clients.chatctl.output import CtlError
 from clients.chatctl.plan import add_plan_parser, run_plan
 from clients.chatctl.simulate import add_simulate_parser, run_simulate
 from clients.chatctl.users import users
+from clients.chatctl.versions import add_versions_parser
 from infra.convert import AUTO_MODEL
 
 # Flag types and the flags commands share --------------------------------------------------------
@@ -225,6 +226,10 @@ def add_chat(commands: Any) -> None:
     bucket.set_defaults(handler=limits)
 
 
+def add_versions(commands: Any) -> None:
+    add_versions_parser(commands, admin_flags())
+
+
 def add_plan(commands: Any) -> None:
     add_plan_parser(commands).set_defaults(handler=run_plan)
 
@@ -246,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_fleet,
         add_ladder,
         add_users,
+        add_versions,
         add_chat,
         add_plan,
         add_simulate,
