@@ -59,6 +59,8 @@ class AnswerPlan:
     downgraded: str = ""
     # The daily allowance's outcome: "within", "over", or '' where the tier has none.
     budget: str = ""
+    # The engine model the version asks for ('' for whatever the pool serves).
+    version_model: str = ""
 
 
 @dataclass(slots=True)
@@ -224,7 +226,8 @@ class AnswerWriter:
         self, run: MessageRun, plan: AnswerPlan, lost: list[str]
     ) -> ReplicaPick:
         return await self._scheduler.pick(run.conversation_id, plan.pool, plan.tier,
-                                          plan.prompt.tokens, exclude_node_ids=lost)  # fmt: skip
+                                          plan.prompt.tokens, exclude_node_ids=lost,
+                                          model=plan.version_model)  # fmt: skip
 
     async def _stream(
         self, run: MessageRun, plan: AnswerPlan, pick: ReplicaPick, answer: Answer

@@ -159,6 +159,9 @@ class GatewayConfig:
     shutdown_grace_s: float = 30.0
     # How often the gateway asks a scheduler whether the model versions' rollout changed.
     rollout_poll_s: float = 0.5
+    # An answer whose first text comes later than this counts as a slow start in its version's
+    # online guardrails (a share over 1 % is a p99 over it).
+    slow_ttft_s: float = 10.0
     ready_file: str = ""
     log_level: str = "info"
 
@@ -307,7 +310,7 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         metrics = GatewayMetrics(registry)
         buckets = build_buckets(config, policy, redis_client, metrics)
         sharing = build_run_sharing(config, redis_client, runs, metrics)
-        versions = VersionBook(scheduler, config.rollout_poll_s)
+        versions = VersionBook(scheduler, config.rollout_poll_s, config.slow_ttft_s)
         # The rollout as it stands before the first message, when a scheduler answers; else
         # the configured version until one does (the poll keeps asking).
         with contextlib.suppress(Unavailable):

@@ -210,10 +210,11 @@ class ChatPipeline:
         version = assignment.version
         budget = await self._budget.decide(user, route.pool)
         try:
-            plan = await self._planner.plan(user, request.conversation_id, request.content,
-                                            parts, budget.pool, version.system_prompt)  # fmt: skip
+            plan = await self._planner.plan(user, request.conversation_id, request.content, parts,
+                                            budget.pool, version.system_prompt,
+                                            version.model)  # fmt: skip
         except PoolsDown as down:
-            return await self._busy_answer(user, request, fingerprint, down)
+            return await self._busy_answer(user, request, fingerprint, down, version.name)
         plan = dataclasses.replace(plan, output_mode=self._policies.output_mode(user.tier),
                                    version=version.name, temperature=temperature_of(assignment),
                                    budget=budget.outcome.value,
@@ -398,15 +399,17 @@ class ChatPipeline:
         return context_parts(conversation, branch(messages, parent))
 
     async def _busy_answer(
-        self, user: User, request: SendRequest, fingerprint: str, down: PoolsDown
+        self, user: User, request: SendRequest, fingerprint: str, down: PoolsDown, version: str
     ) -> MessageRun:
         """The end of the fallback chain: a composed answer instead of a raw error. Nothing
         is stored or charged, so the same message can be sent again later."""
         run = MessageRun(user.user_id, request.conversation_id, request.message_id, fingerprint)
         self._runs.add(run)
-        await _compose(run, BUSY_MODEL, BUSY_TEXT, Finish.ERROR)
+        await _compose(run, BUSY_MODEL, BUSY_TEXT, Finish.ERROR, version)
         self._runs.mark_ended(run)
         self._metrics.answers.labels(user.tier.value, BUSY_MODEL, Finish.ERROR.value).inc()
+        self._metrics.observe_version(version, user.tier, Finish.ERROR.value, None, 0.0, 0)
+        self._versions.tally(version, user.tier, Finish.ERROR.value, BUSY_TEXT, None)
         self._log.warning("composed a busy answer", reason=down.reason)
         return run
 
@@ -498,6 +501,8 @@ class ChatPipeline:
         if version:
             self._metrics.observe_version(version, user.tier, answer.finish.value, ttft,
                                           stream_s, answer.usage.output_tokens)  # fmt: skip
+            self._versions.tally(version, user.tier, answer.finish.value, "".join(answer.shown),
+                                 ttft)  # fmt: skip
 
     async def _save_answer(
         self, run: MessageRun, user: User, parent_seq: int | None, answer: Answer
@@ -566,9 +571,11 @@ class ChatPipeline:
             await self._compactor.close()
 
 
-async def _compose(run: MessageRun, model: str, text: str, finish: Finish) -> None:
+async def _compose(
+    run: MessageRun, model: str, text: str, finish: Finish, version: str = ""
+) -> None:
     """An answer no model wrote (a refusal, the fallback chain's "busy"): meta, text, done."""
-    await run.append(Meta(run.message_id, run.conversation_id, model, ""))
+    await run.append(Meta(run.message_id, run.conversation_id, model, "", version))
     await run.append(Delta(text))
     await run.append(Done(finish, Usage()))
 

@@ -449,6 +449,7 @@ def _encode_plan(plan: AnswerPlan, answer_parent_seq: int | None) -> str:
             "version": plan.version,
             "temperature": plan.temperature,
             "downgraded": plan.downgraded,
+            "version_model": plan.version_model,
             "parent_seq": answer_parent_seq,
         },
         separators=(",", ":"),
@@ -471,5 +472,6 @@ def _decode_plan(raw: bytes) -> tuple[AnswerPlan, int | None]:
     # "version", "temperature", "downgraded": absent from plans an earlier release wrote.
     plan = dataclasses.replace(plan, version=body.get("version", ""),
                                temperature=body.get("temperature", ANSWER_TEMPERATURE),
-                               downgraded=body.get("downgraded", ""))  # fmt: skip
+                               downgraded=body.get("downgraded", ""),
+                               version_model=body.get("version_model", ""))  # fmt: skip
     return plan, body["parent_seq"]

@@ -3,10 +3,37 @@ chatctl read it, so the conversion is written once here."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from google.protobuf import timestamp_pb2
 
 from chat.v1 import scheduler_service_pb2 as pb
+from domain.guardrails import Tally
 from domain.rollout import GateRecord, RolloutChange, RolloutState, Version
+from domain.types import Tier
+from infra.convert import TIER_FROM_PB, TIER_TO_PB
+
+
+def tallies_to_pb(tallies: dict[tuple[str, Tier], Tally]) -> list[pb.VersionTally]:
+    return [
+        pb.VersionTally(
+            version=version,
+            tier=TIER_TO_PB[tier],
+            answers=t.answers,
+            errors=t.errors,
+            refusals=t.refusals,
+            slow=t.slow,
+        )
+        for (version, tier), t in tallies.items()
+    ]
+
+
+def tallies_from_pb(tallies: Iterable[pb.VersionTally]) -> dict[tuple[str, Tier], Tally]:
+    found: dict[tuple[str, Tier], Tally] = {}
+    for t in tallies:
+        key = (t.version, TIER_FROM_PB.get(t.tier, Tier.FREE))
+        found[key] = found.get(key, Tally()) + Tally(t.answers, t.errors, t.refusals, t.slow)
+    return found
 
 
 def version_to_pb(version: Version) -> pb.ModelVersion:

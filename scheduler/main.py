@@ -13,6 +13,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Gauge
 
 from chat.v1 import scheduler_service_pb2, scheduler_service_pb2_grpc
+from domain.guardrails import Guardrails
 from domain.ladder import LadderPolicy
 from domain.picker import DEFAULT_ESCAPE, EscapeRule
 from domain.pools import LARGE_POOL, SMALL_POOL
@@ -23,6 +24,7 @@ from infra.logs import configure_logging
 from infra.runner import run_service
 from infra.service import Service
 from infra.tls import TlsConfig
+from scheduler.canary import CanaryPolicy, CanaryWatch
 from scheduler.ladder import EtcdLadderStore, InProcessLadderStore, LadderKeeper, LadderStore
 from scheduler.membership import (
     ETCD_CHANNEL_OPTIONS,
@@ -78,6 +80,14 @@ class SchedulerConfig:
     ladder_tick_s: float = 10.0
     ladder_up_at: list[float] = field(default_factory=lambda: [0.85, 0.92, 0.97])
     ladder_down_gap: float = 0.07
+    # A candidate version is rolled back to 0 % automatically when, over the trailing window,
+    # its share of failed answers, refusals or slow starts (gateway's slow_ttft_s) passes the
+    # current version's by more than the margin, on at least canary_min_answers answers.
+    canary_window_s: float = 300.0
+    canary_error_margin: float = 0.05
+    canary_refusal_margin: float = 0.05
+    canary_slow_margin: float = 0.05
+    canary_min_answers: int = 20
     scheduler_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     ready_file: str = ""
     log_level: str = "info"
@@ -111,6 +121,14 @@ def _build_rollout_store(config: SchedulerConfig) -> RolloutStore:
         client = aetcd.Client(host=host, port=port, timeout=1.0, options=ETCD_CHANNEL_OPTIONS)
         return EtcdRolloutStore(client)
     return InProcessRolloutStore()
+
+
+def _canary_policy(config: SchedulerConfig) -> CanaryPolicy:
+    rails = Guardrails(config.canary_error_margin, config.canary_refusal_margin,
+                       config.canary_slow_margin, config.canary_min_answers)  # fmt: skip
+    if config.canary_window_s <= 0:
+        raise ConfigError("canary_window_s must be more than 0")
+    return CanaryPolicy(rails, config.canary_window_s)
 
 
 def _build_membership(config: SchedulerConfig) -> Membership:
@@ -161,6 +179,7 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
         service.closes(ladder.close)
         rollout = RolloutKeeper(_build_rollout_store(config), time.time)
         service.closes(rollout.close)
+        canary = CanaryWatch(rollout, _canary_policy(config), time.monotonic)
         registry = CollectorRegistry()
         nodes = Gauge("scheduler_nodes", "nodes in the load table", registry=registry)
         nodes.set_function(lambda: len(table.entries()))
@@ -191,12 +210,14 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
                 ladder,
                 frozenset(config.pools),
                 rollout,
+                canary,
             ),
             server.server,
         )
         await service.grpc(server)
         service.task(_expire_forever(table, config.report_timeout_s / 4, log), "expiry")
         service.task(ladder.run(), "ladder")
+        service.task(canary.run(), "canary")
         await service.serve(
             stop,
             config.ready_file,

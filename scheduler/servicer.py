@@ -26,9 +26,10 @@ from domain.ladder import MAX_RUNG
 from domain.picker import ReplicaLoad
 from infra.bearer import bearer_from_metadata, same_secret
 from infra.grpcserver import maps_domain_errors
-from infra.rollout_convert import rollout_to_pb, version_from_pb
+from infra.rollout_convert import rollout_to_pb, tallies_from_pb, version_from_pb
 from infra.tls import peer
 from scheduler import convert
+from scheduler.canary import CanaryWatch
 from scheduler.ladder import ETCD_ERRORS, LadderKeeper
 from scheduler.membership import Membership
 from scheduler.rollout import RolloutKeeper
@@ -48,8 +49,10 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         ladder: LadderKeeper,
         pools: frozenset[str],
         rollout: RolloutKeeper,
+        canary: CanaryWatch,
     ) -> None:
         self._rollout = rollout
+        self._canary = canary
         self._table = table
         self._membership = membership
         # The stream that owns each node's registration: after a reconnect, the old stream's
@@ -134,15 +137,20 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         if not request.conversation_id or len(request.conversation_id) > MAX_ID_CHARS:
             raise InvalidArgument(f"conversation_id must be 1..{MAX_ID_CHARS} characters")
         self._check_pool(request.pool)
+        # A version's own model: the pool's nodes serving another one are left out.
+        excluded = frozenset(request.exclude_node_ids) | self._table.other_models(
+            request.pool, request.model
+        )
         pick = self._table.pick(
             request.pool,
             request.conversation_id,
             request.prompt_tokens,
             request.reusable_prefix_tokens,
-            frozenset(request.exclude_node_ids),
+            excluded,
         )
         if pick.replica is None:
-            raise NoReplica(f"no replica of pool {request.pool!r} is ready; retry shortly")
+            serving = f" serving model {request.model!r}" if request.model else ""
+            raise NoReplica(f"no replica of pool {request.pool!r}{serving} is ready; retry shortly")
         return convert.pick_to_pb(
             pick.replica,
             pick.reason,
@@ -258,6 +266,8 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
     async def GetRollout(
         self, request: pb.GetRolloutRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetRolloutResponse:
+        if request.tallies:
+            self._canary.told(tallies_from_pb(request.tallies))
         state, revision = await self._read_rollout()
         if request.known_revision and request.known_revision == revision:
             return pb.GetRolloutResponse(revision=revision)

@@ -99,20 +99,22 @@ class ConnectNodeResponse(_message.Message):
     def __init__(self, command: _Optional[_Union[NodeCommand, str]] = ...) -> None: ...
 
 class PickReplicaRequest(_message.Message):
-    __slots__ = ("conversation_id", "pool", "tier", "prompt_tokens", "reusable_prefix_tokens", "exclude_node_ids")
+    __slots__ = ("conversation_id", "pool", "tier", "prompt_tokens", "reusable_prefix_tokens", "exclude_node_ids", "model")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     REUSABLE_PREFIX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     EXCLUDE_NODE_IDS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     pool: str
     tier: _common_pb2.Tier
     prompt_tokens: int
     reusable_prefix_tokens: int
     exclude_node_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, conversation_id: _Optional[str] = ..., pool: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., prompt_tokens: _Optional[int] = ..., reusable_prefix_tokens: _Optional[int] = ..., exclude_node_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    model: str
+    def __init__(self, conversation_id: _Optional[str] = ..., pool: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., prompt_tokens: _Optional[int] = ..., reusable_prefix_tokens: _Optional[int] = ..., exclude_node_ids: _Optional[_Iterable[str]] = ..., model: _Optional[str] = ...) -> None: ...
 
 class PickReplicaResponse(_message.Message):
     __slots__ = ("node_id", "address", "reason", "expected_wait_seconds", "ladder_rung", "model", "context_tokens")
@@ -360,10 +362,28 @@ class Rollout(_message.Message):
     def __init__(self, versions: _Optional[_Iterable[_Union[ModelVersion, _Mapping]]] = ..., current: _Optional[str] = ..., candidate: _Optional[str] = ..., percent: _Optional[_Mapping[str, float]] = ..., salt: _Optional[str] = ..., holdout_version: _Optional[str] = ..., holdout_salt: _Optional[str] = ..., holdout_percent: _Optional[float] = ..., pins: _Optional[_Iterable[_Union[UserPin, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[RolloutChange, _Mapping]]] = ..., gates: _Optional[_Iterable[_Union[GateResult, _Mapping]]] = ...) -> None: ...
 
 class GetRolloutRequest(_message.Message):
-    __slots__ = ("known_revision",)
+    __slots__ = ("known_revision", "tallies")
     KNOWN_REVISION_FIELD_NUMBER: _ClassVar[int]
+    TALLIES_FIELD_NUMBER: _ClassVar[int]
     known_revision: int
-    def __init__(self, known_revision: _Optional[int] = ...) -> None: ...
+    tallies: _containers.RepeatedCompositeFieldContainer[VersionTally]
+    def __init__(self, known_revision: _Optional[int] = ..., tallies: _Optional[_Iterable[_Union[VersionTally, _Mapping]]] = ...) -> None: ...
+
+class VersionTally(_message.Message):
+    __slots__ = ("version", "tier", "answers", "errors", "refusals", "slow")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    REFUSALS_FIELD_NUMBER: _ClassVar[int]
+    SLOW_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    tier: _common_pb2.Tier
+    answers: int
+    errors: int
+    refusals: int
+    slow: int
+    def __init__(self, version: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., answers: _Optional[int] = ..., errors: _Optional[int] = ..., refusals: _Optional[int] = ..., slow: _Optional[int] = ...) -> None: ...
 
 class GetRolloutResponse(_message.Message):
     __slots__ = ("revision", "rollout")
