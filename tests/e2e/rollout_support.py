@@ -9,12 +9,13 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from clients.chat_client import AdminClient
-from clients.chatctl.platform import LocalPlatform
+from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from clients.rollout_client import RolloutClient
 from domain.rollout import RolloutState, Slice, assign
 from domain.types import Tier
@@ -59,8 +60,35 @@ async def rollout_admin(platform: LocalPlatform) -> AsyncIterator[RolloutClient]
         yield client
 
 
+def rollout_platform_settings(state_dir: Path) -> PlatformSettings:
+    """The rollout tests' own platform: they change the current version and the split, which
+    the session's shared platform must not see. Answers are capped short (the tests read
+    versions and routes, not prose), Plus has a tiny daily allowance, and the canary judges
+    on a few answers."""
+    return PlatformSettings(
+        state_dir=state_dir,
+        edge_listen="127.0.0.1:0",
+        nodes=1,
+        slot_context_tokens=2048,
+        parallel=2,
+        extra_env={
+            "CHAT_GATEWAY_FREE_MAX_ANSWER_TOKENS": "12",
+            "CHAT_GATEWAY_PLUS_MAX_ANSWER_TOKENS": "12",
+            "CHAT_GATEWAY_PLUS_DAILY_ALLOWANCE": str(PLUS_DAILY_ALLOWANCE),
+            "CHAT_SCHEDULER_CANARY_WINDOW_S": "60",
+            "CHAT_SCHEDULER_CANARY_MIN_ANSWERS": "4",
+        },
+    )
+
+
+# Weighted tokens: one short answer on the small pool (about 80 tokens of cost x 0.27)
+# spends it.
+PLUS_DAILY_ALLOWANCE = 10
+
+
 @dataclass(frozen=True)
 class Sent:
+    message_id: str
     status: int
     version: str
     downgraded: str
@@ -73,8 +101,9 @@ class Sent:
 async def send(
     platform: LocalPlatform, token: str, conversation: str, content: str, model: str = "auto"
 ) -> Sent:
+    message_id = new_id("m")
     headers = {"Authorization": f"Bearer {token}", "Accept": "text/event-stream",
-               "Idempotency-Key": new_id("m")}  # fmt: skip
+               "Idempotency-Key": message_id}  # fmt: skip
     async with (
         aiohttp.ClientSession() as http,
         http.post(f"{platform.edge_url}/v1/conversations/{conversation}/messages",
@@ -82,12 +111,19 @@ async def send(
     ):  # fmt: skip
         if response.content_type != "text/event-stream":
             body = await response.json()
-            return Sent(response.status, "", "", "", 0, "", str(body))
+            return Sent(message_id, response.status, "", "", "", 0, "", str(body))
         events = await read_events(response)
     meta, done = events[0].data, events[-1].data
     text = "".join(e.data["text"] for e in events if e.event == "delta")
-    return Sent(response.status, meta["version"], meta["downgraded"], meta["model"],
+    return Sent(message_id, response.status, meta["version"], meta["downgraded"], meta["model"],
                 done["usage"]["input"], done["finish"], text)  # fmt: skip
+
+
+async def new_user(platform: LocalPlatform, tier: Tier) -> tuple[str, str]:
+    user_id = new_id(f"ro-{tier.value}")
+    async with AdminClient(platform.scheduler_address, platform.admin_token,
+                           tls=platform.tls()) as admin:  # fmt: skip
+        return user_id, (await admin.create_user(user_id, tier.value)).token
 
 
 async def users_in_slices(

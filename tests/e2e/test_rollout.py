@@ -1,21 +1,26 @@
 """Model versions behind the real local platform (scheduler, llama.cpp SmolLM2 node, gateway,
-edge): two versions that differ only in the system prompt share the node; a split by user
-puts the same users on the candidate every time; a conversation keeps its version when the
-split changes."""
+edge), on a platform of their own: versions that differ only in the system prompt share the
+node; a split by user puts the same users on the candidate every time and a conversation
+keeps its version when the split changes; a candidate whose answers fail is rolled back by
+itself; a user past the daily allowance is served by the small pool."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
 
 import pytest
 
 from clients.chatctl.platform import LocalPlatform
 from domain.rollout import Slice, Version
 from domain.types import Tier
+from store.factory import open_store
 from tests.e2e.rollout_support import (
     gateway_caught_up,
     new_id,
+    new_user,
     rollout_admin,
+    rollout_platform_settings,
     send,
     users_in_slices,
 )
@@ -27,6 +32,16 @@ CANDIDATE_PROMPT = (
     "You are a careful assistant for a travel company. Answer in one short sentence, "
     "politely, and never use lists, headings or emoji in any answer you give."
 )
+
+
+@pytest.fixture(scope="module")
+async def platform(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalPlatform]:
+    local = LocalPlatform(rollout_platform_settings(tmp_path_factory.mktemp("rollout")))
+    try:
+        await local.start()
+        yield local
+    finally:
+        await local.stop()
 
 
 async def test_a_split_keeps_users_on_their_slice_and_conversations_on_their_version(
@@ -68,3 +83,55 @@ async def test_a_split_keeps_users_on_their_slice_and_conversations_on_their_ver
             latest = await admin.rollout()
             if latest.candidate == name and any(p for _, p in latest.percent):
                 await admin.rollback("test cleanup")
+
+
+async def test_a_candidate_whose_answers_fail_is_rolled_back_automatically(
+    platform: LocalPlatform,
+) -> None:
+    # A model no node serves: every answer of the candidate fails (a composed "busy").
+    name = f"broken-{uuid.uuid4().hex[:6]}"
+    async with rollout_admin(platform) as admin:
+        await admin.create(Version(name, model="no-such-model"))
+        state = await admin.split(name, "free", 50.0)
+        await gateway_caught_up(platform, admin)
+        users = await users_in_slices(platform, state, Tier.FREE, {Slice.CANDIDATE: 1})
+        ((_, token),) = users[Slice.CANDIDATE]
+        for _ in range(4):
+            failed = await send(platform, token, new_id("c"), "Say hi.")
+            assert (failed.version, failed.model, failed.finish) == (name, "busy", "error")
+        for _ in range(100):  # the gateway reports within 0.5 s, the check runs every second
+            latest = await admin.rollout()
+            if latest.history[-1].action == "rollback":
+                break
+            await gateway_caught_up(platform, admin)
+        change = latest.history[-1]
+        assert (change.action, change.version, dict(latest.percent)) == (
+            "rollback",
+            name,
+            {"free": 0.0},
+        )
+        assert change.detail.startswith("automatic: error share 1.00 > 0.00 + 0.05 (4 answers)")
+        await gateway_caught_up(platform, admin)
+        back = await send(platform, token, new_id("c"), "Say hi.")
+        assert (back.version, back.finish) == (latest.current, back.finish)
+        assert back.model != "busy"
+
+
+async def test_a_user_past_the_daily_allowance_is_served_by_the_small_pool(
+    platform: LocalPlatform,
+) -> None:
+    user_id, token = await new_user(platform, Tier.PLUS)
+    within = await send(platform, token, new_id("c"), "Say hi.", model="large")
+    over = await send(platform, token, new_id("c"), "Say hi.", model="large")
+    assert (within.status, within.downgraded) == (200, "")
+    assert (over.status, over.downgraded, over.finish) == (200, "daily_budget", "length")
+    store = await open_store(f"sqlite:///{platform.settings.state_dir / 'chat.db'}")
+    try:
+        first = await store.serving_of(user_id, within.message_id)
+        second = await store.serving_of(user_id, over.message_id)
+    finally:
+        await store.close()
+    # Which tier actually served: the router chose large; the first fell back to small (this
+    # platform has no large node), the second was sent there by the allowance.
+    assert (first.routed_pool, first.budget, first.served_pool) == ("large", "within", "small")
+    assert (second.routed_pool, second.budget, second.served_pool) == ("large", "over", "small")
