@@ -236,6 +236,8 @@ def move_holdout(state: RolloutState, name: str, at: float) -> RolloutState:
 def pin_user(state: RolloutState, user_id: str, name: str, at: float) -> RolloutState:
     """Puts one user on a version ('' unpins)."""
     pins = dict(state.pins)
+    if not name and user_id not in pins:
+        return state
     if name:
         state.version(name)
         pins[user_id] = name

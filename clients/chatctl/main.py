@@ -21,6 +21,7 @@ from typing import Any
 from clients.chat_client import MODELS, TIERS, ClientError
 from clients.chatctl.chat import chat, conversations, limits
 from clients.chatctl.contexts import CONTEXT_ENV, CONTEXTS_ENV, DEFAULT_FILE, add_context_parser
+from clients.chatctl.evaluate import add_eval_parser
 from clients.chatctl.fleet import drain, ladder, nodes, undrain
 from clients.chatctl.local import down, up
 from clients.chatctl.output import CtlError
@@ -230,6 +231,10 @@ def add_versions(commands: Any) -> None:
     add_versions_parser(commands, admin_flags())
 
 
+def add_eval(commands: Any) -> None:
+    add_eval_parser(commands, admin_flags())
+
+
 def add_plan(commands: Any) -> None:
     add_plan_parser(commands).set_defaults(handler=run_plan)
 
@@ -252,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_ladder,
         add_users,
         add_versions,
+        add_eval,
         add_chat,
         add_plan,
         add_simulate,
