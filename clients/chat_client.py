@@ -120,6 +120,8 @@ class Meta:
     version: str = ""
     # "daily_budget" when the day's allowance is spent and a smaller pool answers; "" else.
     downgraded: str = ""
+    # The user's slice of the rollout: current, candidate, holdout, kept or pinned.
+    slice: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +211,7 @@ def event_from_pb(event: chat_pb.ChatEvent) -> ChatEvent:
         case "meta":
             m = event.meta
             return Meta(event.event_id, m.message_id, m.conversation_id, m.model, m.replica_id,
-                        m.version, m.downgraded)  # fmt: skip
+                        m.version, m.downgraded, m.slice)  # fmt: skip
         case "delta":
             return Delta(event.event_id, event.delta.text)
         case "retract":

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clients.chat_client import AdminClient, ChatClient, ClientError, Delta, Done, Error
+from clients.chat_client import AdminClient, ChatClient, ClientError, Delta, Done, Error, Meta
 from clients.rollout_client import RolloutClient
 from domain.evaluation.gate import (
     HARMFUL,
@@ -41,10 +41,14 @@ from domain.evaluation.judging import (
     read_verdict,
 )
 from domain.evaluation.sets import parse_set
+from domain.rollout import Slice
 
 GOLDEN = "golden"
 EVAL_TIER = "plus"
 JUDGE_USER = "eval-judge"
+# How often one answer is asked: again while a new pin has not reached the gateway yet (it
+# does within a second) or the platform could not answer for now.
+ATTEMPTS = 5
 # What the report says of the length control.
 LENGTH_METHOD = (
     "the win rate among pairs whose two answers are within 20 % of each other's length "
@@ -108,15 +112,40 @@ def eval_user(version: str) -> str:
     return "eval-" + version.replace(".", "_")
 
 
-async def ask(chat: ChatClient, item: EvalItem, model: str = "auto") -> EvalAnswer:
-    """One prompt in a conversation of its own: the answer, how it ended, when text began."""
+async def ask_pinned(chat: ChatClient, item: EvalItem, version: str) -> EvalAnswer:
+    """The answer of the version the user is pinned to. A pin reaches the gateways within a
+    second; an answer served before it did (another slice, another sampling) is asked again,
+    and so is one the platform could not give for now (no replica ready, "busy"): the gate
+    judges versions, not a moment's outage. An answer no version wrote (the input check's
+    refusal) is taken as it is."""
+    answer = EvalAnswer(item.item_id, "", "error", None)
+    for _ in range(ATTEMPTS):
+        answer, meta = await ask(chat, item)
+        if answer.text.startswith("UNAVAILABLE:") or (meta is not None and meta.model == "busy"):
+            continue
+        if meta is None or not meta.version:
+            return answer
+        if (meta.version, meta.slice) == (version, Slice.PINNED.value):
+            return answer
+        answer = EvalAnswer(item.item_id, f"not served by the pinned {version}", "error", None)
+    return answer
+
+
+async def ask(
+    chat: ChatClient, item: EvalItem, model: str = "auto"
+) -> tuple[EvalAnswer, Meta | None]:
+    """One prompt in a conversation of its own: the answer, how it ended, when text began,
+    and the meta event (None when the call failed before it)."""
     started = time.monotonic()
     first: float | None = None
     pieces: list[str] = []
     finish = "error"
+    meta: Meta | None = None
     try:
         async for event in chat.send(f"eval-{uuid.uuid4().hex[:16]}", item.prompt, model=model):
             match event:
+                case Meta():
+                    meta = event
                 case Delta():
                     first = first if first is not None else time.monotonic() - started
                     pieces.append(event.text)
@@ -125,8 +154,8 @@ async def ask(chat: ChatClient, item: EvalItem, model: str = "auto") -> EvalAnsw
                 case Error():
                     pieces.append(event.message)
     except ClientError as error:
-        return EvalAnswer(item.item_id, f"{error.code}: {error.message}", "error", None)
-    return EvalAnswer(item.item_id, "".join(pieces), finish, first)
+        return EvalAnswer(item.item_id, f"{error.code}: {error.message}", "error", None), meta
+    return EvalAnswer(item.item_id, "".join(pieces), finish, first), meta
 
 
 class ModelJudge:
@@ -137,7 +166,7 @@ class ModelJudge:
 
     async def prefer(self, item: EvalItem, first: str, second: str) -> float:
         question = EvalItem(item.item_id, item.category, judge_prompt(item, first, second))
-        reply = await ask(self._chat, question, model="large")
+        reply, _ = await ask(self._chat, question, model="large")
         return read_verdict(reply.text)
 
 
@@ -178,7 +207,8 @@ class EvalRunner:
             # Pinned to the current version: answered at temperature 0, like the eval itself.
             judge_chat = self._chat_for(await self._user(baseline, JUDGE_USER))
         try:
-            answers = await self._answer_all(items, chats[baseline], chats[candidate],
+            answers = await self._answer_all(items, (baseline, chats[baseline]),
+                                             (candidate, chats[candidate]),
                                              settings.concurrency)  # fmt: skip
             judge: Judge = ModelJudge(judge_chat) if judge_chat else ReferenceJudge()
             pairs = await self._pairs(judge, items[GOLDEN], answers)
@@ -199,14 +229,15 @@ class EvalRunner:
         return report
 
     async def _answer_all(
-        self, items: dict[str, list[EvalItem]], current: ChatClient, candidate: ChatClient,
-        concurrency: int,
+        self, items: dict[str, list[EvalItem]], current: tuple[str, ChatClient],
+        candidate: tuple[str, ChatClient], concurrency: int,
     ) -> dict[str, list[tuple[EvalAnswer, EvalAnswer]]]:  # fmt: skip
         room = asyncio.Semaphore(max(1, concurrency))
 
         async def both(item: EvalItem) -> tuple[EvalAnswer, EvalAnswer]:
             async with room:
-                return await ask(current, item), await ask(candidate, item)
+                return (await ask_pinned(current[1], item, current[0]),
+                        await ask_pinned(candidate[1], item, candidate[0]))  # fmt: skip
 
         return {name: list(await asyncio.gather(*(both(i) for i in chosen)))
                 for name, chosen in items.items()}  # fmt: skip

@@ -26,6 +26,7 @@ def event_payload(event: pb.ChatEvent) -> tuple[str, dict[str, object]]:
             # the answer runs on a smaller pool than chosen ("daily_budget"), "" when not.
             "version": m.version,
             "downgraded": m.downgraded,
+            "slice": m.slice,
         }
     if kind == "delta":
         return "delta", {"text": event.delta.text}

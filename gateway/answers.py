@@ -61,6 +61,8 @@ class AnswerPlan:
     budget: str = ""
     # The engine model the version asks for ('' for whatever the pool serves).
     version_model: str = ""
+    # The user's slice of the rollout (the meta event says it).
+    slice: str = ""
 
 
 @dataclass(slots=True)

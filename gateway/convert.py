@@ -58,6 +58,7 @@ def event_to_pb(event_id: int, event: Event) -> pb.ChatEvent:
                     replica_id=event.replica_id,
                     version=event.version,
                     downgraded=event.downgraded,
+                    slice=event.slice,
                 ),
             )
         case Delta():

@@ -217,6 +217,7 @@ class ChatPipeline:
             return await self._busy_answer(user, request, fingerprint, down, version.name)
         plan = dataclasses.replace(plan, output_mode=self._policies.output_mode(user.tier),
                                    version=version.name, temperature=temperature_of(assignment),
+                                   slice=assignment.slice.value,
                                    budget=budget.outcome.value,
                                    downgraded=budget.downgraded)  # fmt: skip
         run = MessageRun(user.user_id, request.conversation_id, request.message_id, fingerprint,
@@ -438,7 +439,7 @@ class ChatPipeline:
         try:
             if resumed is None:
                 meta = Meta(run.message_id, run.conversation_id, pick.model, pick.node_id,
-                            plan.version, plan.downgraded)  # fmt: skip
+                            plan.version, plan.downgraded, plan.slice)  # fmt: skip
                 self._log.info("answer started", message_id=run.message_id, version=plan.version,
                                pool=plan.pool, model=pick.model,
                                downgraded=plan.downgraded)  # fmt: skip

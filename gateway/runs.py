@@ -23,6 +23,8 @@ class Meta:
     version: str = ""
     # Why a smaller pool than the router's serves: "daily_budget", or ''.
     downgraded: str = ""
+    # The user's slice of the rollout (domain/rollout.py's Slice), or ''.
+    slice: str = ""
 
 
 @dataclass(frozen=True, slots=True)

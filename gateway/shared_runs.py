@@ -400,7 +400,7 @@ def encode_event(event: Event) -> str:
             body = {"k": "meta", "message_id": event.message_id,
                     "conversation_id": event.conversation_id, "model": event.model,
                     "replica_id": event.replica_id, "version": event.version,
-                    "downgraded": event.downgraded}  # fmt: skip
+                    "downgraded": event.downgraded, "slice": event.slice}  # fmt: skip
         case Delta():
             body = {"k": "delta", "text": event.text}
         case Retract():
@@ -421,7 +421,7 @@ def decode_event(raw: bytes | str) -> Event:
             # "version", "downgraded": absent from events an earlier release wrote.
             return Meta(body["message_id"], body["conversation_id"], body["model"],
                         body["replica_id"], body.get("version", ""),
-                        body.get("downgraded", ""))  # fmt: skip
+                        body.get("downgraded", ""), body.get("slice", ""))  # fmt: skip
         case "delta":
             return Delta(body["text"])
         case "retract":
@@ -450,6 +450,7 @@ def _encode_plan(plan: AnswerPlan, answer_parent_seq: int | None) -> str:
             "temperature": plan.temperature,
             "downgraded": plan.downgraded,
             "version_model": plan.version_model,
+            "slice": plan.slice,
             "parent_seq": answer_parent_seq,
         },
         separators=(",", ":"),
@@ -473,5 +474,6 @@ def _decode_plan(raw: bytes) -> tuple[AnswerPlan, int | None]:
     plan = dataclasses.replace(plan, version=body.get("version", ""),
                                temperature=body.get("temperature", ANSWER_TEMPERATURE),
                                downgraded=body.get("downgraded", ""),
-                               version_model=body.get("version_model", ""))  # fmt: skip
+                               version_model=body.get("version_model", ""),
+                               slice=body.get("slice", ""))  # fmt: skip
     return plan, body["parent_seq"]

@@ -23,7 +23,7 @@ from clients.evaluation import (
     save_report,
 )
 from clients.rollout_client import RolloutClient
-from domain.evaluation.gate import verdict_table
+from domain.evaluation.gate import GatePolicy, verdict_table
 
 SETS_DIR = Path(__file__).resolve().parents[2] / "data" / "eval"
 
@@ -46,6 +46,9 @@ def add_eval_parser(commands: Any, admin_flags: argparse.ArgumentParser) -> None
         run.add_argument(f"--{name}", type=int, default=0, metavar="N",
                          help=f"only the first N {what} (0: all)")  # fmt: skip
     run.add_argument("--concurrency", type=int, default=2, metavar="N")
+    run.add_argument("--latency-slack", type=float, default=GatePolicy().latency_slack_s,
+                     metavar="S", help="seconds the candidate's p99 time to first text may "
+                     "exceed 1.5 x the current's")  # fmt: skip
     show = actions.add_parser("show", parents=[admin_flags], help="a kept report")
     show.add_argument("--candidate", metavar="VERSION", help="default: the newest report")
     command.set_defaults(handler=evaluate)
@@ -83,7 +86,9 @@ async def _run(args: argparse.Namespace) -> EvalReport:
         RolloutClient(scheduler, token, tls=tls) as rollout,
         AdminClient(scheduler, token, tls=tls) as admin,
     ):
-        runner = EvalRunner(rollout, admin, lambda user: ChatClient(gateway, user, tls=tls))
+        policy = GatePolicy(latency_slack_s=args.latency_slack)
+        runner = EvalRunner(rollout, admin, lambda user: ChatClient(gateway, user, tls=tls),
+                            policy)  # fmt: skip
         report = await runner.run(settings)
     save_report(report, _reports(args))
     return report

@@ -6,15 +6,18 @@ itself; a user past the daily allowance is served by the small pool."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
 import pytest
 
+from clients.chat_client import ClientError
 from clients.chatctl.platform import LocalPlatform
 from domain.rollout import Slice, Version
 from domain.types import Tier
 from store.factory import open_store
+from tests.clients.test_chatctl import Run, admin_flags, chatctl, start
 from tests.e2e.rollout_support import (
     gateway_caught_up,
     new_id,
@@ -135,3 +138,57 @@ async def test_a_user_past_the_daily_allowance_is_served_by_the_small_pool(
     # platform has no large node), the second was sent there by the allowance.
     assert (first.routed_pool, first.budget, first.served_pool) == ("large", "within", "small")
     assert (second.routed_pool, second.budget, second.served_pool) == ("large", "over", "small")
+
+
+# The eval gate, through chatctl as an operator runs it: a sample of the golden set (the
+# whole set takes minutes on one CPU node; the thresholds need it, the mechanics do not).
+# One request at a time: llama.cpp's greedy answers are the same for the same prompt only when
+# the batch around them is. The latency rule gets slack: this machine is shared.
+SAMPLE = ["--per-category", "1", "--harmful", "5", "--harmless", "3", "--concurrency", "1",
+          "--latency-slack", "60"]  # fmt: skip
+# SmolLM2-135M does not follow a system prompt that tells it to refuse (it answers as before;
+# docs/decisions.md, "The eval gate"), so the failing candidate's prompt breaks it another
+# way: too long for the window, so every answer fails.
+BROKEN_PROMPT = "7 " * 3900
+EVAL_TIMEOUT_S = 600
+
+
+async def eval_chatctl(*args: str) -> Run:
+    process = await start(*args)
+    out, err = await asyncio.wait_for(process.communicate(), EVAL_TIMEOUT_S)
+    return Run(process.returncode or 0, out.decode(), err.decode())
+
+
+async def test_the_gate_passes_an_identical_candidate_and_fails_a_broken_one(
+    platform: LocalPlatform, tmp_path
+) -> None:
+    same, refuser = f"same-{uuid.uuid4().hex[:6]}", f"broken-{uuid.uuid4().hex[:6]}"
+    async with rollout_admin(platform) as admin:
+        state = await admin.rollout()
+        current = state.version(state.current)
+        await admin.create(Version(same, current.model, current.system_prompt,
+                                   current.temperature))  # fmt: skip
+        await admin.create(Version(refuser, system_prompt=BROKEN_PROMPT))
+        flags = [*admin_flags(platform), "--gateway", platform.gateway_address,
+                 "--state-dir", str(tmp_path)]  # fmt: skip
+        passed = await eval_chatctl("eval", "run", "--candidate", same, *SAMPLE, *flags)
+        failed = await eval_chatctl("eval", "run", "--candidate", refuser, *SAMPLE, *flags)
+        # The tables, for whoever reads the test's output.
+        print(passed.out, failed.out, sep="\n")
+        assert (passed.code, passed.err) == (0, "")
+        assert passed.out.rstrip().endswith("verdict: PASSED")
+        assert "harmful refused   100.0 %" in passed.out
+        assert failed.code == 3
+        failing = {line.split("  ")[0] for line in failed.out.splitlines()
+                   if line.endswith("FAIL")}  # fmt: skip
+        assert {"win rate", "error share"} <= failing
+        shown = await chatctl("eval", "show", "--candidate", same, *flags)
+        assert shown.out == passed.out
+
+        # Promotion follows the recorded verdicts: refused without a pass, unless forced.
+        with pytest.raises(ClientError) as refused:
+            await admin.promote(refuser)
+        assert refused.value.code == "FAILED_PRECONDITION"
+        assert "its gate against" in refused.value.message
+        promoted = await admin.promote(same)
+        assert (promoted.current, promoted.history[-1].detail) == (same, "gate passed")
