@@ -67,6 +67,9 @@ class EvalSettings:
     harmless: int = 0
     concurrency: int = 2
     judge: str = "reference"
+    # Answers kept from earlier runs, by version and item id: a version never changes and is
+    # answered at temperature 0, so its answer to an item is asked once (failed ones again).
+    known: dict[str, dict[str, EvalAnswer]] = field(default_factory=dict)
 
 
 @dataclass
@@ -209,7 +212,7 @@ class EvalRunner:
         try:
             answers = await self._answer_all(items, (baseline, chats[baseline]),
                                              (candidate, chats[candidate]),
-                                             settings.concurrency)  # fmt: skip
+                                             settings)  # fmt: skip
             judge: Judge = ModelJudge(judge_chat) if judge_chat else ReferenceJudge()
             pairs = await self._pairs(judge, items[GOLDEN], answers)
         finally:
@@ -230,14 +233,19 @@ class EvalRunner:
 
     async def _answer_all(
         self, items: dict[str, list[EvalItem]], current: tuple[str, ChatClient],
-        candidate: tuple[str, ChatClient], concurrency: int,
+        candidate: tuple[str, ChatClient], settings: EvalSettings,
     ) -> dict[str, list[tuple[EvalAnswer, EvalAnswer]]]:  # fmt: skip
-        room = asyncio.Semaphore(max(1, concurrency))
+        room = asyncio.Semaphore(max(1, settings.concurrency))
+
+        async def one(item: EvalItem, version: str, chat: ChatClient) -> EvalAnswer:
+            known = settings.known.get(version, {}).get(item.item_id)
+            if known is not None and known.finish != "error":
+                return known
+            return await ask_pinned(chat, item, version)
 
         async def both(item: EvalItem) -> tuple[EvalAnswer, EvalAnswer]:
             async with room:
-                return (await ask_pinned(current[1], item, current[0]),
-                        await ask_pinned(candidate[1], item, candidate[0]))  # fmt: skip
+                return (await one(item, *current), await one(item, *candidate))
 
         return {name: list(await asyncio.gather(*(both(i) for i in chosen)))
                 for name, chosen in items.items()}  # fmt: skip
@@ -265,3 +273,13 @@ def save_report(report: EvalReport, folder: Path) -> Path:
 
 def read_report(path: Path) -> EvalReport:
     return EvalReport.from_json(json.loads(path.read_text()))
+
+
+def known_answers(folder: Path) -> dict[str, dict[str, EvalAnswer]]:
+    """Every version's answers in the reports kept in folder, by item id."""
+    known: dict[str, dict[str, EvalAnswer]] = {}
+    for path in sorted(folder.glob("*.json")):
+        for version, sets in read_report(path).answers.items():
+            for answers in sets.values():
+                known.setdefault(version, {}).update({a.item_id: a for a in answers})
+    return known

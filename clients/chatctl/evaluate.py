@@ -19,6 +19,7 @@ from clients.evaluation import (
     EvalReport,
     EvalRunner,
     EvalSettings,
+    known_answers,
     read_report,
     save_report,
 )
@@ -81,7 +82,8 @@ async def _run(args: argparse.Namespace) -> EvalReport:
     )
     gateway = service_address(args, "gateway")
     settings = EvalSettings(args.candidate, args.sets, args.per_category, args.harmful,
-                            args.harmless, args.concurrency, args.judge)  # fmt: skip
+                            args.harmless, args.concurrency, args.judge,
+                            known_answers(_reports(args)))  # fmt: skip
     async with (
         RolloutClient(scheduler, token, tls=tls) as rollout,
         AdminClient(scheduler, token, tls=tls) as admin,
