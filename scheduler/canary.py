@@ -34,8 +34,13 @@ class CanaryPolicy:
 
 class CanaryWatch:
     def __init__(
-        self, keeper: RolloutKeeper, policy: CanaryPolicy, clock: Callable[[], float]
+        self,
+        keeper: RolloutKeeper,
+        policy: CanaryPolicy,
+        clock: Callable[[], float],
+        on_rollback: Callable[[], None] = lambda: None,
     ) -> None:
+        self._on_rollback = on_rollback
         self._keeper = keeper
         self._policy = policy
         self._clock = clock
@@ -73,6 +78,7 @@ class CanaryWatch:
         except FailedPrecondition:
             return  # rolled back meanwhile
         self._log.error("canary rolled back", version=state.candidate, reason=reason)
+        self._on_rollback()
         self._seen.clear()
 
     async def run(self) -> None:

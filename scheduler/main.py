@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import aetcd
 import structlog
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from chat.v1 import scheduler_service_pb2, scheduler_service_pb2_grpc
 from domain.guardrails import Guardrails
@@ -179,8 +179,11 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
         service.closes(ladder.close)
         rollout = RolloutKeeper(_build_rollout_store(config), time.time)
         service.closes(rollout.close)
-        canary = CanaryWatch(rollout, _canary_policy(config), time.monotonic)
         registry = CollectorRegistry()
+        rollbacks = Counter("scheduler_canary_rollbacks_total",
+                            "candidate versions this scheduler rolled back on a guardrail breach",
+                            registry=registry)  # fmt: skip
+        canary = CanaryWatch(rollout, _canary_policy(config), time.monotonic, rollbacks.inc)
         nodes = Gauge("scheduler_nodes", "nodes in the load table", registry=registry)
         nodes.set_function(lambda: len(table.entries()))
         register_scheduler_metrics(
