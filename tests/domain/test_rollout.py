@@ -7,6 +7,7 @@ import pytest
 from domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from domain.rollout import (
     BASE_VERSION,
+    GateRecord,
     RolloutState,
     Slice,
     Version,
@@ -16,6 +17,7 @@ from domain.rollout import (
     move_holdout,
     pin_user,
     promote,
+    record_gate,
     rollback,
     serving,
     split,
@@ -56,7 +58,7 @@ def test_widening_the_split_keeps_the_users_already_on_the_candidate() -> None:
 
 
 def test_the_holdout_is_one_percent_and_stays_on_its_version_after_a_promotion() -> None:
-    state = promote(with_candidate(50.0), "v2", at=3.0, detail="gate passed")
+    state = promote(with_candidate(50.0), "v2", at=3.0, force=True)
     held = [u for u in USERS if assign(state, u, Tier.FREE).slice is Slice.HOLDOUT]
     assert 0.007 < len(held) / len(USERS) < 0.013
     assert {assign(state, u, Tier.FREE).version.name for u in held} == {BASE_VERSION}
@@ -115,3 +117,21 @@ def test_bad_changes_are_refused_with_their_reason() -> None:
         split(state, BASE_VERSION, Tier.FREE, 1.0, at=3.0)
     with pytest.raises(FailedPrecondition):
         rollback(RolloutState(), at=3.0, reason="x")
+
+
+def test_promotion_needs_a_gate_passed_against_the_current_version_unless_forced() -> None:
+    state = with_candidate(10.0)
+    with pytest.raises(FailedPrecondition, match="has no gate result"):
+        promote(state, "v2", at=3.0)
+    failed = record_gate(state, GateRecord("v2", BASE_VERSION, False, 3.0, "win rate 40 %"))
+    with pytest.raises(FailedPrecondition, match="its gate against 'base' failed"):
+        promote(failed, "v2", at=4.0)
+    passed = record_gate(failed, GateRecord("v2", BASE_VERSION, True, 5.0, "all rules"))
+    promoted = promote(passed, "v2", at=6.0)
+    assert (promoted.current, promoted.candidate, promoted.history[-1].detail) == (
+        "v2",
+        "",
+        "gate passed",
+    )
+    forced = promote(failed, "v2", at=7.0, force=True)
+    assert forced.history[-1].detail == "FORCED without a passing gate"
