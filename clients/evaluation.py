@@ -49,6 +49,7 @@ JUDGE_USER = "eval-judge"
 # How often one answer is asked: again while a new pin has not reached the gateway yet (it
 # does within a second) or the platform could not answer for now.
 ATTEMPTS = 5
+RETRY_S = 0.5
 # What the report says of the length control.
 LENGTH_METHOD = (
     "the win rate among pairs whose two answers are within 20 % of each other's length "
@@ -122,9 +123,11 @@ async def ask_pinned(chat: ChatClient, item: EvalItem, version: str) -> EvalAnsw
     judges versions, not a moment's outage. An answer no version wrote (the input check's
     refusal) is taken as it is."""
     answer = EvalAnswer(item.item_id, "", "error", None)
-    for _ in range(ATTEMPTS):
+    for attempt in range(ATTEMPTS):
         answer, meta = await ask(chat, item)
         if answer.text.startswith("UNAVAILABLE:") or (meta is not None and meta.model == "busy"):
+            # A node that missed its load reports is back within seconds: wait, doubling.
+            await asyncio.sleep(RETRY_S * 2**attempt)
             continue
         if meta is None or not meta.version:
             return answer

@@ -113,10 +113,13 @@ async def send(
             body = await response.json()
             return Sent(message_id, response.status, "", "", "", 0, "", str(body))
         events = await read_events(response)
-    meta, done = events[0].data, events[-1].data
+    meta, last = events[0].data, events[-1]
     text = "".join(e.data["text"] for e in events if e.event == "delta")
+    # An error event (the answer failed after it started) ends the stream instead of done.
+    finish = last.data["finish"] if last.event == "done" else "error"
+    used = last.data["usage"]["input"] if last.event == "done" else 0
     return Sent(message_id, response.status, meta["version"], meta["downgraded"], meta["model"],
-                done["usage"]["input"], done["finish"], text)  # fmt: skip
+                used, finish, text)  # fmt: skip
 
 
 async def new_user(platform: LocalPlatform, tier: Tier) -> tuple[str, str]:
