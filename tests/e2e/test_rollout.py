@@ -18,7 +18,7 @@ from clients.chatctl.platform import LocalPlatform
 from domain.rollout import Slice, Version
 from domain.types import Tier
 from store.factory import open_store
-from tests.clients.test_chatctl import Run, admin_flags, chatctl, start
+from tests.clients.test_chatctl import Run, admin_flags, start
 from tests.e2e.rollout_support import (
     gateway_caught_up,
     new_id,
@@ -127,7 +127,8 @@ async def test_a_user_past_the_daily_allowance_is_served_by_the_small_pool(
     user_id, token = await new_user(platform, Tier.PLUS)
     within = await send(platform, token, new_id("c"), "Say hi.", model="large")
     over = await send(platform, token, new_id("c"), "Say hi.", model="large")
-    assert (within.status, within.downgraded) == (200, "")
+    # The first answer is whole (12 tokens): what it cost is what spends the allowance.
+    assert (within.status, within.downgraded, within.finish) == (200, "", "length")
     assert (over.status, over.downgraded, over.finish) == (200, "daily_budget", "length")
     store = await open_store(f"sqlite:///{platform.settings.state_dir / 'chat.db'}")
     try:
@@ -190,8 +191,8 @@ async def test_the_gate_passes_an_identical_candidate_and_fails_a_broken_one(
         assert failed.code == 3
         failing = {name for name, row in gate_rows(failed.out).items() if row[2] == "FAIL"}
         assert {"win rate", "error share"} <= failing
-        shown = await chatctl("eval", "show", "--candidate", same, *flags)
-        assert shown.out == passed.out
+        shown = await eval_chatctl("eval", "show", "--candidate", same, *flags)
+        assert (shown.code, shown.err, shown.out) == (0, "", passed.out)
 
         # Promotion follows the recorded verdicts: refused without a pass, unless forced.
         with pytest.raises(ClientError) as refused:
