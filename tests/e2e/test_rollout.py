@@ -191,7 +191,15 @@ async def test_the_gate_passes_an_identical_candidate_and_fails_a_broken_one(
         assert failed.code == 3
         failing = {name for name, row in gate_rows(failed.out).items() if row[2] == "FAIL"}
         assert {"win rate", "error share"} <= failing
-        shown = await eval_chatctl("eval", "show", "--candidate", same, *flags)
+        shown = await eval_chatctl(
+            "eval",
+            "show",
+            "--candidate",
+            same,
+            *admin_flags(platform),
+            "--state-dir",
+            str(tmp_path),
+        )
         assert (shown.code, shown.err, shown.out) == (0, "", passed.out)
 
         # Promotion follows the recorded verdicts: refused without a pass, unless forced.
