@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/sim_region.py [--duration 600] [--growth-duration 60] [--skip-full]
                                          [--interpreted]
+    .venv/bin/python bench/sim_region.py --regions [--duration 60] [--growth-duration 30]
+                                         [--largest 0.5]
 
 Goal (docs/decisions.md, "Performance goals"): a region of 1,500 GPUs (226 replicas of 70B on
 4 H100s, 566 of 8B on one) at 7,000 messages/s (twice its planned peak: the "GPUs run out"
@@ -21,6 +23,13 @@ measurement runs in a fresh process that imports the compiled modules and checks
 3. the full region for `--duration` simulated s: the goal.
 Prints a table and ends with one JSON line; results land in bench/results/sim_region.txt. Not
 part of `make test` (tests/fleet/test_compiled.py checks the compiled build at small scale).
+
+`--regions` measures five regions instead (fleet/region_scenarios.py, "five-regions": ten times
+the users, 14,700 GPUs, about 34,700 messages/s at full scale, new conversations spilling from
+the full region): the growth series at 1/20, 1/10 and 1/4 for `--growth-duration` simulated s,
+then `--largest` (a share of every region) for `--duration` simulated s, compiled and on one
+core, and how far 10 simulated minutes of all five are from 10 real ones (a goal for later):
+the CPU seconds they project to, start included. Results: bench/results/sim_regions.txt.
 
 Measured (bench/results/sim_region.txt): the full region's 600 simulated s in 336 CPU s (goal
 met; 16 s of it the start), 79 us of one core per message over 4.07 million messages, cost
@@ -45,6 +54,7 @@ import json
 import math
 import os
 import platform
+import resource
 import subprocess
 import sys
 import time
@@ -55,11 +65,13 @@ from benchkit import pin_to_one_core, publish
 
 from fleet import compiled
 from fleet.region import FleetSim
+from fleet.region_scenarios import build_regions
 from fleet.scenarios import SCENARIOS, Variant, _scaled
 from fleet.workload import Workload
 
 GOAL_WALL_S = 600.0
 SCALES = (0.05, 0.1, 0.25, 0.5, 1.0)
+REGION_SCALES = (0.05, 0.1, 0.25)
 
 
 def region() -> Variant:
@@ -97,19 +109,58 @@ def measure(scale: float, duration_s: float, seed: int) -> dict[str, object]:
     }
 
 
+def measure_regions(scale: float, duration_s: float, seed: int) -> dict[str, object]:
+    """The five regions at `scale` for `duration_s` simulated s, timed as `measure` times one."""
+    _, sim, pools = build_regions("five-regions", scale, seed, None)
+    sim.duration_s = duration_s
+    for region in sim.regions:
+        region.duration_s = duration_s
+    gc.collect()
+    started, cpu_started = time.perf_counter(), time.process_time()
+    sim.prepare()
+    start_cpu = time.process_time() - cpu_started
+    recorders = sim.run()
+    wall = time.perf_counter() - started
+    cpu = time.process_time() - cpu_started
+    messages = sum(len(r.outcome) for r in recorders)
+    regions = len(sim.regions)
+    return {
+        "scale": scale,
+        "replicas": regions * sum(p.replicas for p in pools),
+        "gpus": regions * sum(p.replicas * p.preset.gpus for p in pools),
+        "simulated_s": duration_s,
+        "wall_s": round(wall, 1),
+        "cpu_s": round(cpu, 1),
+        "start_cpu_s": round(start_cpu, 1),
+        "cpu_per_simulated_s": round((cpu - start_cpu) / duration_s, 3),
+        "messages": messages,
+        "us_per_message": round((cpu - start_cpu) / max(1, messages) * 1e6, 1),
+        "max_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 2),
+        "compiled": all(compiled.is_compiled(sys.modules[m]) for m in (*_HOT, "fleet.regions")),
+        "fingerprint": recorders[0].fingerprint()[:16],
+    }
+
+
 # Modules whose compiled form a worker checks it imported.
 _HOT = ("domain.replica_sim", "domain.pool_index", "fleet.region", "fleet.replicas")
 
 
 def in_worker(
-    scale: float, duration_s: float, seed: int, build: Path | None, cpu: int | None
+    scale: float,
+    duration_s: float,
+    seed: int,
+    build: Path | None,
+    cpu: int | None,
+    regions: bool = False,
 ) -> dict[str, object]:
     """One measurement in a fresh process: compiled when `build` is given (its directory first
     on the path), the plain modules otherwise; pinned to `cpu` when given."""
     env = dict(os.environ)
     # This checkout's modules, compiled or plain, whatever else the path or an install holds.
     env["PYTHONPATH"] = str(build if build is not None else compiled.REPO)
-    job = json.dumps({"scale": scale, "duration_s": duration_s, "seed": seed, "cpu": cpu})
+    job = json.dumps(
+        {"scale": scale, "duration_s": duration_s, "seed": seed, "cpu": cpu, "regions": regions}
+    )
     done = subprocess.run(
         [sys.executable, __file__, "--worker", job],
         env=env,
@@ -129,7 +180,8 @@ def worker(job: str) -> None:
     params = json.loads(job)
     if params["cpu"] is not None:
         os.sched_setaffinity(0, {params["cpu"]})
-    print(json.dumps(measure(params["scale"], params["duration_s"], params["seed"])))
+    how = measure_regions if params.get("regions") else measure
+    print(json.dumps(how(params["scale"], params["duration_s"], params["seed"])))
 
 
 def side_by_side(duration_s: float, seed: int, build: Path) -> dict[str, object]:
@@ -182,15 +234,23 @@ def table(rows: list[dict[str, float]]) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--duration", type=float, default=600.0)
-    parser.add_argument("--growth-duration", type=float, default=60.0)
+    parser.add_argument("--duration", type=float, help="default 600 (--regions: 60)")
+    parser.add_argument("--growth-duration", type=float, help="default 60 (--regions: 30)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--skip-full", action="store_true", help="only the growth series")
     parser.add_argument("--interpreted", action="store_true", help="the plain modules")
+    parser.add_argument("--regions", action="store_true", help="five regions (module notes)")
+    parser.add_argument(
+        "--largest", type=float, default=0.5, help="with --regions: the largest share measured"
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(args.worker)
+    if args.regions:
+        return regions_main(args)
+    args.duration = args.duration or 600.0
+    args.growth_duration = args.growth_duration or 60.0
     build = None
     lines = []
     if not args.interpreted:
@@ -263,6 +323,54 @@ def main() -> None:
     lines.append(json.dumps(result))
     publish("sim_region" if build else "sim_region_interpreted", "\n".join(lines))
     return None
+
+
+def regions_main(args: argparse.Namespace) -> None:
+    """Five regions, compiled, on one core: the growth series, then the largest share."""
+    try:
+        done = compiled.build()
+    except compiled.BuildError as error:
+        sys.exit(f"sim_region: {error}")
+    cpu = pin_to_one_core()
+    growth_s = args.growth_duration or 30.0
+    duration = args.duration or 60.0
+    run = [in_worker(s, growth_s, args.seed, done.path, cpu, True) for s in REGION_SCALES]
+    largest = in_worker(args.largest, duration, args.seed, done.path, cpu, True)
+    rows = [{k: v for k, v in r.items() if k not in ("compiled", "fingerprint")} for r in run]
+    top = {k: v for k, v in largest.items() if k not in ("compiled", "fingerprint")}
+    grows = slope([*rows, top])
+    # Ten simulated minutes of the whole five regions, from the largest share measured: its
+    # start and its CPU per simulated second, grown to full scale at the measured exponent.
+    factor = (1.0 / args.largest) ** grows
+    projected = (top["start_cpu_s"] + top["cpu_per_simulated_s"] * GOAL_WALL_S) * factor
+    lines = [
+        f"sim_region --regions: fleet.regions.RegionsSim, 'five-regions' (five regions of "
+        f"2,939 GPUs, ten times the users: 34,722 messages/s at full scale), compiled (mypyc "
+        f"into {done.path.relative_to(compiled.REPO)}: "
+        + (f"built in {done.seconds:.0f} s" if done.built else "up to date, reused")
+        + f"); {'CPU ' + str(cpu) if cpu is not None else 'unpinned'}, Python "
+        f"{platform.python_version()}",
+        f"growth, {growth_s:.0f} simulated s each, then {args.largest:g} of every region for "
+        f"{duration:.0f} simulated s:",
+        *table([*rows, top]),
+        f"cost grows as GPUs^{grows:.2f}; RSS at {args.largest:g}: {top['max_rss_gb']} GB",
+        f"goal for later, 10 simulated minutes of the five full regions in 10 real ones: "
+        f"projected {projected:,.0f} CPU s ({projected / GOAL_WALL_S:.1f}x the goal; load "
+        f"average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)",
+    ]
+    result = {
+        "bench": "sim_regions",
+        "mode": "compiled",
+        "cpu": cpu,
+        "goal_wall_s": GOAL_WALL_S,
+        "projected_full_cpu_s": round(projected),
+        "times_the_goal": round(projected / GOAL_WALL_S, 2),
+        "cost_exponent": round(grows, 3),
+        "growth": rows,
+        "largest": top,
+    }
+    lines.append(json.dumps(result))
+    publish("sim_regions", "\n".join(lines))
 
 
 if __name__ == "__main__":

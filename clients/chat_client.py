@@ -116,6 +116,9 @@ class Meta:
     conversation_id: str
     model: str
     replica_id: str
+    # The region serving the answer, and the notice when the user's home region is out.
+    region: str = ""
+    region_notice: str = ""
     # The model version serving the answer; "" from a platform without versions.
     version: str = ""
     # "daily_budget" when the day's allowance is spent and a smaller pool answers; "" else.
@@ -211,7 +214,8 @@ def event_from_pb(event: chat_pb.ChatEvent) -> ChatEvent:
         case "meta":
             m = event.meta
             return Meta(event.event_id, m.message_id, m.conversation_id, m.model, m.replica_id,
-                        m.version, m.downgraded, m.slice)  # fmt: skip
+                        m.region, m.region_notice, m.version, m.downgraded,
+                        m.slice)  # fmt: skip
         case "delta":
             return Delta(event.event_id, event.delta.text)
         case "retract":
@@ -569,8 +573,13 @@ class AdminClient(_Client):
         await self._unary(self._stub.PinLadder, request)
         return await self.ladder()
 
-    async def create_user(self, user_id: str, tier: str) -> CreatedUser:
-        request = sched_pb.CreateUserRequest(user_id=user_id, tier=_tier(tier))
+    async def create_user(
+        self, user_id: str, tier: str, home_region: str = "", pinned: bool = False
+    ) -> CreatedUser:
+        """With regions: home_region is the scheduler's own ('' says so), pinned keeps the
+        user's conversations there."""
+        request = sched_pb.CreateUserRequest(user_id=user_id, tier=_tier(tier),
+                                             home_region=home_region, pinned=pinned)  # fmt: skip
         reply = await self._unary(self._stub.CreateUser, request)
         return CreatedUser(_user(reply.user), reply.token)
 

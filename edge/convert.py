@@ -114,6 +114,7 @@ def message_json(m: pb.Message) -> dict[str, Any]:
         # null for the user's turns: no model wrote them.
         "finish": FINISH_NAMES.get(m.finish),
         "createdAt": m.created_at.ToJsonString(),
+        "region": m.region,
     }
 
 

@@ -58,7 +58,8 @@ def _op(summary: str, responses: dict[str, Any], **extra: Any) -> dict[str, Any]
 
 STREAM_200 = {
     "description": (
-        "the answer's events: meta {messageId, conversationId, model, replica}, delta {text}"
+        "the answer's events: meta {messageId, conversationId, model, replica, region, "
+        "regionNotice}, delta {text}"
         "..., then done {finish, usage {input, cached, output}} or error {code, message}; ids "
         "count 1, 2, 3. retract {withdrawnChars} (a tier in retract mode): remove all of the "
         "answer's text shown so far; the refusal follows as a delta. meta also names the model "
@@ -151,6 +152,7 @@ SCHEMAS: dict[str, Any] = {
                 "description": "how the answer ended, as in done; null for a user's turn",
             },
             "createdAt": TIME,
+            "region": {**STRING, "description": "the region that served it; empty with one"},
         }
     ),
     "ConversationPage": _object(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from json.encoder import encode_basestring
 
 from aiohttp import web
 from google.protobuf import json_format
@@ -22,6 +23,8 @@ def event_payload(event: pb.ChatEvent) -> tuple[str, dict[str, object]]:
             "conversationId": m.conversation_id,
             "model": m.model,
             "replica": m.replica_id,
+            "region": m.region,
+            "regionNotice": m.region_notice,
             # The model version that serves (its prompt and sampling); "downgraded" says why
             # the answer runs on a smaller pool than chosen ("daily_budget"), "" when not.
             "version": m.version,
@@ -49,6 +52,11 @@ def event_payload(event: pb.ChatEvent) -> tuple[str, dict[str, object]]:
 
 
 def encode(event: pb.ChatEvent) -> bytes:
+    if event.HasField("delta"):
+        # Nearly every event is a delta: its JSON written directly, the same bytes json.dumps
+        # writes below, at a fraction of the cost (a dict and an encoder per event).
+        text = encode_basestring(event.delta.text)
+        return f'id: {event.event_id}\nevent: delta\ndata: {{"text":{text}}}\n\n'.encode()
     name, payload = event_payload(event)
     data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
     return f"id: {event.event_id}\nevent: {name}\ndata: {data}\n\n".encode()

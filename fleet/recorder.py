@@ -14,6 +14,7 @@ import enum
 import hashlib
 import math
 from dataclasses import dataclass, field
+from typing import Final
 
 import numpy as np
 
@@ -27,6 +28,18 @@ class Outcome(enum.IntEnum):
     REFUSED_BUDGET = 3  # the user's token bucket could not afford it
     NO_REPLICA = 4
     LOST = 5  # never answered, never refused: the failure the platform must not have
+    # Several regions only: its region was lost and the global layer had not yet put it out
+    # (or the user is pinned to it), so nothing could take the message.
+    UNREACHABLE = 6
+
+
+# How a message reached the region that handled it (several regions, fleet/regions.py).
+PLACED_HOME: Final = 0  # the user's home region, where the conversation runs
+PLACED_AWAY: Final = 1  # a later message of a conversation running away from home
+PLACED_SPILLED: Final = 2  # a new conversation's first message, sent away from a full home
+# The first message of a conversation under way on the region it moved to (its region was
+# lost, or full where moving out of a full one is on): it reads its whole history again.
+PLACED_MOVED: Final = 3
 
 
 TIERS = (Tier.FREE, Tier.PLUS)
@@ -59,6 +72,10 @@ class Recorder:
     history: list[int] = field(default_factory=list)
     cached: list[int] = field(default_factory=list)  # prompt tokens found in the prefix cache
     moves: list[tuple[float, float, int]] = field(default_factory=list)  # (killed, pause, tokens)
+    # Several regions: each message's user's home region and how it got here (PLACED_*). Not
+    # part of the fingerprint, so a region alone records what it recorded before.
+    home: list[int] = field(default_factory=list)
+    placed: list[int] = field(default_factory=list)
     series: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -87,8 +104,12 @@ class Recorder:
         prompt: int = 0,
         history: int = 0,
         cached: int = 0,
+        home: int = 0,
+        placed: int = PLACED_HOME,
     ) -> None:
         self.arrival_s.append(arrival_s)
+        self.home.append(home)
+        self.placed.append(placed)
         self.tier.append(TIERS.index(tier))
         self.pool.append(self.pools.index(pool))
         self.prompt.append(prompt)

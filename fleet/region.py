@@ -33,12 +33,13 @@ from domain.breaker import fallback_chain
 from domain.ladder import LadderPolicy, LadderState, busy_share, ladder_busy, tick
 from domain.pools import LARGE_POOL, SMALL_POOL
 from domain.replica_requests import SimFinish, StepResult
+from domain.router import RouteDecision
 from domain.shedding import SheddingPolicy, refuse_at_door
 from domain.start_wait import StartWaitModel
 from domain.tiers import TierPolicy
 from domain.types import NodeState, Tier
 from fleet.events import EventQueue
-from fleet.recorder import Outcome, Recorder
+from fleet.recorder import PLACED_AWAY, PLACED_HOME, Outcome, Recorder
 from fleet.replicas import Pool, PoolSpec, SimReplica, Strategy, prefill_tokens_per_s
 from fleet.sim_gateway import Conversation, Plan, SimGateway
 from fleet.workload import ConversationPlan, Workload
@@ -49,10 +50,11 @@ _GIVE_UP: Final = 1
 _KILL: Final = 2
 _DETECT: Final = 3
 _FLUSH: Final = 4
+_HANDED_OVER: Final = 5
 
 
 @contextlib.contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
+def cyclic_gc_paused() -> Iterator[None]:
     """A region holds millions of long-lived objects (conversations, their turns, requests),
     and every full pass of Python's cycle collector walks all of them: about a fifth of the run
     went there. The simulation makes no reference cycles (tests/fleet/test_region.py checks),
@@ -130,9 +132,46 @@ class _Message:
         self.cached = -1  # prompt tokens cached at its first admission
 
 
+class Handover:
+    """A message another region sends here: its conversation, and the score the router
+    read it with there (drawn once: the same message is not scored twice)."""
+
+    __slots__ = ("conversation", "score")
+
+    def __init__(self, conversation: Conversation, score: float) -> None:
+        self.conversation = conversation
+        self.score = score
+
+
+class Neighbours:
+    """The other regions a message may go to instead of this one. A region alone has none,
+    and keeps every message (fleet/regions.py's Spill sends some away)."""
+
+    def redirect(
+        self, region: FleetSim, now: float, conversation: Conversation, score: float, pool: str
+    ) -> bool:
+        """True when the message is not this region's to run: handed to another region, or
+        refused as unreachable; `pool` is the one the router chose."""
+        return False
+
+    def pinned(self, user_id: str) -> bool:
+        """Whether data residency keeps the user in their home region."""
+        return False
+
+
 class FleetSim:
-    def __init__(self, config: FleetConfig, workload: Workload, duration_s: float) -> None:
+    def __init__(
+        self,
+        config: FleetConfig,
+        workload: Workload,
+        duration_s: float,
+        region: int = 0,
+        neighbours: Neighbours | None = None,
+    ) -> None:
         self.config = config
+        self.region = region  # its index among several regions (fleet/regions.py)
+        self.neighbours = neighbours or Neighbours()
+        self.lost = False  # the whole region is gone (fleet/regions.py)
         self.workload = workload
         self.duration_s = duration_s
         # What the scheduler is configured with: answers hold their place about as long as the
@@ -176,7 +215,7 @@ class FleetSim:
         if self._prepared:
             return
         self._prepared = True
-        with _cyclic_gc_paused():
+        with cyclic_gc_paused():
             self._start_mid_day()
             self._schedule_conversations(1.0)
             for at in self.config.failures.kill_at_s:
@@ -186,35 +225,48 @@ class FleetSim:
 
     def run(self) -> Recorder:
         self.prepare()
-        with _cyclic_gc_paused():
+        with cyclic_gc_paused():
             return self._run()
 
     def _run(self) -> Recorder:
+        for k in range(1, self.ticks() + 1):
+            self.run_tick(k)
+        self.finish()
+        return self.recorder
+
+    def ticks(self) -> int:
+        return math.ceil(self.duration_s / self.config.report_interval_s)
+
+    def run_tick(self, k: int) -> None:
+        """The events before the k-th load report, then the reports (and every
+        ladder_interval_s, the ladder). Several regions run theirs in step, a tick each."""
         tick_s = self.config.report_interval_s
-        ladder_every = round(self.config.ladder_interval_s / tick_s)
         # Typed as taking Any: each kind of event carries its own subject (mypyc checks).
+        # Built per tick, not kept: a tuple of bound methods on self would be a cycle.
         handlers: tuple[Callable[[float, Any], None], ...] = (
             self._arrive,
             self._give_up,
             self._kill,
             self._detect,
             self._flush,
+            self._handed_over,
         )
         events = self._events
-        for k in range(1, math.ceil(self.duration_s / tick_s) + 1):
-            boundary = k * tick_s
-            self._schedule_conversations(boundary + 1.0)
-            events.start_tick(k)  # the events before the boundary
+        boundary = k * tick_s
+        self._schedule_conversations(boundary + 1.0)
+        events.start_tick(k)  # the events before the boundary
+        event = events.pop_due()
+        while event is not None:
+            at, _, kind, subject = event
+            handlers[kind](at, subject)
             event = events.pop_due()
-            while event is not None:
-                at, _, kind, subject = event
-                handlers[kind](at, subject)
-                event = events.pop_due()
-            self._report(boundary, tick_s)
-            if k % ladder_every == 0:
-                self._tick_ladder(boundary)
+        self._report(boundary, tick_s)
+        if k % round(self.config.ladder_interval_s / tick_s) == 0:
+            self._tick_ladder(boundary)
+
+    def finish(self) -> None:
+        """Past the last tick: the answers moved off dead replicas run to their end."""
         self._finish_moves(self.duration_s + 120.0)
-        return self.recorder
 
     def _start_mid_day(self) -> None:
         """Opens the conversations under way at time 0 with their last turns in the prefix
@@ -238,6 +290,8 @@ class FleetSim:
 
     def _open(self, plan: ConversationPlan) -> Conversation:
         conversation = Conversation(plan.user_id, plan.user_id, plan.tier, plan.easy, plan.turns)
+        conversation.home = self.region
+        conversation.pinned = self.neighbours.pinned(plan.user_id)
         # A conversation under way was routed by its earlier messages, as the router goes.
         for _ in plan.earlier_turns:
             score = self.workload.score(conversation.easy, conversation.pool is None)
@@ -255,14 +309,35 @@ class FleetSim:
     def _rung(self) -> int:
         return min(self.ladder.effective_rung, self.config.max_rung)
 
+    def rung(self) -> int:
+        """The rung in effect now."""
+        return self._rung()
+
     # --- a message's life ---
 
     def _arrive(self, now: float, conversation: Any) -> None:
+        score = self.workload.score(conversation.easy, conversation.pool is None)
+        routed = self.gateway.route(conversation, score)
+        if self.neighbours.redirect(self, now, conversation, score, routed.pool):
+            return None
+        return self._admit(now, conversation, routed)
+
+    def _handed_over(self, now: float, handover: Handover) -> None:
+        conversation = handover.conversation
+        routed = self.gateway.route(conversation, handover.score)
+        if self.lost:  # it was lost on the way: the sender's view of it was a few seconds old
+            return self.refuse_unreachable(now, conversation, routed.pool)
+        return self._admit(now, conversation, routed)
+
+    def receive(self, at: float, conversation: Conversation, score: float) -> None:
+        """A message another region hands over, arriving here at `at` (never in the past of
+        this region's loop: fleet/regions.py hands over at the end of a tick at the earliest)."""
+        self._push(at, _HANDED_OVER, Handover(conversation, score))
+
+    def _admit(self, now: float, conversation: Conversation, routed: RouteDecision) -> None:
         record = self.recorder
         record.add("arrivals", now, 1)
         rung = self._rung()
-        score = self.workload.score(conversation.easy, conversation.pool is None)
-        routed = self.gateway.route(conversation, score)
         tokens = self.workload.message_tokens()
         plan = self.gateway.plan(conversation, routed, tokens, rung, now)
         if plan is None:
@@ -309,8 +384,29 @@ class FleetSim:
     def _refused(
         self, conversation: Conversation, pool: str, now: float, outcome: Outcome, history: int = 0
     ) -> None:
-        self.recorder.message(now, conversation.tier, pool, outcome, history=history)
+        placed = self._placed(conversation)
+        self.recorder.message(
+            now,
+            conversation.tier,
+            pool,
+            outcome,
+            history=history,
+            home=conversation.home,
+            placed=placed,
+        )
         self._next_turn(conversation, now, now)
+
+    def refuse_unreachable(self, now: float, conversation: Conversation, pool: str) -> None:
+        """A message no region could take (fleet/regions.py): recorded here, and the user
+        tries again after a think time, as after any refusal."""
+        self._refused(conversation, pool, now, Outcome.UNREACHABLE)
+
+    def _placed(self, conversation: Conversation) -> int:
+        """How the message being recorded reached this region; the conversation's next one
+        comes to the region it now runs on."""
+        placed = conversation.placed
+        conversation.placed = PLACED_HOME if conversation.home == self.region else PLACED_AWAY
+        return placed
 
     def _send(
         self,
@@ -370,6 +466,8 @@ class FleetSim:
             plan.prompt_tokens,
             history,
             cached,
+            conversation.home,
+            self._placed(conversation),
         )
         usage = limiter.cost(plan.prompt_tokens - cached, cached, tokens)
         self.gateway.settle(conversation, plan.reserved, usage, end)
@@ -400,6 +498,8 @@ class FleetSim:
             prompt=plan.prompt_tokens,
             history=history,
             cached=max(0, message.cached),
+            home=conversation.home,
+            placed=self._placed(conversation),
         )
         self.recorder.add("timeouts", now, 1)
         self.gateway.settle(conversation, plan.reserved, 0.0, now)
@@ -480,9 +580,35 @@ class FleetSim:
         for message in moved:
             if message.request_id in self._live:
                 del self._live[message.request_id]
-                self.recorder.message(
-                    message.arrival_s, message.conversation.tier, message.plan.pool, Outcome.LOST
-                )
+                self._lost(message)
+
+    def _lost(self, message: _Message) -> None:
+        conversation = message.conversation
+        self.recorder.message(
+            message.arrival_s,
+            conversation.tier,
+            message.plan.pool,
+            Outcome.LOST,
+            home=conversation.home,
+            placed=self._placed(conversation),
+        )
+
+    def lose(self, now: float) -> None:
+        """The whole region is gone at `now` (fleet/regions.py): every replica stops, and the
+        answers streaming here are cut, lost with it. Its users' messages go elsewhere once
+        the global layer has put it out; until then nothing can take them."""
+        self.lost = True
+        for pool in self.pools.values():
+            for replica in pool.replicas:
+                if replica.alive:
+                    replica.advance(now, self._on_step)
+                    replica.alive = False
+                    pool.refresh(replica, NodeState.DEAD)
+        for message in list(self._live.values()):
+            del self._live[message.request_id]
+            self._leave(message)
+            self._lost(message)
+        self._waiting_on_dead.clear()
 
     # --- what the scheduler sees ---
 
@@ -511,6 +637,10 @@ class FleetSim:
                 (prefilled - last_prefilled) * pool.prefill_gpu_s_per_token,
             )
         record.put("rung", now - tick_s, self._rung())
+
+    def pool_busy(self, name: str) -> float:
+        """The pool's busy share as the ladder reads it (domain.ladder.busy_share)."""
+        return self._pool_busy(self.pools[name])
 
     def _pool_busy(self, pool: Pool) -> float:
         # Saturated: prompts waiting longer than the rung-3 wait to be read, as the scheduler.

@@ -184,6 +184,10 @@ class Pool:
         counts = np.where(pickable, self.in_flight, np.iinfo(np.int64).max)
         return self.replicas[int(counts.argmin())]
 
+    def ready(self) -> bool:
+        """Whether any replica of the pool can be picked (the scheduler has it READY)."""
+        return bool(self.index.columns["pickable"].any())
+
     def expected_wait_s(self, replica: SimReplica, paid: bool) -> float:
         """What PickReplica tells the gateway (scheduler/servicer.py)."""
         return self.index.start_wait_s(replica.node_id, paid)

@@ -51,6 +51,12 @@ class Conversation:
     history: list[Turn] = field(default_factory=list)
     dropped: int = 0  # oldest turns the last prompt left out
     prompt_version: int = -1  # the system prompt its last request was read with
+    # With several regions (fleet/regions.py): the user's home region, whether data residency
+    # keeps the user there, and how its next message reached the region that handles it
+    # (fleet.recorder's PLACED_* codes). A region alone leaves them at home.
+    home: int = 0
+    pinned: bool = False
+    placed: int = 0
 
 
 class Plan(NamedTuple):

@@ -187,8 +187,13 @@ class ConversationPlan:
 class Workload:
     """Draws conversations, turns and think times from one seeded generator."""
 
-    def __init__(self, spec: WorkloadSpec, seed: int, scale: float = 1.0) -> None:
+    def __init__(
+        self, spec: WorkloadSpec, seed: int, scale: float = 1.0, user_prefix: str = "u"
+    ) -> None:
         self.spec = spec
+        # Several regions draw their users apart: a prefix each keeps the users' ids (the
+        # picker's and the buckets' keys) apart when a conversation moves between them.
+        self.user_prefix = user_prefix
         self.scale = scale
         self._rng = random.Random(seed)
         lengths = np.random.default_rng(seed)
@@ -215,7 +220,7 @@ class Workload:
             zip(self._message_tokens.take(done), self._answer_tokens.take(done), strict=True)
         )
         return ConversationPlan(
-            f"u{self._users}",
+            f"{self.user_prefix}{self._users}",
             Tier.PLUS if rng.random() < spec.plus_share else Tier.FREE,
             rng.random() < spec.easy_share,
             turns - done,

@@ -52,6 +52,9 @@ class AnswerPlan:
     # How the output check shows text: the tier's choice for messages; completions always
     # hold back, since their clients cannot withdraw text (docs/decisions.md, "Retract mode").
     output_mode: OutputMode = OutputMode.HOLDBACK
+    # Told to the user in the meta event (a conversation started away from a home region that
+    # is out, without its history); not kept across a takeover.
+    region_notice: str = ""
     # The model version that serves it, and that version's sampling.
     version: str = ""
     temperature: float = ANSWER_TEMPERATURE
@@ -181,6 +184,19 @@ class AnswerWriter:
             await run.append(Delta(text))
             answer.shown.append(text)
 
+    async def _take(
+        self, run: MessageRun, plan: AnswerPlan, answer: Answer, piece: str
+    ) -> Finish | None:
+        """Shows one piece of engine text; the finish when the answer must stop here."""
+        await self._show(run, answer, piece)
+        if answer.guard is not None and answer.guard.violated:
+            return Finish.REFUSED
+        if answer.repetition.feed(piece):
+            # A runaway: it would loop until the cap, holding the slot for nothing.
+            self._metrics.runaways.labels(plan.pool).inc()
+            return Finish.LENGTH
+        return None
+
     async def _final_check(
         self, run: MessageRun, plan: AnswerPlan, answer: Answer, finish: Finish
     ) -> Finish:
@@ -264,15 +280,11 @@ class AnswerWriter:
                     answer.tokens += max(1, item.index - last_index)
                     last_index = item.index
                     answer.pieces.append(item.text)
-                    await self._show(run, answer, item.text)
-                    if answer.guard is not None and answer.guard.violated:
-                        await generation.cancel()
-                        return Finish.REFUSED, Usage(plan.prompt.tokens, 0, answer.tokens)
-                    if answer.repetition.feed(item.text):
-                        # A runaway: it would loop until the cap, holding the slot for nothing.
-                        self._metrics.runaways.labels(plan.pool).inc()
-                        await generation.cancel()
-                        return Finish.LENGTH, Usage(plan.prompt.tokens, 0, answer.tokens)
+                    for piece in item.pieces or (item.text,):
+                        ending = await self._take(run, plan, answer, piece)
+                        if ending is not None:
+                            await generation.cancel()
+                            return ending, Usage(plan.prompt.tokens, 0, answer.tokens)
         except TimeoutError as error:
             raise NodeLost(f"silent for {silence_s} s") from error
         except StreamBroken as error:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import grpc
 
 from domain.errors import Unauthenticated
@@ -10,15 +12,27 @@ from infra.bearer import bearer_from_metadata, token_hash
 from store.base import Store
 
 
+async def _nobody(digest: str) -> User | None:
+    return None
+
+
 class Authenticator:
-    def __init__(self, store: Store) -> None:
+    def __init__(
+        self, store: Store, elsewhere: Callable[[str], Awaitable[User | None]] = _nobody
+    ) -> None:
         self._store = store
+        # Users this region's store does not hold (with regions: the global directory's).
+        self._elsewhere = elsewhere
 
     async def user_of(self, context: grpc.aio.ServicerContext) -> User:
         token = bearer_from_metadata(context.invocation_metadata())
         if token is None:
             raise Unauthenticated("send 'authorization: Bearer <token>'")
-        record = await self._store.user_by_token_hash(token_hash(token))
-        if record is None:
+        digest = token_hash(token)
+        record = await self._store.user_by_token_hash(digest)
+        if record is not None:
+            return User(record.user_id, record.tier)
+        found = await self._elsewhere(digest)
+        if found is None:
             raise Unauthenticated("the bearer token is not valid")
-        return User(record.user_id, record.tier)
+        return found

@@ -106,12 +106,14 @@ def fit(system: Turn, turns: list[Turn], window_tokens: int, answer_reserve: int
     return prompt
 
 
-async def follow_then_stop(run: MessageRun) -> AsyncGenerator[list[tuple[int, Event]]]:
+async def follow_then_stop(
+    run: MessageRun, interval_s: float = 0.0
+) -> AsyncGenerator[list[tuple[int, Event]]]:
     """The run's events for its one caller, in batches. Nobody can resume a stateless
     completion, so a caller that goes away stops it: the replica's slot is freed for someone
     who is there."""
     try:
-        async for batch in run.follow_batches(0):
+        async for batch in run.follow_batches(0, interval_s=interval_s):
             yield batch
     finally:
         if not run.ended:
@@ -124,7 +126,7 @@ def answer_cap(tier_cap: int, asked: int) -> int:
 
 
 def closing_events(
-    run: MessageRun,
+    run: MessageRun, interval_s: float = 0.0
 ) -> contextlib.aclosing[AsyncGenerator[list[tuple[int, Event]]]]:
     """follow_then_stop, closed (and so stopped) even when its reader is closed mid-way."""
-    return contextlib.aclosing(follow_then_stop(run))
+    return contextlib.aclosing(follow_then_stop(run, interval_s))

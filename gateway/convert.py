@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from google.protobuf import timestamp_pb2
 
 from chat.v1 import chat_service_pb2 as pb
@@ -12,6 +14,9 @@ from gateway.completions import CallerTurn, CompleteRequest
 from gateway.runs import Delta, Done, Event, Failed, Meta, Retract
 from infra.convert import AUTO_MODEL, FINISH_TO_PB, MODEL_CHOICES, ROLE_FROM_PB, ROLE_TO_PB
 from store.records import ConversationRecord, MessageRecord
+
+# The stream messages that carry a batch of events.
+R = TypeVar("R", pb.SendMessageResponse, pb.AttachMessageResponse, pb.CompleteResponse)
 
 # A model named by its pool runs there; "auto" (or none) lets the router choose.
 POOL_OF_CHOICE = {choice: name for name, choice in MODEL_CHOICES.items() if name != AUTO_MODEL}
@@ -56,6 +61,8 @@ def event_to_pb(event_id: int, event: Event) -> pb.ChatEvent:
                     conversation_id=event.conversation_id,
                     model=event.model,
                     replica_id=event.replica_id,
+                    region=event.region,
+                    region_notice=event.region_notice,
                     version=event.version,
                     downgraded=event.downgraded,
                     slice=event.slice,
@@ -79,8 +86,24 @@ def event_to_pb(event_id: int, event: Event) -> pb.ChatEvent:
             return pb.ChatEvent(event_id=event_id, error=failed)
 
 
-def events_to_pb(batch: list[tuple[int, Event]]) -> list[pb.ChatEvent]:
-    return [event_to_pb(event_id, event) for event_id, event in batch]
+def events_response(response_type: type[R], batch: list[tuple[int, Event]]) -> R:
+    """One stream message with a batch of events: the first in `event`, the others in
+    `more`. Each is written in place: a message built apart and handed over would be built
+    once and copied once, for every event of every answer."""
+    response = response_type()
+    (event_id, event), *rest = batch
+    _fill(response.event, event_id, event)
+    for event_id, event in rest:
+        _fill(response.more.add(), event_id, event)
+    return response
+
+
+def _fill(target: pb.ChatEvent, event_id: int, event: Event) -> None:
+    if type(event) is Delta:  # nearly every event
+        target.event_id = event_id
+        target.delta.text = event.text
+    else:
+        target.MergeFrom(event_to_pb(event_id, event))
 
 
 def conversation_to_pb(record: ConversationRecord) -> pb.Conversation:
@@ -107,4 +130,5 @@ def message_to_pb(record: MessageRecord, parent_id: str) -> pb.Message:
         replica_id=record.replica_id,
         finish=FINISH_TO_PB.get(Finish(record.finish), 0) if record.finish else 0,
         created_at=_timestamp(record.created_at),
+        region=record.region,
     )

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from redis.asyncio import Redis
 
 import domain
-from chat.v1 import chat_service_pb2, chat_service_pb2_grpc
+from chat.v1 import chat_service_pb2, chat_service_pb2_grpc, home_service_pb2, home_service_pb2_grpc
 from domain.breaker import BreakerPolicy
 from domain.budget import DEFAULT_POOL_WEIGHTS, DailyAllowance
 from domain.compaction import CompactionPolicy
@@ -21,6 +22,7 @@ from domain.difficulty import DifficultyModel
 from domain.errors import Unavailable
 from domain.limiter import Limit
 from domain.pools import LARGE_POOL, SMALL_POOL
+from domain.regions import DEFAULT_OUT_AFTER_S, DEFAULT_SPILL_RUNG, RegionRules
 from domain.router import Router
 from domain.safety import (
     BlocklistClassifier,
@@ -37,13 +39,16 @@ from gateway.auth import Authenticator
 from gateway.buckets import Buckets, InProcessBuckets
 from gateway.compactor import Compactor
 from gateway.daily_budget import DailyBudget, DailySpend, InProcessDailySpend, RedisDailySpend
+from gateway.home_servicer import HomeServicer
 from gateway.metrics import GatewayMetrics
 from gateway.node_client import NodeClient
+from gateway.peer_client import PeerGateways
 from gateway.pipeline import ChatPipeline
 from gateway.planner import PipelinePolicy
 from gateway.policies import MessagePolicies
 from gateway.redis_buckets import RedisBuckets, connect
 from gateway.redis_run_sharing import RedisRunSharing
+from gateway.regions import NoRegions, RegionRouter
 from gateway.run_sharing import LocalRuns, RunSharing
 from gateway.runs import RunRegistry
 from gateway.scheduler_client import SchedulerClient
@@ -51,6 +56,7 @@ from gateway.servicer import ChatServicer
 from gateway.shared_runs import SharedRuns, SharedRunsConfig
 from gateway.versions import VersionBook
 from infra.config import ConfigError
+from infra.directory import DEFAULT_PREFIX, Directory, DirectoryView
 from infra.grpcserver import GrpcServer
 from infra.logs import configure_logging
 from infra.runner import run_service
@@ -118,6 +124,11 @@ class GatewayConfig:
     breaker_window_s: float = _BREAKER.window_s
     breaker_cooldown_s: float = _BREAKER.cooldown_s
     keep_ended_runs_s: float = 600.0
+    # After an answer's first text, each stream to the edge gets at most one message per this
+    # interval, carrying every event that came meanwhile: a message costs more CPU than the
+    # events in it, and a reader sees no difference between 20 updates a second and 60. The
+    # first text and the end go at once. 0: one message per event as it comes.
+    stream_interval_s: float = 0.05
     # The router: each conversation starts on the pool its first message needs (the shipped
     # difficulty classifier, or router_model), escalates small -> large at most once.
     # Off: messages run on the pool they name, else default_pool.
@@ -153,9 +164,19 @@ class GatewayConfig:
     # every third of it: a live gateway whose loop stalls past two thirds of it loses its runs
     # to another, which goes on from the logged text (docs/decisions.md).
     gateway_liveness_s: float = 2.0
-    # While Redis does not answer (redis runs), an answer waits this long for its log to take
-    # the next event, then fails as unavailable.
-    runs_write_patience_s: float = 10.0
+    # Regions (docs/decisions.md, "Regions"): this gateway's region and the global layer's
+    # etcd. Both empty: one region, no directory. A message of a user from another region
+    # goes to their home; at home, a new conversation spills to the region with the most
+    # room when home's ladder is at region_spill_rung or its pool has no ready replica.
+    region: str = ""
+    global_etcd_endpoint: str = ""
+    global_prefix: str = DEFAULT_PREFIX
+    region_spill_rung: int = DEFAULT_SPILL_RUNG
+    # A region whose capacity is older than this is out (its users start elsewhere).
+    region_out_after_s: float = DEFAULT_OUT_AFTER_S
+    # How often this gateway says it is there, and reads the directory into memory.
+    region_publish_s: float = 2.0
+    directory_refresh_s: float = 1.0
     shutdown_grace_s: float = 30.0
     # How often the gateway asks a scheduler whether the model versions' rollout changed.
     rollout_poll_s: float = 0.5
@@ -283,11 +304,34 @@ def build_run_sharing(
     settings = SharedRunsConfig(
         liveness_s=config.gateway_liveness_s,
         keep_after_end_s=int(config.keep_ended_runs_s),
-        write_patience_s=config.runs_write_patience_s,
     )
     waiter = Redis.from_url(config.redis_url, socket_timeout=settings.follow_block_s + 5.0,
                             socket_connect_timeout=0.5)  # fmt: skip
     return RedisRunSharing(SharedRuns(redis, settings, waiter=waiter), runs, metrics)
+
+
+async def build_regions(
+    config: GatewayConfig,
+    service: Service,
+    store: Store,
+    pipeline: ChatPipeline,
+    away_pipeline: Callable[[Store, Buckets], ChatPipeline],
+    registry: CollectorRegistry,
+    limits: Callable[[Tier], Limit],
+) -> RegionRouter | NoRegions:
+    if not config.region and not config.global_etcd_endpoint:
+        return NoRegions(pipeline)
+    if not (config.region and config.global_etcd_endpoint):
+        raise ConfigError("regions need both region and global_etcd_endpoint")
+    directory = Directory(config.global_etcd_endpoint, config.global_prefix)
+    service.closes(directory.close)
+    view = DirectoryView(directory, config.directory_refresh_s)
+    # Before the first message: the users and regions are known when the server opens.
+    await view.refresh()
+    service.task(view.run(), "directory")
+    rules = RegionRules(config.region_spill_rung, config.region_out_after_s)
+    return RegionRouter(config.region, view, store, pipeline, away_pipeline, config.tls, rules,
+                        registry, config.default_pool, directory, limits)  # fmt: skip
 
 
 async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
@@ -316,6 +360,7 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         with contextlib.suppress(Unavailable):
             await versions.refresh()
         service.task(versions.run(), "versions")
+        budget = build_daily_budget(config, redis_client, metrics)
         pipeline = ChatPipeline(
             store,
             scheduler,
@@ -329,7 +374,21 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
             build_policies(config),
             build_compactor(config, store, scheduler, nodes),
             versions=versions,
-            budget=build_daily_budget(config, redis_client, metrics),
+            budget=budget,
+            region=config.region,
+        )
+
+        def away_pipeline(home_store: Store, home_buckets: Buckets) -> ChatPipeline:
+            # A conversation of another region's user: history read from and written to its
+            # home (the store given), its bucket home's; compaction is left to home; its run
+            # is this gateway's.
+            return ChatPipeline(home_store, scheduler, nodes, runs, home_buckets, policy,
+                                time.monotonic, LocalRuns(), metrics, build_policies(config),
+                                None, region=config.region, versions=versions,
+                                budget=budget)  # fmt: skip
+
+        regions = await build_regions(
+            config, service, store, pipeline, away_pipeline, registry, buckets.limit
         )
         streaming = Gauge("gateway_answers_streaming", "answers being generated", registry=registry)
         streaming.set_function(lambda: len(runs.running()))
@@ -342,18 +401,26 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         revision.set_function(lambda: versions.revision)
         metrics_server = await service.metrics(registry, config.metrics_listen)
         service_name = chat_service_pb2.DESCRIPTOR.services_by_name["ChatService"].full_name
-        server = GrpcServer(
-            config.grpc_listen, [service_name], tls=config.tls, health_listen=config.health_listen
-        )
+        home_name = home_service_pb2.DESCRIPTOR.services_by_name["HomeService"].full_name
+        server = GrpcServer(config.grpc_listen, [service_name, home_name], tls=config.tls,
+                            health_listen=config.health_listen)  # fmt: skip
+        peers = PeerGateways(config.tls)
+        service.closes(peers.close)
         chat_service_pb2_grpc.add_ChatServiceServicer_to_server(
-            ChatServicer(Authenticator(store), pipeline, store, buckets), server.server
-        )
+            ChatServicer(Authenticator(store, regions.user_by_token_hash), pipeline, store,
+                         buckets, regions, peers, stream_interval_s=config.stream_interval_s),
+            server.server,
+        )  # fmt: skip
+        home = HomeServicer(store, buckets)
+        home_service_pb2_grpc.add_HomeServiceServicer_to_server(home, server.server)
         await service.grpc(server)
+        service.task(regions.publish(server.address, config.region_publish_s), "publish")
         background = sharing.start(pipeline.resume)
         # Once the drain ended every run: the takeover work stops, nothing is left to take.
         service.closes(lambda: sharing.retire(background))
         # After the stop (health NOT_SERVING): answers already running finish and are saved.
         service.drains(lambda: pipeline.close(config.shutdown_grace_s))
+        service.drains(lambda: regions.close(config.shutdown_grace_s))
         await service.serve(
             stop,
             config.ready_file,

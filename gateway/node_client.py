@@ -24,10 +24,13 @@ CANCEL_TIMEOUT_S = 2.0
 
 
 class Chunk(NamedTuple):
-    """Text from the engine; index is its last token's (1, 2, 3... per request)."""
+    """Text from the engine; index is its last token's (1, 2, 3... per request). pieces: the
+    same text as the tokens the node kept apart (several ready at once, sent in one message),
+    each shown as an event of its own; empty when the node sent the text as one piece."""
 
     index: int
     text: str
+    pieces: Sequence[str] = ()
 
 
 class Finished(NamedTuple):
@@ -92,7 +95,8 @@ class Generation:
         if response is grpc.aio.EOF:
             raise StreamBroken(None, "the stream ended without a finish")
         if response.HasField("chunk"):
-            return Chunk(response.chunk.index, response.chunk.text)
+            chunk = response.chunk
+            return Chunk(chunk.index, chunk.text, chunk.pieces)
         finish = response.finish
         usage = finish.usage
         return Finished(

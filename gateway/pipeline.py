@@ -93,6 +93,8 @@ class SendRequest:
     parent_id: str
     content: str
     pool: str | None  # None: the router decides
+    # The meta event's notice about the region serving (gateway/regions.py).
+    region_notice: str = ""
 
 
 def check_id(name: str, value: str) -> None:
@@ -114,12 +116,15 @@ class ChatPipeline:
         metrics: GatewayMetrics | None = None,
         policies: MessagePolicies | None = None,
         compactor: Compactor | None = None,
+        region: str = "",
         *,
         versions: VersionBook,
         budget: DailyBudget,
     ) -> None:
         self._versions = versions
         self._budget = budget
+        # This gateway's region, named in each meta event and stored turn ('' with one).
+        self._region = region
         # None: conversations are never compacted; the oldest turns simply drop out.
         self._compactor = compactor
         self._metrics = metrics or GatewayMetrics(CollectorRegistry())
@@ -216,6 +221,7 @@ class ChatPipeline:
         except PoolsDown as down:
             return await self._busy_answer(user, request, fingerprint, down, version.name)
         plan = dataclasses.replace(plan, output_mode=self._policies.output_mode(user.tier),
+                                   region_notice=request.region_notice,
                                    version=version.name, temperature=temperature_of(assignment),
                                    slice=assignment.slice.value,
                                    budget=budget.outcome.value,
@@ -235,6 +241,7 @@ class ChatPipeline:
                     parent_seq=parent.seq if parent else None,
                     model=plan.pick.model,
                     pool=route.conversation_pool,
+                    region=self._region,
                 ),
                 title=request.content[:80],
             )
@@ -364,7 +371,13 @@ class ChatPipeline:
             await run.append(Failed(FailureCode.UNAVAILABLE, "the answer was lost"))
             return run
         await run.append(
-            Meta(request.message_id, request.conversation_id, answer.model, answer.replica_id)
+            Meta(
+                request.message_id,
+                request.conversation_id,
+                answer.model,
+                answer.replica_id,
+                answer.region,
+            )
         )
         await run.append(Delta(answer.content))
         await run.append(Done(Finish(answer.finish or "stop"), Usage(output_tokens=answer.tokens)))
@@ -439,7 +452,8 @@ class ChatPipeline:
         try:
             if resumed is None:
                 meta = Meta(run.message_id, run.conversation_id, pick.model, pick.node_id,
-                            plan.version, plan.downgraded, plan.slice)  # fmt: skip
+                            self._region, plan.region_notice, version=plan.version,
+                            downgraded=plan.downgraded, slice=plan.slice)  # fmt: skip
                 self._log.info("answer started", message_id=run.message_id, version=plan.version,
                                pool=plan.pool, model=pick.model,
                                downgraded=plan.downgraded)  # fmt: skip
@@ -521,6 +535,7 @@ class ChatPipeline:
                 # The replica that finished the answer; a failover is in the gateway's log.
                 replica_id=answer.served_by.node_id,
                 finish=answer.finish.value,
+                region=self._region,
             ),
         )
 
@@ -576,7 +591,7 @@ async def _compose(
     run: MessageRun, model: str, text: str, finish: Finish, version: str = ""
 ) -> None:
     """An answer no model wrote (a refusal, the fallback chain's "busy"): meta, text, done."""
-    await run.append(Meta(run.message_id, run.conversation_id, model, "", version))
+    await run.append(Meta(run.message_id, run.conversation_id, model, "", version=version))
     await run.append(Delta(text))
     await run.append(Done(finish, Usage()))
 

@@ -48,6 +48,10 @@ class RedisRunSharing:
         self.shared = shared
         self._runs = runs
         self._metrics = metrics
+        # Runs this gateway left because their log could not be reached (user id, message id):
+        # if no other gateway took them over meanwhile (Redis itself was away, not just the
+        # link to it), this one takes them back once Redis answers, or nobody would.
+        self._left: set[tuple[str, str]] = set()
         self._log = structlog.get_logger(component="run-sharing")
 
     async def claim(
@@ -71,8 +75,9 @@ class RedisRunSharing:
         While Redis cannot be reached the write is tried again, and the answer waits: its log
         must stay whole for resumes and takeovers. Past the gateway's liveness window the other
         gateways take this one for dead and take its run over from the log, so the run is
-        left to them (OwnershipLost), as if this gateway had died."""
-        shared, log = self.shared, self._log
+        left to them (OwnershipLost), as if this gateway had died; if none could (Redis itself
+        was away), this gateway takes the run back when Redis answers (`reclaim_left`)."""
+        shared, log, left = self.shared, self._log, self._left
 
         async def write(event_id: int, event: Event) -> None:
             loop = asyncio.get_running_loop()
@@ -83,6 +88,7 @@ class RedisRunSharing:
                     return
                 except REDIS_UNAVAILABLE as error:
                     if loop.time() >= give_up_at:
+                        left.add((user_id, message_id))
                         raise OwnershipLost(f"the run's log was unreachable: {error}") from error
                     log.warning("run log unreachable; writing again", message_id=message_id,
                                 event_id=event_id, error=str(error))  # fmt: skip
@@ -121,10 +127,13 @@ class RedisRunSharing:
 
     # Takeover ------------------------------------------------------------------------------------
 
-    async def take_over(self, user_id: str, message_id: str, resume: Resume) -> None:
+    async def take_over(
+        self, user_id: str, message_id: str, resume: Resume, reclaim: bool = False
+    ) -> None:
         """Continues a run whose gateway died, from the text in its log; does nothing when
-        the owner is alive, the run ended, or another gateway got there first."""
-        orphan = await self.shared.take_over(user_id, message_id)
+        the owner is alive, the run ended, or another gateway got there first. With reclaim:
+        a run this gateway left, taken back only if it is still its own."""
+        orphan = await self.shared.take_over(user_id, message_id, reclaim)
         if orphan is None:
             return
         events = await self.shared.read_all(user_id, message_id)
@@ -143,7 +152,8 @@ class RedisRunSharing:
         answer = Answer(served_by=orphan.plan.pick, pieces=pieces, shown=list(pieces),
                         withdrawn=withdrawn)  # fmt: skip
         self._metrics.takeovers.inc()
-        self._log.info("took over a run whose gateway died", message_id=message_id,
+        self._log.info("took back a run left while redis was away" if reclaim
+                       else "took over a run whose gateway died", message_id=message_id,
                        events=len(events))  # fmt: skip
         resume(run, User(user_id, orphan.plan.tier), orphan.plan, orphan.answer_parent_seq, answer)
 
@@ -153,6 +163,15 @@ class RedisRunSharing:
         for user_id, message_id in found:
             await self.take_over(user_id, message_id, resume)
         return len(found)
+
+    async def reclaim_left(self, resume: Resume) -> int:
+        """Takes back the runs this gateway left while Redis was away and nobody took over;
+        how many were looked at. Raises while Redis is still away (they are kept for later)."""
+        left = list(self._left)
+        for user_id, message_id in left:
+            await self.take_over(user_id, message_id, resume, reclaim=True)
+            self._left.discard((user_id, message_id))
+        return len(left)
 
     async def relay_stop(self, user_id: str, message_id: str) -> None:
         """A stop asked at another gateway for a run this one writes."""
@@ -176,6 +195,7 @@ class RedisRunSharing:
             await asyncio.sleep(self.shared.config.sweep_interval_s)
             try:
                 await self.sweep_orphans(resume)
+                await self.reclaim_left(resume)
             except REDIS_UNAVAILABLE as error:
                 self._log.warning("orphan sweep skipped: redis unreachable", error=str(error))
 

@@ -23,7 +23,7 @@ class FollowedRun(Protocol):
     fingerprint: str
 
     def follow_batches(
-        self, after_event_id: int = 0, most: int = 64
+        self, after_event_id: int = 0, most: int = 64, interval_s: float = 0.0
     ) -> AsyncIterator[list[tuple[int, Event]]]: ...
 
 

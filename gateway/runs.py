@@ -4,6 +4,7 @@ and comes back (or a retry with the same message id) reads the same answer, neve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -19,6 +20,10 @@ class Meta:
     conversation_id: str
     model: str
     replica_id: str
+    # The region serving the answer ('' on a single-region platform), and what the user is
+    # told about it (home out: no history).
+    region: str = ""
+    region_notice: str = ""
     # The model version that serves ('' for composed answers: a refusal, "busy").
     version: str = ""
     # Why a smaller pool than the router's serves: "daily_budget", or ''.
@@ -99,6 +104,9 @@ class MessageRun:
     started_at: float = field(default_factory=time.monotonic)
     first_text_at: float | None = None
     abandoned: bool = False
+    # Set once no more events come (ended or abandoned): a follower holding its next message
+    # back (follow_batches' interval) sends at once then, without waking on every event.
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def ended(self) -> bool:
@@ -117,12 +125,15 @@ class MessageRun:
         async with self.changed:
             self.events.append(event)
             self.changed.notify_all()
+        if isinstance(event, Done | Failed):
+            self.closed.set()
 
     async def abandon(self) -> None:
         """No more events will come from here; followers get RunAbandoned."""
         async with self.changed:
             self.abandoned = True
             self.changed.notify_all()
+        self.closed.set()
 
     async def follow(self, after_event_id: int = 0) -> AsyncIterator[tuple[int, Event]]:
         """Events numbered from 1, after after_event_id, until the run ends."""
@@ -131,11 +142,17 @@ class MessageRun:
                 yield item
 
     async def follow_batches(
-        self, after_event_id: int = 0, most: int = 64
+        self, after_event_id: int = 0, most: int = 64, interval_s: float = 0.0
     ) -> AsyncIterator[list[tuple[int, Event]]]:
         """The same events, as many at a time as have piled up (at most `most`): a reader
-        that fell behind catches up in a few sends instead of one per event."""
+        that fell behind catches up in a few sends instead of one per event. With interval_s,
+        a batch that follows one with text waits until interval_s after it, carrying what
+        came meanwhile: every message costs CPU here and at the edge, while a reader sees no
+        difference between 20 updates a second and 60. The first text goes at once (it is
+        the answer's time to first token), and so does a batch with the answer's end."""
         sent = after_event_id
+        loop = asyncio.get_running_loop()
+        hold_until = 0.0
         while True:
             if self.ended and sent >= len(self.events):
                 return  # asked for what comes after the last event: nothing will
@@ -143,7 +160,8 @@ class MessageRun:
                 await self.changed.wait_for(
                     lambda seen=sent: len(self.events) > seen or self.abandoned
                 )
-                pending = self.events[sent : sent + most]
+            await self._hold(hold_until - loop.time(), sent + most)
+            pending = self.events[sent : sent + most]
             if not pending:
                 raise RunAbandoned(f"this gateway stopped writing {self.message_id}")
             batch = list(enumerate(pending, start=sent + 1))
@@ -152,7 +170,18 @@ class MessageRun:
                 if isinstance(event, Done | Failed):
                     yield batch[: index + 1]
                     return
+            if interval_s > 0 and any(isinstance(event, Delta) for event in pending):
+                hold_until = loop.time() + interval_s
             yield batch
+
+    async def _hold(self, hold_s: float, full_at: int) -> None:
+        """Waits hold_s, or less if the run ends first; not at all when `full_at` events are
+        there already (a reader behind the answer catches up without waiting)."""
+        if hold_s <= 0 or self.closed.is_set() or len(self.events) >= full_at:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(hold_s):
+                await self.closed.wait()
 
 
 class RunRegistry:

@@ -6,6 +6,7 @@ import math
 from collections.abc import AsyncIterator
 
 import grpc
+from grpc_status import rpc_status
 
 from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import chat_service_pb2_grpc as pb_grpc
@@ -16,14 +17,18 @@ from gateway.completions import closing_events
 from gateway.convert import (
     completion_from_pb,
     conversation_to_pb,
-    events_to_pb,
+    events_response,
     message_to_pb,
     pool_of,
 )
+from gateway.peer_client import PeerGateways
 from gateway.pipeline import ChatPipeline, SendRequest, check_id
+from gateway.regions import SERVE_FOR_HEADER, Forward, NoRegions, RegionRouter
 from gateway.runs import RunAbandoned
+from infra.bearer import bearer_from_metadata
 from infra.convert import TIER_TO_PB
 from infra.grpcserver import maps_domain_errors
+from infra.tls import Role, TlsConfig, peer
 from store.base import Store
 
 MAX_PAGE = 100
@@ -50,31 +55,46 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         pipeline: ChatPipeline,
         store: Store,
         buckets: Buckets,
+        regions: RegionRouter | NoRegions | None = None,
+        peers: PeerGateways | None = None,
+        stream_interval_s: float = 0.0,
     ) -> None:
         self._auth = auth
         self._pipeline = pipeline
         self._store = store
         self._buckets = buckets
+        # After an answer's first text, at most one message per stream per interval, each
+        # carrying every event that came meanwhile (MessageRun.follow_batches).
+        self._interval_s = stream_interval_s
+        self._regions = regions or NoRegions(pipeline)
+        self._peers = peers or PeerGateways(TlsConfig(insecure=True))
 
     @maps_domain_errors
     async def SendMessage(
         self, request: pb.SendMessageRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.SendMessageResponse]:
         user = await self._auth.user_of(context)
-        run = await self._pipeline.send(
+        pool = pool_of(request.model)
+        route = await self._regions.route(user, request.conversation_id, pool,
+                                          _serve_for(context))  # fmt: skip
+        if isinstance(route, Forward):
+            async for response in self._relay(route, request, context):
+                yield response
+            return
+        run = await route.pipeline.send(
             user,
             SendRequest(
                 conversation_id=request.conversation_id,
                 message_id=request.message_id,
                 parent_id=request.parent_id,
                 content=request.content,
-                pool=pool_of(request.model),
+                pool=pool,
+                region_notice=route.notice,
             ),
         )
         try:
-            async for batch in run.follow_batches(0):
-                first, *more = events_to_pb(batch)
-                yield pb.SendMessageResponse(event=first, more=more)
+            async for batch in run.follow_batches(0, interval_s=self._interval_s):
+                yield events_response(pb.SendMessageResponse, batch)
         except RunAbandoned as error:
             await _attach_elsewhere(context, error)
 
@@ -85,9 +105,10 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         user = await self._auth.user_of(context)
         run = await self._pipeline.attach(user, request.message_id)
         try:
-            async for batch in run.follow_batches(request.after_event_id):
-                first, *more = events_to_pb(batch)
-                yield pb.AttachMessageResponse(event=first, more=more)
+            async for batch in run.follow_batches(
+                request.after_event_id, interval_s=self._interval_s
+            ):
+                yield events_response(pb.AttachMessageResponse, batch)
         except RunAbandoned as error:
             await _attach_elsewhere(context, error)
 
@@ -162,10 +183,9 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
     ) -> AsyncIterator[pb.CompleteResponse]:
         user = await self._auth.user_of(context)
         run = await self._pipeline.complete(user, completion_from_pb(request))
-        async with closing_events(run) as batches:
+        async with closing_events(run, self._interval_s) as batches:
             async for batch in batches:
-                first, *more = events_to_pb(batch)
-                yield pb.CompleteResponse(event=first, more=more)
+                yield events_response(pb.CompleteResponse, batch)
 
     @maps_domain_errors
     async def GetLimits(
@@ -181,6 +201,33 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
             refill_per_second=limit.refill_per_s,
             full_in_seconds=(limit.capacity - bucket.level) / limit.refill_per_s,
         )
+
+    async def _relay(
+        self, route: Forward, request: pb.SendMessageRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.SendMessageResponse]:
+        """The message passed on to the region that serves it; its answer relayed as is, its
+        error with the same status."""
+        token = bearer_from_metadata(context.invocation_metadata()) or ""
+        try:
+            async for response in self._peers.send(route, request, token):
+                yield response
+        except grpc.aio.AioRpcError as error:
+            status = rpc_status.from_call(error)  # type: ignore[arg-type]
+            if status is not None:
+                await context.abort_with_status(rpc_status.to_status(status))
+            await context.abort(error.code(), error.details() or "")
+
+
+def _serve_for(context: grpc.aio.ServicerContext) -> str:
+    """The home region a message passed on by another region's gateway runs for; '' for a
+    message from anyone else (an edge, a client), whose header is ignored."""
+    caller = peer(context)
+    if caller is not None and caller.role != Role.GATEWAY:
+        return ""
+    for key, value in context.invocation_metadata() or ():
+        if key == SERVE_FOR_HEADER and isinstance(value, str):
+            return value
+    return ""
 
 
 async def _attach_elsewhere(context: grpc.aio.ServicerContext, error: RunAbandoned) -> None:

@@ -75,13 +75,14 @@ return 1
 
 _TAKE_OVER = """
 local owner = redis.call('HGET', KEYS[1], 'owner')
-if not owner or owner == ARGV[1] then
+local reclaim = ARGV[3] == '1'
+if not owner or (owner == ARGV[1]) ~= reclaim then
   return false
 end
 if redis.call('HEXISTS', KEYS[1], 'ended') == 1 or redis.call('HEXISTS', KEYS[1], 'plan') == 0 then
   return false
 end
-if redis.call('EXISTS', ARGV[2] .. owner) == 1 then
+if not reclaim and redis.call('EXISTS', ARGV[2] .. owner) == 1 then
   return false
 end
 redis.call('HSET', KEYS[1], 'owner', ARGV[1])
@@ -135,11 +136,6 @@ class Orphan:
 class SharedRunsConfig:
     # A gateway silent this long is dead and its runs are taken over.
     liveness_s: float = 2.0
-    # How long an answer waits for its log to take one event while Redis does not answer (slow,
-    # or its connection dropped), checking and trying again every write_retry_s; then the
-    # answer fails as unavailable.
-    write_patience_s: float = 10.0
-    write_retry_s: float = 0.2
     # How long a run's keys live while it runs, and after it ended (for retries and resumes).
     running_ttl_s: int = 3600
     keep_after_end_s: int = 600
@@ -160,9 +156,10 @@ class RemoteRun:
     on_idle: Callable[[], Awaitable[None]]
 
     def follow_batches(
-        self, after_event_id: int = 0, most: int = 64
+        self, after_event_id: int = 0, most: int = 64, interval_s: float = 0.0
     ) -> AsyncIterator[list[tuple[int, Event]]]:
-        return self.shared.follow(self.user_id, self.message_id, after_event_id, self.on_idle, most)
+        return self.shared.follow(self.user_id, self.message_id, after_event_id, self.on_idle,
+                                  most, interval_s)  # fmt: skip
 
     async def follow(self, after_event_id: int = 0) -> AsyncIterator[tuple[int, Event]]:
         async for batch in self.follow_batches(after_event_id):
@@ -331,14 +328,21 @@ class SharedRuns:
         after_event_id: int,
         on_idle: Callable[[], Awaitable[None]],
         most: int = 64,
+        interval_s: float = 0.0,
     ) -> AsyncIterator[list[tuple[int, Event]]]:
         """A run's events after after_event_id, as many at a time as the log holds (at most
         `most`), until it ends; on_idle runs whenever the log has been quiet for a while (the
-        caller checks whether the owner is still alive)."""
+        caller checks whether the owner is still alive). With interval_s, a read after a
+        batch with text waits until interval_s after it (MessageRun.follow_batches: the
+        log holds the events meanwhile; here the end may wait that long too)."""
         member = _member(user_id, message_id)
         cursor = f"0-{after_event_id}"
         block_ms = int(self._config.follow_block_s * 1000)
+        loop = asyncio.get_running_loop()
+        hold_until = 0.0
         while True:
+            if hold_until > loop.time():
+                await asyncio.sleep(hold_until - loop.time())
             try:
                 answer = await self._waiter.xread({EVENTS_PREFIX + member: cursor}, count=most,
                                                   block=block_ms)  # fmt: skip
@@ -362,18 +366,25 @@ class SharedRuns:
                 if isinstance(event, Done | Failed):
                     yield batch
                     return
+            if 0 < interval_s and len(batch) < most and any(isinstance(e, Delta) for _, e in batch):
+                hold_until = loop.time() + interval_s
             yield batch
 
     async def read_all(self, user_id: str, message_id: str) -> list[Event]:
         entries = await self._redis.xrange(EVENTS_PREFIX + _member(user_id, message_id))
         return [decode_event(fields[b"e"]) for _, fields in entries]
 
-    async def take_over(self, user_id: str, message_id: str) -> Orphan | None:
+    async def take_over(
+        self, user_id: str, message_id: str, reclaim: bool = False
+    ) -> Orphan | None:
         """Makes this gateway the owner of a run whose owner died; None if it is not orphaned
-        (alive, ended, or another gateway won the race)."""
+        (alive, ended, or another gateway won the race). With reclaim, the run is one this
+        gateway left while Redis was away: it is taken back only if it still owns it (no other
+        gateway took it over meanwhile) and the run has not ended."""
         member = _member(user_id, message_id)
         taken = await self._take_over(keys=[RUN_PREFIX + member],
-                                      args=[self.gateway_id, GATEWAY_PREFIX])  # fmt: skip
+                                      args=[self.gateway_id, GATEWAY_PREFIX,
+                                            "1" if reclaim else "0"])  # fmt: skip
         if not taken:
             return None
         plan, parent_seq = _decode_plan(taken[0])
@@ -399,7 +410,8 @@ def encode_event(event: Event) -> str:
         case Meta():
             body = {"k": "meta", "message_id": event.message_id,
                     "conversation_id": event.conversation_id, "model": event.model,
-                    "replica_id": event.replica_id, "version": event.version,
+                    "replica_id": event.replica_id, "region": event.region,
+                    "region_notice": event.region_notice, "version": event.version,
                     "downgraded": event.downgraded, "slice": event.slice}  # fmt: skip
         case Delta():
             body = {"k": "delta", "text": event.text}
@@ -418,10 +430,12 @@ def decode_event(raw: bytes | str) -> Event:
     body = json.loads(raw)
     match body["k"]:
         case "meta":
-            # "version", "downgraded": absent from events an earlier release wrote.
+            # A log written before regions or versions has none of them: ''.
             return Meta(body["message_id"], body["conversation_id"], body["model"],
-                        body["replica_id"], body.get("version", ""),
-                        body.get("downgraded", ""), body.get("slice", ""))  # fmt: skip
+                        body["replica_id"], body.get("region", ""),
+                        body.get("region_notice", ""), version=body.get("version", ""),
+                        downgraded=body.get("downgraded", ""),
+                        slice=body.get("slice", ""))  # fmt: skip
         case "delta":
             return Delta(body["text"])
         case "retract":

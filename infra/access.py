@@ -8,7 +8,8 @@ holds every TLS server to it before any servicer runs.
 | SchedulerService/GetRollout              | gateway, operator              |                      |
 | SchedulerService/* (the admin API)       | operator                       | the admin token      |
 | NodeService/* (Generate, Tokenize)       | gateway                        |                      |
-| ChatService/*                            | edge, client, operator         | a user's token       |
+| ChatService/*                            | edge, client, operator, gateway| a user's token       |
+| HomeService/* (history across regions)   | gateway                        |                      |
 | grpc.health.v1.Health/*                  | every role                     |                      |
 | grpc.reflection.v1alpha.ServerReflection | operator                       |                      |
 
@@ -35,7 +36,9 @@ ACCESS: dict[str, frozenset[Role]] = {
     "/chat.v1.SchedulerService/GetRollout": frozenset({Role.GATEWAY, Role.OPERATOR}),
     "/chat.v1.SchedulerService/*": frozenset({Role.OPERATOR}),
     "/chat.v1.NodeService/*": frozenset({Role.GATEWAY}),
-    "/chat.v1.ChatService/*": frozenset({Role.EDGE, Role.CLIENT, Role.OPERATOR}),
+    # A gateway passes a message on to the gateway of the region that serves it.
+    "/chat.v1.ChatService/*": frozenset({Role.EDGE, Role.CLIENT, Role.OPERATOR, Role.GATEWAY}),
+    "/chat.v1.HomeService/*": frozenset({Role.GATEWAY}),
     "/grpc.health.v1.Health/*": ALL_ROLES,
     "/grpc.reflection.v1alpha.ServerReflection/*": frozenset({Role.OPERATOR}),
 }

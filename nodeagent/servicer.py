@@ -91,8 +91,10 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
         try:
             async for item in running.follow(after, self._stream_interval_s):
                 if isinstance(item, tuple):
-                    index, text = item
-                    chunk = node_service_pb2.TokenChunk(index=index, text=text)
+                    index, pieces = item
+                    chunk = node_service_pb2.TokenChunk(
+                        index=index, text="".join(pieces), pieces=pieces if len(pieces) > 1 else ()
+                    )
                     yield node_service_pb2.GenerateResponse(chunk=chunk)
                 else:
                     yield finish_to_pb(item, self._engine.model)

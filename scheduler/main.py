@@ -19,6 +19,7 @@ from domain.picker import DEFAULT_ESCAPE, EscapeRule
 from domain.pools import LARGE_POOL, SMALL_POOL
 from domain.start_wait import StartWaitModel
 from infra.config import ConfigError
+from infra.directory import DEFAULT_PREFIX, Directory, publish_forever
 from infra.grpcserver import GrpcServer
 from infra.logs import configure_logging
 from infra.runner import run_service
@@ -33,6 +34,7 @@ from scheduler.membership import (
     Membership,
 )
 from scheduler.metrics import register_scheduler_metrics
+from scheduler.region_publisher import RegionPublisher
 from scheduler.rollout import EtcdRolloutStore, InProcessRolloutStore, RolloutKeeper, RolloutStore
 from scheduler.servicer import SchedulerServicer
 from scheduler.table import LoadTable
@@ -89,6 +91,13 @@ class SchedulerConfig:
     canary_slow_margin: float = 0.05
     canary_min_answers: int = 20
     scheduler_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    # Regions (docs/decisions.md, "Regions"): this scheduler's region and the global layer's
+    # etcd, where it publishes the region's capacity every region_publish_s and lists the
+    # users it creates. Both empty: one region.
+    region: str = ""
+    global_etcd_endpoint: str = ""
+    global_prefix: str = DEFAULT_PREFIX
+    region_publish_s: float = 2.0
     ready_file: str = ""
     log_level: str = "info"
 
@@ -140,6 +149,18 @@ def _build_membership(config: SchedulerConfig) -> Membership:
     return EtcdMembership(host, port, lease_ttl_s=config.node_lease_ttl_s)
 
 
+def _build_directory(config: SchedulerConfig) -> Directory | None:
+    """The global directory with regions; None for one region (nothing to publish)."""
+    if not config.region and not config.global_etcd_endpoint:
+        return None
+    if not (config.region and config.global_etcd_endpoint):
+        raise ConfigError("regions need both region and global_etcd_endpoint")
+    try:
+        return Directory(config.global_etcd_endpoint, config.global_prefix)
+    except ValueError as error:
+        raise ConfigError(str(error)) from error
+
+
 def _etcd_address(endpoint: str) -> tuple[str, int]:
     host, _, port = endpoint.rpartition(":")
     if not host or not port.isdigit():
@@ -179,6 +200,9 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
         service.closes(ladder.close)
         rollout = RolloutKeeper(_build_rollout_store(config), time.time)
         service.closes(rollout.close)
+        directory = _build_directory(config)
+        if directory is not None:
+            service.closes(directory.close)
         registry = CollectorRegistry()
         rollbacks = Counter("scheduler_canary_rollbacks_total",
                             "candidate versions this scheduler rolled back on a guardrail breach",
@@ -208,7 +232,7 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
             SchedulerServicer(
                 table,
                 membership,
-                UserAdmin(store),
+                UserAdmin(store, directory, config.region),
                 config.admin_token,
                 ladder,
                 frozenset(config.pools),
@@ -221,6 +245,12 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
         service.task(_expire_forever(table, config.report_timeout_s / 4, log), "expiry")
         service.task(ladder.run(), "ladder")
         service.task(canary.run(), "canary")
+        if directory is not None:
+            publisher = RegionPublisher(config.region, directory, table, ladder, config.pools,
+                                        config.prefill_tokens_per_s *
+                                        config.ladder_saturated_wait_s)  # fmt: skip
+            service.task(publish_forever(publisher.publish, config.region_publish_s, "capacity"),
+                         "publish")  # fmt: skip
         await service.serve(
             stop,
             config.ready_file,

@@ -227,7 +227,9 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
     ) -> pb.CreateUserResponse:
         self._check_admin(context)
         tier = convert.tier_from_pb(request.tier)
-        user, token = await self._users.create(request.user_id, tier)
+        user, token = await self._users.create(
+            request.user_id, tier, request.home_region, request.pinned
+        )
         return pb.CreateUserResponse(user=convert.user_to_pb(user), token=token)
 
     @maps_domain_errors

@@ -27,11 +27,11 @@ from store.records import (
 
 _CONVERSATION_COLUMNS = (
     "user_id, conversation_id, title, model, summary, summary_upto_seq, total_tokens, "
-    "created_at, updated_at, pool, summary_tokens, pinned, pinned_tokens"
+    "created_at, updated_at, pool, summary_tokens, pinned, pinned_tokens, region"
 )
 _MESSAGE_COLUMNS = (
     "conversation_id, seq, message_id, parent_seq, role, content, tokens, model, replica_id, "
-    "finish, created_at"
+    "finish, created_at, region"
 )
 _USER_COLUMNS = "user_id, tier, token_hash, created_at"
 _SERVING_COLUMNS = (
@@ -345,6 +345,7 @@ class PostgresStore:
             message.replica_id,
             message.finish,
             now,
+            message.region,
         )
 
     async def _add_message(
@@ -357,7 +358,8 @@ class PostgresStore:
             await conn.execute(
                 "UPDATE conversations SET updated_at = $1, total_tokens = total_tokens + $2, "
                 "model = CASE WHEN $3 <> '' THEN $3 ELSE model END, "
-                "pool = CASE WHEN $6 <> '' THEN $6 ELSE pool END "
+                "pool = CASE WHEN $6 <> '' THEN $6 ELSE pool END, "
+                "region = CASE WHEN $7 <> '' THEN $7 ELSE region END "
                 "WHERE user_id = $4 AND conversation_id = $5",
                 now,
                 message.tokens,
@@ -365,6 +367,7 @@ class PostgresStore:
                 user_id,
                 conversation_id,
                 message.pool,
+                message.region,
             )
         return seq
 
@@ -445,7 +448,7 @@ async def _insert_message(
     )
     await conn.execute(
         f"INSERT INTO messages (user_id, {_MESSAGE_COLUMNS}) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
         user_id,
         conversation_id,
         seq,
@@ -458,5 +461,6 @@ async def _insert_message(
         message.replica_id,
         message.finish,
         now,
+        message.region,
     )
     return int(seq)

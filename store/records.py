@@ -33,6 +33,8 @@ class ConversationRecord:
     summary_tokens: int = 0
     pinned: str = ""
     pinned_tokens: int = 0
+    # The region it runs in, when that is not the user's home ('' at home).
+    region: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,8 @@ class MessageRecord:
     replica_id: str
     finish: str
     created_at: float
+    # The region that served it ('' on a single-region platform).
+    region: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,9 @@ class NewMessage:
     finish: str = ""
     # Moves the conversation to this pool when not empty (the router's decision).
     pool: str = ""
+    # The region that served the turn; it also becomes the conversation's region (the
+    # region router's decision: '' or home's name at home).
+    region: str = ""
 
 
 @dataclass(frozen=True, slots=True)

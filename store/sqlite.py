@@ -25,11 +25,11 @@ from store.records import (
 
 _CONVERSATION_COLUMNS = (
     "user_id, conversation_id, title, model, summary, summary_upto_seq, total_tokens, "
-    "created_at, updated_at, pool, summary_tokens, pinned, pinned_tokens"
+    "created_at, updated_at, pool, summary_tokens, pinned, pinned_tokens, region"
 )
 _MESSAGE_COLUMNS = (
     "conversation_id, seq, message_id, parent_seq, role, content, tokens, model, replica_id, "
-    "finish, created_at"
+    "finish, created_at, region"
 )
 
 _SERVING_COLUMNS = (
@@ -274,20 +274,21 @@ class SqliteStore:
             # Creates the conversation with its first turn, or counts the turn into it.
             await db.execute(
                 "INSERT INTO conversations (user_id, conversation_id, title, model, pool, "
-                "total_tokens, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                "total_tokens, created_at, updated_at, region) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (user_id, conversation_id) DO UPDATE SET "
                 "updated_at = excluded.updated_at, "
                 "total_tokens = total_tokens + excluded.total_tokens, "
                 "model = CASE WHEN excluded.model != '' THEN excluded.model ELSE model END, "
-                "pool = CASE WHEN excluded.pool != '' THEN excluded.pool ELSE pool END",
+                "pool = CASE WHEN excluded.pool != '' THEN excluded.pool ELSE pool END, "
+                "region = CASE WHEN excluded.region != '' THEN excluded.region ELSE region END",
                 (user_id, conversation_id, title, message.model, message.pool, message.tokens,
-                 now, now),
+                 now, now, message.region),
             )  # fmt: skip
             # The next seq is read in the insert itself: one statement, one trip to the thread.
             rows = await db.execute_fetchall(
                 f"INSERT INTO messages (user_id, {_MESSAGE_COLUMNS}) "
-                "SELECT ?, ?, coalesce(max(seq), 0) + 1, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM messages "
-                "WHERE user_id = ? AND conversation_id = ? RETURNING seq",
+                "SELECT ?, ?, coalesce(max(seq), 0) + 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? "
+                "FROM messages WHERE user_id = ? AND conversation_id = ? RETURNING seq",
                 (
                     user_id,
                     conversation_id,
@@ -300,6 +301,7 @@ class SqliteStore:
                     message.replica_id,
                     message.finish,
                     now,
+                    message.region,
                     user_id,
                     conversation_id,
                 ),
@@ -324,6 +326,7 @@ class SqliteStore:
             message.replica_id,
             message.finish,
             now,
+            message.region,
         )
 
     async def record_serving(self, user_id: str, serving: ServingRecord) -> None:

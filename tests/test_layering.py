@@ -27,6 +27,12 @@ GATEWAY_PROTOBUF_ALLOWED = {
     "gateway/scheduler_client.py",
     "gateway/node_client.py",
     "gateway/main.py",
+    # Regions: the home region's store over HomeService (client, servicer, conversions), and
+    # the typed client of other regions' gateways.
+    "gateway/home_client.py",
+    "gateway/home_servicer.py",
+    "gateway/home_convert.py",
+    "gateway/peer_client.py",
 }
 
 # The same for the other services. The edge's relays (SSE and the OpenAI-compatible stream)

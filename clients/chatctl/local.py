@@ -23,6 +23,7 @@ from clients.chatctl.platform import (
     PlatformError,
     PlatformSettings,
 )
+from clients.chatctl.regions import up_regions
 
 PID_FILE = "chatctl.pid"
 BACKGROUND_LOG = "chatctl.log"
@@ -79,7 +80,10 @@ def platform_settings(args: argparse.Namespace) -> PlatformSettings:
 
 
 def up(args: argparse.Namespace) -> Any:
-    """The platform in the foreground (a coroutine), or detached with --background."""
+    """The platform in the foreground (a coroutine), or detached with --background; with
+    --regions, one platform per region and the global directory (clients/chatctl/regions.py)."""
+    if getattr(args, "regions", None):
+        return up_regions(args)
     return up_background(args) if args.background else up_foreground(args)
 
 

@@ -16,6 +16,7 @@ import asyncio
 import inspect
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from clients.chat_client import MODELS, TIERS, ClientError
@@ -26,10 +27,12 @@ from clients.chatctl.fleet import drain, ladder, nodes, undrain
 from clients.chatctl.local import down, up
 from clients.chatctl.output import CtlError
 from clients.chatctl.plan import add_plan_parser, run_plan
+from clients.chatctl.regions import list_regions, region_names, region_state_dir
 from clients.chatctl.simulate import add_simulate_parser, run_simulate
 from clients.chatctl.users import users
 from clients.chatctl.versions import add_versions_parser
 from infra.convert import AUTO_MODEL
+from infra.directory import DEFAULT_PREFIX
 
 # Flag types and the flags commands share --------------------------------------------------------
 
@@ -58,6 +61,12 @@ def common_flags() -> argparse.ArgumentParser:
     flags = argparse.ArgumentParser(add_help=False)
     flags.add_argument("--json", action="store_true", help="print machine-readable JSON")
     add_state_dir(flags, "where `chatctl up` keeps its files (default .chat, or CHAT_STATE_DIR)")
+    flags.add_argument(
+        "--region",
+        metavar="NAME",
+        help="the region of `chatctl up --regions` to act on (its files in "
+        "STATE_DIR/regions/NAME); for `users create`, also the user's home",
+    )
     return flags
 
 
@@ -151,6 +160,13 @@ def add_up(commands: Any) -> None:
     up_parser.add_argument(
         "--background", action="store_true", help="start detached; `chatctl down` stops it"
     )
+    up_parser.add_argument(
+        "--regions",
+        type=region_names,
+        metavar="A,B,C",
+        help="start one whole platform per region and the global directory (in --etcd, else "
+        "an etcd of its own); edges listen on --listen's port, the next, and so on",
+    )
     up_parser.set_defaults(handler=up)
 
 
@@ -204,6 +220,9 @@ def add_users(commands: Any) -> None:
     create = actions.add_parser("create", parents=flags, help="a new user; prints its token")
     create.add_argument("user_id", metavar="ID")
     create.add_argument("--tier", choices=sorted(TIERS), default="free")
+    create.add_argument(
+        "--pinned", action="store_true", help="residency: never served outside its home region"
+    )
     actions.add_parser("list", parents=flags, help="every user")
     tier = actions.add_parser("tier", parents=flags, help="move a user to another tier")
     tier.add_argument("user_id", metavar="ID")
@@ -243,6 +262,17 @@ def add_simulate(commands: Any) -> None:
     add_simulate_parser(commands).set_defaults(handler=run_simulate)
 
 
+def add_regions(commands: Any) -> None:
+    command = commands.add_parser(
+        "regions", parents=[common_flags()], help="the regions: capacity, rung and age"
+    )
+    command.add_argument(
+        "--etcd", default="", metavar="HOST:PORT", help="the global directory's etcd"
+    )
+    command.add_argument("--prefix", default=DEFAULT_PREFIX, help="the directory's key prefix")
+    command.set_defaults(handler=list_regions)
+
+
 def add_context(commands: Any) -> None:
     add_context_parser(commands, common_flags())
 
@@ -262,6 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_plan,
         add_simulate,
         add_context,
+        add_regions,
     ):
         add(commands)
     return parser
@@ -287,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "up":
         check_up(parser, args)
+    if getattr(args, "region", None):
+        args.state_dir = str(region_state_dir(Path(args.state_dir), args.region))
     try:
         return dispatch(args)
     except (ClientError, CtlError) as error:

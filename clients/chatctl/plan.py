@@ -70,6 +70,7 @@ FLAG_HELP = {
     "small_weights_gb": "8B weights on its one GPU, GB",
     "small_activations_gb": "8B activations and workspace, GB",
     "small_session_share": "share of sessions routed to the 8B (lever table), 0..1",
+    "region_gpu_cap": "GPUs one region can get: past it, more regions",
 }
 
 

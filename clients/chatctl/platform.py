@@ -68,6 +68,13 @@ class PlatformSettings:
     edges: int = 1
     # Several hosts on one machine (tests/netns.py); the edge's edge_listen is taken as is.
     placement: Placement = field(default_factory=OneHost)
+    # Regions (clients/chatctl/regions.py): this platform is the region of this name, and
+    # publishes to and reads the global directory in this etcd. Both empty: one region.
+    region: str = ""
+    global_etcd_endpoint: str = ""
+    # The CA every region's certificates come from, so the regions' gateways trust each
+    # other; None: a CA of this platform's own.
+    authority: Authority | None = None
 
     def __post_init__(self) -> None:
         if self.schedulers > 1 and not self.etcd_endpoint:
@@ -76,6 +83,8 @@ class PlatformSettings:
             raise PlatformError("more than one gateway needs Redis (--redis URL)")
         if self.edge_workers < 1:
             raise PlatformError(f"--edge-workers must be at least 1, not {self.edge_workers}")
+        if bool(self.region) != bool(self.global_etcd_endpoint):
+            raise PlatformError("a region needs the global directory's etcd, and only a region")
 
 
 @dataclass
@@ -157,7 +166,7 @@ class LocalPlatform:
     def _make_certificates(self) -> None:
         if self.tls_dir is None:
             return
-        authority = Authority.create()
+        authority = self.settings.authority or Authority.create()
         authority.save(self.tls_dir)
         # Each certificate names every host a service runs on: any of them may serve with it.
         placed = {self.settings.placement.host(name) for name in self._service_names()}
@@ -213,6 +222,7 @@ class LocalPlatform:
             "schedulers": self.scheduler_addresses(),
             "nodes": self.node_addresses(),
             "tls_dir": str(self.tls_dir or ""),
+            "region": self.settings.region,
         }
         # Created 0600 rather than chmod-ed after: the token is never readable by others.
         admin_file = self.settings.state_dir / ADMIN_TOKEN_FILE
@@ -250,7 +260,16 @@ class LocalPlatform:
         if self.settings.etcd_endpoint:
             env["CHAT_SCHEDULER_MEMBERSHIP"] = "etcd"
             env["CHAT_SCHEDULER_ETCD_ENDPOINT"] = self.settings.etcd_endpoint
-        return env
+        return {**env, **self._region_env("scheduler")}
+
+    def _region_env(self, section: str) -> dict[str, str]:
+        if not self.settings.region:
+            return {}
+        prefix = f"CHAT_{section.upper()}_"
+        return {
+            f"{prefix}REGION": self.settings.region,
+            f"{prefix}GLOBAL_ETCD_ENDPOINT": self.settings.global_etcd_endpoint,
+        }
 
     def _node_id(self, index: int) -> str:
         return f"local-{self.settings.pool}-{index}"
@@ -283,7 +302,7 @@ class LocalPlatform:
             env["CHAT_GATEWAY_BUCKETS"] = "redis"
             env["CHAT_GATEWAY_RUNS"] = "redis"
             env["CHAT_GATEWAY_REDIS_URL"] = self.settings.redis_url
-        return env
+        return {**env, **self._region_env("gateway")}
 
     def _edge_env(self, name: str) -> dict[str, str]:
         host = self.settings.placement.host(name)
@@ -369,7 +388,9 @@ class LocalPlatform:
         async with self.channel(self.scheduler_address) as channel:
             stub = pb_grpc.SchedulerServiceStub(channel)
             for name, tier in (("free", common_pb2.TIER_FREE), ("plus", common_pb2.TIER_PLUS)):
-                user_id = f"dev-{name}"
+                # A user id is global with regions: each region's dev users are its own.
+                region = self.settings.region
+                user_id = f"dev-{name}-{region}" if region else f"dev-{name}"
                 try:
                     created = await stub.CreateUser(
                         pb.CreateUserRequest(user_id=user_id, tier=tier), metadata=self._admin()

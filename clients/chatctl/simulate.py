@@ -1,6 +1,8 @@
 """`chatctl simulate`: runs a named scenario of sizing 000 (docs/ARCHITECTURE.md, "Reference
 sizing") on the fleet simulator (fleet/) and prints its figures against that sizing; with
---report, writes its tables and plots there."""
+--report, writes its tables and plots there. The regions' scenarios (fleet.region_scenarios:
+five regions at ten times the users, and one of them lost) print their own figures: spill,
+the prefill moved conversations paid again, and each region's outcomes."""
 
 from __future__ import annotations
 
@@ -12,6 +14,11 @@ from typing import Any
 
 from clients.chatctl.output import CtlError
 from fleet import SCENARIOS, run_scenario, write_report
+from fleet.region_scenarios import (
+    REGION_SCENARIOS,
+    run_regions_scenario,
+    shortest_regions_duration_s,
+)
 from fleet.scenarios import shortest_duration_s
 
 
@@ -19,12 +26,15 @@ def add_simulate_parser(commands: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = commands.add_parser(
         "simulate", help="simulate a region of replicas running a scenario of sizing 000"
     )
-    parser.add_argument("scenario", choices=sorted(SCENARIOS), help="the scenario to run")
+    parser.add_argument(
+        "scenario", choices=sorted([*SCENARIOS, *REGION_SCENARIOS]), help="the scenario to run"
+    )
     parser.add_argument(
         "--scale",
         type=_share,
         default=0.05,
-        help="the share of the region to build, fleet and traffic alike (default 0.05: 1/20)",
+        help="the share of the region (of each region) to build, fleet and traffic alike "
+        "(default 0.05: 1/20)",
     )
     parser.add_argument(
         "--duration",
@@ -56,6 +66,8 @@ def _share(text: str) -> float:
 
 
 def run_simulate(args: argparse.Namespace) -> int:
+    if args.scenario in REGION_SCENARIOS:
+        return _run_regions(args)
     shortest = shortest_duration_s(args.scenario)
     if args.duration is not None and args.duration <= shortest:
         raise CtlError(
@@ -97,3 +109,26 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 def _finite(value: float) -> float | None:
     return None if math.isnan(value) else value
+
+
+def _run_regions(args: argparse.Namespace) -> int:
+    from fleet import region_report
+
+    shortest = shortest_regions_duration_s(args.scenario)
+    if args.duration is not None and args.duration <= shortest:
+        raise CtlError(
+            f"--duration must exceed {shortest:g} s: the scenario's warm-up (and its loss), "
+            "then the users' patience (the last messages need it to time out or not)"
+        )
+    result = run_regions_scenario(
+        args.scenario, scale=args.scale, seed=args.seed, duration_s=args.duration
+    )
+    if args.json:
+        print(json.dumps(region_report.figures_json(result)))
+    else:
+        print(region_report.summary_text(result), end="")
+    if args.report is not None:
+        for path in region_report.write(result, args.report):
+            if not args.json:
+                print(f"wrote {path}")
+    return 0

@@ -10,7 +10,7 @@ from clients.chatctl.output import emit, note, print_json, table_or, when, yes_n
 
 
 async def users_create(admin: AdminClient, args: argparse.Namespace) -> None:
-    created = await admin.create_user(args.user_id, args.tier)
+    created = await admin.create_user(args.user_id, args.tier, args.region or "", args.pinned)
     if args.json:
         print_json(created)
         return

@@ -90,6 +90,8 @@ class MessageInputs:
     stored_bytes_per_message: float = 2500
     # A message stores the question and the answer: 3,500 messages/s are "7,000 writes".
     writes_per_message: float = 2
+    # "One region can get about 3,000 GPUs" (sizing 000's step 6): past it, more regions.
+    region_gpu_cap: float = 3000
 
     def __post_init__(self) -> None:
         _check_finite_and_sign(

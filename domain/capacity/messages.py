@@ -14,6 +14,7 @@ from domain.capacity.inputs import (
     MessageInputs,
     kv_bytes_per_token,
 )
+from domain.capacity.regions import RegionPlan, plan_regions
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,7 @@ class MessagePlan:
     fleet: MessageFleet
     cost: MessageCost
     memory: ConversationMemory
+    regions: RegionPlan
 
 
 def _traffic(i: MessageInputs) -> Traffic:
@@ -187,4 +189,5 @@ def plan_messages(i: MessageInputs) -> MessagePlan:
         fleet=fleet,
         cost=_cost(i, traffic, gpu, fleet),
         memory=_conversation_memory(i, traffic),
+        regions=plan_regions(i, fleet.fleet_routed, fleet.busy_gpus_routed),
     )

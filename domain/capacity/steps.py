@@ -148,6 +148,16 @@ MESSAGE_STEPS = _step_specs(
     "{traffic.messages_per_s_peak} msg/s x {i.writes_per_message}",
     "conversation storage a year | memory.storage_tb_per_year | TB | "
     "{traffic.messages_per_day} msg/day x {i.stored_bytes_per_message} B x 365",
+    "regions | regions.regions |  | "
+    "{fleet.fleet_routed} GPUs / {i.region_gpu_cap} GPUs a region, rounded up",
+    "GPUs per region | regions.gpus_per_region | GPUs | "
+    "{fleet.fleet_routed} GPUs / {regions.regions} regions",
+    "busy share at the peak | regions.busy_share |  | "
+    "{fleet.busy_gpus_routed} busy GPUs / {fleet.fleet_routed} GPUs",
+    "busy share with one region lost | regions.busy_share_one_lost |  | "
+    "{regions.busy_share} x n / (n - 1), n = {regions.regions} regions (2 at least)",
+    "regions to lose one | regions.regions_to_lose_one |  | "
+    "1 / (1 - {regions.busy_share}), rounded up: n - 1 of them carry the peak",
 )
 
 SESSION_STEPS = _step_specs(

@@ -132,3 +132,26 @@ def test_counts_take_integers_and_the_rest_take_any_number() -> None:
     assert (args.messages_per_user, args.daily_users, args.replica_gpus) == (7.5, 1e6, 8)
     with pytest.raises(SystemExit):
         parse("--layers", "80.5")
+
+
+def test_regions_at_ten_times_the_users(capsys: pytest.CaptureFixture[str]) -> None:
+    """Sizing 000's step 6: ten times the users need about 15,000 GPUs, five regions of about
+    3,000; with one lost, the other four carry the peak on their spare GPUs."""
+    code, out, _ = run(capsys, "--daily-users", "100000000", "--json")
+    assert code == 0
+    regions = json.loads(out)["results"]["regions"]
+    assert regions["regions"] == 5
+    assert regions["gpus_per_region"] == within(3_000)
+    assert regions["busy_share_one_lost"] == pytest.approx(0.769 * 5 / 4, abs=0.005)
+    assert regions["regions_to_lose_one"] == 5
+    steps = {step["name"]: step for step in json.loads(out)["steps"]}
+    assert steps["regions"]["formula"] == "14,686 GPUs / 3,000 GPUs a region, rounded up"
+
+
+def test_a_smaller_region_cap_means_more_regions(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--daily-users", "100000000", "--region-gpu-cap", "2000", "--json")
+    regions = json.loads(out)["results"]["regions"]
+    assert (code, regions["regions"], regions["gpus_per_region"]) == (0, 8, 14_686 / 8)
+    code, _, err = run(capsys, "--region-gpu-cap", "0")
+    assert code == 2
+    assert err == "chatctl plan: error: --region-gpu-cap must be greater than 0, not 0.0\n"

@@ -117,6 +117,8 @@ async def test_two_messages_in_one_conversation_stream_and_carry_history(
             "model": meta["model"],
             "replica": meta["replica"],
             "finish": first[-1].data["finish"],
+            # One region: the meta's and the stored message's region are both empty.
+            "region": meta["region"],
         }
         assert (stored[0]["messageId"], stored[0]["seq"]) == (meta["messageId"], 1)
         assert stored[1]["seq"] == 2
@@ -327,6 +329,7 @@ async def test_each_stored_question_carries_the_engines_own_token_count(
                     "model": events[0].data["model"],  # whose tokens counted it
                     "replica": "",
                     "finish": None,
+                    "region": "",
                 }
     finally:
         await nodes.close()

@@ -1,3 +1,5 @@
+import json
+
 from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import common_pb2
 from edge.sse import encode
@@ -25,3 +27,11 @@ def test_delta_keeps_unicode_and_newlines_inside_json() -> None:
 def test_retract_names_how_much_was_withdrawn() -> None:
     event = pb.ChatEvent(event_id=9, retract=pb.RetractEvent(withdrawn_chars=312))
     assert encode(event) == b'id: 9\nevent: retract\ndata: {"withdrawnChars":312}\n\n'
+
+
+def test_a_delta_is_written_as_json_dumps_writes_it() -> None:
+    texts = ["", ' "quoted" \\ back', "tab\there\r\x00\x1f", "😀 emoji and \u2028 separator"]
+    for text in texts:
+        event = pb.ChatEvent(event_id=7, delta=pb.DeltaEvent(text=text))
+        data = json.dumps({"text": text}, separators=(",", ":"), ensure_ascii=False)
+        assert encode(event) == f"id: 7\nevent: delta\ndata: {data}\n\n".encode()

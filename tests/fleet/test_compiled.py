@@ -14,28 +14,37 @@ from pathlib import Path
 import pytest
 
 from fleet import compiled
+from fleet.region_figures import fingerprints
+from fleet.region_scenarios import run_regions_scenario
 from fleet.scenarios import run_scenario
 
 # Every scenario, each variant, just past its warm-up (and its event: a kill, a flush at 100 s).
 RUNS = (("memory-matters", 75.0), ("gpus-run-out", 75.0), ("replica-dies", 105.0),
         ("cache-lost", 105.0))  # fmt: skip
 SCALE = 0.05
+# The regions: one lost past the warm-up (at 60 s), at a smaller scale (five regions).
+REGIONS_RUN = ("region-lost", 0.01, 90.0)
 
 FINGERPRINTS = textwrap.dedent(
     """
     import json, sys
-    from fleet import compiled, region, replicas
+    from fleet import compiled, region, regions, replicas
     from domain import pool_index, replica_sim
+    from fleet.region_scenarios import run_regions_scenario
     from fleet.scenarios import run_scenario
+    from fleet.region_figures import fingerprints
     runs = json.loads(sys.argv[1])
+    name, scale, duration = json.loads(sys.argv[3])
     print(json.dumps({
-        "compiled": [compiled.is_compiled(m) for m in (region, replicas, pool_index, replica_sim)],
+        "compiled": [compiled.is_compiled(m)
+                     for m in (region, regions, replicas, pool_index, replica_sim)],
         "fingerprints": {
             name: {label: r.fingerprint() for label, r in
                    run_scenario(name, scale=float(sys.argv[2]), seed=3,
                                 duration_s=duration).recorders.items()}
             for name, duration in runs
         },
+        "regions": fingerprints(run_regions_scenario(name, scale, 3, duration).recorders),
     }))
     """
 )
@@ -69,8 +78,8 @@ def test_the_compiled_simulator_records_the_same_simulation(build: compiled.Buil
     assert build.built and build.seconds > 0
     assert (build.path / "fleet" / "region.py").is_file(), "the packages are copied whole"
     assert list((build.path / "domain").glob("replica_sim.*.so")), "compiled in place"
-    fast = run_with(build.path, json.dumps(RUNS), str(SCALE))
-    assert fast["compiled"] == [True, True, True, True]
+    fast = run_with(build.path, json.dumps(RUNS), str(SCALE), json.dumps(REGIONS_RUN))
+    assert fast["compiled"] == [True, True, True, True, True]
     expected = {
         name: {
             label: recorder.fingerprint()
@@ -82,6 +91,9 @@ def test_the_compiled_simulator_records_the_same_simulation(build: compiled.Buil
     }
     assert fast["fingerprints"] == expected
     assert len(expected["memory-matters"]) == 4 and len(expected["gpus-run-out"]) == 4
+    name, scale, duration = REGIONS_RUN
+    regions = run_regions_scenario(name, scale, 3, duration).recorders
+    assert fast["regions"] == fingerprints(regions) and len(regions) == 5
 
 
 @pytest.mark.slow

@@ -113,3 +113,30 @@ async def test_a_run_this_gateway_stops_writing_sends_its_followers_elsewhere() 
         async for item in r.follow(1):
             late.append(item)
     assert late == [(2, Delta("a"))]
+
+
+async def test_after_text_a_follower_holds_its_next_batch_until_the_end_releases_it() -> None:
+    r = run()
+    follower = r.follow_batches(0, interval_s=60.0)
+    await r.append(Meta("m1", "c1", "model", "node"))
+    assert [i for i, _ in await anext(follower)] == [1]
+    await r.append(Delta("a"))
+    # No hold after the meta event: the first text goes at once (time to first token).
+    assert [i for i, _ in await asyncio.wait_for(anext(follower), 5.0)] == [2]
+    waiting = asyncio.ensure_future(anext(follower))
+    for text in ("b", "c", "d"):
+        await r.append(Delta(text))
+        await asyncio.sleep(0)  # the follower runs between appends, and keeps holding
+    assert not waiting.done()
+    await r.append(Done(Finish.STOP, Usage()))
+    # The end goes at once, with everything held, long before the 60 s interval.
+    assert [i for i, _ in await asyncio.wait_for(waiting, 5.0)] == [3, 4, 5, 6]
+
+
+async def test_a_follower_behind_by_a_full_batch_does_not_hold() -> None:
+    r = run()
+    for text in ("a", "b", "c", "d", "e"):
+        await r.append(Delta(text))
+    follower = r.follow_batches(0, most=2, interval_s=60.0)
+    batches = [await asyncio.wait_for(anext(follower), 5.0) for _ in range(2)]
+    assert [[i for i, _ in batch] for batch in batches] == [[1, 2], [3, 4]]

@@ -88,9 +88,15 @@ async def _stop(task: asyncio.Task[None]) -> None:
     await asyncio.gather(task, return_exceptions=True)
 
 
+def test_a_meta_logged_before_regions_reads_with_no_region() -> None:
+    old = '{"k":"meta","message_id":"m1","conversation_id":"c1","model":"m","replica_id":"n"}'
+    assert decode_event(old) == Meta("m1", "c1", "m", "n", "", "")
+
+
 def test_events_survive_the_codec() -> None:
     events = [
         Meta("m1", "c1", "model", "node-1"),
+        Meta("m1", "c1", "model", "node-1", "b", "Your home region a is unavailable"),
         Delta("héllo\n"),
         Retract(6),
         Done(Finish.STOP, Usage(10, 4, 7)),
@@ -294,3 +300,32 @@ async def test_a_stop_reaches_the_owner(redis) -> None:
         assert await asker.ask_stop(user, message) is False  # already ended
     finally:
         await _stop(watcher)
+
+
+async def test_after_text_a_follower_reads_what_came_during_its_interval_at_once(redis) -> None:
+    owner, reader = SharedRuns(redis, FAST), SharedRuns(redis, FAST)
+    alive = await _alive(owner, redis)
+    user, message = _ids()
+    try:
+        async with asyncio.timeout(30):
+            await owner.claim(user, message, "fp", "c1")
+            await owner.record_plan(user, message, _plan(), 4)
+            await owner.append(user, message, 1, Meta(message, "c1", "m", "node-a"))
+            await owner.append(user, message, 2, Delta("Hel"))
+
+            async def idle() -> None:
+                return None
+
+            loop = asyncio.get_running_loop()
+            batches = reader.follow(user, message, 0, idle, interval_s=2.0)
+            assert [i for i, _ in await anext(batches)] == [1, 2]
+            first_at = loop.time()
+            following = asyncio.ensure_future(anext(batches))
+            # Written while the follower holds its next read (2 s after a batch with text).
+            for event_id, text in ((3, "lo"), (4, ","), (5, " you")):
+                await owner.append(user, message, event_id, Delta(text))
+            await owner.append(user, message, 6, Done(Finish.STOP, Usage(5, 0, 4)))
+            assert [i for i, _ in await following] == [3, 4, 5, 6]
+            assert loop.time() - first_at >= 2.0 - 0.05  # not read at once, event by event
+    finally:
+        await _stop(alive)

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import AsyncIterator
+from itertools import accumulate
 
 import grpc
 import pytest
@@ -251,7 +252,11 @@ async def test_generate_over_grpc(sim_node: NodeUnderTest) -> None:
     await call.write(start("rpc1", "Why is the sky blue?", max_tokens=12))
     responses = await read_all(call)
     chunks = [r.chunk for r in responses[:-1]]
-    assert [c.index for c in chunks] == list(range(1, 13))
+    # One token a piece; the tokens ready at once share a message.
+    pieces = [list(c.pieces) or [c.text] for c in chunks]
+    assert [c.index for c in chunks] == list(accumulate(len(p) for p in pieces))
+    assert chunks[-1].index == 12
+    assert [c.text for c in chunks] == ["".join(p) for p in pieces]
     finish = responses[-1].finish
     assert finish.finish == common_pb2.FINISH_REASON_LENGTH
     assert finish.usage.output_tokens == 12 and finish.model == "llama-70b-sim"

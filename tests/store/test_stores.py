@@ -41,7 +41,7 @@ def msg(mid: str, role: Role, parent: int | None, tokens: int = 5, model: str = 
 async def test_migrations_are_versioned_and_idempotent(url) -> None:
     for _ in range(2):
         s = await open_store(url)
-        assert await s.schema_version() == 5
+        assert await s.schema_version() == 6
         await s.close()
 
 
@@ -214,3 +214,19 @@ async def test_each_turn_records_what_served_it_and_a_conversation_keeps_its_fir
         await store.record_serving("alice", first)
     await store.delete_conversation("alice", "cv")
     assert await store.conversation_version("alice", "cv") == ""
+
+
+async def test_a_turn_records_its_region_and_moves_the_conversation_there(url) -> None:
+    s = await open_store(url)
+    try:
+        first = await s.add_message("alice", "c1", NewMessage("m1", Role.USER, "hi", 1, None))
+        assert (first.region, (await s.get_conversation("alice", "c1")).region) == ("", "")
+        away = NewMessage("m2", Role.USER, "again", 1, first.seq, region="b")
+        await s.add_message("alice", "c1", away)
+        assert (await s.get_message("alice", "m2")).region == "b"
+        assert (await s.get_conversation("alice", "c1")).region == "b"
+        # A turn that names no region leaves the conversation where it runs.
+        await s.add_message("alice", "c1", NewMessage("m3", Role.USER, "more", 1, None))
+        assert (await s.get_conversation("alice", "c1")).region == "b"
+    finally:
+        await s.close()

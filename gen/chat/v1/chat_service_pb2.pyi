@@ -39,11 +39,13 @@ class ChatEvent(_message.Message):
     def __init__(self, event_id: _Optional[int] = ..., meta: _Optional[_Union[MetaEvent, _Mapping]] = ..., delta: _Optional[_Union[DeltaEvent, _Mapping]] = ..., done: _Optional[_Union[DoneEvent, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ..., retract: _Optional[_Union[RetractEvent, _Mapping]] = ...) -> None: ...
 
 class MetaEvent(_message.Message):
-    __slots__ = ("message_id", "conversation_id", "model", "replica_id", "version", "downgraded", "slice")
+    __slots__ = ("message_id", "conversation_id", "model", "replica_id", "region", "region_notice", "version", "downgraded", "slice")
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    REGION_FIELD_NUMBER: _ClassVar[int]
+    REGION_NOTICE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     DOWNGRADED_FIELD_NUMBER: _ClassVar[int]
     SLICE_FIELD_NUMBER: _ClassVar[int]
@@ -51,10 +53,12 @@ class MetaEvent(_message.Message):
     conversation_id: str
     model: str
     replica_id: str
+    region: str
+    region_notice: str
     version: str
     downgraded: str
     slice: str
-    def __init__(self, message_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., model: _Optional[str] = ..., replica_id: _Optional[str] = ..., version: _Optional[str] = ..., downgraded: _Optional[str] = ..., slice: _Optional[str] = ...) -> None: ...
+    def __init__(self, message_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., model: _Optional[str] = ..., replica_id: _Optional[str] = ..., region: _Optional[str] = ..., region_notice: _Optional[str] = ..., version: _Optional[str] = ..., downgraded: _Optional[str] = ..., slice: _Optional[str] = ...) -> None: ...
 
 class DeltaEvent(_message.Message):
     __slots__ = ("text",)
@@ -151,7 +155,7 @@ class Conversation(_message.Message):
     def __init__(self, conversation_id: _Optional[str] = ..., title: _Optional[str] = ..., model: _Optional[str] = ..., total_tokens: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Message(_message.Message):
-    __slots__ = ("message_id", "conversation_id", "seq", "parent_id", "role", "content", "tokens", "model", "replica_id", "finish", "created_at")
+    __slots__ = ("message_id", "conversation_id", "seq", "parent_id", "role", "content", "tokens", "model", "replica_id", "finish", "created_at", "region")
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +167,7 @@ class Message(_message.Message):
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     FINISH_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    REGION_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     conversation_id: str
     seq: int
@@ -174,7 +179,8 @@ class Message(_message.Message):
     replica_id: str
     finish: _common_pb2.FinishReason
     created_at: _timestamp_pb2.Timestamp
-    def __init__(self, message_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., seq: _Optional[int] = ..., parent_id: _Optional[str] = ..., role: _Optional[_Union[_common_pb2.Role, str]] = ..., content: _Optional[str] = ..., tokens: _Optional[int] = ..., model: _Optional[str] = ..., replica_id: _Optional[str] = ..., finish: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    region: str
+    def __init__(self, message_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., seq: _Optional[int] = ..., parent_id: _Optional[str] = ..., role: _Optional[_Union[_common_pb2.Role, str]] = ..., content: _Optional[str] = ..., tokens: _Optional[int] = ..., model: _Optional[str] = ..., replica_id: _Optional[str] = ..., finish: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., region: _Optional[str] = ...) -> None: ...
 
 class GetConversationRequest(_message.Message):
     __slots__ = ("conversation_id",)

@@ -56,12 +56,14 @@ class GenerateResponse(_message.Message):
     def __init__(self, chunk: _Optional[_Union[TokenChunk, _Mapping]] = ..., finish: _Optional[_Union[GenerateFinish, _Mapping]] = ...) -> None: ...
 
 class TokenChunk(_message.Message):
-    __slots__ = ("index", "text")
+    __slots__ = ("index", "text", "pieces")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
+    PIECES_FIELD_NUMBER: _ClassVar[int]
     index: int
     text: str
-    def __init__(self, index: _Optional[int] = ..., text: _Optional[str] = ...) -> None: ...
+    pieces: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, index: _Optional[int] = ..., text: _Optional[str] = ..., pieces: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GenerateFinish(_message.Message):
     __slots__ = ("finish", "usage", "model")

@@ -1,0 +1,66 @@
+"""Protobuf <-> store records for HomeService (a conversation's history kept at home)."""
+
+from __future__ import annotations
+
+from chat.v1 import home_service_pb2 as pb
+from domain.errors import InvalidArgument
+from domain.types import Role
+from infra.convert import ROLE_FROM_PB, ROLE_TO_PB
+from store.records import ConversationRecord, MessageRecord, NewMessage
+
+
+def conversation_to_pb(record: ConversationRecord) -> pb.StoredConversation:
+    return pb.StoredConversation(
+        conversation_id=record.conversation_id, title=record.title, model=record.model,
+        summary=record.summary, summary_upto_seq=record.summary_upto_seq,
+        total_tokens=record.total_tokens, created_at=record.created_at,
+        updated_at=record.updated_at, pool=record.pool, summary_tokens=record.summary_tokens,
+        pinned=record.pinned, pinned_tokens=record.pinned_tokens, region=record.region,
+    )  # fmt: skip
+
+
+def conversation_from_pb(user_id: str, c: pb.StoredConversation) -> ConversationRecord:
+    return ConversationRecord(
+        user_id, c.conversation_id, c.title, c.model, c.summary, c.summary_upto_seq,
+        c.total_tokens, c.created_at, c.updated_at, c.pool, c.summary_tokens, c.pinned,
+        c.pinned_tokens, c.region,
+    )  # fmt: skip
+
+
+def message_to_pb(record: MessageRecord) -> pb.StoredMessage:
+    return pb.StoredMessage(
+        conversation_id=record.conversation_id, seq=record.seq, message_id=record.message_id,
+        parent_seq=record.parent_seq or 0, role=ROLE_TO_PB[record.role], content=record.content,
+        tokens=record.tokens, model=record.model, replica_id=record.replica_id,
+        finish=record.finish, created_at=record.created_at, region=record.region,
+    )  # fmt: skip
+
+
+def message_from_pb(m: pb.StoredMessage) -> MessageRecord:
+    return MessageRecord(
+        m.conversation_id, m.seq, m.message_id, m.parent_seq or None, _role(m.role), m.content,
+        m.tokens, m.model, m.replica_id, m.finish, m.created_at, m.region,
+    )  # fmt: skip
+
+
+def new_message_to_pb(message: NewMessage) -> pb.StoredMessage:
+    return pb.StoredMessage(
+        message_id=message.message_id, parent_seq=message.parent_seq or 0,
+        role=ROLE_TO_PB[message.role], content=message.content, tokens=message.tokens,
+        model=message.model, replica_id=message.replica_id, finish=message.finish,
+        region=message.region, pool=message.pool,
+    )  # fmt: skip
+
+
+def new_message_from_pb(m: pb.StoredMessage) -> NewMessage:
+    return NewMessage(
+        m.message_id, _role(m.role), m.content, m.tokens, m.parent_seq or None, m.model,
+        m.replica_id, m.finish, m.pool, m.region,
+    )  # fmt: skip
+
+
+def _role(value: int) -> Role:
+    role = ROLE_FROM_PB.get(value)
+    if role is None:
+        raise InvalidArgument("a stored message's role must be system, user or assistant")
+    return role

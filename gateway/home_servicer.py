@@ -1,0 +1,78 @@
+"""HomeService: this region's store, for the gateways of other regions running this region's
+users' conversations (gateway/home_client.py is the other end)."""
+
+from __future__ import annotations
+
+import grpc
+
+from chat.v1 import home_service_pb2 as pb
+from chat.v1 import home_service_pb2_grpc as pb_grpc
+from domain.errors import InvalidArgument
+from domain.types import Tier
+from gateway import home_convert
+from gateway.buckets import Buckets
+from gateway.pipeline import check_id
+from infra.convert import TIER_FROM_PB
+from infra.grpcserver import maps_domain_errors
+from store.base import Store
+
+
+def _tier(value: int) -> Tier:
+    tier = TIER_FROM_PB.get(value)
+    if tier is None:
+        raise InvalidArgument("tier must be free or plus")
+    return tier
+
+
+class HomeServicer(pb_grpc.HomeServiceServicer):
+    def __init__(self, store: Store, buckets: Buckets) -> None:
+        self._store = store
+        self._buckets = buckets
+
+    @maps_domain_errors
+    async def ReserveTokens(
+        self, request: pb.ReserveTokensRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReserveTokensResponse:
+        if not request.amount >= 0:
+            raise InvalidArgument("amount must be 0 or more")
+        decision = await self._buckets.reserve(request.user_id, _tier(request.tier),
+                                               request.amount)  # fmt: skip
+        return pb.ReserveTokensResponse(admitted=decision.admitted, level=decision.bucket.level,
+                                        retry_after_seconds=decision.retry_after_s)  # fmt: skip
+
+    @maps_domain_errors
+    async def SettleTokens(
+        self, request: pb.SettleTokensRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SettleTokensResponse:
+        await self._buckets.settle(request.user_id, _tier(request.tier), request.reserved,
+                                   request.actual)  # fmt: skip
+        return pb.SettleTokensResponse()
+
+    @maps_domain_errors
+    async def ReadConversation(
+        self, request: pb.ReadConversationRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReadConversationResponse:
+        check_id("conversation id", request.conversation_id)
+        record = await self._store.get_conversation(request.user_id, request.conversation_id)
+        reply = pb.ReadConversationResponse(conversation=home_convert.conversation_to_pb(record))
+        if request.with_messages:
+            messages = await self._store.list_messages(request.user_id, request.conversation_id)
+            reply.messages.extend(home_convert.message_to_pb(m) for m in messages)
+        return reply
+
+    @maps_domain_errors
+    async def ReadMessage(
+        self, request: pb.ReadMessageRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReadMessageResponse:
+        record = await self._store.get_message(request.user_id, request.message_id)
+        return pb.ReadMessageResponse(message=home_convert.message_to_pb(record))
+
+    @maps_domain_errors
+    async def AppendMessage(
+        self, request: pb.AppendMessageRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AppendMessageResponse:
+        check_id("conversation id", request.conversation_id)
+        message = home_convert.new_message_from_pb(request.message)
+        record = await self._store.add_message(request.user_id, request.conversation_id,
+                                               message, request.title)  # fmt: skip
+        return pb.AppendMessageResponse(message=home_convert.message_to_pb(record))

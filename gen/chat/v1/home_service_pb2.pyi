@@ -1,0 +1,154 @@
+from chat.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class StoredConversation(_message.Message):
+    __slots__ = ("conversation_id", "title", "model", "summary", "summary_upto_seq", "total_tokens", "created_at", "updated_at", "pool", "summary_tokens", "pinned", "pinned_tokens", "region")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_UPTO_SEQ_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
+    PINNED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REGION_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    title: str
+    model: str
+    summary: str
+    summary_upto_seq: int
+    total_tokens: int
+    created_at: float
+    updated_at: float
+    pool: str
+    summary_tokens: int
+    pinned: str
+    pinned_tokens: int
+    region: str
+    def __init__(self, conversation_id: _Optional[str] = ..., title: _Optional[str] = ..., model: _Optional[str] = ..., summary: _Optional[str] = ..., summary_upto_seq: _Optional[int] = ..., total_tokens: _Optional[int] = ..., created_at: _Optional[float] = ..., updated_at: _Optional[float] = ..., pool: _Optional[str] = ..., summary_tokens: _Optional[int] = ..., pinned: _Optional[str] = ..., pinned_tokens: _Optional[int] = ..., region: _Optional[str] = ...) -> None: ...
+
+class StoredMessage(_message.Message):
+    __slots__ = ("conversation_id", "seq", "message_id", "parent_seq", "role", "content", "tokens", "model", "replica_id", "finish", "created_at", "region", "pool")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    PARENT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    FINISH_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    REGION_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    seq: int
+    message_id: str
+    parent_seq: int
+    role: _common_pb2.Role
+    content: str
+    tokens: int
+    model: str
+    replica_id: str
+    finish: str
+    created_at: float
+    region: str
+    pool: str
+    def __init__(self, conversation_id: _Optional[str] = ..., seq: _Optional[int] = ..., message_id: _Optional[str] = ..., parent_seq: _Optional[int] = ..., role: _Optional[_Union[_common_pb2.Role, str]] = ..., content: _Optional[str] = ..., tokens: _Optional[int] = ..., model: _Optional[str] = ..., replica_id: _Optional[str] = ..., finish: _Optional[str] = ..., created_at: _Optional[float] = ..., region: _Optional[str] = ..., pool: _Optional[str] = ...) -> None: ...
+
+class ReadConversationRequest(_message.Message):
+    __slots__ = ("user_id", "conversation_id", "with_messages")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    WITH_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    conversation_id: str
+    with_messages: bool
+    def __init__(self, user_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., with_messages: _Optional[bool] = ...) -> None: ...
+
+class ReadConversationResponse(_message.Message):
+    __slots__ = ("conversation", "messages")
+    CONVERSATION_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    conversation: StoredConversation
+    messages: _containers.RepeatedCompositeFieldContainer[StoredMessage]
+    def __init__(self, conversation: _Optional[_Union[StoredConversation, _Mapping]] = ..., messages: _Optional[_Iterable[_Union[StoredMessage, _Mapping]]] = ...) -> None: ...
+
+class ReadMessageRequest(_message.Message):
+    __slots__ = ("user_id", "message_id")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    message_id: str
+    def __init__(self, user_id: _Optional[str] = ..., message_id: _Optional[str] = ...) -> None: ...
+
+class AppendMessageRequest(_message.Message):
+    __slots__ = ("user_id", "conversation_id", "message", "title")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    conversation_id: str
+    message: StoredMessage
+    title: str
+    def __init__(self, user_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., message: _Optional[_Union[StoredMessage, _Mapping]] = ..., title: _Optional[str] = ...) -> None: ...
+
+class ReadMessageResponse(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: StoredMessage
+    def __init__(self, message: _Optional[_Union[StoredMessage, _Mapping]] = ...) -> None: ...
+
+class AppendMessageResponse(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: StoredMessage
+    def __init__(self, message: _Optional[_Union[StoredMessage, _Mapping]] = ...) -> None: ...
+
+class ReserveTokensRequest(_message.Message):
+    __slots__ = ("user_id", "tier", "amount")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    AMOUNT_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    tier: _common_pb2.Tier
+    amount: float
+    def __init__(self, user_id: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., amount: _Optional[float] = ...) -> None: ...
+
+class ReserveTokensResponse(_message.Message):
+    __slots__ = ("admitted", "level", "retry_after_seconds")
+    ADMITTED_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    admitted: bool
+    level: float
+    retry_after_seconds: float
+    def __init__(self, admitted: _Optional[bool] = ..., level: _Optional[float] = ..., retry_after_seconds: _Optional[float] = ...) -> None: ...
+
+class SettleTokensRequest(_message.Message):
+    __slots__ = ("user_id", "tier", "reserved", "actual")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_FIELD_NUMBER: _ClassVar[int]
+    ACTUAL_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    tier: _common_pb2.Tier
+    reserved: float
+    actual: float
+    def __init__(self, user_id: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., reserved: _Optional[float] = ..., actual: _Optional[float] = ...) -> None: ...
+
+class SettleTokensResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -1,0 +1,315 @@
+"""Three regions on one machine (loopback), each a whole platform with its own store, and the
+global directory in one etcd: spilling, staying, residency, history kept at home, a region
+lost and back."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+
+from chat.v1 import common_pb2
+from chat.v1 import scheduler_service_pb2 as pb
+from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
+from clients.chatctl.platform import LocalPlatform, PlatformSettings
+from domain.tiers import PLUS_DEFAULTS
+from domain.types import Tier
+from infra.bearer import token_hash
+from infra.certs import Authority
+from infra.directory import Directory, DirectoryUser
+from tests.clients.test_chatctl import admin_flags, chatctl
+from tests.servers import Etcd
+from tests.sse import iter_events
+
+pytestmark = pytest.mark.slow
+
+NAMES = ("a", "b", "c")
+PLUS_CAPACITY = PLUS_DEFAULTS.limit.capacity
+# Within the 10 s the design allows: published every 2 s, out after 6 s, read every 1 s.
+OUT_WITHIN_S = 10.0
+
+
+@pytest.fixture(scope="module")
+async def regions(
+    tmp_path_factory: pytest.TempPathFactory, etcd_server: Etcd
+) -> AsyncIterator[dict[str, LocalPlatform]]:
+    authority = Authority.create()
+    prefix = f"/regions-test-{uuid.uuid4().hex[:8]}/"
+    platforms = {
+        name: LocalPlatform(
+            PlatformSettings(
+                state_dir=tmp_path_factory.mktemp(f"region-{name}"),
+                edge_listen="127.0.0.1:0",
+                nodes=1,
+                region=name,
+                global_etcd_endpoint=etcd_server.endpoint,
+                authority=authority,
+                extra_env={
+                    "CHAT_NODEAGENT_ENGINE": "sim",
+                    "CHAT_NODEAGENT_SIM_SPEED": "2",
+                    "CHAT_NODEAGENT_SIM_ANSWER_TOKENS": "30,120",
+                    "CHAT_GATEWAY_ROUTER": "false",
+                    "CHAT_GATEWAY_GLOBAL_PREFIX": prefix,
+                    "CHAT_SCHEDULER_GLOBAL_PREFIX": prefix,
+                },
+            )
+        )
+        for name in NAMES
+    }
+    try:
+        await asyncio.gather(*(p.start() for p in platforms.values()))
+        yield platforms
+    finally:
+        await asyncio.gather(*(p.stop() for p in platforms.values()))
+
+
+def admin(platform: LocalPlatform) -> tuple[tuple[str, str]]:
+    return (("authorization", f"Bearer {platform.admin_token}"),)
+
+
+async def create_user(platform: LocalPlatform, pinned: bool = False) -> str:
+    """A Plus user homed in the platform's region; their token."""
+    async with platform.channel(platform.scheduler_address) as channel:
+        created = await pb_grpc.SchedulerServiceStub(channel).CreateUser(
+            pb.CreateUserRequest(
+                user_id=f"u-{uuid.uuid4().hex[:8]}", tier=common_pb2.TIER_PLUS, pinned=pinned
+            ),
+            metadata=admin(platform),
+        )
+    return created.token
+
+
+async def pin(platform: LocalPlatform, rung: int | None) -> None:
+    async with platform.channel(platform.scheduler_address) as channel:
+        ask = pb.PinLadderRequest() if rung is None else pb.PinLadderRequest(rung=rung)
+        await pb_grpc.SchedulerServiceStub(channel).PinLadder(ask, metadata=admin(platform))
+
+
+async def seen(http: aiohttp.ClientSession, platform: LocalPlatform) -> dict[str, float]:
+    """The gateway's view of the regions, from its metrics: `up:<r>`, `rung:<r>` and
+    `ready:<r>` (the small pool's)."""
+    port = platform._child("gateway").ready["metrics"]
+    async with http.get(f"http://127.0.0.1:{port}/metrics") as response:
+        text = await response.text()
+    view = {}
+    patterns = (
+        ("up", r'^gateway_region_up\{region="(\w+)"\} (\S+)$'),
+        ("rung", r'^gateway_region_rung\{pool="small",region="(\w+)"\} (\S+)$'),
+        ("ready", r'^gateway_region_ready_replicas\{pool="small",region="(\w+)"\} (\S+)$'),
+    )
+    for kind, pattern in patterns:
+        for region, value in re.findall(pattern, text, re.MULTILINE):
+            view[f"{kind}:{region}"] = float(value)
+    return view
+
+
+async def until_seen(
+    http: aiohttp.ClientSession, platform: LocalPlatform, want: dict[str, float], timeout_s: float
+) -> float:
+    """Waits for the gateway to see every key at its value; the seconds it took."""
+    start = time.monotonic()
+    while True:
+        view = await seen(http, platform)
+        if all(view.get(key) == value for key, value in want.items()):
+            return time.monotonic() - start
+        assert time.monotonic() - start < timeout_s, f"gateway sees {view}, not {want}"
+        await asyncio.sleep(0.1)
+
+
+async def send(
+    http: aiohttp.ClientSession,
+    platform: LocalPlatform,
+    token: str,
+    conversation: str,
+    content: str,
+    parent: str = "",
+    started: asyncio.Event | None = None,
+) -> tuple[dict, str, str]:
+    """(meta, the whole answer's text, the message id); started is set at the first event."""
+    message_id = uuid.uuid4().hex[:12]
+    body = {"content": content, **({"parentId": parent} if parent else {})}
+    async with http.post(
+        f"{platform.edge_url}/v1/conversations/{conversation}/messages",
+        json=body,
+        headers={"Authorization": f"Bearer {token}", "Idempotency-Key": message_id},
+    ) as response:
+        assert response.status == 200, await response.text()
+        events = []
+        async for event in iter_events(response):
+            events.append(event)
+            if started is not None:
+                started.set()
+    assert events[-1].event == "done", events[-1]
+    assert events[-1].data["finish"] in ("stop", "length")
+    text = "".join(e.data["text"] for e in events if e.event == "delta")
+    return events[0].data, text, message_id
+
+
+async def level(http: aiohttp.ClientSession, platform: LocalPlatform, token: str) -> float:
+    """The user's token bucket as the region's gateway keeps it."""
+    async with http.get(
+        f"{platform.edge_url}/v1/limits", headers={"Authorization": f"Bearer {token}"}
+    ) as response:
+        assert response.status == 200
+        return float((await response.json())["level"])
+
+
+async def listed(
+    http: aiohttp.ClientSession, platform: LocalPlatform, token: str, conversation: str
+) -> tuple[int, list[dict]]:
+    async with http.get(
+        f"{platform.edge_url}/v1/conversations/{conversation}/messages",
+        headers={"Authorization": f"Bearer {token}"},
+    ) as response:
+        body = await response.json()
+        return response.status, body.get("messages", [])
+
+
+async def test_a_full_home_spills_and_the_conversation_stays_where_it_went(regions) -> None:
+    a = regions["a"]
+    token = await create_user(a)
+    async with aiohttp.ClientSession() as http:
+        await pin(a, 3)
+        try:
+            await until_seen(http, a, {"rung:a": 3, "up:b": 1, "up:c": 1}, 10.0)
+            first, first_text, first_id = await send(http, a, token, "c1", "Hello from home")
+            # Home full: the region with the most room (b and c idle alike: by name).
+            assert (first["region"], first["regionNotice"]) == ("b", "")
+            # The bucket is home's: the answer run at b was charged at a. (Plus refills about
+            # 23 tokens a second: the charge shows for many seconds.)
+            charged, untouched = await level(http, a, token), await level(http, regions["b"], token)
+            assert (charged < PLUS_CAPACITY, untouched) == (True, PLUS_CAPACITY)
+        finally:
+            await pin(a, None)
+        # Home has room again, but the conversation's cache is at b now: it stays there.
+        await until_seen(http, a, {"rung:a": 0}, 10.0)
+        second, second_text, _ = await send(
+            http, a, token, "c1", "And a second turn", parent=first_id + ".answer"
+        )
+        assert second["region"] == "b"
+        # History stays home: the turns run at b are stored at a, and only there.
+        status, messages = await listed(http, a, token, "c1")
+        assert status == 200
+        assert [(m["role"], m["content"], m["region"]) for m in messages] == [
+            ("user", "Hello from home", "b"),
+            ("assistant", first_text, "b"),
+            ("user", "And a second turn", "b"),
+            ("assistant", second_text, "b"),
+        ]
+        status, _ = await listed(http, regions["b"], token, "c1")
+        assert status == 404
+        # A new conversation with home's room back runs at home.
+        third, _, _ = await send(http, a, token, "c2", "A new one")
+        assert third["region"] == "a"
+
+
+async def test_a_pinned_user_never_leaves_home(regions) -> None:
+    a = regions["a"]
+    token = await create_user(a, pinned=True)
+    async with aiohttp.ClientSession() as http:
+        await pin(a, 3)
+        try:
+            await until_seen(http, a, {"rung:a": 3, "up:b": 1}, 10.0)
+            meta, text, _ = await send(http, a, token, "p1", "Stay where my data is")
+        finally:
+            await pin(a, None)
+        assert meta["region"] == "a"
+        status, messages = await listed(http, a, token, "p1")
+        assert (status, [(m["content"], m["region"]) for m in messages]) == (
+            200,
+            [("Stay where my data is", "a"), (text, "a")],
+        )
+
+
+async def test_a_user_reaching_another_region_is_served_by_home(regions) -> None:
+    token = await create_user(regions["c"])
+    async with aiohttp.ClientSession() as http:
+        meta, text, _ = await send(http, regions["b"], token, "far", "Hello from afar")
+        assert meta["region"] == "c"
+        status, messages = await listed(http, regions["c"], token, "far")
+        assert (status, [m["content"] for m in messages]) == (200, ["Hello from afar", text])
+
+
+async def test_chatctl_creates_a_pinned_user_and_lists_the_regions(regions, etcd_server) -> None:
+    a = regions["a"]
+    prefix = a.settings.extra_env["CHAT_GATEWAY_GLOBAL_PREFIX"]
+    created = await chatctl("users", "create", "ctl-pinned", "--region", "a", "--pinned",
+                            "--tier", "plus", "--json", *admin_flags(a))  # fmt: skip
+    assert created.code == 0, created.err
+    directory = Directory(etcd_server.endpoint, prefix)
+    try:
+        listed_user = await directory.user("ctl-pinned")
+    finally:
+        await directory.close()
+    assert listed_user == DirectoryUser(
+        "ctl-pinned", Tier.PLUS, "a", True, token_hash(created.json()["token"])
+    )
+    # Another region's scheduler does not create a's users: their history lives at a.
+    refused = await chatctl("users", "create", "ctl-wrong", "--region", "a",
+                            *admin_flags(regions["b"]))  # fmt: skip
+    assert (refused.code, "created by that region's scheduler" in refused.err) == (1, True)
+    shown = await chatctl("regions", "--etcd", etcd_server.endpoint, "--prefix", prefix, "--json")
+    assert shown.code == 0, shown.err
+    small = {row["region"]: row for row in shown.json() if row["pool"] == "small"}
+    assert {name: (row["up"], row["ready_replicas"]) for name, row in small.items()} == {
+        "a": (True, 1),
+        "b": (True, 1),
+        "c": (True, 1),
+    }
+
+
+async def test_a_region_killed_whole_is_out_and_its_users_start_elsewhere(regions) -> None:
+    a, b, c = regions["a"], regions["b"], regions["c"]
+    carol = await create_user(c)
+    pia = await create_user(c, pinned=True)
+    bob = await create_user(b)
+    async with aiohttp.ClientSession() as http:
+        await until_seen(http, a, {"up:c": 1}, 10.0)
+        # An answer in flight at b while c dies: it ends whole.
+        started = asyncio.Event()
+        in_flight = asyncio.create_task(
+            send(http, b, bob, "b1", "Keep going while c dies", started=started)
+        )
+        await started.wait()
+        for child in c.children:
+            child.process.send_signal(signal.SIGKILL)
+        await asyncio.gather(*(child.process.wait() for child in c.children))
+        out_after_s = await until_seen(http, a, {"up:c": 0}, OUT_WITHIN_S)
+        meta, text, _ = await send(http, a, carol, "lost", "Is anyone there?")
+        assert meta["region"] == "a"
+        assert meta["regionNotice"] == (
+            "Your home region c is unavailable: this conversation runs in a without your "
+            "earlier history, which comes back when c returns."
+        )
+        assert text
+        # A pinned user's conversations stay in their region, even while it is out.
+        async with http.post(
+            f"{a.edge_url}/v1/conversations/pinned/messages",
+            json={"content": "Anyone?"},
+            headers={"Authorization": f"Bearer {pia}", "Idempotency-Key": "p1"},
+        ) as response:
+            assert (response.status, (await response.json())["error"]["message"]) == (
+                503,
+                "your home region 'c' is unavailable; residency keeps your conversations there",
+            )
+        bob_meta, bob_text, _ = await in_flight
+        assert bob_meta["region"] == "b"
+        status, messages = await listed(http, b, bob, "b1")
+        assert (status, [m["content"] for m in messages]) == (
+            200,
+            ["Keep going while c dies", bob_text],
+        )
+        print(f"region c out at a's gateway {out_after_s:.1f} s after the kill")
+        # c back: its users go home again for new conversations.
+        for child in list(c.children):
+            await c.restart(child.name)
+        # Back once its node is ready again: a region without a ready replica is full.
+        await until_seen(http, a, {"up:c": 1, "ready:c": 1}, 30.0)
+        back, _, _ = await send(http, a, carol, "home-again", "Back home?")
+        assert back["region"] == "c"
