@@ -127,8 +127,12 @@ async def test_a_user_past_the_daily_allowance_is_served_by_the_small_pool(
     user_id, token = await new_user(platform, Tier.PLUS)
     within = await send(platform, token, new_id("c"), "Say hi.", model="large")
     over = await send(platform, token, new_id("c"), "Say hi.", model="large")
-    # The first answer is whole (12 tokens): what it cost is what spends the allowance.
-    assert (within.status, within.downgraded, within.finish) == (200, "", "length")
+    # The first answer was written (not failed): what it cost is what spends the allowance.
+    assert (within.status, within.downgraded, within.finish in ("stop", "length")) == (
+        200,
+        "",
+        True,
+    )
     assert (over.status, over.downgraded, over.finish) == (200, "daily_budget", "length")
     store = await open_store(f"sqlite:///{platform.settings.state_dir / 'chat.db'}")
     try:
