@@ -119,6 +119,12 @@ class Meta:
     # The region serving the answer, and the notice when the user's home region is out.
     region: str = ""
     region_notice: str = ""
+    # The model version serving the answer; "" from a platform without versions.
+    version: str = ""
+    # "daily_budget" when the day's allowance is spent and a smaller pool answers; "" else.
+    downgraded: str = ""
+    # The user's slice of the rollout: current, candidate, holdout, kept or pinned.
+    slice: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +214,8 @@ def event_from_pb(event: chat_pb.ChatEvent) -> ChatEvent:
         case "meta":
             m = event.meta
             return Meta(event.event_id, m.message_id, m.conversation_id, m.model, m.replica_id,
-                        m.region, m.region_notice)  # fmt: skip
+                        m.region, m.region_notice, m.version, m.downgraded,
+                        m.slice)  # fmt: skip
         case "delta":
             return Delta(event.event_id, event.delta.text)
         case "retract":

@@ -39,6 +39,11 @@ class Conflict(DomainError):
     """The same idempotency key was reused with a different request body."""
 
 
+class FailedPrecondition(DomainError):
+    """The call is well formed but the system is not in a state to do it (promote without a
+    passing gate, a version that exists already)."""
+
+
 class ResourceExhausted(DomainError):
     def __init__(self, reason: str, retry_after_s: float) -> None:
         super().__init__(reason)

@@ -64,7 +64,10 @@ STREAM_200 = {
         "regionNotice}, delta {text}"
         "..., then done {finish, usage {input, cached, output}} or error {code, message}; ids "
         "count 1, 2, 3. retract {withdrawnChars} (a tier in retract mode): remove all of the "
-        "answer's text shown so far; the refusal follows as a delta"
+        "answer's text shown so far; the refusal follows as a delta. meta also names the model "
+        "version serving (version) and, as downgraded, why a smaller pool answers "
+        "(daily_budget: the day's allowance is spent; empty otherwise), and slice the user's "
+        "slice of the rollout (current, candidate, holdout, kept, pinned)"
     ),
     "content": {SSE: {"schema": {"type": "string"}}},
 }

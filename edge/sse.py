@@ -25,6 +25,11 @@ def event_payload(event: pb.ChatEvent) -> tuple[str, dict[str, object]]:
             "replica": m.replica_id,
             "region": m.region,
             "regionNotice": m.region_notice,
+            # The model version that serves (its prompt and sampling); "downgraded" says why
+            # the answer runs on a smaller pool than chosen ("daily_budget"), "" when not.
+            "version": m.version,
+            "downgraded": m.downgraded,
+            "slice": m.slice,
         }
     if kind == "delta":
         return "delta", {"text": event.delta.text}

@@ -58,6 +58,17 @@ class AnswerPlan:
     region_notice: str = ""
     # A completion's sampling, JSON answer and tools (messages keep the defaults).
     options: AnswerOptions = PLAIN
+    # The model version that serves it, and that version's sampling.
+    version: str = ""
+    temperature: float = ANSWER_TEMPERATURE
+    # Why a smaller pool than the router chose serves it ("daily_budget"), or ''.
+    downgraded: str = ""
+    # The daily allowance's outcome: "within", "over", or '' where the tier has none.
+    budget: str = ""
+    # The engine model the version asks for ('' for whatever the pool serves).
+    version_model: str = ""
+    # The user's slice of the rollout (the meta event says it).
+    slice: str = ""
 
 
 @dataclass(slots=True)
@@ -138,6 +149,8 @@ class AnswerWriter:
                 self._refuse_broken_document(run, plan, answer, error)
                 lost.append(answer.served_by.node_id)
                 self._metrics.failovers.labels(plan.tier.value, plan.pool).inc()
+                if plan.version:
+                    self._metrics.version_failovers.labels(plan.version, plan.tier.value).inc()
                 self._breakers.of(plan.pool).record_failure()
                 self._log.warning("replica lost mid-answer; failing over",
                                   node=answer.served_by.node_id, reason=str(error),
@@ -253,7 +266,8 @@ class AnswerWriter:
         self, run: MessageRun, plan: AnswerPlan, lost: list[str]
     ) -> ReplicaPick:
         return await self._scheduler.pick(run.conversation_id, plan.pool, plan.tier,
-                                          plan.prompt.tokens, exclude_node_ids=lost)  # fmt: skip
+                                          plan.prompt.tokens, exclude_node_ids=lost,
+                                          model=plan.version_model)  # fmt: skip
 
     async def _stream(
         self, run: MessageRun, plan: AnswerPlan, pick: ReplicaPick, answer: Answer
@@ -263,7 +277,7 @@ class AnswerWriter:
             turns=plan.prompt.turns,
             max_tokens=plan.max_answer_tokens - answer.tokens,
             tier=plan.tier,
-            temperature=_temperature(plan.options),
+            temperature=_temperature(plan),
             prompt_tokens=plan.prompt.tokens,
             continue_from="".join(answer.pieces),
             options=plan.options,
@@ -307,5 +321,7 @@ class AnswerWriter:
                 generation.close()
 
 
-def _temperature(options: AnswerOptions) -> float:
-    return ANSWER_TEMPERATURE if options.temperature is None else options.temperature
+def _temperature(plan: AnswerPlan) -> float:
+    """A completion's own temperature, else the serving version's."""
+    chosen = plan.options.temperature
+    return plan.temperature if chosen is None else chosen

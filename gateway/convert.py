@@ -75,6 +75,9 @@ def event_to_pb(event_id: int, event: Event) -> pb.ChatEvent:
                     replica_id=event.replica_id,
                     region=event.region,
                     region_notice=event.region_notice,
+                    version=event.version,
+                    downgraded=event.downgraded,
+                    slice=event.slice,
                 ),
             )
         case Delta():

@@ -20,7 +20,7 @@ from gateway import home_convert
 from infra.convert import TIER_TO_PB
 from infra.keepalive import CLIENT_KEEPALIVE
 from infra.tls import TlsConfig, open_channel
-from store.records import ConversationRecord, MessageRecord, NewMessage
+from store.records import ConversationRecord, MessageRecord, NewMessage, ServingRecord
 
 T = TypeVar("T")
 # A store call: the home region answers in milliseconds, or it is away.
@@ -88,6 +88,20 @@ class HomeStore:
                                           title=title)  # fmt: skip
         reply = await self._call(self._stub.AppendMessage(request, timeout=CALL_TIMEOUT_S))
         return home_convert.message_from_pb(reply.message)
+
+    # What served a turn away from home is not kept at home yet: HomeService has no call for
+    # it. Such a conversation is assigned its version by the split on each message (a user's
+    # slice is stable, so it changes only when the split does); the gateway's log line names
+    # the version, the budget's outcome and the pool of every answer.
+
+    async def record_serving(self, user_id: str, serving: ServingRecord) -> None:
+        return None
+
+    async def serving_of(self, user_id: str, message_id: str) -> ServingRecord:
+        raise NotFound(f"no serving record of message {message_id!r} away from home")
+
+    async def conversation_version(self, user_id: str, conversation_id: str) -> str:
+        return ""
 
 
 class HomeBuckets:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -15,10 +16,12 @@ from redis.asyncio import Redis
 import domain
 from chat.v1 import chat_service_pb2, chat_service_pb2_grpc, home_service_pb2, home_service_pb2_grpc
 from domain.breaker import BreakerPolicy
+from domain.budget import DEFAULT_POOL_WEIGHTS, DailyAllowance
 from domain.compaction import CompactionPolicy
 from domain.difficulty import DifficultyModel
+from domain.errors import Unavailable
 from domain.limiter import Limit
-from domain.pools import SMALL_POOL
+from domain.pools import LARGE_POOL, SMALL_POOL
 from domain.regions import DEFAULT_OUT_AFTER_S, DEFAULT_SPILL_RUNG, RegionRules
 from domain.router import Router
 from domain.safety import (
@@ -35,6 +38,7 @@ from gateway.answers import StreamTimeouts
 from gateway.auth import Authenticator
 from gateway.buckets import Buckets, InProcessBuckets
 from gateway.compactor import Compactor
+from gateway.daily_budget import DailyBudget, DailySpend, InProcessDailySpend, RedisDailySpend
 from gateway.home_servicer import HomeServicer
 from gateway.metrics import GatewayMetrics
 from gateway.node_client import NodeClient
@@ -50,6 +54,7 @@ from gateway.runs import RunRegistry
 from gateway.scheduler_client import SchedulerClient
 from gateway.servicer import ChatServicer
 from gateway.shared_runs import SharedRuns, SharedRunsConfig
+from gateway.versions import VersionBook
 from infra.config import ConfigError
 from infra.directory import DEFAULT_PREFIX, Directory, DirectoryView
 from infra.grpcserver import GrpcServer
@@ -93,6 +98,13 @@ class GatewayConfig:
     free_bucket_capacity: float = FREE_DEFAULTS.limit.capacity
     plus_bucket_capacity: float = PLUS_DEFAULTS.limit.capacity
     bucket_refill_s: float = BUCKET_REFILL_S
+    # Besides the bucket, a daily allowance per user in GPU-cost-weighted tokens (the bucket's
+    # cost times the pool's weight; UTC days; 0: none). Past it messages go to the small pool
+    # instead of being refused (domain/budget.py).
+    free_daily_allowance: float = 100_000.0
+    plus_daily_allowance: float = 1_000_000.0
+    large_pool_cost_weight: float = DEFAULT_POOL_WEIGHTS[LARGE_POOL]
+    small_pool_cost_weight: float = DEFAULT_POOL_WEIGHTS[SMALL_POOL]
     buckets: str = "memory"  # "memory" (this process only) or "redis" (shared by all gateways)
     redis_url: str = "redis://127.0.0.1:6379/0"
     # With Redis unreachable: admit unmetered (open) or refuse with Retry-After (closed).
@@ -166,6 +178,11 @@ class GatewayConfig:
     region_publish_s: float = 2.0
     directory_refresh_s: float = 1.0
     shutdown_grace_s: float = 30.0
+    # How often the gateway asks a scheduler whether the model versions' rollout changed.
+    rollout_poll_s: float = 0.5
+    # An answer whose first text comes later than this counts as a slow start in its version's
+    # online guardrails (a share over 1 % is a p99 over it).
+    slow_ttft_s: float = 10.0
     ready_file: str = ""
     log_level: str = "info"
 
@@ -255,6 +272,20 @@ def build_buckets(
     return RedisBuckets(redis, limits, fail_open, metrics.observe_bucket_store_unavailable)
 
 
+def build_daily_budget(
+    config: GatewayConfig, redis: Redis | None, metrics: GatewayMetrics
+) -> DailyBudget:
+    """Spend is kept where the buckets are: every gateway must see the same figure."""
+    allowance = DailyAllowance(
+        {Tier.FREE: config.free_daily_allowance, Tier.PLUS: config.plus_daily_allowance},
+        {LARGE_POOL: config.large_pool_cost_weight, SMALL_POOL: config.small_pool_cost_weight},
+    )
+    spend: DailySpend = InProcessDailySpend()
+    if config.buckets == "redis" and redis is not None:
+        spend = RedisDailySpend(redis)
+    return DailyBudget(allowance, spend, metrics)
+
+
 def connect_redis(config: GatewayConfig) -> Redis | None:
     """One Redis client for whatever lives there; None when nothing does."""
     for name, value in (("buckets", config.buckets), ("runs", config.runs)):
@@ -323,6 +354,13 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         metrics = GatewayMetrics(registry)
         buckets = build_buckets(config, policy, redis_client, metrics)
         sharing = build_run_sharing(config, redis_client, runs, metrics)
+        versions = VersionBook(scheduler, config.rollout_poll_s, config.slow_ttft_s)
+        # The rollout as it stands before the first message, when a scheduler answers; else
+        # the configured version until one does (the poll keeps asking).
+        with contextlib.suppress(Unavailable):
+            await versions.refresh()
+        service.task(versions.run(), "versions")
+        budget = build_daily_budget(config, redis_client, metrics)
         pipeline = ChatPipeline(
             store,
             scheduler,
@@ -335,6 +373,8 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
             metrics,
             build_policies(config),
             build_compactor(config, store, scheduler, nodes),
+            versions=versions,
+            budget=budget,
             region=config.region,
         )
 
@@ -344,7 +384,8 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
             # is this gateway's.
             return ChatPipeline(home_store, scheduler, nodes, runs, home_buckets, policy,
                                 time.monotonic, LocalRuns(), metrics, build_policies(config),
-                                None, region=config.region)  # fmt: skip
+                                None, region=config.region, versions=versions,
+                                budget=budget)  # fmt: skip
 
         regions = await build_regions(
             config, service, store, pipeline, away_pipeline, registry, buckets.limit
@@ -354,6 +395,10 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         # Runs held for retries and resumes: grows for keep_ended_runs_s, then stays about level.
         kept = Gauge("gateway_runs_kept", "runs held, ended ones included", registry=registry)
         kept.set_function(lambda: len(runs))
+        revision = Gauge("gateway_rollout_revision",
+                         "the revision of the model versions' rollout this gateway applies",
+                         registry=registry)  # fmt: skip
+        revision.set_function(lambda: versions.revision)
         metrics_server = await service.metrics(registry, config.metrics_listen)
         service_name = chat_service_pb2.DESCRIPTOR.services_by_name["ChatService"].full_name
         home_name = home_service_pb2.DESCRIPTOR.services_by_name["HomeService"].full_name

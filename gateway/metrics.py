@@ -16,6 +16,7 @@ _SECONDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0)
 _TOKEN_SECONDS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0)
 _TOKENS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768)
 _CHARS = (50, 100, 200, 400, 800, 1600, 3200, 6400)
+_RATES = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 50.0, 100.0, 200.0)
 _SHARES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 1.0)
 # Refusals before the model: rung 3's "busy", the input check, the output check.
 REFUSAL_REASONS = ("busy", "safety_input", "safety_output")
@@ -83,7 +84,41 @@ class GatewayMetrics:
             "did: admitted (failed open, unmetered) or refused (failed closed)",
             ["tier", "outcome"], registry=registry,
         )  # fmt: skip
+        # Per model version (the online scores of a rollout: docs/runbook.md, "Rolling out").
+        self.version_answers = Counter(
+            "gateway_version_answers_total",
+            "answers ended, by the model version that served, tier and how they ended "
+            "(refused counts the input and output checks and the model's own refusals)",
+            ["version", "tier", "finish"], registry=registry,
+        )  # fmt: skip
+        self.version_ttft = Histogram("gateway_version_ttft_seconds",
+                                      "from a message's arrival to its first text, per version",
+                                      ["version", "tier"], buckets=_SECONDS,
+                                      registry=registry)  # fmt: skip
+        self.version_tokens_per_s = Histogram(
+            "gateway_version_output_tokens_per_second", "an answer's output tokens a second",
+            ["version", "tier"], buckets=_RATES, registry=registry,
+        )  # fmt: skip
+        self.version_failovers = Counter("gateway_version_failovers_total",
+                                         "answers moved to another replica, per version",
+                                         ["version", "tier"], registry=registry)  # fmt: skip
+        self.budget_downgrades = Counter(
+            "gateway_budget_downgrades_total",
+            "messages sent to the small pool because the user spent the day's allowance",
+            ["tier"], registry=registry,
+        )  # fmt: skip
         self._start_at_zero()
+
+    def observe_version(
+        self, version: str, tier: Tier, finish: str, ttft_s: float | None, stream_s: float,
+        output_tokens: int,
+    ) -> None:  # fmt: skip
+        self.version_answers.labels(version, tier.value, finish).inc()
+        if ttft_s is not None:
+            self.version_ttft.labels(version, tier.value).observe(ttft_s)
+        if output_tokens > 1 and stream_s > 0:
+            rate = (output_tokens - 1) / stream_s
+            self.version_tokens_per_s.labels(version, tier.value).observe(rate)
 
     def _start_at_zero(self) -> None:
         for tier in Tier:
@@ -98,6 +133,7 @@ class GatewayMetrics:
             for outcome in ("admitted", "refused"):
                 self.bucket_store_unavailable.labels(tier.value, outcome)
             self.limiter_refusals.labels(tier.value)
+            self.budget_downgrades.labels(tier.value)
             self.retracted_chars.labels(tier.value)
         for pool in POOLS:
             self.runaways.labels(pool)

@@ -45,6 +45,7 @@ from gateway.answers import Answer, AnswerPlan, AnswerWriter
 from gateway.buckets import Buckets
 from gateway.compactor import Compactor
 from gateway.completions import CompleteRequest
+from gateway.daily_budget import DailyBudget
 from gateway.metrics import GatewayMetrics
 from gateway.node_client import NodeClient
 from gateway.planner import (
@@ -67,8 +68,9 @@ from gateway.runs import (
 from gateway.scheduler_client import SchedulerClient
 from gateway.shared_runs import OwnershipLost
 from gateway.stored_context import ContextParts, branch, context_parts
+from gateway.versions import VersionBook, temperature_of
 from store.base import Store
-from store.records import ConversationRecord, MessageRecord, NewMessage
+from store.records import ConversationRecord, MessageRecord, NewMessage, ServingRecord
 
 # The last hop of the fallback chain: what the user reads when no pool can answer.
 BUSY_MODEL = "busy"
@@ -121,7 +123,12 @@ class ChatPipeline:
         policies: MessagePolicies | None = None,
         compactor: Compactor | None = None,
         region: str = "",
+        *,
+        versions: VersionBook,
+        budget: DailyBudget,
     ) -> None:
+        self._versions = versions
+        self._budget = budget
         # This gateway's region, named in each meta event and stored turn ('' with one).
         self._region = region
         # None: conversations are never compacted; the oldest turns simply drop out.
@@ -208,12 +215,26 @@ class ChatPipeline:
             return await self._refuse_input(user, request, fingerprint, parent, *unsafe)
         parts = await self._context_parts(user, conversation, parent)
         route = self._route(user, request, conversation)
+        kept = (
+            ""
+            if conversation is None
+            else await self._store.conversation_version(user.user_id, request.conversation_id)
+        )
+        assignment = self._versions.serving(user, kept)
+        version = assignment.version
+        budget = await self._budget.decide(user, route.pool)
         try:
-            plan = await self._planner.plan(user, request.conversation_id, request.content,
-                                            parts, route.pool, request.instructions)  # fmt: skip
+            plan = await self._planner.plan(user, request.conversation_id, request.content, parts,
+                                            budget.pool, request.instructions or
+                                            version.system_prompt, version.model,
+                                            counted_once=not request.instructions)  # fmt: skip
         except PoolsDown as down:
-            return await self._busy_answer(user, request, fingerprint, down)
-        plan = dataclasses.replace(plan, region_notice=request.region_notice)
+            return await self._busy_answer(user, request, fingerprint, down, version.name)
+        plan = dataclasses.replace(plan, region_notice=request.region_notice,
+                                   version=version.name, temperature=temperature_of(assignment),
+                                   slice=assignment.slice.value,
+                                   budget=budget.outcome.value,
+                                   downgraded=budget.downgraded)  # fmt: skip
         if not request.hold_back:
             plan = dataclasses.replace(plan, output_mode=self._policies.output_mode(user.tier))
         if request.max_tokens:
@@ -238,6 +259,10 @@ class ChatPipeline:
                 ),
                 title=request.content[:80],
             )
+            served = ServingRecord(request.message_id, request.conversation_id, version.name,
+                                   assignment.slice.value, route.pool, plan.budget,
+                                   plan.pool)  # fmt: skip
+            await self._store.record_serving(user.user_id, served)
         except BaseException:
             self._runs.discard(run)
             await self._buckets.settle(user.user_id, user.tier, plan.reserved, 0.0)
@@ -413,15 +438,17 @@ class ChatPipeline:
         return context_parts(conversation, branch(messages, parent))
 
     async def _busy_answer(
-        self, user: User, request: SendRequest, fingerprint: str, down: PoolsDown
+        self, user: User, request: SendRequest, fingerprint: str, down: PoolsDown, version: str
     ) -> MessageRun:
         """The end of the fallback chain: a composed answer instead of a raw error. Nothing
         is stored or charged, so the same message can be sent again later."""
         run = MessageRun(user.user_id, request.conversation_id, request.message_id, fingerprint)
         self._runs.add(run)
-        await _compose(run, BUSY_MODEL, BUSY_TEXT, Finish.ERROR)
+        await _compose(run, BUSY_MODEL, BUSY_TEXT, Finish.ERROR, version=version)
         self._runs.mark_ended(run)
         self._metrics.answers.labels(user.tier.value, BUSY_MODEL, Finish.ERROR.value).inc()
+        self._metrics.observe_version(version, user.tier, Finish.ERROR.value, None, 0.0, 0)
+        self._versions.tally(version, user.tier, Finish.ERROR.value, BUSY_TEXT, None)
         self._log.warning("composed a busy answer", reason=down.reason)
         return run
 
@@ -450,7 +477,11 @@ class ChatPipeline:
         try:
             if resumed is None:
                 meta = Meta(run.message_id, run.conversation_id, pick.model, pick.node_id,
-                            self._region, plan.region_notice)  # fmt: skip
+                            self._region, plan.region_notice, version=plan.version,
+                            downgraded=plan.downgraded, slice=plan.slice)  # fmt: skip
+                self._log.info("answer started", message_id=run.message_id, version=plan.version,
+                               pool=plan.pool, model=pick.model,
+                               downgraded=plan.downgraded)  # fmt: skip
                 await run.append(meta)
             await self._writer.write(run, plan, answer)
             ending = Done(answer.finish, answer.usage)
@@ -475,7 +506,8 @@ class ChatPipeline:
         await self._buckets.settle(
             user.user_id, user.tier, plan.reserved, limiter.usage_cost(answer.usage)
         )
-        self._observe(run, user, plan.pool, answer)
+        await self._budget.charge(user, plan.pool, answer.usage)
+        self._observe(run, user, plan.pool, answer, plan.version)
         if answer.finish is not Finish.ERROR:
             self._breakers.of(plan.pool).record_success()
         try:
@@ -498,12 +530,19 @@ class ChatPipeline:
             await self._compactor.consider(user.user_id, run.conversation_id, plan.window_tokens,
                                            plan.max_answer_tokens, system_tokens)  # fmt: skip
 
-    def _observe(self, run: MessageRun, user: User, pool: str, answer: Answer) -> None:
+    def _observe(
+        self, run: MessageRun, user: User, pool: str, answer: Answer, version: str
+    ) -> None:
         first = run.first_text_at
         ttft = None if first is None else first - run.started_at
         stream_s = 0.0 if first is None else time.monotonic() - first
         self._metrics.observe_answer(user.tier, pool, answer.served_by.model, ttft, stream_s,
                                      answer.usage, answer.finish.value)  # fmt: skip
+        if version:
+            self._metrics.observe_version(version, user.tier, answer.finish.value, ttft,
+                                          stream_s, answer.usage.output_tokens)  # fmt: skip
+            self._versions.tally(version, user.tier, answer.finish.value, "".join(answer.shown),
+                                 ttft)  # fmt: skip
 
     async def _save_answer(
         self, run: MessageRun, user: User, parent_seq: int | None, answer: Answer
@@ -574,10 +613,15 @@ class ChatPipeline:
 
 
 async def _compose(
-    run: MessageRun, model: str, text: str, finish: Finish, refusal: bool = False
+    run: MessageRun,
+    model: str,
+    text: str,
+    finish: Finish,
+    refusal: bool = False,
+    version: str = "",
 ) -> None:
     """An answer no model wrote (a refusal, the fallback chain's "busy"): meta, text, done."""
-    await run.append(Meta(run.message_id, run.conversation_id, model, ""))
+    await run.append(Meta(run.message_id, run.conversation_id, model, "", version=version))
     await run.append(Delta(text, refusal=refusal))
     await run.append(Done(finish, Usage()))
 

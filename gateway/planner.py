@@ -4,6 +4,7 @@ prompt that fits the window, the bucket reservation, and the replica."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field, replace
 
@@ -82,8 +83,9 @@ class Planner:
         self._policy = policy
         self._breakers = breakers
         self._metrics = metrics
-        # The system prompt's token count per model: counted once, never per message.
-        self._system_tokens: dict[str, int] = {}
+        # The system prompt's token count per model and prompt (each version may have its
+        # own): counted once, never per message.
+        self._system_tokens: dict[tuple[str, str], int] = {}
         self._log = structlog.get_logger(component="planner")
 
     async def plan(
@@ -93,22 +95,27 @@ class Planner:
         content: str,
         parts: ContextParts,
         pool: str,
-        instructions: str = "",
+        system_prompt: str = "",
+        model: str = "",
+        counted_once: bool = True,
     ) -> AnswerPlan:
         """The ladder's decision, the prompt that fits the window, the reservation and the
-        replica for one message of a stored conversation; instructions, when given, stand in
-        for the platform's system prompt."""
+        replica for one message of a stored conversation. The system prompt is the serving
+        version's, or a request's own instructions ('' for the configured one), and so is the
+        engine model ('' for any). A request's own system prompt is counted every time
+        (counted_once false): keeping each one's count would grow without bound."""
+        system = system_prompt or self._policy.system_prompt
         # The pinned turn moves with every message, so it is never in the prefix cache.
         stable = [parts.summary] if parts.summary else []
         reusable = sum(turn.tokens for turn in [*stable, *parts.history])
         size = PromptSize(reusable + estimate_tokens(content), reusable)
-        pick, tier, pool = await self.shed(user, conversation_id, pool, size)
-        if instructions:
-            system_tokens, message_tokens = await self.tokenize(pick, [instructions, content])
+        pick, tier, pool = await self.shed(user, conversation_id, pool, size, model)
+        if counted_once:
+            system_tokens, message_tokens = await self._count(pick, content, system)
         else:
-            system_tokens, message_tokens = await self._count(pick, content)
+            system_tokens, message_tokens = await self.tokenize(pick, [system, content])
         builder = ContextBuilder(
-            Turn(Role.SYSTEM, instructions or self._policy.system_prompt, system_tokens),
+            Turn(Role.SYSTEM, system, system_tokens),
             tier.window_tokens,
             tier.max_answer_tokens,
         )
@@ -119,7 +126,8 @@ class Planner:
                 f"{user.tier.value} tier's window of {tier.window_tokens} tokens cannot hold it"
             )
         prompt = builder.build(parts.summary, parts.history, new, parts.pinned)
-        return await self.admit(user, pick, pool, tier, prompt)
+        plan = await self.admit(user, pick, pool, tier, prompt)
+        return dataclasses.replace(plan, version_model=model)
 
     async def plan_completion(
         self, user: User, affinity_key: str, request: CompleteRequest, pool: str
@@ -148,19 +156,19 @@ class Planner:
         return replace(plan, options=request.options)
 
     async def shed(
-        self, user: User, conversation_id: str, pool: str, size: PromptSize
+        self, user: User, conversation_id: str, pool: str, size: PromptSize, model: str = ""
     ) -> tuple[ReplicaPick, TierPolicy, str]:
         """Picks the replica, and the ladder's rung that came with it decides the pool and
         the answer cap; rung 3 may refuse at once. One pick serves the whole message: the
         prompt's size is estimated before the serving model's tokenizer has counted it."""
-        pick, pool = await self._first_pick(conversation_id, pool, user.tier, size)
+        pick, pool = await self._first_pick(conversation_id, pool, user.tier, size, model)
         tier = self._policy.tiers[user.tier]
         decided = shed(user.tier, pick.ladder_rung, pool, tier.max_answer_tokens,
                        self._policy.shedding)  # fmt: skip
         self._refuse_if_busy(user, pick)
         if decided.pool != pool:
             self._metrics.sheds.labels(user.tier.value, "small_pool").inc()
-            pick = await self._pick(conversation_id, decided.pool, user.tier, size)
+            pick = await self._pick(conversation_id, decided.pool, user.tier, size, model)
             self._refuse_if_busy(user, pick)
         if decided.max_answer_tokens < tier.max_answer_tokens:
             self._metrics.sheds.labels(user.tier.value, "capped_answer").inc()
@@ -168,13 +176,13 @@ class Planner:
         return pick, _fitted(capped, pick.context_tokens), decided.pool
 
     async def _first_pick(
-        self, conversation_id: str, pool: str, tier: Tier, size: PromptSize
+        self, conversation_id: str, pool: str, tier: Tier, size: PromptSize, model: str
     ) -> tuple[ReplicaPick, str]:
         """The first pool of the fallback chain that has a replica: large falls to small."""
         chain = fallback_chain(pool)
         for index, candidate in enumerate(chain):
             try:
-                return await self._pick(conversation_id, candidate, tier, size), candidate
+                return await self._pick(conversation_id, candidate, tier, size, model), candidate
             except NoReplica as error:
                 to = chain[index + 1] if index + 1 < len(chain) else "busy"
                 self._metrics.fallbacks.labels(candidate, to).inc()
@@ -218,26 +226,29 @@ class Planner:
                     tier.window_tokens)  # fmt: skip
 
     async def _pick(
-        self, conversation_id: str, pool: str, tier: Tier, size: PromptSize
+        self, conversation_id: str, pool: str, tier: Tier, size: PromptSize, model: str = ""
     ) -> ReplicaPick:
         breaker = self._breakers.of(pool)
         if not breaker.allows():
             raise NoReplica(f"pool {pool!r} failed repeatedly; cooling down")
         try:
-            return await self._scheduler.pick(
-                conversation_id, pool, tier, size.tokens, size.reusable_tokens
-            )
+            return await self._scheduler.pick(conversation_id, pool, tier, size.tokens,
+                                              size.reusable_tokens, model=model)  # fmt: skip
         except NoReplica:
-            breaker.record_failure()
+            # A version whose model no node of the pool serves says nothing of the pool's
+            # health: the pool's other versions must not be cut off by its breaker.
+            if not model:
+                breaker.record_failure()
             raise
 
-    async def _count(self, pick: ReplicaPick, content: str) -> tuple[int, int]:
+    async def _count(self, pick: ReplicaPick, content: str, system: str) -> tuple[int, int]:
         """Token counts from the serving model's own tokenizer: (system prompt, message)."""
-        known = self._system_tokens.get(pick.model)
-        texts = [content] if known is not None else [content, self._policy.system_prompt]
+        key = (pick.model, system)
+        known = self._system_tokens.get(key)
+        texts = [content] if known is not None else [content, system]
         counts = await self.tokenize(pick, texts)
         if known is None:
-            known = self._system_tokens[pick.model] = counts[1]
+            known = self._system_tokens[key] = counts[1]
         return known, counts[0]
 
     async def tokenize(self, pick: ReplicaPick, texts: list[str]) -> list[int]:

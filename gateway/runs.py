@@ -25,6 +25,12 @@ class Meta:
     # told about it (home out: no history).
     region: str = ""
     region_notice: str = ""
+    # The model version that serves ('' for composed answers: a refusal, "busy").
+    version: str = ""
+    # Why a smaller pool than the router's serves: "daily_budget", or ''.
+    downgraded: str = ""
+    # The user's slice of the rollout (domain/rollout.py's Slice), or ''.
+    slice: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,9 +18,12 @@ import grpc
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from domain.errors import InvalidArgument, NoReplica, Unavailable
+from domain.guardrails import Tally
+from domain.rollout import RolloutState
 from domain.types import Tier
 from infra.convert import TIER_TO_PB
 from infra.keepalive import CLIENT_KEEPALIVE
+from infra.rollout_convert import rollout_from_pb, tallies_to_pb
 from infra.status import REASON_NO_REPLICA, CallFailure
 from infra.tls import TlsConfig, open_channel
 
@@ -87,6 +90,7 @@ class SchedulerClient:
         prompt_tokens: int,
         reusable_prefix_tokens: int = 0,
         exclude_node_ids: Sequence[str] = (),
+        model: str = "",
     ) -> ReplicaPick:
         request = pb.PickReplicaRequest(
             conversation_id=conversation_id,
@@ -95,6 +99,7 @@ class SchedulerClient:
             prompt_tokens=prompt_tokens,
             reusable_prefix_tokens=max(0, reusable_prefix_tokens),
             exclude_node_ids=list(exclude_node_ids),
+            model=model,
         )
         unreachable: list[str] = []
         for index in self._order():
@@ -122,6 +127,24 @@ class SchedulerClient:
         return [i for i in turn if self._down_until[i] <= now] + [
             i for i in turn if self._down_until[i] > now
         ]
+
+    async def rollout(
+        self, known_revision: int, tallies: dict[tuple[str, Tier], Tally]
+    ) -> tuple[int, RolloutState | None]:
+        """The rollout's revision, and its state when it is newer than known_revision; this
+        gateway's answers per version since the last call go with the question."""
+        request = pb.GetRolloutRequest(known_revision=known_revision,
+                                       tallies=tallies_to_pb(tallies))  # fmt: skip
+        unreachable: list[str] = []
+        for index in self._order():
+            try:
+                answer = await self._stubs[index].GetRollout(request, timeout=self._rpc_timeout_s)
+            except grpc.aio.AioRpcError as error:
+                unreachable.append(f"{self._addresses[index]}: {error.code().name}")
+                continue
+            state = rollout_from_pb(answer.rollout) if answer.HasField("rollout") else None
+            return answer.revision, state
+        raise Unavailable(f"no scheduler answered for the rollout ({'; '.join(unreachable)})")
 
     async def close(self) -> None:
         for channel in self._channels:

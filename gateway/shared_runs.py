@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -35,7 +36,7 @@ from domain.context import Prompt
 from domain.errors import Unavailable
 from domain.safety import OutputMode
 from domain.types import Finish, Role, Tier, Turn, Usage
-from gateway.answers import AnswerPlan
+from gateway.answers import ANSWER_TEMPERATURE, AnswerPlan
 from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
 from gateway.runs import Delta, Done, Event, Failed, Meta, Retract
 from gateway.scheduler_client import ReplicaPick, pick_from_wire
@@ -410,7 +411,8 @@ def encode_event(event: Event) -> str:
             body = {"k": "meta", "message_id": event.message_id,
                     "conversation_id": event.conversation_id, "model": event.model,
                     "replica_id": event.replica_id, "region": event.region,
-                    "region_notice": event.region_notice}  # fmt: skip
+                    "region_notice": event.region_notice, "version": event.version,
+                    "downgraded": event.downgraded, "slice": event.slice}  # fmt: skip
         case Delta():
             body = {"k": "delta", "text": event.text}
         case Retract():
@@ -428,10 +430,12 @@ def decode_event(raw: bytes | str) -> Event:
     body = json.loads(raw)
     match body["k"]:
         case "meta":
-            # A log written before regions has no region: ''.
+            # A log written before regions or versions has none of them: ''.
             return Meta(body["message_id"], body["conversation_id"], body["model"],
                         body["replica_id"], body.get("region", ""),
-                        body.get("region_notice", ""))  # fmt: skip
+                        body.get("region_notice", ""), version=body.get("version", ""),
+                        downgraded=body.get("downgraded", ""),
+                        slice=body.get("slice", ""))  # fmt: skip
         case "delta":
             return Delta(body["text"])
         case "retract":
@@ -456,6 +460,11 @@ def _encode_plan(plan: AnswerPlan, answer_parent_seq: int | None) -> str:
             "tier": plan.tier.value,
             "window": plan.window_tokens,
             "output": plan.output_mode.value,
+            "version": plan.version,
+            "temperature": plan.temperature,
+            "downgraded": plan.downgraded,
+            "version_model": plan.version_model,
+            "slice": plan.slice,
             "parent_seq": answer_parent_seq,
         },
         separators=(",", ":"),
@@ -475,4 +484,10 @@ def _decode_plan(raw: bytes) -> tuple[AnswerPlan, int | None]:
     plan = AnswerPlan(prompt, pick, body["max_answer_tokens"], body["reserved"], body["pool"],
                 Tier(body["tier"]), body.get("window", 0),
                 OutputMode(body.get("output", OutputMode.HOLDBACK)))  # fmt: skip
+    # "version", "temperature", "downgraded": absent from plans an earlier release wrote.
+    plan = dataclasses.replace(plan, version=body.get("version", ""),
+                               temperature=body.get("temperature", ANSWER_TEMPERATURE),
+                               downgraded=body.get("downgraded", ""),
+                               version_model=body.get("version_model", ""),
+                               slice=body.get("slice", ""))  # fmt: skip
     return plan, body["parent_seq"]

@@ -5,6 +5,7 @@ holds every TLS server to it before any servicer runs.
 |------------------------------------------|--------------------------------|----------------------|
 | SchedulerService/ConnectNode             | node                           | cert name == node id |
 | SchedulerService/PickReplica             | gateway                        |                      |
+| SchedulerService/GetRollout              | gateway, operator              |                      |
 | SchedulerService/* (the admin API)       | operator                       | the admin token      |
 | NodeService/* (Generate, Tokenize)       | gateway                        |                      |
 | ChatService/*                            | edge, client, operator, gateway| a user's token       |
@@ -31,6 +32,8 @@ ALL_ROLES = frozenset(Role)
 ACCESS: dict[str, frozenset[Role]] = {
     "/chat.v1.SchedulerService/ConnectNode": frozenset({Role.NODE}),
     "/chat.v1.SchedulerService/PickReplica": frozenset({Role.GATEWAY}),
+    # Gateways follow the split through it; read-only, so it needs no admin token.
+    "/chat.v1.SchedulerService/GetRollout": frozenset({Role.GATEWAY, Role.OPERATOR}),
     "/chat.v1.SchedulerService/*": frozenset({Role.OPERATOR}),
     "/chat.v1.NodeService/*": frozenset({Role.GATEWAY}),
     # A gateway passes a message on to the gateway of the region that serves it.

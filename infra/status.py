@@ -18,6 +18,7 @@ _CODES: list[tuple[type[errors.DomainError], grpc.StatusCode]] = [
     (errors.NotFound, grpc.StatusCode.NOT_FOUND),
     (errors.AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     (errors.Conflict, grpc.StatusCode.ABORTED),
+    (errors.FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (errors.ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
     (errors.Unimplemented, grpc.StatusCode.UNIMPLEMENTED),

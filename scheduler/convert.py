@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from google.protobuf import timestamp_pb2
 
 from chat.v1 import scheduler_service_pb2 as pb
+from domain import rollout
 from domain.errors import InvalidArgument
 from domain.ladder import LadderState
 from domain.picker import PickReason, ReplicaLoad
@@ -13,6 +16,8 @@ from infra.convert import TIER_FROM_PB, TIER_TO_PB
 from scheduler.membership import NodeRecord
 from scheduler.table import NodeEntry
 from store.records import UserRecord
+
+RolloutEdit = Callable[[rollout.RolloutState, float], rollout.RolloutState]
 
 STATE_FROM_PB = {
     pb.NODE_STATE_STARTING: NodeState.STARTING,
@@ -155,4 +160,32 @@ def ladder_to_pb(state: LadderState, leading: bool) -> pb.GetLadderResponse:
         pinned=state.pinned is not None,
         history=history,
         leading=leading,
+    )
+
+
+def rollout_edit(request: pb.ChangeRolloutRequest) -> RolloutEdit:
+    """The change a ChangeRollout asks for, as a function of the state and the time."""
+    kind = request.WhichOneof("change")
+    if kind == "split":
+        c = request.split
+        tier = tier_from_pb(c.tier)
+        return lambda s, at: rollout.split(s, c.version, tier, c.percent, at)
+    if kind == "promote":
+        p = request.promote
+        return lambda s, at: rollout.promote(s, p.version, at, force=p.force)
+    if kind == "rollback":
+        reason = request.rollback.reason or "rolled back by an operator"
+        return lambda s, at: rollout.rollback(s, at, reason)
+    if kind == "holdout":
+        return lambda s, at: rollout.move_holdout(s, request.holdout.version, at)
+    if kind == "pin":
+        pin = request.pin
+        return lambda s, at: rollout.pin_user(s, pin.user_id, pin.version, at)
+    if kind == "gate":
+        g = request.gate
+        return lambda s, at: rollout.record_gate(
+            s, rollout.GateRecord(g.candidate, g.baseline, g.passed, at, g.summary)
+        )
+    raise InvalidArgument(
+        "a rollout change names one of split, promote, rollback, holdout, pin, gate"
     )

@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 
 import aetcd
 import structlog
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from chat.v1 import scheduler_service_pb2, scheduler_service_pb2_grpc
+from domain.guardrails import Guardrails
 from domain.ladder import LadderPolicy
 from domain.picker import DEFAULT_ESCAPE, EscapeRule
 from domain.pools import LARGE_POOL, SMALL_POOL
@@ -24,6 +25,7 @@ from infra.logs import configure_logging
 from infra.runner import run_service
 from infra.service import Service
 from infra.tls import TlsConfig
+from scheduler.canary import CanaryPolicy, CanaryWatch
 from scheduler.ladder import EtcdLadderStore, InProcessLadderStore, LadderKeeper, LadderStore
 from scheduler.membership import (
     ETCD_CHANNEL_OPTIONS,
@@ -33,6 +35,7 @@ from scheduler.membership import (
 )
 from scheduler.metrics import register_scheduler_metrics
 from scheduler.region_publisher import RegionPublisher
+from scheduler.rollout import EtcdRolloutStore, InProcessRolloutStore, RolloutKeeper, RolloutStore
 from scheduler.servicer import SchedulerServicer
 from scheduler.table import LoadTable
 from scheduler.users import UserAdmin
@@ -79,6 +82,14 @@ class SchedulerConfig:
     ladder_tick_s: float = 10.0
     ladder_up_at: list[float] = field(default_factory=lambda: [0.85, 0.92, 0.97])
     ladder_down_gap: float = 0.07
+    # A candidate version is rolled back to 0 % automatically when, over the trailing window,
+    # its share of failed answers, refusals or slow starts (gateway's slow_ttft_s) passes the
+    # current version's by more than the margin, on at least canary_min_answers answers.
+    canary_window_s: float = 300.0
+    canary_error_margin: float = 0.05
+    canary_refusal_margin: float = 0.05
+    canary_slow_margin: float = 0.05
+    canary_min_answers: int = 20
     scheduler_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     # Regions (docs/decisions.md, "Regions"): this scheduler's region and the global layer's
     # etcd, where it publishes the region's capacity every region_publish_s and lists the
@@ -110,6 +121,23 @@ def _build_ladder_store(config: SchedulerConfig) -> LadderStore:
         client = aetcd.Client(host=host, port=port, timeout=1.0, options=ETCD_CHANNEL_OPTIONS)
         return EtcdLadderStore(client, config.scheduler_id)
     return InProcessLadderStore()
+
+
+def _build_rollout_store(config: SchedulerConfig) -> RolloutStore:
+    """Beside the ladder: in etcd when membership is, else in process."""
+    if config.membership == "etcd":
+        host, port = _etcd_address(config.etcd_endpoint)
+        client = aetcd.Client(host=host, port=port, timeout=1.0, options=ETCD_CHANNEL_OPTIONS)
+        return EtcdRolloutStore(client)
+    return InProcessRolloutStore()
+
+
+def _canary_policy(config: SchedulerConfig) -> CanaryPolicy:
+    rails = Guardrails(config.canary_error_margin, config.canary_refusal_margin,
+                       config.canary_slow_margin, config.canary_min_answers)  # fmt: skip
+    if config.canary_window_s <= 0:
+        raise ConfigError("canary_window_s must be more than 0")
+    return CanaryPolicy(rails, config.canary_window_s)
 
 
 def _build_membership(config: SchedulerConfig) -> Membership:
@@ -170,10 +198,16 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
             saturated_queue_tokens=config.prefill_tokens_per_s * config.ladder_saturated_wait_s,
         )
         service.closes(ladder.close)
+        rollout = RolloutKeeper(_build_rollout_store(config), time.time)
+        service.closes(rollout.close)
         directory = _build_directory(config)
         if directory is not None:
             service.closes(directory.close)
         registry = CollectorRegistry()
+        rollbacks = Counter("scheduler_canary_rollbacks_total",
+                            "candidate versions this scheduler rolled back on a guardrail breach",
+                            registry=registry)  # fmt: skip
+        canary = CanaryWatch(rollout, _canary_policy(config), time.monotonic, rollbacks.inc)
         nodes = Gauge("scheduler_nodes", "nodes in the load table", registry=registry)
         nodes.set_function(lambda: len(table.entries()))
         register_scheduler_metrics(
@@ -202,12 +236,15 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
                 config.admin_token,
                 ladder,
                 frozenset(config.pools),
+                rollout,
+                canary,
             ),
             server.server,
         )
         await service.grpc(server)
         service.task(_expire_forever(table, config.report_timeout_s / 4, log), "expiry")
         service.task(ladder.run(), "ladder")
+        service.task(canary.run(), "canary")
         if directory is not None:
             publisher = RegionPublisher(config.region, directory, table, ladder, config.pools,
                                         config.prefill_tokens_per_s *

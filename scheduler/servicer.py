@@ -9,9 +9,11 @@ import time
 from collections.abc import AsyncIterator
 
 import grpc
+import structlog
 
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
+from domain import rollout
 from domain.errors import (
     InvalidArgument,
     NoReplica,
@@ -24,10 +26,13 @@ from domain.ladder import MAX_RUNG
 from domain.picker import ReplicaLoad
 from infra.bearer import bearer_from_metadata, same_secret
 from infra.grpcserver import maps_domain_errors
+from infra.rollout_convert import rollout_to_pb, tallies_from_pb, version_from_pb
 from infra.tls import peer
 from scheduler import convert
+from scheduler.canary import CanaryWatch
 from scheduler.ladder import ETCD_ERRORS, LadderKeeper
 from scheduler.membership import Membership
+from scheduler.rollout import RolloutKeeper
 from scheduler.table import LoadTable, NodeEntry
 from scheduler.users import UserAdmin
 
@@ -43,7 +48,11 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         admin_token: str,
         ladder: LadderKeeper,
         pools: frozenset[str],
+        rollout: RolloutKeeper,
+        canary: CanaryWatch,
     ) -> None:
+        self._rollout = rollout
+        self._canary = canary
         self._table = table
         self._membership = membership
         # The stream that owns each node's registration: after a reconnect, the old stream's
@@ -53,6 +62,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         self._admin_token = admin_token
         self._ladder = ladder
         self._pools = pools
+        self._log = structlog.get_logger(component="scheduler")
 
     def _check_admin(self, context: grpc.aio.ServicerContext) -> None:
         token = bearer_from_metadata(context.invocation_metadata())
@@ -127,15 +137,20 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         if not request.conversation_id or len(request.conversation_id) > MAX_ID_CHARS:
             raise InvalidArgument(f"conversation_id must be 1..{MAX_ID_CHARS} characters")
         self._check_pool(request.pool)
+        # A version's own model: the pool's nodes serving another one are left out.
+        excluded = frozenset(request.exclude_node_ids) | self._table.other_models(
+            request.pool, request.model
+        )
         pick = self._table.pick(
             request.pool,
             request.conversation_id,
             request.prompt_tokens,
             request.reusable_prefix_tokens,
-            frozenset(request.exclude_node_ids),
+            excluded,
         )
         if pick.replica is None:
-            raise NoReplica(f"no replica of pool {request.pool!r} is ready; retry shortly")
+            serving = f" serving model {request.model!r}" if request.model else ""
+            raise NoReplica(f"no replica of pool {request.pool!r}{serving} is ready; retry shortly")
         return convert.pick_to_pb(
             pick.replica,
             pick.reason,
@@ -246,3 +261,50 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         self._check_admin(context)
         await self._users.revoke_tokens(request.user_id)
         return pb.RevokeUserTokensResponse()
+
+    # Admin: model versions and their rollout --------------------------------------------------
+
+    @maps_domain_errors
+    async def GetRollout(
+        self, request: pb.GetRolloutRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetRolloutResponse:
+        if request.tallies:
+            self._canary.told(tallies_from_pb(request.tallies))
+        state, revision = await self._read_rollout()
+        if request.known_revision and request.known_revision == revision:
+            return pb.GetRolloutResponse(revision=revision)
+        return pb.GetRolloutResponse(revision=revision, rollout=rollout_to_pb(state))
+
+    @maps_domain_errors
+    async def CreateVersion(
+        self, request: pb.CreateVersionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateVersionResponse:
+        self._check_admin(context)
+        version = version_from_pb(request.version)
+        state = await self._change_rollout(lambda s, at: rollout.create(s, version, at))
+        self._log.info("version created", version=version.name, model=version.model)
+        return pb.CreateVersionResponse(rollout=rollout_to_pb(state))
+
+    @maps_domain_errors
+    async def ChangeRollout(
+        self, request: pb.ChangeRolloutRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ChangeRolloutResponse:
+        self._check_admin(context)
+        edit = convert.rollout_edit(request)
+        state = await self._change_rollout(edit)
+        change = state.history[-1]
+        self._log.warning("rollout changed", action=change.action, version=change.version,
+                          detail=change.detail)  # fmt: skip
+        return pb.ChangeRolloutResponse(rollout=rollout_to_pb(state))
+
+    async def _read_rollout(self) -> tuple[rollout.RolloutState, int]:
+        try:
+            return await self._rollout.read()
+        except ETCD_ERRORS as error:
+            raise Unavailable(f"the rollout store is unreachable: {error}") from error
+
+    async def _change_rollout(self, edit: convert.RolloutEdit) -> rollout.RolloutState:
+        try:
+            return await self._rollout.change(edit)
+        except (*ETCD_ERRORS,) as error:
+            raise Unavailable(f"the rollout store is unreachable: {error}") from error

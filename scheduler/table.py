@@ -74,6 +74,12 @@ class LoadTable:
         # A retry away from replicas that failed: the answer moves, and spreads (PoolIndex).
         return index.pick_move(prompt_tokens, excluded)
 
+    def other_models(self, pool: str, model: str) -> frozenset[str]:
+        """The pool's nodes that serve another model than `model` ('' : none)."""
+        if not model:
+            return frozenset()
+        return frozenset(n.node_id for n in self.pool(pool) if n.model != model)
+
     def start_wait_s(self, pool: str, node_id: str, paid: bool) -> float:
         """The wait of a request just picked for the node (PoolIndex.start_wait_s, with the
         escape rule's model); 0 for a node no longer in the pool."""

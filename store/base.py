@@ -5,7 +5,13 @@ from __future__ import annotations
 from typing import Protocol
 
 from domain.types import Tier
-from store.records import ConversationRecord, MessageRecord, NewMessage, UserRecord
+from store.records import (
+    ConversationRecord,
+    MessageRecord,
+    NewMessage,
+    ServingRecord,
+    UserRecord,
+)
 
 
 class Store(Protocol):
@@ -67,4 +73,16 @@ class Store(Protocol):
         """Replaces the summary and pinned constraints only while summary_upto_seq still
         equals expected_upto_seq (compare-and-set: of two compactions of one conversation,
         one wins). False when another got there first; NotFound for no such conversation."""
+        ...
+
+    async def record_serving(self, user_id: str, serving: ServingRecord) -> None:
+        """What served a stored turn (its message must exist); once per message."""
+        ...
+
+    async def serving_of(self, user_id: str, message_id: str) -> ServingRecord:
+        """NotFound when the turn has no record (refused at the door, or older)."""
+        ...
+
+    async def conversation_version(self, user_id: str, conversation_id: str) -> str:
+        """The version of the conversation's first recorded turn; '' when none."""
         ...

@@ -17,7 +17,13 @@ import asyncpg
 from domain.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
 from domain.types import Role, Tier
 from store import migrations
-from store.records import ConversationRecord, MessageRecord, NewMessage, UserRecord
+from store.records import (
+    ConversationRecord,
+    MessageRecord,
+    NewMessage,
+    ServingRecord,
+    UserRecord,
+)
 
 _CONVERSATION_COLUMNS = (
     "user_id, conversation_id, title, model, summary, summary_upto_seq, total_tokens, "
@@ -28,6 +34,9 @@ _MESSAGE_COLUMNS = (
     "finish, created_at, region"
 )
 _USER_COLUMNS = "user_id, tier, token_hash, created_at"
+_SERVING_COLUMNS = (
+    "message_id, conversation_id, version, slice, routed_pool, budget, served_pool, created_at"
+)
 _MESSAGE_ID_CONSTRAINT = "messages_message_id_unique"  # named in 001_init.sql
 # Any fixed key will do; every process that migrates this database must use the same one.
 _MIGRATION_LOCK_KEY = 0x63686174_73746F72  # "chatstor"
@@ -384,6 +393,38 @@ class PostgresStore:
                 message.region,
             )
         return seq
+
+    async def record_serving(self, user_id: str, serving: ServingRecord) -> None:
+        try:
+            await self._execute(
+                f"INSERT INTO message_serving (user_id, {_SERVING_COLUMNS}) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                user_id, serving.message_id, serving.conversation_id, serving.version,
+                serving.slice, serving.routed_pool, serving.budget, serving.served_pool,
+                time.time(),
+            )  # fmt: skip
+        except (asyncpg.UniqueViolationError, asyncpg.ForeignKeyViolationError) as exc:
+            raise NotFound(f"no message {serving.message_id!r} to record, or recorded") from exc
+
+    async def serving_of(self, user_id: str, message_id: str) -> ServingRecord:
+        row = await self._fetchrow(
+            f"SELECT {_SERVING_COLUMNS} FROM message_serving "
+            "WHERE user_id = $1 AND message_id = $2",
+            user_id,
+            message_id,
+        )
+        if row is None:
+            raise NotFound(f"no serving record of message {message_id!r}")
+        return ServingRecord(**dict(row))
+
+    async def conversation_version(self, user_id: str, conversation_id: str) -> str:
+        row = await self._fetchrow(
+            "SELECT version FROM message_serving WHERE user_id = $1 AND conversation_id = $2 "
+            "ORDER BY created_at LIMIT 1",
+            user_id,
+            conversation_id,
+        )
+        return str(row["version"]) if row else ""
 
 
 async def _lock_conversation(

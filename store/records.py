@@ -69,3 +69,18 @@ class NewMessage:
     # The region that served the turn; it also becomes the conversation's region (the
     # region router's decision: '' or home's name at home).
     region: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ServingRecord:
+    """What served one turn: the version and the user's slice, the router's pool, the daily
+    budget's outcome ("within", "over") and the pool that actually served."""
+
+    message_id: str
+    conversation_id: str
+    version: str
+    slice: str = ""
+    routed_pool: str = ""
+    budget: str = ""
+    served_pool: str = ""
+    created_at: float = 0.0

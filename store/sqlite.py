@@ -15,7 +15,13 @@ import aiosqlite
 from domain.errors import AlreadyExists, NotFound
 from domain.types import Role, Tier
 from store import migrations
-from store.records import ConversationRecord, MessageRecord, NewMessage, UserRecord
+from store.records import (
+    ConversationRecord,
+    MessageRecord,
+    NewMessage,
+    ServingRecord,
+    UserRecord,
+)
 
 _CONVERSATION_COLUMNS = (
     "user_id, conversation_id, title, model, summary, summary_upto_seq, total_tokens, "
@@ -24,6 +30,10 @@ _CONVERSATION_COLUMNS = (
 _MESSAGE_COLUMNS = (
     "conversation_id, seq, message_id, parent_seq, role, content, tokens, model, replica_id, "
     "finish, created_at, region"
+)
+
+_SERVING_COLUMNS = (
+    "message_id, conversation_id, version, slice, routed_pool, budget, served_pool, created_at"
 )
 
 
@@ -339,3 +349,35 @@ class SqliteStore:
             now,
             message.region,
         )
+
+    async def record_serving(self, user_id: str, serving: ServingRecord) -> None:
+        async with self._writing:
+            try:
+                await self.db.execute(
+                    f"INSERT INTO message_serving (user_id, {_SERVING_COLUMNS}) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (user_id, serving.message_id, serving.conversation_id, serving.version,
+                     serving.slice, serving.routed_pool, serving.budget, serving.served_pool,
+                     time.time()),
+                )  # fmt: skip
+                await self.db.commit()
+            except sqlite3.IntegrityError as exc:
+                await self.db.rollback()
+                raise NotFound(f"no message {serving.message_id!r} to record, or recorded") from exc
+
+    async def serving_of(self, user_id: str, message_id: str) -> ServingRecord:
+        row = await self._one(
+            f"SELECT {_SERVING_COLUMNS} FROM message_serving WHERE user_id = ? AND message_id = ?",
+            (user_id, message_id),
+        )
+        if row is None:
+            raise NotFound(f"no serving record of message {message_id!r}")
+        return ServingRecord(**dict(row))
+
+    async def conversation_version(self, user_id: str, conversation_id: str) -> str:
+        row = await self._one(
+            "SELECT version FROM message_serving WHERE user_id = ? AND conversation_id = ? "
+            "ORDER BY created_at LIMIT 1",
+            (user_id, conversation_id),
+        )
+        return str(row["version"]) if row else ""

@@ -22,6 +22,7 @@ from typing import Any
 from clients.chat_client import MODELS, TIERS, ClientError
 from clients.chatctl.chat import chat, conversations, limits
 from clients.chatctl.contexts import CONTEXT_ENV, CONTEXTS_ENV, DEFAULT_FILE, add_context_parser
+from clients.chatctl.evaluate import add_eval_parser
 from clients.chatctl.fleet import drain, ladder, nodes, undrain
 from clients.chatctl.local import down, up
 from clients.chatctl.output import CtlError
@@ -29,6 +30,7 @@ from clients.chatctl.plan import add_plan_parser, run_plan
 from clients.chatctl.regions import list_regions, region_names, region_state_dir
 from clients.chatctl.simulate import add_simulate_parser, run_simulate
 from clients.chatctl.users import users
+from clients.chatctl.versions import add_versions_parser
 from infra.convert import AUTO_MODEL
 from infra.directory import DEFAULT_PREFIX
 
@@ -244,6 +246,14 @@ def add_chat(commands: Any) -> None:
     bucket.set_defaults(handler=limits)
 
 
+def add_versions(commands: Any) -> None:
+    add_versions_parser(commands, admin_flags())
+
+
+def add_eval(commands: Any) -> None:
+    add_eval_parser(commands, admin_flags())
+
+
 def add_plan(commands: Any) -> None:
     add_plan_parser(commands).set_defaults(handler=run_plan)
 
@@ -276,6 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
         add_fleet,
         add_ladder,
         add_users,
+        add_versions,
+        add_eval,
         add_chat,
         add_plan,
         add_simulate,

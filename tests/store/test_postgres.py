@@ -98,7 +98,7 @@ async def test_processes_starting_at_once_migrate_once(dsn) -> None:
     try:
         assert [await s.schema_version() for s in stores] == [6] * 4
         rows = await stores[0].pool.fetch("SELECT version FROM schema_migrations ORDER BY 1")
-        assert [r["version"] for r in rows] == [1, 2, 4, 6]
+        assert [r["version"] for r in rows] == [1, 2, 4, 5, 6]
     finally:
         await asyncio.gather(*(s.close() for s in stores))
 

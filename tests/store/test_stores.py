@@ -206,6 +206,36 @@ async def test_a_token_hash_belongs_to_one_user(store) -> None:
     assert (await store.user_by_token_hash("other-hash")).user_id == "u2"
 
 
+async def test_each_turn_records_what_served_it_and_a_conversation_keeps_its_first_version(
+    store,
+) -> None:
+    from store.records import ServingRecord
+
+    assert await store.conversation_version("alice", "cv") == ""
+    await store.add_message("alice", "cv", msg("v1", Role.USER, None))
+    first = ServingRecord("v1", "cv", "cand", "candidate", "large", "over", "small")
+    await store.record_serving("alice", first)
+    await store.add_message("alice", "cv", msg("v2", Role.USER, 1))
+    await store.record_serving("alice", ServingRecord("v2", "cv", "base", "current"))
+    assert await store.conversation_version("alice", "cv") == "cand"
+    got = await store.serving_of("alice", "v1")
+    assert (got.version, got.slice, got.routed_pool, got.budget, got.served_pool) == (
+        "cand",
+        "candidate",
+        "large",
+        "over",
+        "small",
+    )
+    with pytest.raises(NotFound):
+        await store.serving_of("bob", "v1")
+    with pytest.raises(NotFound):  # no such message
+        await store.record_serving("alice", ServingRecord("nope", "cv", "base"))
+    with pytest.raises(NotFound):  # recorded once
+        await store.record_serving("alice", first)
+    await store.delete_conversation("alice", "cv")
+    assert await store.conversation_version("alice", "cv") == ""
+
+
 async def test_a_turn_records_its_region_and_moves_the_conversation_there(url) -> None:
     s = await open_store(url)
     try:

@@ -39,20 +39,26 @@ class ChatEvent(_message.Message):
     def __init__(self, event_id: _Optional[int] = ..., meta: _Optional[_Union[MetaEvent, _Mapping]] = ..., delta: _Optional[_Union[DeltaEvent, _Mapping]] = ..., done: _Optional[_Union[DoneEvent, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ..., retract: _Optional[_Union[RetractEvent, _Mapping]] = ...) -> None: ...
 
 class MetaEvent(_message.Message):
-    __slots__ = ("message_id", "conversation_id", "model", "replica_id", "region", "region_notice")
+    __slots__ = ("message_id", "conversation_id", "model", "replica_id", "region", "region_notice", "version", "downgraded", "slice")
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     REGION_FIELD_NUMBER: _ClassVar[int]
     REGION_NOTICE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DOWNGRADED_FIELD_NUMBER: _ClassVar[int]
+    SLICE_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     conversation_id: str
     model: str
     replica_id: str
     region: str
     region_notice: str
-    def __init__(self, message_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., model: _Optional[str] = ..., replica_id: _Optional[str] = ..., region: _Optional[str] = ..., region_notice: _Optional[str] = ...) -> None: ...
+    version: str
+    downgraded: str
+    slice: str
+    def __init__(self, message_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., model: _Optional[str] = ..., replica_id: _Optional[str] = ..., region: _Optional[str] = ..., region_notice: _Optional[str] = ..., version: _Optional[str] = ..., downgraded: _Optional[str] = ..., slice: _Optional[str] = ...) -> None: ...
 
 class DeltaEvent(_message.Message):
     __slots__ = ("text", "tool_calls", "refusal")

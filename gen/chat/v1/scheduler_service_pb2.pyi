@@ -99,20 +99,22 @@ class ConnectNodeResponse(_message.Message):
     def __init__(self, command: _Optional[_Union[NodeCommand, str]] = ...) -> None: ...
 
 class PickReplicaRequest(_message.Message):
-    __slots__ = ("conversation_id", "pool", "tier", "prompt_tokens", "reusable_prefix_tokens", "exclude_node_ids")
+    __slots__ = ("conversation_id", "pool", "tier", "prompt_tokens", "reusable_prefix_tokens", "exclude_node_ids", "model")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     REUSABLE_PREFIX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     EXCLUDE_NODE_IDS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     pool: str
     tier: _common_pb2.Tier
     prompt_tokens: int
     reusable_prefix_tokens: int
     exclude_node_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, conversation_id: _Optional[str] = ..., pool: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., prompt_tokens: _Optional[int] = ..., reusable_prefix_tokens: _Optional[int] = ..., exclude_node_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    model: str
+    def __init__(self, conversation_id: _Optional[str] = ..., pool: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., prompt_tokens: _Optional[int] = ..., reusable_prefix_tokens: _Optional[int] = ..., exclude_node_ids: _Optional[_Iterable[str]] = ..., model: _Optional[str] = ...) -> None: ...
 
 class PickReplicaResponse(_message.Message):
     __slots__ = ("node_id", "address", "reason", "expected_wait_seconds", "ladder_rung", "model", "context_tokens")
@@ -297,3 +299,198 @@ class RevokeUserTokensRequest(_message.Message):
 class RevokeUserTokensResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class ModelVersion(_message.Message):
+    __slots__ = ("name", "model", "system_prompt", "temperature")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    model: str
+    system_prompt: str
+    temperature: float
+    def __init__(self, name: _Optional[str] = ..., model: _Optional[str] = ..., system_prompt: _Optional[str] = ..., temperature: _Optional[float] = ...) -> None: ...
+
+class RolloutChange(_message.Message):
+    __slots__ = ("at", "action", "version", "detail")
+    AT_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    at: _timestamp_pb2.Timestamp
+    action: str
+    version: str
+    detail: str
+    def __init__(self, at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., action: _Optional[str] = ..., version: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class UserPin(_message.Message):
+    __slots__ = ("user_id", "version")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    version: str
+    def __init__(self, user_id: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
+
+class Rollout(_message.Message):
+    __slots__ = ("versions", "current", "candidate", "percent", "salt", "holdout_version", "holdout_salt", "holdout_percent", "pins", "history", "gates")
+    class PercentEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_FIELD_NUMBER: _ClassVar[int]
+    PERCENT_FIELD_NUMBER: _ClassVar[int]
+    SALT_FIELD_NUMBER: _ClassVar[int]
+    HOLDOUT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    HOLDOUT_SALT_FIELD_NUMBER: _ClassVar[int]
+    HOLDOUT_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    PINS_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
+    GATES_FIELD_NUMBER: _ClassVar[int]
+    versions: _containers.RepeatedCompositeFieldContainer[ModelVersion]
+    current: str
+    candidate: str
+    percent: _containers.ScalarMap[str, float]
+    salt: str
+    holdout_version: str
+    holdout_salt: str
+    holdout_percent: float
+    pins: _containers.RepeatedCompositeFieldContainer[UserPin]
+    history: _containers.RepeatedCompositeFieldContainer[RolloutChange]
+    gates: _containers.RepeatedCompositeFieldContainer[GateResult]
+    def __init__(self, versions: _Optional[_Iterable[_Union[ModelVersion, _Mapping]]] = ..., current: _Optional[str] = ..., candidate: _Optional[str] = ..., percent: _Optional[_Mapping[str, float]] = ..., salt: _Optional[str] = ..., holdout_version: _Optional[str] = ..., holdout_salt: _Optional[str] = ..., holdout_percent: _Optional[float] = ..., pins: _Optional[_Iterable[_Union[UserPin, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[RolloutChange, _Mapping]]] = ..., gates: _Optional[_Iterable[_Union[GateResult, _Mapping]]] = ...) -> None: ...
+
+class GetRolloutRequest(_message.Message):
+    __slots__ = ("known_revision", "tallies")
+    KNOWN_REVISION_FIELD_NUMBER: _ClassVar[int]
+    TALLIES_FIELD_NUMBER: _ClassVar[int]
+    known_revision: int
+    tallies: _containers.RepeatedCompositeFieldContainer[VersionTally]
+    def __init__(self, known_revision: _Optional[int] = ..., tallies: _Optional[_Iterable[_Union[VersionTally, _Mapping]]] = ...) -> None: ...
+
+class VersionTally(_message.Message):
+    __slots__ = ("version", "tier", "answers", "errors", "refusals", "slow")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    REFUSALS_FIELD_NUMBER: _ClassVar[int]
+    SLOW_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    tier: _common_pb2.Tier
+    answers: int
+    errors: int
+    refusals: int
+    slow: int
+    def __init__(self, version: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., answers: _Optional[int] = ..., errors: _Optional[int] = ..., refusals: _Optional[int] = ..., slow: _Optional[int] = ...) -> None: ...
+
+class GetRolloutResponse(_message.Message):
+    __slots__ = ("revision", "rollout")
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    ROLLOUT_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    rollout: Rollout
+    def __init__(self, revision: _Optional[int] = ..., rollout: _Optional[_Union[Rollout, _Mapping]] = ...) -> None: ...
+
+class CreateVersionRequest(_message.Message):
+    __slots__ = ("version",)
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    version: ModelVersion
+    def __init__(self, version: _Optional[_Union[ModelVersion, _Mapping]] = ...) -> None: ...
+
+class CreateVersionResponse(_message.Message):
+    __slots__ = ("rollout",)
+    ROLLOUT_FIELD_NUMBER: _ClassVar[int]
+    rollout: Rollout
+    def __init__(self, rollout: _Optional[_Union[Rollout, _Mapping]] = ...) -> None: ...
+
+class SplitChange(_message.Message):
+    __slots__ = ("version", "tier", "percent")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    PERCENT_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    tier: _common_pb2.Tier
+    percent: float
+    def __init__(self, version: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., percent: _Optional[float] = ...) -> None: ...
+
+class PromoteChange(_message.Message):
+    __slots__ = ("version", "force")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    force: bool
+    def __init__(self, version: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class RollbackChange(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+
+class HoldoutChange(_message.Message):
+    __slots__ = ("version",)
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    def __init__(self, version: _Optional[str] = ...) -> None: ...
+
+class PinChange(_message.Message):
+    __slots__ = ("user_id", "version")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    version: str
+    def __init__(self, user_id: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
+
+class GateChange(_message.Message):
+    __slots__ = ("candidate", "baseline", "passed", "summary")
+    CANDIDATE_FIELD_NUMBER: _ClassVar[int]
+    BASELINE_FIELD_NUMBER: _ClassVar[int]
+    PASSED_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    candidate: str
+    baseline: str
+    passed: bool
+    summary: str
+    def __init__(self, candidate: _Optional[str] = ..., baseline: _Optional[str] = ..., passed: _Optional[bool] = ..., summary: _Optional[str] = ...) -> None: ...
+
+class GateResult(_message.Message):
+    __slots__ = ("candidate", "baseline", "passed", "at", "summary")
+    CANDIDATE_FIELD_NUMBER: _ClassVar[int]
+    BASELINE_FIELD_NUMBER: _ClassVar[int]
+    PASSED_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    candidate: str
+    baseline: str
+    passed: bool
+    at: _timestamp_pb2.Timestamp
+    summary: str
+    def __init__(self, candidate: _Optional[str] = ..., baseline: _Optional[str] = ..., passed: _Optional[bool] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary: _Optional[str] = ...) -> None: ...
+
+class ChangeRolloutRequest(_message.Message):
+    __slots__ = ("split", "promote", "rollback", "holdout", "pin", "gate")
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    PROMOTE_FIELD_NUMBER: _ClassVar[int]
+    ROLLBACK_FIELD_NUMBER: _ClassVar[int]
+    HOLDOUT_FIELD_NUMBER: _ClassVar[int]
+    PIN_FIELD_NUMBER: _ClassVar[int]
+    GATE_FIELD_NUMBER: _ClassVar[int]
+    split: SplitChange
+    promote: PromoteChange
+    rollback: RollbackChange
+    holdout: HoldoutChange
+    pin: PinChange
+    gate: GateChange
+    def __init__(self, split: _Optional[_Union[SplitChange, _Mapping]] = ..., promote: _Optional[_Union[PromoteChange, _Mapping]] = ..., rollback: _Optional[_Union[RollbackChange, _Mapping]] = ..., holdout: _Optional[_Union[HoldoutChange, _Mapping]] = ..., pin: _Optional[_Union[PinChange, _Mapping]] = ..., gate: _Optional[_Union[GateChange, _Mapping]] = ...) -> None: ...
+
+class ChangeRolloutResponse(_message.Message):
+    __slots__ = ("rollout",)
+    ROLLOUT_FIELD_NUMBER: _ClassVar[int]
+    rollout: Rollout
+    def __init__(self, rollout: _Optional[_Union[Rollout, _Mapping]] = ...) -> None: ...

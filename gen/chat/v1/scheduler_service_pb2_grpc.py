@@ -95,6 +95,21 @@ class SchedulerServiceStub:
                 request_serializer=chat_dot_v1_dot_scheduler__service__pb2.RevokeUserTokensRequest.SerializeToString,
                 response_deserializer=chat_dot_v1_dot_scheduler__service__pb2.RevokeUserTokensResponse.FromString,
                 _registered_method=True)
+        self.GetRollout = channel.unary_unary(
+                '/chat.v1.SchedulerService/GetRollout',
+                request_serializer=chat_dot_v1_dot_scheduler__service__pb2.GetRolloutRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_scheduler__service__pb2.GetRolloutResponse.FromString,
+                _registered_method=True)
+        self.CreateVersion = channel.unary_unary(
+                '/chat.v1.SchedulerService/CreateVersion',
+                request_serializer=chat_dot_v1_dot_scheduler__service__pb2.CreateVersionRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_scheduler__service__pb2.CreateVersionResponse.FromString,
+                _registered_method=True)
+        self.ChangeRollout = channel.unary_unary(
+                '/chat.v1.SchedulerService/ChangeRollout',
+                request_serializer=chat_dot_v1_dot_scheduler__service__pb2.ChangeRolloutRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_scheduler__service__pb2.ChangeRolloutResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulerServiceServicer:
@@ -175,6 +190,26 @@ class SchedulerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetRollout(self, request, context):
+        """Model versions and their rollout. GetRollout is also how gateways learn the split (they
+        ask about every half second); the other calls need the admin token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateVersion(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ChangeRollout(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -237,6 +272,21 @@ def add_SchedulerServiceServicer_to_server(servicer, server):
                     servicer.RevokeUserTokens,
                     request_deserializer=chat_dot_v1_dot_scheduler__service__pb2.RevokeUserTokensRequest.FromString,
                     response_serializer=chat_dot_v1_dot_scheduler__service__pb2.RevokeUserTokensResponse.SerializeToString,
+            ),
+            'GetRollout': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRollout,
+                    request_deserializer=chat_dot_v1_dot_scheduler__service__pb2.GetRolloutRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_scheduler__service__pb2.GetRolloutResponse.SerializeToString,
+            ),
+            'CreateVersion': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateVersion,
+                    request_deserializer=chat_dot_v1_dot_scheduler__service__pb2.CreateVersionRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_scheduler__service__pb2.CreateVersionResponse.SerializeToString,
+            ),
+            'ChangeRollout': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChangeRollout,
+                    request_deserializer=chat_dot_v1_dot_scheduler__service__pb2.ChangeRolloutRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_scheduler__service__pb2.ChangeRolloutResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -564,6 +614,87 @@ class SchedulerService:
             '/chat.v1.SchedulerService/RevokeUserTokens',
             chat_dot_v1_dot_scheduler__service__pb2.RevokeUserTokensRequest.SerializeToString,
             chat_dot_v1_dot_scheduler__service__pb2.RevokeUserTokensResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRollout(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.SchedulerService/GetRollout',
+            chat_dot_v1_dot_scheduler__service__pb2.GetRolloutRequest.SerializeToString,
+            chat_dot_v1_dot_scheduler__service__pb2.GetRolloutResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateVersion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.SchedulerService/CreateVersion',
+            chat_dot_v1_dot_scheduler__service__pb2.CreateVersionRequest.SerializeToString,
+            chat_dot_v1_dot_scheduler__service__pb2.CreateVersionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChangeRollout(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.SchedulerService/ChangeRollout',
+            chat_dot_v1_dot_scheduler__service__pb2.ChangeRolloutRequest.SerializeToString,
+            chat_dot_v1_dot_scheduler__service__pb2.ChangeRolloutResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,78 @@
+"""The gateway's copy of the model versions and their rollout, followed from the schedulers
+(gateways never read etcd): asked every half second with the revision held, so a change
+reaches every gateway within a second and an unchanged rollout costs a few bytes."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+import structlog
+
+from domain.errors import Unavailable
+from domain.guardrails import Tally
+from domain.refusal import is_refusal
+from domain.rollout import Assignment, RolloutState, Slice, serving
+from domain.types import Finish, Tier, User
+
+# An evaluation compares versions, not sampling luck: pinned (eval) users get greedy answers.
+EVAL_TEMPERATURE = 0.0
+
+
+Tallies = dict[tuple[str, Tier], Tally]
+
+
+class RolloutSource(Protocol):
+    async def rollout(
+        self, known_revision: int, tallies: Tallies
+    ) -> tuple[int, RolloutState | None]: ...
+
+
+class VersionBook:
+    def __init__(self, source: RolloutSource, poll_s: float = 0.5, slow_ttft_s: float = 10.0):
+        self._source = source
+        self._poll_s = poll_s
+        self._slow_ttft_s = slow_ttft_s
+        self.state = RolloutState()
+        self.revision = 0
+        # Answers since the last report, per version and tier: sent with the next poll.
+        self._tallies: Tallies = {}
+        self._log = structlog.get_logger(component="versions")
+
+    def tally(self, version: str, tier: Tier, finish: str, text: str, ttft_s: float | None) -> None:
+        """Counts one ended answer for the version's online guardrails."""
+        slow = ttft_s is not None and ttft_s > self._slow_ttft_s
+        one = Tally(1, int(finish == Finish.ERROR.value), int(is_refusal(text, finish)), int(slow))
+        self._tallies[version, tier] = self._tallies.get((version, tier), Tally()) + one
+
+    async def refresh(self) -> None:
+        sent, self._tallies = self._tallies, {}
+        try:
+            revision, state = await self._source.rollout(self.revision, sent)
+        except BaseException:
+            for key, tally in sent.items():  # told next time instead
+                self._tallies[key] = self._tallies.get(key, Tally()) + tally
+            raise
+        if state is not None:
+            if revision != self.revision and self.revision:
+                self._log.info("rollout changed", revision=revision, current=state.current,
+                               candidate=state.candidate, split=dict(state.percent))  # fmt: skip
+            self.state, self.revision = state, revision
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self._poll_s)
+            try:
+                await self.refresh()
+            except Unavailable as error:
+                # Messages go on with the rollout last seen; it changes again once one answers.
+                self._log.warning("rollout not refreshed", reason=error.reason)
+
+    def serving(self, user: User, kept: str) -> Assignment:
+        return serving(self.state, user.user_id, user.tier, kept)
+
+
+def temperature_of(assignment: Assignment) -> float:
+    if assignment.slice is Slice.PINNED:
+        return EVAL_TEMPERATURE
+    return assignment.version.temperature

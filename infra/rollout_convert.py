@@ -1,0 +1,102 @@
+"""The rollout (domain/rollout.py) as protobuf and back: the scheduler serves it, gateways and
+chatctl read it, so the conversion is written once here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from google.protobuf import timestamp_pb2
+
+from chat.v1 import scheduler_service_pb2 as pb
+from domain.guardrails import Tally
+from domain.rollout import GateRecord, RolloutChange, RolloutState, Version
+from domain.types import Tier
+from infra.convert import TIER_FROM_PB, TIER_TO_PB
+
+
+def tallies_to_pb(tallies: dict[tuple[str, Tier], Tally]) -> list[pb.VersionTally]:
+    return [
+        pb.VersionTally(
+            version=version,
+            tier=TIER_TO_PB[tier],
+            answers=t.answers,
+            errors=t.errors,
+            refusals=t.refusals,
+            slow=t.slow,
+        )
+        for (version, tier), t in tallies.items()
+    ]
+
+
+def tallies_from_pb(tallies: Iterable[pb.VersionTally]) -> dict[tuple[str, Tier], Tally]:
+    found: dict[tuple[str, Tier], Tally] = {}
+    for t in tallies:
+        key = (t.version, TIER_FROM_PB.get(t.tier, Tier.FREE))
+        found[key] = found.get(key, Tally()) + Tally(t.answers, t.errors, t.refusals, t.slow)
+    return found
+
+
+def version_to_pb(version: Version) -> pb.ModelVersion:
+    return pb.ModelVersion(name=version.name, model=version.model,
+                           system_prompt=version.system_prompt,
+                           temperature=version.temperature)  # fmt: skip
+
+
+def version_from_pb(message: pb.ModelVersion) -> Version:
+    return Version(message.name, message.model, message.system_prompt, message.temperature)
+
+
+def _stamp(seconds: float) -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromNanoseconds(int(seconds * 1e9))
+    return stamp
+
+
+def rollout_to_pb(state: RolloutState) -> pb.Rollout:
+    return pb.Rollout(
+        versions=[version_to_pb(v) for v in state.versions],
+        current=state.current,
+        candidate=state.candidate,
+        percent=dict(state.percent),
+        salt=state.salt,
+        holdout_version=state.holdout_version,
+        holdout_salt=state.holdout_salt,
+        holdout_percent=state.holdout_percent,
+        pins=[pb.UserPin(user_id=u, version=v) for u, v in state.pins],
+        history=[
+            pb.RolloutChange(at=_stamp(c.at), action=c.action, version=c.version, detail=c.detail)
+            for c in state.history
+        ],
+        gates=[
+            pb.GateResult(
+                candidate=g.candidate,
+                baseline=g.baseline,
+                passed=g.passed,
+                at=_stamp(g.at),
+                summary=g.summary,
+            )
+            for g in state.gates
+        ],
+    )
+
+
+def rollout_from_pb(message: pb.Rollout) -> RolloutState:
+    return RolloutState(
+        versions=tuple(version_from_pb(v) for v in message.versions),
+        current=message.current,
+        candidate=message.candidate,
+        percent=tuple(sorted(message.percent.items())),
+        salt=message.salt,
+        holdout_version=message.holdout_version,
+        holdout_salt=message.holdout_salt,
+        holdout_percent=message.holdout_percent,
+        pins=tuple((p.user_id, p.version) for p in message.pins),
+        history=tuple(
+            RolloutChange(c.at.ToNanoseconds() / 1e9, c.action, c.version, c.detail)
+            for c in message.history
+        ),
+        gates=tuple(
+            GateRecord(g.candidate, g.baseline, g.passed, g.at.ToNanoseconds() / 1e9, g.summary)
+            for g in message.gates
+        ),
+    )

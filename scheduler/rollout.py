@@ -1,0 +1,113 @@
+"""Keeps the model versions and their rollout where the ladder is kept: in process on one
+machine, one etcd document written by compare-and-swap when schedulers share etcd. Every
+scheduler reads it from the store on each GetRollout, so a change made at one reaches every
+gateway (which asks about every half second) within a second."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Protocol
+
+import aetcd
+
+from domain.rollout import GateRecord, RolloutChange, RolloutState, Version
+
+CHANGE_ATTEMPTS = 5
+
+
+def state_to_json(state: RolloutState) -> bytes:
+    return json.dumps(asdict(state)).encode()
+
+
+def state_from_json(data: bytes) -> RolloutState:
+    raw = json.loads(data)
+    return RolloutState(
+        versions=tuple(Version(**v) for v in raw["versions"]),
+        current=raw["current"],
+        candidate=raw["candidate"],
+        percent=tuple((tier, share) for tier, share in raw["percent"]),
+        salt=raw["salt"],
+        holdout_version=raw["holdout_version"],
+        holdout_salt=raw["holdout_salt"],
+        holdout_percent=raw["holdout_percent"],
+        pins=tuple((user, version) for user, version in raw.get("pins", ())),
+        history=tuple(RolloutChange(**c) for c in raw.get("history", ())),
+        gates=tuple(GateRecord(**g) for g in raw.get("gates", ())),
+    )
+
+
+class RolloutStore(Protocol):
+    async def read(self) -> tuple[RolloutState, int]:
+        """The state and its revision (0: never written, the default state)."""
+        ...
+
+    async def write(self, state: RolloutState, revision: int) -> bool:
+        """Writes only if nobody wrote since `revision`; False otherwise."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class InProcessRolloutStore:
+    def __init__(self) -> None:
+        self._state = RolloutState()
+        self._revision = 0
+
+    async def read(self) -> tuple[RolloutState, int]:
+        return self._state, self._revision
+
+    async def write(self, state: RolloutState, revision: int) -> bool:
+        if revision != self._revision:
+            return False
+        self._state, self._revision = state, self._revision + 1
+        return True
+
+    async def close(self) -> None:
+        return None
+
+
+class EtcdRolloutStore:
+    def __init__(self, client: aetcd.Client, key: str = "/chat/v1/rollout/state") -> None:
+        self._etcd = client
+        self._key = key.encode()
+
+    async def read(self) -> tuple[RolloutState, int]:
+        found = await self._etcd.get(self._key)
+        if found is None:
+            return RolloutState(), 0
+        return state_from_json(found.value), found.mod_revision
+
+    async def write(self, state: RolloutState, revision: int) -> bool:
+        tx = self._etcd.transactions
+        succeeded, _ = await self._etcd.transaction(
+            compare=[tx.mod(self._key) == revision],
+            success=[tx.put(self._key, state_to_json(state))],
+            failure=[],
+        )
+        return bool(succeeded)
+
+    async def close(self) -> None:
+        await self._etcd.close()
+
+
+class RolloutKeeper:
+    def __init__(self, store: RolloutStore, clock: Callable[[], float]) -> None:
+        self._store = store
+        self._clock = clock
+
+    async def read(self) -> tuple[RolloutState, int]:
+        return await self._store.read()
+
+    async def change(self, edit: Callable[[RolloutState, float], RolloutState]) -> RolloutState:
+        """Applies one change by compare-and-swap, again if another scheduler wrote between."""
+        for _ in range(CHANGE_ATTEMPTS):
+            current, revision = await self._store.read()
+            changed = edit(current, self._clock())
+            if await self._store.write(changed, revision):
+                return changed
+        raise TimeoutError("the rollout kept changing under this change; try again")
+
+    async def close(self) -> None:
+        await self._store.close()

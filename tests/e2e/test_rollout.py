@@ -1,0 +1,215 @@
+"""Model versions behind the real local platform (scheduler, llama.cpp SmolLM2 node, gateway,
+edge), on a platform of their own: versions that differ only in the system prompt share the
+node; a split by user puts the same users on the candidate every time and a conversation
+keeps its version when the split changes; a candidate whose answers fail is rolled back by
+itself; a user past the daily allowance is served by the small pool."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from clients.chat_client import ClientError
+from clients.chatctl.platform import LocalPlatform
+from domain.rollout import Slice, Version
+from domain.types import Tier
+from store.factory import open_store
+from tests.clients.test_chatctl import Run, admin_flags, start
+from tests.e2e.rollout_support import (
+    gateway_caught_up,
+    new_id,
+    new_user,
+    rollout_admin,
+    rollout_platform_settings,
+    send,
+    users_in_slices,
+)
+
+pytestmark = pytest.mark.slow
+
+# Long enough that its token count tells it apart from the configured prompt in `usage`.
+CANDIDATE_PROMPT = (
+    "You are a careful assistant for a travel company. Answer in one short sentence, "
+    "politely, and never use lists, headings or emoji in any answer you give."
+)
+
+
+@pytest.fixture(scope="module")
+async def platform(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalPlatform]:
+    local = LocalPlatform(rollout_platform_settings(tmp_path_factory.mktemp("rollout")))
+    try:
+        await local.start()
+        yield local
+    finally:
+        await local.stop()
+
+
+async def test_a_split_keeps_users_on_their_slice_and_conversations_on_their_version(
+    platform: LocalPlatform,
+) -> None:
+    name = f"terse-{uuid.uuid4().hex[:6]}"
+    async with rollout_admin(platform) as admin:
+        await admin.create(Version(name, system_prompt=CANDIDATE_PROMPT, temperature=0.7))
+        state = await admin.split(name, "free", 10.0)
+        current = state.current
+        # The change reaches the gateway (through the scheduler) within a second.
+        assert await gateway_caught_up(platform, admin) < 1.0
+        try:
+            users = await users_in_slices(platform, state, Tier.FREE,
+                                          {Slice.CANDIDATE: 2, Slice.CURRENT: 1})  # fmt: skip
+            on_candidate = [token for _, token in users[Slice.CANDIDATE]]
+            on_current = [token for _, token in users[Slice.CURRENT]]
+            firsts = {}
+            for token in on_candidate + on_current:
+                conversation = new_id("c")
+                first = await send(platform, token, conversation, "Say hi.")
+                again = await send(platform, token, new_id("c"), "Say hi.")
+                firsts[token] = (conversation, first)
+                expected = name if token in on_candidate else current
+                # The same users on the candidate every time, in every new conversation.
+                assert (first.status, first.version, again.version) == (200, expected, expected)
+            # The candidate's own system prompt reached the model: the same message costs
+            # more prompt tokens on it.
+            base_input = firsts[on_current[0]][1].input_tokens
+            assert firsts[on_candidate[0]][1].input_tokens > base_input + 20
+
+            await admin.rollback("the test moves the split")
+            await gateway_caught_up(platform, admin)
+            conversation, _ = firsts[on_candidate[0]]
+            kept = await send(platform, on_candidate[0], conversation, "Thanks. Say bye.")
+            fresh = await send(platform, on_candidate[0], new_id("c"), "Say hi.")
+            assert (kept.version, fresh.version) == (name, current)
+        finally:
+            latest = await admin.rollout()
+            if latest.candidate == name and any(p for _, p in latest.percent):
+                await admin.rollback("test cleanup")
+
+
+async def test_a_candidate_whose_answers_fail_is_rolled_back_automatically(
+    platform: LocalPlatform,
+) -> None:
+    # A model no node serves: every answer of the candidate fails (a composed "busy").
+    name = f"broken-{uuid.uuid4().hex[:6]}"
+    async with rollout_admin(platform) as admin:
+        await admin.create(Version(name, model="no-such-model"))
+        state = await admin.split(name, "free", 50.0)
+        await gateway_caught_up(platform, admin)
+        users = await users_in_slices(platform, state, Tier.FREE, {Slice.CANDIDATE: 1})
+        ((_, token),) = users[Slice.CANDIDATE]
+        for _ in range(4):
+            failed = await send(platform, token, new_id("c"), "Say hi.")
+            assert (failed.version, failed.model, failed.finish) == (name, "busy", "error")
+        for _ in range(100):  # the gateway reports within 0.5 s, the check runs every second
+            latest = await admin.rollout()
+            if latest.history[-1].action == "rollback":
+                break
+            await gateway_caught_up(platform, admin)
+        change = latest.history[-1]
+        assert (change.action, change.version, dict(latest.percent)) == (
+            "rollback",
+            name,
+            {"free": 0.0},
+        )
+        assert change.detail.startswith("automatic: error share 1.00 > 0.00 + 0.05 (4 answers)")
+        await gateway_caught_up(platform, admin)
+        back = await send(platform, token, new_id("c"), "Say hi.")
+        assert (back.version, back.finish) == (latest.current, back.finish)
+        assert back.model != "busy"
+
+
+async def test_a_user_past_the_daily_allowance_is_served_by_the_small_pool(
+    platform: LocalPlatform,
+) -> None:
+    user_id, token = await new_user(platform, Tier.PLUS)
+    within = await send(platform, token, new_id("c"), "Say hi.", model="large")
+    over = await send(platform, token, new_id("c"), "Say hi.", model="large")
+    # The first answer was written (not failed): what it cost is what spends the allowance.
+    assert (within.status, within.downgraded, within.finish in ("stop", "length")) == (
+        200,
+        "",
+        True,
+    )
+    assert (over.status, over.downgraded, over.finish) == (200, "daily_budget", "length")
+    store = await open_store(f"sqlite:///{platform.settings.state_dir / 'chat.db'}")
+    try:
+        first = await store.serving_of(user_id, within.message_id)
+        second = await store.serving_of(user_id, over.message_id)
+    finally:
+        await store.close()
+    # Which tier actually served: the router chose large; the first fell back to small (this
+    # platform has no large node), the second was sent there by the allowance.
+    assert (first.routed_pool, first.budget, first.served_pool) == ("large", "within", "small")
+    assert (second.routed_pool, second.budget, second.served_pool) == ("large", "over", "small")
+
+
+# The eval gate, through chatctl as an operator runs it: a sample of the golden set (the
+# whole set takes minutes on one CPU node; the thresholds need it, the mechanics do not).
+# One request at a time: llama.cpp's greedy answers are the same for the same prompt only when
+# the batch around them is. The latency rule gets slack: this machine is shared.
+SAMPLE = ["--per-category", "1", "--harmful", "3", "--harmless", "2", "--concurrency", "1",
+          "--latency-slack", "60"]  # fmt: skip
+# SmolLM2-135M does not follow a system prompt that tells it to refuse (it answers as before;
+# docs/decisions.md, "The eval gate"), so the failing candidate's prompt breaks it another
+# way: too long for the window, so every answer fails.
+BROKEN_PROMPT = "7 " * 3900
+EVAL_TIMEOUT_S = 600
+
+
+def gate_rows(out: str) -> dict[str, tuple[str, ...]]:
+    """The verdict table's rows by rule: (figure, threshold, result)."""
+    rows = [re.split(r"\s{2,}", line) for line in out.splitlines()]
+    return {row[0]: tuple(row[1:]) for row in rows if len(row) == 4 and row[0] != "RULE"}
+
+
+async def eval_chatctl(*args: str) -> Run:
+    process = await start(*args)
+    out, err = await asyncio.wait_for(process.communicate(), EVAL_TIMEOUT_S)
+    return Run(process.returncode or 0, out.decode(), err.decode())
+
+
+async def test_the_gate_passes_an_identical_candidate_and_fails_a_broken_one(
+    platform: LocalPlatform, tmp_path
+) -> None:
+    same, refuser = f"same-{uuid.uuid4().hex[:6]}", f"broken-{uuid.uuid4().hex[:6]}"
+    async with rollout_admin(platform) as admin:
+        state = await admin.rollout()
+        current = state.version(state.current)
+        await admin.create(Version(same, current.model, current.system_prompt,
+                                   current.temperature))  # fmt: skip
+        await admin.create(Version(refuser, system_prompt=BROKEN_PROMPT))
+        flags = [*admin_flags(platform), "--gateway", platform.gateway_address,
+                 "--state-dir", str(tmp_path)]  # fmt: skip
+        passed = await eval_chatctl("eval", "run", "--candidate", same, *SAMPLE, *flags)
+        failed = await eval_chatctl("eval", "run", "--candidate", refuser, *SAMPLE, *flags)
+        # The tables, for whoever reads the test's output.
+        print(passed.out, failed.out, sep="\n")
+        assert (passed.code, passed.err) == (0, "")
+        assert passed.out.rstrip().endswith("verdict: PASSED")
+        rules = gate_rows(passed.out)
+        assert rules["harmful refused"] == ("100.0 %", ">= 99.0 %", "pass")
+        assert rules["win rate"] == ("50.0 %", ">= 50.0 %", "pass")
+        assert failed.code == 3
+        failing = {name for name, row in gate_rows(failed.out).items() if row[2] == "FAIL"}
+        assert {"win rate", "error share"} <= failing
+        shown = await eval_chatctl(
+            "eval",
+            "show",
+            "--candidate",
+            same,
+            *admin_flags(platform),
+            "--state-dir",
+            str(tmp_path),
+        )
+        assert (shown.code, shown.err, shown.out) == (0, "", passed.out)
+
+        # Promotion follows the recorded verdicts: refused without a pass, unless forced.
+        with pytest.raises(ClientError) as refused:
+            await admin.promote(refuser)
+        assert refused.value.code == "FAILED_PRECONDITION"
+        assert "its gate against" in refused.value.message
+        promoted = await admin.promote(same)
+        assert (promoted.current, promoted.history[-1].detail) == (same, "gate passed")

@@ -1,0 +1,41 @@
+"""The gateway's copy of the rollout: tallies go with the next poll, and come back to be sent
+again when the poll fails; an unchanged revision keeps the state held."""
+
+from __future__ import annotations
+
+import pytest
+
+from domain.errors import Unavailable
+from domain.guardrails import Tally
+from domain.rollout import RolloutState, Version, create
+from domain.types import Tier
+from gateway.versions import VersionBook
+
+
+class Source:
+    def __init__(self) -> None:
+        self.state = create(RolloutState(), Version("v2"), 1.0)
+        self.told: list[dict] = []
+        self.down = False
+
+    async def rollout(self, known_revision: int, tallies: dict) -> tuple[int, RolloutState | None]:
+        if self.down:
+            raise Unavailable("no scheduler")
+        self.told.append(dict(tallies))
+        return 7, None if known_revision == 7 else self.state
+
+
+async def test_tallies_are_sent_once_and_kept_when_the_poll_fails() -> None:
+    source = Source()
+    book = VersionBook(source, slow_ttft_s=5.0)
+    book.tally("v2", Tier.FREE, "error", "", None)
+    book.tally("v2", Tier.FREE, "stop", "I can't help with that.", 9.0)
+    source.down = True
+    with pytest.raises(Unavailable):
+        await book.refresh()
+    source.down = False
+    book.tally("v2", Tier.FREE, "stop", "Paris.", 1.0)
+    await book.refresh()
+    await book.refresh()
+    assert source.told == [{("v2", Tier.FREE): Tally(answers=3, errors=1, refusals=1, slow=1)}, {}]
+    assert (book.revision, book.state.has("v2")) == (7, True)

@@ -1,0 +1,67 @@
+"""The canary watch on the in-process rollout store: the gateways' tallies within the window
+decide, a breach rolls the candidate back with its reason, old tallies age out."""
+
+from __future__ import annotations
+
+from domain import rollout
+from domain.guardrails import Guardrails, Tally
+from domain.rollout import Version
+from domain.types import Tier
+from scheduler.canary import CanaryPolicy, CanaryWatch
+from scheduler.rollout import InProcessRolloutStore, RolloutKeeper
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def with_candidate() -> RolloutKeeper:
+    keeper = RolloutKeeper(InProcessRolloutStore(), lambda: 50.0)
+    await keeper.change(lambda s, at: rollout.create(s, Version("v2"), at))
+    await keeper.change(lambda s, at: rollout.split(s, "v2", Tier.FREE, 10.0, at))
+    return keeper
+
+
+def watch(keeper: RolloutKeeper, clock: Clock, rollbacks: list[int]) -> CanaryWatch:
+    policy = CanaryPolicy(Guardrails(min_answers=4), window_s=60.0)
+    return CanaryWatch(keeper, policy, clock, lambda: rollbacks.append(1))
+
+
+async def test_a_breach_within_the_window_rolls_the_candidate_back_with_its_reason() -> None:
+    keeper, clock, rollbacks = await with_candidate(), Clock(), []
+    canary = watch(keeper, clock, rollbacks)
+    canary.told({("v2", Tier.FREE): Tally(answers=4, errors=2)})
+    canary.told({("base", Tier.FREE): Tally(answers=40, errors=0)})
+    await canary.check()
+    state, _ = await keeper.read()
+    change = state.history[-1]
+    assert (change.action, change.version, dict(state.percent), rollbacks) == (
+        "rollback",
+        "v2",
+        {"free": 0.0},
+        [1],
+    )
+    assert change.detail == (
+        "automatic: error share 0.50 > 0.00 + 0.05 (4 answers) against base over 60 s"
+    )
+    await canary.check()  # nothing left to roll back: no second entry
+    assert (len((await keeper.read())[0].history), rollbacks) == (len(state.history), [1])
+
+
+async def test_tallies_older_than_the_window_and_too_few_answers_decide_nothing() -> None:
+    keeper, clock, rollbacks = await with_candidate(), Clock(), []
+    canary = watch(keeper, clock, rollbacks)
+    canary.told({("v2", Tier.FREE): Tally(answers=10, errors=10)})
+    clock.now += 61
+    canary.told({("v2", Tier.FREE): Tally(answers=3, errors=3)})
+    await canary.check()
+    state, _ = await keeper.read()
+    assert (state.history[-1].action, dict(state.percent), rollbacks) == (
+        "split",
+        {"free": 10.0},
+        [],
+    )
