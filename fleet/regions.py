@@ -1,5 +1,6 @@
 """Several regions in step: each a whole simulated region (fleet.region.FleetSim) with its own
-users, and between them the router of sizing 000's step 6.
+users, and between them the router that sends each new conversation home or, when home is
+full, to a region with room (docs/decisions.md, "Regions").
 
 - Every user has a home region (the nearest: each region's workload is its own users) and
   sends there. A share of users is pinned there by data residency (drawn from the user's id,

@@ -126,9 +126,17 @@ def nested(message: Message, descriptor: Descriptor) -> Iterable[Message]:
     if message.DESCRIPTOR is descriptor:
         yield message
     for field_descriptor, value in message.ListFields():
-        if field_descriptor.message_type is None:
+        entry = field_descriptor.message_type
+        if entry is None:
             continue
-        for item in value if field_descriptor.is_repeated else [value]:
+        if entry.GetOptions().map_entry:
+            # A map iterates over its keys; its values are what may hold messages.
+            if entry.fields_by_name["value"].message_type is None:
+                continue
+            items = list(value.values())
+        else:
+            items = list(value) if field_descriptor.is_repeated else [value]
+        for item in items:
             yield from nested(item, descriptor)
 
 

@@ -205,6 +205,7 @@ def admin_hints(users: list[str]) -> protofuzz.Hints:
         (2, st.just(NODE_ID)), (3, VALID_IDS), (1, ODD_IDS), (1, HUGE_IDS)
     )
     pools = protofuzz.weighted((3, st.just(POOL)), (1, protofuzz.default_strings()))
+    regions = protofuzz.weighted((4, st.just("")), (1, protofuzz.default_strings()))
 
     def hints(field: FieldDescriptor) -> st.SearchStrategy[object] | None:
         if field.type != FieldDescriptor.TYPE_STRING:
@@ -216,6 +217,9 @@ def admin_hints(users: list[str]) -> protofuzz.Hints:
             return VALID_IDS if registering else node_ids
         if field.name == "pool":
             return pools
+        if field.name == "home_region":
+            # This platform is one region without a name: only an empty home is valid.
+            return regions
         return None
 
     return hints
