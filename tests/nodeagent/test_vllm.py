@@ -327,6 +327,25 @@ def test_the_nodeagent_config_builds_a_vllm_engine() -> None:
         build_engine(NodeAgentConfig(engine="vllm", vllm_max_num_seqs=0))
 
 
+async def test_a_json_schema_answer_is_a_document_the_schema_accepts(vllm: VllmEngine) -> None:
+    options = AnswerOptions(json_object=True, json_schema=json.dumps(CITY_SCHEMA))
+    text, finished = await collect(
+        vllm.generate(request("j1", "Name the capital of France.", 60, options=options))
+    )
+    assert finished.finish is Finish.STOP
+    jsonschema.validate(json.loads(text), CITY_SCHEMA)
+
+
+async def test_a_required_tool_call_is_parsed_into_whole_calls(vllm: VllmEngine) -> None:
+    options = AnswerOptions(tools=(WEATHER_TOOL,), tool_choice=ToolChoice.REQUIRED)
+    _, finished = await collect(
+        vllm.generate(request("t1", "What is the weather in Paris?", 60, options=options))
+    )
+    (call,) = finished.tool_calls
+    assert call.name == "get_weather" and call.call_id
+    assert set(json.loads(call.arguments)) == {"city"}
+
+
 # Last on purpose: it kills the module's server to see what a dead vLLM looks like.
 async def test_a_dead_vllm_is_unhealthy_and_fails_requests(vllm: VllmEngine) -> None:
     assert await vllm.healthy()
@@ -351,22 +370,3 @@ CITY_SCHEMA = {
 }
 CITY_ONLY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 WEATHER_TOOL = ToolDefinition("get_weather", "Weather now in a city", json.dumps(CITY_ONLY))
-
-
-async def test_a_json_schema_answer_is_a_document_the_schema_accepts(vllm: VllmEngine) -> None:
-    options = AnswerOptions(json_object=True, json_schema=json.dumps(CITY_SCHEMA))
-    text, finished = await collect(
-        vllm.generate(request("j1", "Name the capital of France.", 60, options=options))
-    )
-    assert finished.finish is Finish.STOP
-    jsonschema.validate(json.loads(text), CITY_SCHEMA)
-
-
-async def test_a_required_tool_call_is_parsed_into_whole_calls(vllm: VllmEngine) -> None:
-    options = AnswerOptions(tools=(WEATHER_TOOL,), tool_choice=ToolChoice.REQUIRED)
-    _, finished = await collect(
-        vllm.generate(request("t1", "What is the weather in Paris?", 60, options=options))
-    )
-    (call,) = finished.tool_calls
-    assert call.name == "get_weather" and call.call_id
-    assert set(json.loads(call.arguments)) == {"city"}
