@@ -77,6 +77,10 @@ def rollout_platform_settings(state_dir: Path) -> PlatformSettings:
             "CHAT_GATEWAY_PLUS_DAILY_ALLOWANCE": str(PLUS_DAILY_ALLOWANCE),
             "CHAT_SCHEDULER_CANARY_WINDOW_S": "60",
             "CHAT_SCHEDULER_CANARY_MIN_ANSWERS": "4",
+            # The rollback test's deliberate errors must not open a pool's breaker: an open
+            # breaker moves later tests' messages to the small pool before the allowance
+            # decides, so their outcome would depend on the order the tests run in.
+            "CHAT_GATEWAY_BREAKER_FAILURES_TO_OPEN": "1000000",
         },
     )
 
