@@ -36,9 +36,8 @@ from edge.metrics import EdgeMetrics
 
 # Re-exported: callers import these from here (edge/errors.py, the Responses API).
 from edge.openai_errors import OpenAIError as OpenAIError
-from edge.openai_replies import ChunkWriter, WholeAnswer, completion_body, finish_of
+from edge.openai_replies import ChunkWriter, WholeAnswer, completion_body, write_event
 from edge.openai_replies import usage_of as usage_of
-from infra.convert import tool_call_from_pb
 from infra.status import REASON_MESSAGE_TOO_LARGE, CallFailure
 
 SESSION_HEADER = "X-Session-Id"
@@ -287,43 +286,12 @@ class OpenAIApi:
         async with sse.KeepAlive(response, self._keepalive_s) as keepalive:
             try:
                 async for event in events:
-                    if await self._write_event(writer, event, include_usage):
+                    if await write_event(writer, event, include_usage):
                         return
                     keepalive.wrote()
             except grpc.aio.AioRpcError as error:
                 failure = CallFailure(error)
                 await writer.error(failure.code.value[0], failure.message)
-
-    async def _write_event(self, writer: ChunkWriter, event: pb.ChatEvent, usage: bool) -> bool:
-        """Writes one event as OpenAI chunks; True when it was the last."""
-        kind = event.WhichOneof("kind")
-        if kind == "delta":
-            await self._write_delta(writer, event.delta)
-            return False
-        if kind == "error":
-            await writer.error(event.error.code, event.error.message)
-            return True
-        if kind != "done":
-            return False
-        if event.done.finish == FINISH_ERROR:
-            await writer.error(13, "the model failed while answering")
-            return True
-        await writer.choice({}, finish_of(event.done, bool(writer.called), writer.refused))
-        if usage:
-            await writer.usage(event.done)
-        return True
-
-    async def _write_delta(self, writer: ChunkWriter, delta: pb.DeltaEvent) -> None:
-        if delta.tool_calls:
-            calls = [
-                openai_tools.call_json(tool_call_from_pb(call), writer.called + index)
-                for index, call in enumerate(delta.tool_calls)
-            ]
-            writer.called += len(calls)
-            await writer.choice({"tool_calls": calls})
-        if delta.text:
-            writer.refused = writer.refused or delta.refusal
-            await writer.choice({"refusal" if delta.refusal else "content": delta.text})
 
     async def _whole_unless_gone(
         self,

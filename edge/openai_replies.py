@@ -12,7 +12,7 @@ from aiohttp import web
 
 from chat.v1 import chat_service_pb2 as pb
 from edge import openai_tools
-from edge.convert import OPENAI_FINISH
+from edge.convert import FINISH_ERROR, OPENAI_FINISH
 from edge.metrics import EdgeMetrics
 from infra.convert import tool_call_from_pb
 
@@ -118,3 +118,37 @@ def completion_body(meta: pb.MetaEvent, answer: WholeAnswer, done: pb.DoneEvent)
         "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
         "usage": usage_of(done),
     }
+
+
+async def write_event(writer: ChunkWriter, event: pb.ChatEvent, usage: bool) -> bool:
+    """Writes one event as OpenAI chunks; True when it was the last. A meta event writes
+    nothing: each caller opens its stream its own way."""
+    kind = event.WhichOneof("kind")
+    if kind == "delta":
+        await _write_delta(writer, event.delta)
+        return False
+    if kind == "error":
+        await writer.error(event.error.code, event.error.message)
+        return True
+    if kind != "done":
+        return False
+    if event.done.finish == FINISH_ERROR:
+        await writer.error(13, "the model failed while answering")
+        return True
+    await writer.choice({}, finish_of(event.done, bool(writer.called), writer.refused))
+    if usage:
+        await writer.usage(event.done)
+    return True
+
+
+async def _write_delta(writer: ChunkWriter, delta: pb.DeltaEvent) -> None:
+    if delta.tool_calls:
+        calls = [
+            openai_tools.call_json(tool_call_from_pb(call), writer.called + index)
+            for index, call in enumerate(delta.tool_calls)
+        ]
+        writer.called += len(calls)
+        await writer.choice({"tool_calls": calls})
+    if delta.text:
+        writer.refused = writer.refused or delta.refusal
+        await writer.choice({"refusal" if delta.refusal else "content": delta.text})

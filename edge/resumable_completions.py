@@ -21,7 +21,7 @@ from aiohttp import web
 
 from chat.v1 import chat_service_pb2 as pb
 from edge import sse
-from edge.convert import FINISH_ERROR, OPENAI_FINISH, attach_request
+from edge.convert import attach_request
 from edge.gateways import Gateways
 from edge.metrics import EdgeMetrics
 from edge.openai_api import (
@@ -34,6 +34,7 @@ from edge.openai_api import (
     bearer,
     openai_errors,
 )
+from edge.openai_replies import write_event
 from infra.status import CallFailure
 
 COMPLETION_ID = re.compile(r"chatcmpl-[0-9a-f]{1,55}")
@@ -152,26 +153,11 @@ class ResumableCompletions:
 
 
 async def _write_event(writer: NumberedChunks, event: pb.ChatEvent, usage: bool) -> bool:
-    """Writes one event as chunks; True when it was the last."""
-    kind = event.WhichOneof("kind")
-    if kind == "meta":
+    """Writes one event as chunks, as a first call's stream would; True when it was the last."""
+    if event.WhichOneof("kind") == "meta":
         await writer.choice({"role": "assistant", "content": ""})
         return False
-    if kind == "delta":
-        await writer.choice({"content": event.delta.text})
-        return False
-    if kind == "error":
-        await writer.error(event.error.code, event.error.message)
-        return True
-    if kind != "done":
-        return False
-    if event.done.finish == FINISH_ERROR:
-        await writer.error(13, "the model failed while answering")
-        return True
-    await writer.choice({}, OPENAI_FINISH.get(event.done.finish, "stop"))
-    if usage:
-        await writer.usage(event.done)
-    return True
+    return await write_event(writer, event, usage)
 
 
 async def _events(head: Any | None, call: grpc.aio.UnaryStreamCall) -> AsyncIterator[pb.ChatEvent]:
