@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -27,12 +27,13 @@ LOST_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
 NOT_CONNECTED = "failed to connect"
 # One address may be a DNS name for several gateways; round_robin spreads calls over all it
 # resolves to and passes over the ones that are down (gRPC's default would pin to the first).
-# A restarted gateway is called again within max_reconnect_backoff_ms, not gRPC's 120 s. Pings
-# find a gateway whose host vanished without closing the connection (infra/keepalive.py).
+# A restarted gateway is called again within max_reconnect_backoff_ms (plus gRPC's 20 % jitter),
+# not gRPC's 120 s; until then calls to it fail at once. Pings find a gateway whose host
+# vanished without closing the connection (infra/keepalive.py).
 CHANNEL_OPTIONS = (
     ("grpc.lb_policy_name", "round_robin"),
     ("grpc.initial_reconnect_backoff_ms", 500),
-    ("grpc.max_reconnect_backoff_ms", 5000),
+    ("grpc.max_reconnect_backoff_ms", 2000),
     *CLIENT_KEEPALIVE,
 )
 
@@ -112,6 +113,7 @@ class Gateways:
         channels: Sequence[tuple[str, grpc.aio.Channel]],
         cooldown_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
+        reconnect_wait_s: float = 3.0,
     ) -> None:
         self.all = [
             Gateway(
@@ -125,14 +127,22 @@ class Gateways:
         ]
         self._rotation = Rotation(len(self.all), cooldown_s)
         self._clock = clock
+        # A call whose two tries were both lost waits this long for any gateway to connect
+        # (one restarted while the other died is still in its reconnect backoff) before it
+        # fails; above the channels' longest backoff with its jitter (2.4 s).
+        self._reconnect_wait_s = reconnect_wait_s
 
     @classmethod
     def dial(
-        cls, addresses: Sequence[str], tls: TlsConfig | None, cooldown_s: float = 5.0
+        cls,
+        addresses: Sequence[str],
+        tls: TlsConfig | None,
+        cooldown_s: float = 5.0,
+        reconnect_wait_s: float = 3.0,
     ) -> Gateways:
         """One channel per address, with the edge's certificate (None: plaintext)."""
         channels = [(address, open_channel(address, tls, CHANNEL_OPTIONS)) for address in addresses]
-        return cls(channels, cooldown_s)
+        return cls(channels, cooldown_s, reconnect_wait_s=reconnect_wait_s)
 
     def ordered(self) -> list[Gateway]:
         """Every gateway, the one this call should go to first."""
@@ -152,45 +162,65 @@ class Gateways:
         send: Callable[[pb_grpc.ChatServiceStub], Awaitable[T]],
         may_resend: Callable[[grpc.aio.AioRpcError], bool] = gateway_lost,
     ) -> T:
-        """A unary call at one gateway, sent once more to the next when the first gateway was
+        """A unary call at one gateway, sent again to the next when the first gateway was
         lost and may_resend allows it: a lost read may always go again, a change only when it
         never left (never_sent)."""
-        first, second = self._two_tries()
-        try:
-            return await self._send_at(first, send)
-        except grpc.aio.AioRpcError as error:
-            if not gateway_lost(error) or not may_resend(error):
-                raise
-        return await self._send_at(second, send)
+        lost: grpc.aio.AioRpcError | None = None
+        async with contextlib.aclosing(self._tries()) as tries:
+            async for gateway in tries:
+                try:
+                    return await self._send_at(gateway, send)
+                except grpc.aio.AioRpcError as error:
+                    if not gateway_lost(error) or not may_resend(error):
+                        raise
+                    lost = error
+        raise _last(lost)
 
     async def open_stream(
         self, start: Callable[[pb_grpc.ChatServiceStub], grpc.aio.UnaryStreamCall]
     ) -> tuple[Gateway, grpc.aio.UnaryStreamCall, Any | None]:
         """A streaming call at one gateway and its first message (None: it ended without
-        one), sent once more to the next gateway when the first was lost before answering.
+        one), sent again to the next gateway when the first was lost before answering.
         Safe for every stream the edge opens: SendMessage is idempotent by message id,
         AttachMessage reads, and a completion whose gateway was lost died with it (or was
         cancelled with its connection)."""
-        for attempt, gateway in enumerate(self._two_tries()):
-            call = start(gateway.chat)
-            try:
-                first = await anext(aiter(call), None)
-            except grpc.aio.AioRpcError as error:
-                if not gateway_lost(error):
-                    raise
-                self.lost(gateway)
-                if attempt == 1:
-                    raise
-                continue
-            self.answered(gateway)
-            return gateway, call, first
-        raise AssertionError("unreachable: the last attempt returns or raises")
+        lost: grpc.aio.AioRpcError | None = None
+        async with contextlib.aclosing(self._tries()) as tries:
+            async for gateway in tries:
+                call = start(gateway.chat)
+                try:
+                    first = await anext(aiter(call), None)
+                except grpc.aio.AioRpcError as error:
+                    if not gateway_lost(error):
+                        raise
+                    self.lost(gateway)
+                    lost = error
+                    continue
+                self.answered(gateway)
+                return gateway, call, first
+        raise _last(lost)
 
-    def _two_tries(self) -> list[Gateway]:
-        """The gateway for a call and the one to send it to again. With one address, that
-        address twice: when it is a name for several gateways, round_robin picks another."""
+    async def _tries(self) -> AsyncGenerator[Gateway, None]:
+        """The gateway for a call and the one to send it to again (with one address, that
+        address twice: when it is a name for several gateways, round_robin picks another);
+        when both were lost, the first gateway to connect within reconnect_wait_s."""
         ordered = self.ordered()
-        return [ordered[0], ordered[1 % len(ordered)]]
+        yield ordered[0]
+        yield ordered[1 % len(ordered)]
+        back = await self._first_connected()
+        if back is not None:
+            yield back
+
+    async def _first_connected(self) -> Gateway | None:
+        waits = {asyncio.ensure_future(g.channel.channel_ready()): g for g in self.all}
+        done, pending = await asyncio.wait(
+            waits, timeout=self._reconnect_wait_s, return_when=asyncio.FIRST_COMPLETED
+        )
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        ready = [waits[task] for task in done if task.exception() is None]
+        return ready[0] if ready else None
 
     async def _send_at(
         self, gateway: Gateway, send: Callable[[pb_grpc.ChatServiceStub], Awaitable[T]]
@@ -206,3 +236,10 @@ class Gateways:
 
     async def close(self) -> None:
         await asyncio.gather(*(gateway.channel.close() for gateway in self.all))
+
+
+def _last(lost: grpc.aio.AioRpcError | None) -> grpc.aio.AioRpcError:
+    """The error of a call's last try (every call has at least two)."""
+    if lost is None:
+        raise RuntimeError("a call ended without a try")
+    return lost

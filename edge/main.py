@@ -31,6 +31,9 @@ class EdgeConfig:
     gateway_addresses: list[str] = field(default_factory=list)
     # A gateway whose call was lost gets no calls for this long (unless every one is down).
     gateway_cooldown_s: float = 5.0
+    # A call whose gateways were all lost waits this long for one to connect (a restarted
+    # gateway the edge is still backing off from) before it is refused.
+    gateway_reconnect_wait_s: float = 3.0
     # How long a stream whose gateway went away may take to carry on through another one
     # before the client is sent an error event.
     reattach_timeout_s: float = 10.0
@@ -70,7 +73,10 @@ async def serve_one(config: EdgeConfig, stop: asyncio.Event) -> None:
     addresses = [a.strip() for a in config.gateway_addresses if a.strip()]
     async with Service("edge", log) as service:
         gateways = Gateways.dial(
-            addresses or [config.gateway_address], config.tls, config.gateway_cooldown_s
+            addresses or [config.gateway_address],
+            config.tls,
+            config.gateway_cooldown_s,
+            config.gateway_reconnect_wait_s,
         )
         service.closes(gateways.close)
         settings = EdgeSettings(

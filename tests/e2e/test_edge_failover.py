@@ -116,7 +116,7 @@ async def test_with_a_gateway_gone_every_call_through_the_edge_works(platform) -
         for turn in range(3):
             body = {"content": f"Question {turn}?"}
             async with http.post(messages_url, json=body, headers=headers) as response:
-                assert response.status == 200
+                assert response.status == 200, await response.text()
                 answer = [e async for e in iter_events(response)]
             assert [e.event for e in answer][-1:] == ["done"]
         async with http.get(messages_url, headers=headers) as response:
@@ -137,3 +137,23 @@ async def test_with_a_gateway_gone_every_call_through_the_edge_works(platform) -
         ) as response:
             assert response.status == 200
             assert await response.json() == {"deleted": True}
+
+
+async def test_a_gateway_back_from_a_restart_serves_as_soon_as_the_other_dies(platform) -> None:
+    """The edge's connection to a restarted gateway waits out a reconnect backoff (up to a few
+    seconds); a call that finds the other gateway dead meanwhile waits for it, not a 503."""
+    first, second = (c for c in platform.children if c.name.startswith("gateway"))
+    headers = bearer(platform, "free")
+    url = f"{platform.edge_url}/v1/conversations/c_{uuid.uuid4().hex[:8]}/messages"
+    async with aiohttp.ClientSession() as http:
+        await kill(second)
+        # Calls fail over to the first while the edge's reconnects to the second back off.
+        for turn in range(2):
+            async with http.post(url, json={"content": f"Before {turn}?"}, headers=headers) as r:
+                assert r.status == 200, await r.text()
+                assert [e.event async for e in iter_events(r)][-1:] == ["done"]
+        await platform.restart(second.name)
+        await kill(first)
+        async with http.post(url, json={"content": "After?"}, headers=headers) as response:
+            assert response.status == 200, await response.text()
+            assert [e.event async for e in iter_events(response)][-1:] == ["done"]

@@ -89,17 +89,10 @@ def children_of(pid: int) -> set[int]:
     return found
 
 
-def gone(pid: int) -> bool:
-    """Whether pid has exited (a zombie has closed its sockets too)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
-
-
-async def exited(pid: int) -> None:
+async def stopped_listening(listeners: set[str], port: int) -> None:
+    """Until none of these sockets listens on the port any more."""
     while True:
-        if gone(pid):
+        if not listeners & port_sockets(port, LISTEN):
             return
         await asyncio.sleep(0.01)
 
@@ -149,10 +142,14 @@ async def test_a_dead_worker_is_replaced_and_the_other_serves_meanwhile(workers_
     before = children_of(supervisor)
     assert len(before) == 2
     victim = min(before)
+    listeners = sockets_of(victim) & port_sockets(port, LISTEN)
+    assert listeners
     os.kill(victim, signal.SIGKILL)
     # The kill lands asynchronously: a connection the kernel hands the dying worker's listener
-    # before it closes is reset (as with any SO_REUSEPORT server). Ask once it is gone.
-    await asyncio.wait_for(exited(victim), 30)
+    # before it closes is reset (as with any SO_REUSEPORT server). Ask once it closed. Not
+    # once the worker is a zombie: its main thread is one while its other threads still exit
+    # and hold its sockets open.
+    await asyncio.wait_for(stopped_listening(listeners, port), 30)
     contents = [f"After the kill {i}: tell me about tides." for i in range(6)]
     async with aiohttp.ClientSession() as http:
         texts = [await ask(http, platform, content) for content in contents]

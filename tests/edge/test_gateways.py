@@ -4,6 +4,8 @@ gateway's. Against real gRPC servers on 127.0.0.1 (a tiny ChatService) and a clo
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import grpc
@@ -97,3 +99,50 @@ async def test_a_dead_gateways_failure_is_the_gateways_a_refusal_is_the_calls(li
     assert gateway_lost(refused_connection.value) and never_sent(refused_connection.value)
     assert refused_by_gateway.value.code() == grpc.StatusCode.UNAVAILABLE
     assert not gateway_lost(refused_by_gateway.value)
+
+
+async def limits_at(address: str) -> grpc.aio.Server:
+    server = grpc.aio.server()
+    pb_grpc.add_ChatServiceServicer_to_server(Limits(), server)
+    server.add_insecure_port(address)
+    await server.start()
+    return server
+
+
+async def test_with_every_gateway_lost_a_call_waits_for_one_to_come_back() -> None:
+    """Both refused, then one starts listening while the edge is backing off from it: the
+    call is answered there instead of failing."""
+    first, second = (f"127.0.0.1:{free_port()}" for _ in range(2))
+    gateways = Gateways.dial([first, second], None, reconnect_wait_s=30.0)
+    server: grpc.aio.Server | None = None
+
+    async def back_once_both_refused() -> None:
+        nonlocal server
+        while True:
+            if len(gateways.down()) == 2:
+                server = await limits_at(second)
+                return
+            await asyncio.sleep(0.01)
+
+    try:
+        starting = asyncio.create_task(back_once_both_refused())
+        reply = await gateways.call(lambda chat: chat.GetLimits(pb.GetLimitsRequest(), timeout=5))
+        await starting
+        assert isinstance(reply, pb.GetLimitsResponse)
+    finally:
+        await gateways.close()
+        if server is not None:
+            await server.stop(None)
+
+
+async def test_with_every_gateway_gone_a_call_fails_after_the_reconnect_wait() -> None:
+    gateways = Gateways.dial([f"127.0.0.1:{free_port()}" for _ in range(2)], None,
+                             reconnect_wait_s=0.5)  # fmt: skip
+    started = time.monotonic()
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await gateways.call(lambda chat: chat.GetLimits(pb.GetLimitsRequest(), timeout=5))
+    finally:
+        await gateways.close()
+    assert never_sent(refused.value)
+    assert 0.5 <= time.monotonic() - started < 10.0
