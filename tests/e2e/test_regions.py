@@ -309,7 +309,10 @@ async def test_a_region_killed_whole_is_out_and_its_users_start_elsewhere(region
         # c back: its users go home again for new conversations.
         for child in list(c.children):
             await c.restart(child.name)
-        # Back once its node is ready again: a region without a ready replica is full.
-        await until_seen(http, a, {"up:c": 1, "ready:c": 1}, 30.0)
+        # Back once its node is ready again: a region without a ready replica is full. In
+        # c's own view too: a's gateway passes the message to c's, which spills it to a
+        # neighbour while it has not yet seen its own replica ready.
+        for viewer in (a, c):
+            await until_seen(http, viewer, {"up:c": 1, "ready:c": 1}, 30.0)
         back, _, _ = await send(http, a, carol, "home-again", "Back home?")
         assert back["region"] == "c"
