@@ -57,7 +57,28 @@ async def start(*args: str, env: dict[str, str] | None = None) -> asyncio.subpro
 
 async def chatctl(*args: str, env: dict[str, str] | None = None, stdin: str = "") -> Run:
     process = await start(*args, env=env)
-    out, err = await asyncio.wait_for(process.communicate(stdin.encode()), COMMAND_TIMEOUT_S)
+    assert process.stdin and process.stdout and process.stderr
+    # Read as it comes, so that a command that runs past its bound still shows what it wrote.
+    out, err = bytearray(), bytearray()
+
+    async def drain(stream: asyncio.StreamReader, into: bytearray) -> None:
+        while chunk := await stream.read(65536):
+            into += chunk
+
+    process.stdin.write(stdin.encode())
+    process.stdin.close()
+    try:
+        await asyncio.wait_for(
+            asyncio.gather(drain(process.stdout, out), drain(process.stderr, err), process.wait()),
+            COMMAND_TIMEOUT_S,
+        )
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise AssertionError(
+            f"chatctl {' '.join(args)} ran past {COMMAND_TIMEOUT_S} s; it wrote:\n"
+            f"{out.decode(errors='replace')}\n{err.decode(errors='replace')}"
+        ) from None
     assert process.returncode is not None
     return Run(process.returncode, out.decode(), err.decode())
 

@@ -133,7 +133,12 @@ async def test_a_user_past_the_daily_allowance_is_served_by_the_small_pool(
         "",
         True,
     )
-    assert (over.status, over.downgraded, over.finish) == (200, "daily_budget", "length")
+    # Written too, to its end or to the cap: a short greeting may end before 12 tokens.
+    assert (over.status, over.downgraded, over.finish in ("stop", "length")) == (
+        200,
+        "daily_budget",
+        True,
+    )
     store = await open_store(f"sqlite:///{platform.settings.state_dir / 'chat.db'}")
     try:
         first = await store.serving_of(user_id, within.message_id)
