@@ -15,10 +15,15 @@ class Tally:
     errors: int = 0
     refusals: int = 0
     slow: int = 0
+    # Users' ratings of the version's answers (domain/feedback.py): shown, not judged.
+    thumbs_up: int = 0
+    thumbs_down: int = 0
 
     def __add__(self, other: Tally) -> Tally:
         return Tally(self.answers + other.answers, self.errors + other.errors,
-                     self.refusals + other.refusals, self.slow + other.slow)  # fmt: skip
+                     self.refusals + other.refusals, self.slow + other.slow,
+                     self.thumbs_up + other.thumbs_up,
+                     self.thumbs_down + other.thumbs_down)  # fmt: skip
 
     def share(self, count: int) -> float:
         return count / self.answers if self.answers else 0.0

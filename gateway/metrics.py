@@ -7,8 +7,11 @@ from the start: a rate or an alert over it reads 0 before the first event, not "
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from domain.feedback import Rating
 from domain.router import POOLS, RouteReason
 from domain.types import Tier, Usage
 
@@ -107,7 +110,21 @@ class GatewayMetrics:
             "messages sent to the small pool because the user spent the day's allowance",
             ["tier"], registry=registry,
         )  # fmt: skip
+        self.feedback = Counter(
+            "gateway_feedback_total",
+            "users' ratings of their answers, by the version that served the answer, the "
+            "user's tier and the rating (a rating changed to the other counts the new one)",
+            ["version", "tier", "rating"], registry=registry,
+        )  # fmt: skip
         self._start_at_zero()
+
+    def know_versions(self, names: Iterable[str]) -> None:
+        """The per-version series at zero for versions the rollout names: versions appear
+        while the gateway runs, so they cannot all be made at the start."""
+        for name in names:
+            for tier in Tier:
+                for rating in Rating:
+                    self.feedback.labels(name, tier.value, rating.value)
 
     def observe_version(
         self, version: str, tier: Tier, finish: str, ttft_s: float | None, stream_s: float,

@@ -23,6 +23,8 @@ def tallies_to_pb(tallies: dict[tuple[str, Tier], Tally]) -> list[pb.VersionTall
             errors=t.errors,
             refusals=t.refusals,
             slow=t.slow,
+            thumbs_up=t.thumbs_up,
+            thumbs_down=t.thumbs_down,
         )
         for (version, tier), t in tallies.items()
     ]
@@ -32,7 +34,9 @@ def tallies_from_pb(tallies: Iterable[pb.VersionTally]) -> dict[tuple[str, Tier]
     found: dict[tuple[str, Tier], Tally] = {}
     for t in tallies:
         key = (t.version, TIER_FROM_PB.get(t.tier, Tier.FREE))
-        found[key] = found.get(key, Tally()) + Tally(t.answers, t.errors, t.refusals, t.slow)
+        found[key] = found.get(key, Tally()) + Tally(
+            t.answers, t.errors, t.refusals, t.slow, t.thumbs_up, t.thumbs_down
+        )
     return found
 
 

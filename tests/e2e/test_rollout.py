@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from clients.chat_client import ClientError
+from clients.chat_client import ChatClient, ClientError, Rated
 from clients.chatctl.platform import LocalPlatform
 from domain.rollout import Slice, Version
 from domain.types import Tier
@@ -21,8 +21,10 @@ from store.factory import open_store
 from tests.clients.test_chatctl import Run, admin_flags, start
 from tests.e2e.rollout_support import (
     gateway_caught_up,
+    gateway_metric,
     new_id,
     new_user,
+    rate,
     rollout_admin,
     rollout_platform_settings,
     send,
@@ -144,6 +146,72 @@ async def test_a_user_past_the_daily_allowance_is_served_by_the_small_pool(
     # platform has no large node), the second was sent there by the allowance.
     assert (first.routed_pool, first.budget, first.served_pool) == ("large", "within", "small")
     assert (second.routed_pool, second.budget, second.served_pool) == ("large", "over", "small")
+
+
+async def test_a_user_rates_their_answer_and_the_rating_counts_for_its_version(
+    platform: LocalPlatform,
+) -> None:
+    user_id, token = await new_user(platform, Tier.FREE)
+    _, stranger = await new_user(platform, Tier.FREE)
+    conversation = new_id("c")
+    sent = await send(platform, token, conversation, "Say hi.")
+    answer_id, version = sent.message_id + ".answer", sent.version
+    before = await gateway_metric(platform, "gateway_feedback_total")
+    # Label values in the order the exposition sorts them: rating, tier, version. Every known
+    # label is there at zero before any rating.
+    assert before[("up", "plus", version)] == 0.0
+
+    down = {"rating": "down", "comment": "Too short, and it ignored my question."}
+    assert await rate(platform, token, answer_id, down) == (
+        200,
+        {"messageId": answer_id, "rating": "down", "version": version},
+    )
+    # Rating again replaces the rating: one row, the newest rating and comment.
+    again = {"rating": "up", "comment": None}
+    assert await rate(platform, token, answer_id, again) == (
+        200,
+        {"messageId": answer_id, "rating": "up", "version": version},
+    )
+    refused = [
+        (token, answer_id, {"rating": "meh"}, 400, "'rating' must be up or down"),
+        (token, answer_id, {"comment": "no rating"}, 400, "'rating' must be up or down"),
+        (token, answer_id, {"rating": "up", "comment": 7}, 400, "'comment' must be a string"),
+        (token, answer_id, {"rating": "up", "comment": "x" * 2001}, 400,
+         "a comment is at most 2000 characters (this one is 2001)"),
+        (token, sent.message_id, {"rating": "up"}, 400,
+         f"message {sent.message_id!r} is not an answer: only answers are rated"),
+        (token, new_id("m") + ".answer", {"rating": "up"}, 404, None),
+        (stranger, answer_id, {"rating": "down"}, 404, None),
+        ("", answer_id, {"rating": "down"}, 401, "send 'Authorization: Bearer <token>'"),
+    ]  # fmt: skip
+    for who, message_id, body, status, reason in refused:
+        got_status, reply = await rate(platform, who, message_id, body)
+        assert (got_status, reply["error"]["status"]) == (status, status), (body, reply)
+        if reason is not None:
+            assert reply["error"]["message"] == reason
+
+    # Through the Python client (gRPC), the same answer rated down again.
+    async with ChatClient(platform.gateway_address, token, tls=platform.tls()) as chat:
+        assert await chat.rate(answer_id, "down", "On second thought.") == Rated(
+            answer_id, "down", version
+        )
+        with pytest.raises(ClientError) as refused_call:
+            await chat.rate(sent.message_id, "up")
+        assert refused_call.value.code == "INVALID_ARGUMENT"
+
+    store = await open_store(f"sqlite:///{platform.settings.state_dir / 'chat.db'}")
+    try:
+        stored = await store.feedback_of(user_id, answer_id)
+    finally:
+        await store.close()
+    assert (stored.message_id, stored.conversation_id, stored.rating, stored.comment,
+            stored.version) == (answer_id, conversation, "down", "On second thought.",
+                                version)  # fmt: skip
+    after = await gateway_metric(platform, "gateway_feedback_total")
+    counted = {rating: after[(rating, "free", version)] - before[(rating, "free", version)]
+               for rating in ("up", "down")}  # fmt: skip
+    # down, then up, then down: each change counts its new rating; refusals count nothing.
+    assert counted == {"up": 1.0, "down": 2.0}
 
 
 # The eval gate, through chatctl as an operator runs it: a sample of the golden set (the

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from domain.errors import Unavailable
+from domain.feedback import Rating
 from domain.guardrails import Tally
 from domain.rollout import RolloutState, Version, create
 from domain.types import Tier
@@ -39,3 +40,17 @@ async def test_tallies_are_sent_once_and_kept_when_the_poll_fails() -> None:
     await book.refresh()
     assert source.told == [{("v2", Tier.FREE): Tally(answers=3, errors=1, refusals=1, slow=1)}, {}]
     assert (book.revision, book.state.has("v2")) == (7, True)
+
+
+async def test_ratings_go_with_the_next_poll_and_every_version_named_is_told() -> None:
+    source = Source()
+    named: list[list[str]] = []
+    book = VersionBook(source, on_versions=lambda names: named.append(list(names)))
+    book.tally_rating("v2", Tier.PLUS, Rating.UP)
+    book.tally_rating("v2", Tier.PLUS, Rating.DOWN)
+    book.tally_rating("v2", Tier.PLUS, Rating.DOWN)
+    book.tally("v2", Tier.PLUS, "stop", "Paris.", 1.0)
+    await book.refresh()
+    assert source.told == [{("v2", Tier.PLUS): Tally(answers=1, thumbs_up=1, thumbs_down=2)}]
+    # The configured version at the start, then the rollout's versions once it came.
+    assert named == [["base"], ["base", "v2"]]

@@ -374,20 +374,24 @@ class GetRolloutRequest(_message.Message):
     def __init__(self, known_revision: _Optional[int] = ..., tallies: _Optional[_Iterable[_Union[VersionTally, _Mapping]]] = ...) -> None: ...
 
 class VersionTally(_message.Message):
-    __slots__ = ("version", "tier", "answers", "errors", "refusals", "slow")
+    __slots__ = ("version", "tier", "answers", "errors", "refusals", "slow", "thumbs_up", "thumbs_down")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
     ANSWERS_FIELD_NUMBER: _ClassVar[int]
     ERRORS_FIELD_NUMBER: _ClassVar[int]
     REFUSALS_FIELD_NUMBER: _ClassVar[int]
     SLOW_FIELD_NUMBER: _ClassVar[int]
+    THUMBS_UP_FIELD_NUMBER: _ClassVar[int]
+    THUMBS_DOWN_FIELD_NUMBER: _ClassVar[int]
     version: str
     tier: _common_pb2.Tier
     answers: int
     errors: int
     refusals: int
     slow: int
-    def __init__(self, version: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., answers: _Optional[int] = ..., errors: _Optional[int] = ..., refusals: _Optional[int] = ..., slow: _Optional[int] = ...) -> None: ...
+    thumbs_up: int
+    thumbs_down: int
+    def __init__(self, version: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., answers: _Optional[int] = ..., errors: _Optional[int] = ..., refusals: _Optional[int] = ..., slow: _Optional[int] = ..., thumbs_up: _Optional[int] = ..., thumbs_down: _Optional[int] = ...) -> None: ...
 
 class GetRolloutResponse(_message.Message):
     __slots__ = ("revision", "rollout")
