@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from domain.feedback import Rating
 from domain.router import POOLS, RouteReason
+from domain.scores import tokens_per_s
 from domain.types import Tier, Usage
 
 _SECONDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0)
@@ -133,8 +134,8 @@ class GatewayMetrics:
         self.version_answers.labels(version, tier.value, finish).inc()
         if ttft_s is not None:
             self.version_ttft.labels(version, tier.value).observe(ttft_s)
-        if output_tokens > 1 and stream_s > 0:
-            rate = (output_tokens - 1) / stream_s
+        rate = tokens_per_s(output_tokens, stream_s)
+        if rate is not None:
             self.version_tokens_per_s.labels(version, tier.value).observe(rate)
 
     def _start_at_zero(self) -> None:

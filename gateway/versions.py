@@ -15,6 +15,7 @@ from domain.feedback import Rating
 from domain.guardrails import Tally
 from domain.refusal import is_refusal
 from domain.rollout import Assignment, RolloutState, Slice, serving
+from domain.scores import RATE_BOUNDS, TTFT_BOUNDS_S, one_in
 from domain.types import Finish, Tier, User
 
 # An evaluation compares versions, not sampling luck: pinned (eval) users get greedy answers.
@@ -50,10 +51,15 @@ class VersionBook:
         self._log = structlog.get_logger(component="versions")
         on_versions(v.name for v in self.state.versions)
 
-    def tally(self, version: str, tier: Tier, finish: str, text: str, ttft_s: float | None) -> None:
-        """Counts one ended answer for the version's online guardrails."""
+    def tally(
+        self, version: str, tier: Tier, finish: str, text: str, ttft_s: float | None,
+        rate: float | None = None, failed_over: bool = False,
+    ) -> None:  # fmt: skip
+        """Counts one ended answer for the version's online guardrails and scores."""
         slow = ttft_s is not None and ttft_s > self._slow_ttft_s
-        one = Tally(1, int(finish == Finish.ERROR.value), int(is_refusal(text, finish)), int(slow))
+        one = Tally(1, int(finish == Finish.ERROR.value), int(is_refusal(text, finish)), int(slow),
+                    failovers=int(failed_over), ttft=one_in(ttft_s, TTFT_BOUNDS_S),
+                    rates=one_in(rate, RATE_BOUNDS))  # fmt: skip
         self._add(version, tier, one)
 
     def tally_rating(self, version: str, tier: Tier, rating: Rating) -> None:

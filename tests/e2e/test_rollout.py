@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator
 
@@ -15,6 +16,8 @@ import pytest
 
 from clients.chat_client import ChatClient, ClientError, Rated
 from clients.chatctl.platform import LocalPlatform
+from domain.guardrails import Tally
+from domain.refusal import is_refusal
 from domain.rollout import Slice, Version
 from domain.types import Tier
 from store.factory import open_store
@@ -212,6 +215,57 @@ async def test_a_user_rates_their_answer_and_the_rating_counts_for_its_version(
                for rating in ("up", "down")}  # fmt: skip
     # down, then up, then down: each change counts its new rating; refusals count nothing.
     assert counted == {"up": 1.0, "down": 2.0}
+
+
+def score_row(out: str, version: str) -> list[str]:
+    """`chatctl versions show`'s row of one version (the only tier it was used in)."""
+    (row,) = [re.split(r"\s{2,}", line) for line in out.splitlines() if line.startswith(version)]
+    return row
+
+
+async def test_versions_show_prints_a_versions_answers_and_thumbs_from_the_gateways_tallies(
+    platform: LocalPlatform,
+) -> None:
+    name = f"scored-{uuid.uuid4().hex[:6]}"
+    async with rollout_admin(platform) as admin:
+        await admin.create(Version(name))
+        user_id, token = await new_user(platform, Tier.FREE)
+        await admin.pin(user_id, name)  # its answers, and only its, are the version's
+        await gateway_caught_up(platform, admin)
+        # A version the gateway learnt of has its feedback series at zero.
+        assert (await gateway_metric(platform, "gateway_feedback_total"))[
+            ("down", "plus", name)
+        ] == 0.0
+        try:
+            sent = [await send(platform, token, new_id("c"), "Say hi.") for _ in range(3)]
+            assert [s.version for s in sent] == [name] * 3
+            for s, rating in zip(sent, ("up", "down", "down"), strict=True):
+                assert (await rate(platform, token, s.message_id + ".answer",
+                                   {"rating": rating}))[0] == 200  # fmt: skip
+            # The gateway sends them with its next poll (every 0.5 s).
+            deadline = time.monotonic() + 20
+            while (await admin.scores(name))[1].get((name, Tier.FREE), Tally()).thumbs_down < 2:
+                assert time.monotonic() < deadline, "the scheduler never got the ratings"
+                await asyncio.sleep(0.1)
+            shown = await eval_chatctl("versions", "show", name, *admin_flags(platform))
+            as_json = await eval_chatctl("versions", "show", name, "--json",
+                                         *admin_flags(platform))  # fmt: skip
+        finally:
+            await admin.pin(user_id, "")
+    print(shown.out)
+    assert (shown.code, shown.err) == (0, "")
+    assert shown.out.startswith("online scores over the last 60 s")
+    errors = sum(s.finish == "error" for s in sent)
+    refusals = sum(is_refusal(s.text, s.finish) for s in sent)
+    row = score_row(shown.out, name)
+    assert row[:9] == [name, "free", "3", f"{errors / 3:.0%}", f"{refusals / 3:.0%}",
+                       row[5], "0%", "1", "2"]  # fmt: skip
+    # TTFT p50/p95/p99 in seconds, tokens/s p50/p5: read from the tallies' histograms.
+    assert all(re.fullmatch(r">?[0-9.e+-]+s", cell) for cell in row[9:12]), row
+    assert all(re.fullmatch(r">?[0-9.e+-]+|-", cell) for cell in row[12:]), row
+    (scores,) = as_json.json()["scores"]
+    assert (scores["version"], scores["tier"], scores["answers"], scores["thumbs_up"],
+            scores["thumbs_down"]) == (name, "free", 3, 1, 2)  # fmt: skip
 
 
 # The eval gate, through chatctl as an operator runs it: a sample of the golden set (the
