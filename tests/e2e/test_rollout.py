@@ -21,6 +21,7 @@ from domain.refusal import is_refusal
 from domain.rollout import Slice, Version
 from domain.types import Tier
 from store.factory import open_store
+from tests.api_schema import assert_conforms
 from tests.clients.test_chatctl import Run, admin_flags, start
 from tests.e2e.rollout_support import (
     gateway_caught_up,
@@ -169,6 +170,7 @@ async def test_a_user_rates_their_answer_and_the_rating_counts_for_its_version(
         200,
         {"messageId": answer_id, "rating": "down", "version": version},
     )
+    assert_conforms("Rating", (await rate(platform, token, answer_id, down))[1])
     # Rating again replaces the rating: one row, the newest rating and comment.
     again = {"rating": "up", "comment": None}
     assert await rate(platform, token, answer_id, again) == (
@@ -190,6 +192,7 @@ async def test_a_user_rates_their_answer_and_the_rating_counts_for_its_version(
     for who, message_id, body, status, reason in refused:
         got_status, reply = await rate(platform, who, message_id, body)
         assert (got_status, reply["error"]["status"]) == (status, status), (body, reply)
+        assert_conforms("Error", reply)
         if reason is not None:
             assert reply["error"]["message"] == reason
 
