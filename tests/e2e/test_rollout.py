@@ -22,7 +22,7 @@ from domain.rollout import Slice, Version
 from domain.types import Tier
 from store.factory import open_store
 from tests.api_schema import assert_conforms
-from tests.clients.test_chatctl import Run, admin_flags, start
+from tests.clients.test_chatctl import Run, admin_flags, clean_env, start, tls_dir
 from tests.e2e.rollout_support import (
     gateway_caught_up,
     gateway_metric,
@@ -205,19 +205,31 @@ async def test_a_user_rates_their_answer_and_the_rating_counts_for_its_version(
             await chat.rate(sent.message_id, "up")
         assert refused_call.value.code == "INVALID_ARGUMENT"
 
+    # And from the terminal: up again, with another comment.
+    env = clean_env(CHAT_GATEWAY=platform.gateway_address, CHAT_TOKEN=token,
+                    CHAT_TLS_DIR=tls_dir(platform))  # fmt: skip
+    process = await start("feedback", answer_id, "up", "--comment", "Fine after all.", env=env)
+    out, err = await process.communicate()
+    assert (process.returncode, out.decode(), err.decode()) == (
+        0,
+        f"rated {answer_id} up (version {version})\n",
+        "",
+    )
+
     store = await open_store(f"sqlite:///{platform.settings.state_dir / 'chat.db'}")
     try:
         stored = await store.feedback_of(user_id, answer_id)
     finally:
         await store.close()
     assert (stored.message_id, stored.conversation_id, stored.rating, stored.comment,
-            stored.version) == (answer_id, conversation, "down", "On second thought.",
+            stored.version) == (answer_id, conversation, "up", "Fine after all.",
                                 version)  # fmt: skip
     after = await gateway_metric(platform, "gateway_feedback_total")
     counted = {rating: after[(rating, "free", version)] - before[(rating, "free", version)]
                for rating in ("up", "down")}  # fmt: skip
-    # down, then up, then down: each change counts its new rating; refusals count nothing.
-    assert counted == {"up": 1.0, "down": 2.0}
+    # down, down again, up, down, up: each change counts its new rating; the same rating again
+    # and the refused ones count nothing.
+    assert counted == {"up": 2.0, "down": 2.0}
 
 
 def score_row(out: str, version: str) -> list[str]:
