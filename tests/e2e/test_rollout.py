@@ -265,6 +265,8 @@ async def test_versions_show_prints_a_versions_answers_and_thumbs_from_the_gatew
             shown = await eval_chatctl("versions", "show", name, *admin_flags(platform))
             as_json = await eval_chatctl("versions", "show", name, "--json",
                                          *admin_flags(platform))  # fmt: skip
+            every = await eval_chatctl("versions", "show", *admin_flags(platform))
+            unknown = await eval_chatctl("versions", "show", "no-such", *admin_flags(platform))
         finally:
             await admin.pin(user_id, "")
     print(shown.out)
@@ -278,6 +280,8 @@ async def test_versions_show_prints_a_versions_answers_and_thumbs_from_the_gatew
     # TTFT p50/p95/p99 in seconds, tokens/s p50/p5: read from the tallies' histograms.
     assert all(re.fullmatch(r">?[0-9.e+-]+s", cell) for cell in row[9:12]), row
     assert all(re.fullmatch(r">?[0-9.e+-]+|-", cell) for cell in row[12:]), row
+    assert score_row(every.out, name) == row  # every version's, this one's among them
+    assert (unknown.code, unknown.out, unknown.err) == (1, "", "chatctl: no version 'no-such'\n")
     (scores,) = as_json.json()["scores"]
     assert (scores["version"], scores["tier"], scores["answers"], scores["thumbs_up"],
             scores["thumbs_down"]) == (name, "free", 3, 1, 2)  # fmt: skip
