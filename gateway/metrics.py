@@ -124,6 +124,8 @@ class GatewayMetrics:
         while the gateway runs, so they cannot all be made at the start."""
         for name in names:
             for tier in Tier:
+                # A failover share over a version without failovers reads 0, not "no data".
+                self.version_failovers.labels(name, tier.value)
                 for rating in Rating:
                     self.feedback.labels(name, tier.value, rating.value)
 

@@ -251,6 +251,8 @@ async def test_versions_show_prints_a_versions_answers_and_thumbs_from_the_gatew
         assert (await gateway_metric(platform, "gateway_feedback_total"))[
             ("down", "plus", name)
         ] == 0.0
+        failovers = await gateway_metric(platform, "gateway_version_failovers_total")
+        assert failovers[("plus", name)] == 0.0
         try:
             sent = [await send(platform, token, new_id("c"), "Say hi.") for _ in range(3)]
             assert [s.version for s in sent] == [name] * 3
