@@ -44,7 +44,15 @@ from chat.v1 import chat_service_pb2 as chat_pb
 from chat.v1 import chat_service_pb2_grpc as chat_grpc
 from chat.v1 import scheduler_service_pb2 as sched_pb
 from chat.v1 import scheduler_service_pb2_grpc as sched_grpc
-from infra.convert import AUTO_MODEL, FINISH_NAMES, MODEL_CHOICES, ROLE_NAMES, TIER_NAMES
+from domain.feedback import Rating
+from infra.convert import (
+    AUTO_MODEL,
+    FINISH_NAMES,
+    MODEL_CHOICES,
+    RATING_TO_PB,
+    ROLE_NAMES,
+    TIER_NAMES,
+)
 from infra.status import CallFailure
 from infra.tls import TlsConfig, open_channel
 
@@ -198,6 +206,16 @@ class Message:
     # As Done's; None for the user's turns, which no model wrote.
     finish: str | None
     created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Rated:
+    """A rating as stored: the answer, "up" or "down", and the version that served it ('' for
+    none)."""
+
+    message_id: str
+    rating: str
+    version: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,6 +420,15 @@ class ChatClient(_Client):
         """Stops an answer and frees its GPU slot; False when it had already ended."""
         request = chat_pb.StopMessageRequest(message_id=message_id)
         return bool((await self._unary(self._stub.StopMessage, request)).stopped)
+
+    async def rate(self, message_id: str, rating: str, comment: str = "") -> Rated:
+        """Rates one of the caller's answers "up" or "down" (rating again replaces it)."""
+        if rating not in RATING_TO_PB:
+            raise ClientError("INVALID_ARGUMENT", "rating must be up or down")
+        request = chat_pb.RateMessageRequest(message_id=message_id, comment=comment,
+                                             rating=RATING_TO_PB[Rating(rating)])  # fmt: skip
+        reply = await self._unary(self._stub.RateMessage, request)
+        return Rated(reply.message_id, rating, reply.version)
 
     async def conversations(self, limit: int = 100) -> list[Conversation]:
         """The caller's conversations, newest first, up to limit (pages are fetched as needed)."""

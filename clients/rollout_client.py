@@ -6,10 +6,11 @@ from __future__ import annotations
 from chat.v1 import scheduler_service_pb2 as sched_pb
 from chat.v1 import scheduler_service_pb2_grpc as sched_grpc
 from clients.chat_client import DEFAULT_TIMEOUT_S, _Client
+from domain.guardrails import Tally
 from domain.rollout import RolloutState, Version
 from domain.types import Tier
 from infra.convert import TIER_TO_PB
-from infra.rollout_convert import rollout_from_pb, version_to_pb
+from infra.rollout_convert import rollout_from_pb, tallies_from_pb, version_to_pb
 from infra.tls import TlsConfig
 
 
@@ -32,6 +33,13 @@ class RolloutClient(_Client):
         """The rollout with its revision (what gateways report as gateway_rollout_revision)."""
         reply = await self._unary(self._stub.GetRollout, sched_pb.GetRolloutRequest())
         return reply.revision, rollout_from_pb(reply.rollout)
+
+    async def scores(self, version: str = "") -> tuple[float, dict[tuple[str, Tier], Tally]]:
+        """The scheduler's trailing window (seconds) and each version's tallies in it per tier
+        ('': every version)."""
+        request = sched_pb.GetVersionScoresRequest(version=version)
+        reply = await self._unary(self._stub.GetVersionScores, request)
+        return reply.window_seconds, tallies_from_pb(reply.tallies)
 
     async def create(self, version: Version) -> RolloutState:
         request = sched_pb.CreateVersionRequest(version=version_to_pb(version))

@@ -9,16 +9,34 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def _added(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """Two histograms' counts bucket by bucket (an empty one is all zeros)."""
+    longer, shorter = (a, b) if len(a) >= len(b) else (b, a)
+    return tuple(n + (shorter[i] if i < len(shorter) else 0) for i, n in enumerate(longer))
+
+
 @dataclass(frozen=True, slots=True)
 class Tally:
     answers: int = 0
     errors: int = 0
     refusals: int = 0
     slow: int = 0
+    # Users' ratings of the version's answers (domain/feedback.py): shown, not judged.
+    thumbs_up: int = 0
+    thumbs_down: int = 0
+    # Answers moved to another replica mid-answer at least once.
+    failovers: int = 0
+    # Counts per bucket of time to first text and of output tokens a second (domain/scores.py's
+    # bounds): shown as percentiles, not judged (the slow share is the latency guardrail).
+    ttft: tuple[int, ...] = ()
+    rates: tuple[int, ...] = ()
 
     def __add__(self, other: Tally) -> Tally:
         return Tally(self.answers + other.answers, self.errors + other.errors,
-                     self.refusals + other.refusals, self.slow + other.slow)  # fmt: skip
+                     self.refusals + other.refusals, self.slow + other.slow,
+                     self.thumbs_up + other.thumbs_up, self.thumbs_down + other.thumbs_down,
+                     self.failovers + other.failovers, _added(self.ttft, other.ttft),
+                     _added(self.rates, other.rates))  # fmt: skip
 
     def share(self, count: int) -> float:
         return count / self.answers if self.answers else 0.0

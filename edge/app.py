@@ -15,6 +15,7 @@ import grpc
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from domain.feedback import Rating
 from edge import convert
 from edge.errors import HttpError, error_for, error_response, from_rpc
 from edge.gateways import Gateways, never_sent
@@ -30,6 +31,7 @@ from infra.metrics import metrics_handler
 
 EVENT_ID = re.compile(r"[0-9]{1,18}")
 PAGE_SIZE = re.compile(r"[1-9][0-9]?|100")
+RATINGS = frozenset(rating.value for rating in Rating)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -192,6 +194,24 @@ class Edge:
             convert.message_reply_json,
         )
 
+    async def rate(self, request: web.Request) -> web.Response:
+        metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
+        body = await self._json_body(request)
+        rating = body.get("rating")
+        # null, like a missing comment, is none.
+        comment = body.get("comment")
+        comment = "" if comment is None else comment
+        if not isinstance(rating, str) or rating not in RATINGS:
+            raise HttpError(400, "'rating' must be up or down")
+        if not isinstance(comment, str):
+            raise HttpError(400, "'comment' must be a string")
+        ask = convert.rate_request(request.match_info["message_id"], rating, comment)
+        # A rating sent again replaces itself: safe to retry at another gateway.
+        return await self._unary(
+            lambda chat: chat.RateMessage(ask, metadata=metadata, timeout=timeout),
+            convert.rating_json,
+        )
+
     async def limits(self, request: web.Request) -> web.Response:
         metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
         ask = convert.limits_request()
@@ -271,6 +291,7 @@ def build_app(
     app.router.add_get("/v1/messages/{message_id}", edge.get_message)
     app.router.add_get("/v1/messages/{message_id}/stream", edge.resume)
     app.router.add_post("/v1/messages/{message_id}/stop", edge.stop)
+    app.router.add_post("/v1/messages/{message_id}/feedback", edge.rate)
     app.router.add_get("/v1/limits", edge.limits)
     OpenAIApi(gateways, metrics, settings.keepalive_s, settings.rpc_timeout_s).register(app)
     ResponsesApi(gateways, metrics, settings.keepalive_s, settings.rpc_timeout_s).register(app)

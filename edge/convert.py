@@ -13,9 +13,12 @@ from typing import Any, NamedTuple
 from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import common_pb2
 from domain.answer_options import PLAIN, AnswerOptions, ToolCall
+from domain.feedback import Rating
 from infra.convert import (
     FINISH_NAMES,
     MODEL_CHOICES,
+    RATING_FROM_PB,
+    RATING_TO_PB,
     ROLE_NAMES,
     TIER_NAMES,
     options_to_pb,
@@ -93,6 +96,21 @@ def list_messages_request(conversation_id: str) -> pb.ListMessagesRequest:
 
 def get_message_request(message_id: str) -> pb.GetMessageRequest:
     return pb.GetMessageRequest(message_id=message_id)
+
+
+def rate_request(message_id: str, rating: str, comment: str) -> pb.RateMessageRequest:
+    """rating: "up" or "down" (domain/feedback.py's Rating)."""
+    return pb.RateMessageRequest(
+        message_id=message_id, rating=RATING_TO_PB[Rating(rating)], comment=comment
+    )
+
+
+def rating_json(reply: pb.RateMessageResponse) -> dict[str, Any]:
+    return {
+        "messageId": reply.message_id,
+        "rating": RATING_FROM_PB[reply.rating].value,
+        "version": reply.version,
+    }
 
 
 def limits_request() -> pb.GetLimitsRequest:

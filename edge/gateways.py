@@ -15,7 +15,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from chat.v1 import chat_service_pb2_grpc as pb_grpc
-from infra.keepalive import CLIENT_KEEPALIVE
+from infra.keepalive import CLIENT_CHANNEL
 from infra.tls import TlsConfig, open_channel
 
 T = TypeVar("T")
@@ -27,15 +27,10 @@ LOST_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
 NOT_CONNECTED = "failed to connect"
 # One address may be a DNS name for several gateways; round_robin spreads calls over all it
 # resolves to and passes over the ones that are down (gRPC's default would pin to the first).
-# A restarted gateway is called again within max_reconnect_backoff_ms (plus gRPC's 20 % jitter),
-# not gRPC's 120 s; until then calls to it fail at once. Pings find a gateway whose host
-# vanished without closing the connection (infra/keepalive.py).
-CHANNEL_OPTIONS = (
-    ("grpc.lb_policy_name", "round_robin"),
-    ("grpc.initial_reconnect_backoff_ms", 500),
-    ("grpc.max_reconnect_backoff_ms", 2000),
-    *CLIENT_KEEPALIVE,
-)
+# A restarted gateway is called again within the channel's reconnect backoff (2 s, plus gRPC's
+# 20 % jitter), not gRPC's 120 s; until then calls to it fail at once. Pings find a gateway
+# whose host vanished without closing the connection (infra/keepalive.py).
+CHANNEL_OPTIONS = (("grpc.lb_policy_name", "round_robin"), *CLIENT_CHANNEL)
 
 
 def gateway_lost(error: grpc.aio.AioRpcError) -> bool:

@@ -7,6 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
+from domain.feedback import MAX_COMMENT_CHARS, Rating
 from domain.types import Finish, Role, Tier
 from edge.openai_schemas import OPENAI_REQUEST_SCHEMAS
 from edge.openapi_responses import RESPONSES_PATHS, RESPONSES_SCHEMAS
@@ -163,6 +164,24 @@ SCHEMAS: dict[str, Any] = {
             "nextCursor": {**STRING, "description": "the next page's cursor; empty after the last"},
         }
     ),
+    "Feedback": {
+        "type": "object",
+        "required": ["rating"],
+        "properties": {
+            "rating": {"enum": [rating.value for rating in Rating]},
+            "comment": {"type": ["string", "null"], "maxLength": MAX_COMMENT_CHARS},
+        },
+    },
+    "Rating": _object(
+        {
+            "messageId": STRING,
+            "rating": {"enum": [rating.value for rating in Rating]},
+            "version": {
+                **STRING,
+                "description": "the model version that served the answer; empty for none",
+            },
+        }
+    ),
     "Limits": _object(
         {
             "tier": {"enum": [tier.value for tier in Tier]},
@@ -289,6 +308,18 @@ CONVERSATION_PATHS: dict[str, Any] = {
                 "200": _json(_object({"stopped": {"type": "boolean"}}), "whether it was running"),
                 **_errors(400, 401, 404),
             },
+        ),
+    },
+    "/v1/messages/{message_id}/feedback": {
+        "parameters": [MESSAGE],
+        "post": _op(
+            "Rates one of the caller's answers thumbs up or down, with an optional comment; "
+            "rating again replaces the rating",
+            {
+                "200": _json(_ref("Rating"), "the rating stored"),
+                **_errors(400, 401, 404, 413),
+            },
+            requestBody={"required": True, "content": {JSON: {"schema": _ref("Feedback")}}},
         ),
     },
     "/v1/limits": {

@@ -85,6 +85,8 @@ class Answer:
     shown: list[str] = field(default_factory=list)
     # The output check withdrew what was shown: the answer is refused, whoever writes it on.
     withdrawn: bool = False
+    # How many times it moved to another replica mid-answer.
+    failovers: int = 0
     finish: Finish = Finish.ERROR
     usage: Usage = field(default_factory=Usage)
     guard: OutputGuard | None = None
@@ -148,6 +150,7 @@ class AnswerWriter:
             except NodeLost as error:
                 self._refuse_broken_document(run, plan, answer, error)
                 lost.append(answer.served_by.node_id)
+                answer.failovers += 1
                 self._metrics.failovers.labels(plan.tier.value, plan.pool).inc()
                 if plan.version:
                     self._metrics.version_failovers.labels(plan.version, plan.tier.value).inc()

@@ -9,6 +9,7 @@ from google.protobuf import timestamp_pb2
 from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import common_pb2
 from domain.errors import InvalidArgument
+from domain.feedback import Rating
 from domain.types import Finish
 from gateway.completions import CallerTurn, CompleteRequest
 from gateway.runs import Delta, Done, Event, Failed, Meta, Retract
@@ -16,6 +17,7 @@ from infra.convert import (
     AUTO_MODEL,
     FINISH_TO_PB,
     MODEL_CHOICES,
+    RATING_FROM_PB,
     ROLE_FROM_PB,
     ROLE_TO_PB,
     options_from_pb,
@@ -37,6 +39,13 @@ def pool_of(choice: int) -> str | None:
     if choice not in ROUTED_CHOICES and choice not in POOL_OF_CHOICE:
         raise InvalidArgument("model must be auto, small or large")
     return POOL_OF_CHOICE.get(choice)
+
+
+def rating_from_pb(rating: int) -> Rating:
+    found = RATING_FROM_PB.get(rating)
+    if found is None:
+        raise InvalidArgument("rating must be up or down")
+    return found
 
 
 def completion_from_pb(request: pb.CompleteRequest) -> CompleteRequest:

@@ -18,7 +18,7 @@ from domain.errors import AlreadyExists, NotFound, Unavailable
 from domain.types import Tier
 from gateway import home_convert
 from infra.convert import TIER_TO_PB
-from infra.keepalive import CLIENT_KEEPALIVE
+from infra.keepalive import CLIENT_CHANNEL
 from infra.tls import TlsConfig, open_channel
 from store.records import ConversationRecord, MessageRecord, NewMessage, ServingRecord
 
@@ -32,7 +32,7 @@ class HomeStore:
         if not addresses:
             raise Unavailable(f"home region {region!r} has no gateway")
         self.region = region
-        self._channel = open_channel(addresses[0], tls, CLIENT_KEEPALIVE)
+        self._channel = open_channel(addresses[0], tls, CLIENT_CHANNEL)
         self._stub = pb_grpc.HomeServiceStub(self._channel)
 
     async def close(self) -> None:

@@ -39,6 +39,7 @@ from gateway.auth import Authenticator
 from gateway.buckets import Buckets, InProcessBuckets
 from gateway.compactor import Compactor
 from gateway.daily_budget import DailyBudget, DailySpend, InProcessDailySpend, RedisDailySpend
+from gateway.feedback import RatingDesk
 from gateway.home_servicer import HomeServicer
 from gateway.metrics import GatewayMetrics
 from gateway.node_client import NodeClient
@@ -354,7 +355,8 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         metrics = GatewayMetrics(registry)
         buckets = build_buckets(config, policy, redis_client, metrics)
         sharing = build_run_sharing(config, redis_client, runs, metrics)
-        versions = VersionBook(scheduler, config.rollout_poll_s, config.slow_ttft_s)
+        versions = VersionBook(scheduler, config.rollout_poll_s, config.slow_ttft_s,
+                               metrics.know_versions)  # fmt: skip
         # The rollout as it stands before the first message, when a scheduler answers; else
         # the configured version until one does (the poll keeps asking).
         with contextlib.suppress(Unavailable):
@@ -408,7 +410,8 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         service.closes(peers.close)
         chat_service_pb2_grpc.add_ChatServiceServicer_to_server(
             ChatServicer(Authenticator(store, regions.user_by_token_hash), pipeline, store,
-                         buckets, regions, peers, stream_interval_s=config.stream_interval_s),
+                         buckets, RatingDesk(store, versions, metrics), regions, peers,
+                         stream_interval_s=config.stream_interval_s),
             server.server,
         )  # fmt: skip
         home = HomeServicer(store, buckets)

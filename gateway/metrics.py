@@ -7,9 +7,13 @@ from the start: a rate or an alert over it reads 0 before the first event, not "
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from domain.feedback import Rating
 from domain.router import POOLS, RouteReason
+from domain.scores import tokens_per_s
 from domain.types import Tier, Usage
 
 _SECONDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0)
@@ -107,7 +111,23 @@ class GatewayMetrics:
             "messages sent to the small pool because the user spent the day's allowance",
             ["tier"], registry=registry,
         )  # fmt: skip
+        self.feedback = Counter(
+            "gateway_feedback_total",
+            "users' ratings of their answers, by the version that served the answer, the "
+            "user's tier and the rating (a rating changed to the other counts the new one)",
+            ["version", "tier", "rating"], registry=registry,
+        )  # fmt: skip
         self._start_at_zero()
+
+    def know_versions(self, names: Iterable[str]) -> None:
+        """The per-version series at zero for versions the rollout names: versions appear
+        while the gateway runs, so they cannot all be made at the start."""
+        for name in names:
+            for tier in Tier:
+                # A failover share over a version without failovers reads 0, not "no data".
+                self.version_failovers.labels(name, tier.value)
+                for rating in Rating:
+                    self.feedback.labels(name, tier.value, rating.value)
 
     def observe_version(
         self, version: str, tier: Tier, finish: str, ttft_s: float | None, stream_s: float,
@@ -116,8 +136,8 @@ class GatewayMetrics:
         self.version_answers.labels(version, tier.value, finish).inc()
         if ttft_s is not None:
             self.version_ttft.labels(version, tier.value).observe(ttft_s)
-        if output_tokens > 1 and stream_s > 0:
-            rate = (output_tokens - 1) / stream_s
+        rate = tokens_per_s(output_tokens, stream_s)
+        if rate is not None:
             self.version_tokens_per_s.labels(version, tier.value).observe(rate)
 
     def _start_at_zero(self) -> None:

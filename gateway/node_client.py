@@ -22,11 +22,11 @@ from infra.convert import (
     tool_call_from_pb,
     tool_call_to_pb,
 )
-from infra.keepalive import CLIENT_KEEPALIVE
+from infra.keepalive import CLIENT_CHANNEL
 from infra.tls import TlsConfig, open_channel
 
 # A node behind a silent link fails its streams within 3 s, and the answer fails over.
-CHANNEL_OPTIONS = CLIENT_KEEPALIVE
+CHANNEL_OPTIONS = CLIENT_CHANNEL
 # A node that cannot take a cancel this fast is gone, and its work with it.
 CANCEL_TIMEOUT_S = 2.0
 

@@ -10,7 +10,7 @@ import grpc
 from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import chat_service_pb2_grpc as pb_grpc
 from gateway.regions import SERVE_FOR_HEADER, Forward
-from infra.keepalive import CLIENT_KEEPALIVE
+from infra.keepalive import CLIENT_CHANNEL
 from infra.tls import TlsConfig, open_channel
 
 
@@ -22,7 +22,7 @@ class PeerGateways:
     def _stub(self, address: str) -> pb_grpc.ChatServiceStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = open_channel(address, self._tls, CLIENT_KEEPALIVE)
+            channel = self._channels[address] = open_channel(address, self._tls, CLIENT_CHANNEL)
         return pb_grpc.ChatServiceStub(channel)
 
     async def send(

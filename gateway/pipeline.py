@@ -39,6 +39,7 @@ from domain.errors import (
 )
 from domain.router import RouteDecision
 from domain.safety import Verdict
+from domain.scores import tokens_per_s
 from domain.types import Finish, Role, Usage, User
 from gateway import completions
 from gateway.answers import Answer, AnswerPlan, AnswerWriter
@@ -542,7 +543,8 @@ class ChatPipeline:
             self._metrics.observe_version(version, user.tier, answer.finish.value, ttft,
                                           stream_s, answer.usage.output_tokens)  # fmt: skip
             self._versions.tally(version, user.tier, answer.finish.value, "".join(answer.shown),
-                                 ttft)  # fmt: skip
+                                 ttft, tokens_per_s(answer.usage.output_tokens, stream_s),
+                                 answer.failovers > 0)  # fmt: skip
 
     async def _save_answer(
         self, run: MessageRun, user: User, parent_seq: int | None, answer: Answer

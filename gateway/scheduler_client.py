@@ -22,12 +22,12 @@ from domain.guardrails import Tally
 from domain.rollout import RolloutState
 from domain.types import Tier
 from infra.convert import TIER_TO_PB
-from infra.keepalive import CLIENT_KEEPALIVE
+from infra.keepalive import CLIENT_CHANNEL
 from infra.rollout_convert import rollout_from_pb, tallies_to_pb
 from infra.status import REASON_NO_REPLICA, CallFailure
 from infra.tls import TlsConfig, open_channel
 
-CHANNEL_OPTIONS = CLIENT_KEEPALIVE
+CHANNEL_OPTIONS = CLIENT_CHANNEL
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,13 +21,15 @@ from gateway.convert import (
     events_response,
     message_to_pb,
     pool_of,
+    rating_from_pb,
 )
+from gateway.feedback import RatingDesk
 from gateway.peer_client import PeerGateways
 from gateway.pipeline import ANSWER_SUFFIX, ChatPipeline, SendRequest, check_id
 from gateway.regions import SERVE_FOR_HEADER, Forward, NoRegions, RegionRouter
 from gateway.runs import RunAbandoned
 from infra.bearer import bearer_from_metadata
-from infra.convert import TIER_TO_PB
+from infra.convert import RATING_TO_PB, TIER_TO_PB
 from infra.grpcserver import maps_domain_errors
 from infra.tls import Role, TlsConfig, peer
 from store.base import Store
@@ -57,6 +59,7 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         pipeline: ChatPipeline,
         store: Store,
         buckets: Buckets,
+        ratings: RatingDesk,
         regions: RegionRouter | NoRegions | None = None,
         peers: PeerGateways | None = None,
         stream_interval_s: float = 0.0,
@@ -65,6 +68,7 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         self._pipeline = pipeline
         self._store = store
         self._buckets = buckets
+        self._ratings = ratings
         # After an answer's first text, at most one message per stream per interval, each
         # carrying every event that came meanwhile (MessageRun.follow_batches).
         self._interval_s = stream_interval_s
@@ -224,6 +228,16 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
             raise NotFound(f"no response {request.response_id!r}")
         await self._store.delete_response(user.user_id, request.response_id)
         return pb.DeleteResponseResponse()
+
+    @maps_domain_errors
+    async def RateMessage(
+        self, request: pb.RateMessageRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RateMessageResponse:
+        user = await self._auth.user_of(context)
+        rating = rating_from_pb(request.rating)
+        stored = await self._ratings.rate(user, request.message_id, rating, request.comment)
+        return pb.RateMessageResponse(message_id=stored.message_id, rating=RATING_TO_PB[rating],
+                                      version=stored.version)  # fmt: skip
 
     async def _check_not_deleted(self, user_id: str, response_id: str) -> None:
         if await self._store.response_deleted(user_id, response_id):

@@ -5,14 +5,17 @@ reaches every gateway within a second and an unchanged rollout costs a few bytes
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 import structlog
 
 from domain.errors import Unavailable
+from domain.feedback import Rating
 from domain.guardrails import Tally
 from domain.refusal import is_refusal
 from domain.rollout import Assignment, RolloutState, Slice, serving
+from domain.scores import RATE_BOUNDS, TTFT_BOUNDS_S, one_in
 from domain.types import Finish, Tier, User
 
 # An evaluation compares versions, not sampling luck: pinned (eval) users get greedy answers.
@@ -29,7 +32,15 @@ class RolloutSource(Protocol):
 
 
 class VersionBook:
-    def __init__(self, source: RolloutSource, poll_s: float = 0.5, slow_ttft_s: float = 10.0):
+    def __init__(
+        self,
+        source: RolloutSource,
+        poll_s: float = 0.5,
+        slow_ttft_s: float = 10.0,
+        on_versions: Callable[[Iterable[str]], None] = lambda names: None,
+    ) -> None:
+        # Told every version's name as the rollout names them (their metrics start at zero).
+        self._on_versions = on_versions
         self._source = source
         self._poll_s = poll_s
         self._slow_ttft_s = slow_ttft_s
@@ -38,12 +49,26 @@ class VersionBook:
         # Answers since the last report, per version and tier: sent with the next poll.
         self._tallies: Tallies = {}
         self._log = structlog.get_logger(component="versions")
+        on_versions(v.name for v in self.state.versions)
 
-    def tally(self, version: str, tier: Tier, finish: str, text: str, ttft_s: float | None) -> None:
-        """Counts one ended answer for the version's online guardrails."""
+    def tally(
+        self, version: str, tier: Tier, finish: str, text: str, ttft_s: float | None,
+        rate: float | None = None, failed_over: bool = False,
+    ) -> None:  # fmt: skip
+        """Counts one ended answer for the version's online guardrails and scores."""
         slow = ttft_s is not None and ttft_s > self._slow_ttft_s
-        one = Tally(1, int(finish == Finish.ERROR.value), int(is_refusal(text, finish)), int(slow))
-        self._tallies[version, tier] = self._tallies.get((version, tier), Tally()) + one
+        one = Tally(1, int(finish == Finish.ERROR.value), int(is_refusal(text, finish)), int(slow),
+                    failovers=int(failed_over), ttft=one_in(ttft_s, TTFT_BOUNDS_S),
+                    rates=one_in(rate, RATE_BOUNDS))  # fmt: skip
+        self._add(version, tier, one)
+
+    def tally_rating(self, version: str, tier: Tier, rating: Rating) -> None:
+        """Counts one user's rating of the version's answer, sent with the next poll."""
+        up = rating is Rating.UP
+        self._add(version, tier, Tally(thumbs_up=int(up), thumbs_down=int(not up)))
+
+    def _add(self, version: str, tier: Tier, tally: Tally) -> None:
+        self._tallies[version, tier] = self._tallies.get((version, tier), Tally()) + tally
 
     async def refresh(self) -> None:
         sent, self._tallies = self._tallies, {}
@@ -58,6 +83,7 @@ class VersionBook:
                 self._log.info("rollout changed", revision=revision, current=state.current,
                                candidate=state.candidate, split=dict(state.percent))  # fmt: skip
             self.state, self.revision = state, revision
+            self._on_versions(v.name for v in state.versions)
 
     async def run(self) -> None:
         while True:

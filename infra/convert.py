@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from chat.v1 import chat_service_pb2, common_pb2
 from domain.answer_options import AnswerOptions, ToolCall, ToolChoice, ToolDefinition
+from domain.feedback import Rating
 from domain.types import Finish, Role, Tier
 
 ROLE_FROM_PB = {
@@ -24,6 +25,8 @@ FINISH_TO_PB = {
     Finish.ERROR: common_pb2.FINISH_REASON_ERROR,
 }
 FINISH_FROM_PB = {v: k for k, v in FINISH_TO_PB.items()}
+RATING_FROM_PB = {chat_service_pb2.RATING_UP: Rating.UP, chat_service_pb2.RATING_DOWN: Rating.DOWN}
+RATING_TO_PB = {v: k for k, v in RATING_FROM_PB.items()}
 # What callers read: the domain's short lowercase names ("stop", "user", "free"), never
 # protobuf's FINISH_REASON_STOP. The HTTP API's JSON and events and the Python client use them.
 ROLE_NAMES = {value: role.value for value, role in ROLE_FROM_PB.items()}

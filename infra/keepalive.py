@@ -41,6 +41,17 @@ CLIENT_KEEPALIVE: tuple[tuple[str, Any], ...] = (
     ("grpc.http2.max_pings_without_data", 0),
 )
 
+# For every client channel too: a peer that comes back (a restarted node, scheduler or
+# gateway) is connected again within about RECONNECT_BACKOFF_MAX_MS (plus gRPC's 20 % jitter).
+# gRPC's default backoff grows to 120 s, and while a channel waits it out every call on it
+# fails at once, although the peer is up again.
+RECONNECT_BACKOFF_MAX_MS = 2_000
+CLIENT_RECONNECT: tuple[tuple[str, Any], ...] = (
+    ("grpc.initial_reconnect_backoff_ms", 500),
+    ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS),
+)
+CLIENT_CHANNEL = CLIENT_KEEPALIVE + CLIENT_RECONNECT
+
 # For every server: it pings its callers on the same schedule (a scheduler notices a node's
 # stream gone, a node a gateway's), and accepts their pings.
 SERVER_KEEPALIVE: tuple[tuple[str, Any], ...] = (

@@ -10,8 +10,16 @@ from google.protobuf import timestamp_pb2
 from chat.v1 import scheduler_service_pb2 as pb
 from domain.guardrails import Tally
 from domain.rollout import GateRecord, RolloutChange, RolloutState, Version
+from domain.scores import RATE_BOUNDS, TTFT_BOUNDS_S, fitted
 from domain.types import Tier
 from infra.convert import TIER_FROM_PB, TIER_TO_PB
+
+# A count over uint32 (tallies summed over a window) is sent as the largest uint32.
+_U32 = 2**32 - 1
+
+
+def _u32(count: int) -> int:
+    return min(count, _U32)
 
 
 def tallies_to_pb(tallies: dict[tuple[str, Tier], Tally]) -> list[pb.VersionTally]:
@@ -19,10 +27,15 @@ def tallies_to_pb(tallies: dict[tuple[str, Tier], Tally]) -> list[pb.VersionTall
         pb.VersionTally(
             version=version,
             tier=TIER_TO_PB[tier],
-            answers=t.answers,
-            errors=t.errors,
-            refusals=t.refusals,
-            slow=t.slow,
+            answers=_u32(t.answers),
+            errors=_u32(t.errors),
+            refusals=_u32(t.refusals),
+            slow=_u32(t.slow),
+            thumbs_up=_u32(t.thumbs_up),
+            thumbs_down=_u32(t.thumbs_down),
+            failovers=_u32(t.failovers),
+            ttft_counts=[_u32(n) for n in t.ttft],
+            rate_counts=[_u32(n) for n in t.rates],
         )
         for (version, tier), t in tallies.items()
     ]
@@ -32,7 +45,12 @@ def tallies_from_pb(tallies: Iterable[pb.VersionTally]) -> dict[tuple[str, Tier]
     found: dict[tuple[str, Tier], Tally] = {}
     for t in tallies:
         key = (t.version, TIER_FROM_PB.get(t.tier, Tier.FREE))
-        found[key] = found.get(key, Tally()) + Tally(t.answers, t.errors, t.refusals, t.slow)
+        ttft = fitted(t.ttft_counts, TTFT_BOUNDS_S)
+        rates = fitted(t.rate_counts, RATE_BOUNDS)
+        found[key] = found.get(key, Tally()) + Tally(
+            t.answers, t.errors, t.refusals, t.slow, t.thumbs_up, t.thumbs_down, t.failovers,
+            ttft, rates,
+        )  # fmt: skip
     return found
 
 

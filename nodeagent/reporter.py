@@ -12,7 +12,7 @@ import structlog
 
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
-from infra.keepalive import CLIENT_KEEPALIVE
+from infra.keepalive import CLIENT_CHANNEL
 from infra.tls import TlsConfig, open_channel
 from nodeagent.engine import Engine
 
@@ -69,7 +69,7 @@ class LoadReporter:
         while True:
             began = loop.time()
             try:
-                async with open_channel(address, self._tls, CLIENT_KEEPALIVE) as scheduler:
+                async with open_channel(address, self._tls, CLIENT_CHANNEL) as scheduler:
                     stub = pb_grpc.SchedulerServiceStub(scheduler)
                     async for response in stub.ConnectNode(self.messages()):
                         self._obey(response.command)

@@ -52,14 +52,31 @@ class CanaryWatch:
         for (version, tier), tally in tallies.items():
             self._seen.append((now, version, tier, tally))
 
-    def totals(self) -> dict[str, Tally]:
-        """Each version's answers within the window, every tier together."""
+    @property
+    def window_s(self) -> float:
+        return self._policy.window_s
+
+    def _trim(self) -> None:
         horizon = self._clock() - self._policy.window_s
         while self._seen and self._seen[0][0] < horizon:
             self._seen.popleft()
+
+    def totals(self) -> dict[str, Tally]:
+        """Each version's answers within the window, every tier together."""
+        self._trim()
         found: dict[str, Tally] = {}
         for _, version, _, tally in self._seen:
             found[version] = found.get(version, Tally()) + tally
+        return found
+
+    def by_tier(self, version: str = "") -> dict[tuple[str, Tier], Tally]:
+        """Each version's tallies within the window per tier ('': every version): what
+        `chatctl versions show` prints. A rollback clears the window (see check)."""
+        self._trim()
+        found: dict[tuple[str, Tier], Tally] = {}
+        for _, name, tier, tally in self._seen:
+            if not version or name == version:
+                found[name, tier] = found.get((name, tier), Tally()) + tally
         return found
 
     async def check(self) -> None:

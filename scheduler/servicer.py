@@ -26,7 +26,12 @@ from domain.ladder import MAX_RUNG
 from domain.picker import ReplicaLoad
 from infra.bearer import bearer_from_metadata, same_secret
 from infra.grpcserver import maps_domain_errors
-from infra.rollout_convert import rollout_to_pb, tallies_from_pb, version_from_pb
+from infra.rollout_convert import (
+    rollout_to_pb,
+    tallies_from_pb,
+    tallies_to_pb,
+    version_from_pb,
+)
 from infra.tls import peer
 from scheduler import convert
 from scheduler.canary import CanaryWatch
@@ -296,6 +301,15 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         self._log.warning("rollout changed", action=change.action, version=change.version,
                           detail=change.detail)  # fmt: skip
         return pb.ChangeRolloutResponse(rollout=rollout_to_pb(state))
+
+    @maps_domain_errors
+    async def GetVersionScores(
+        self, request: pb.GetVersionScoresRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetVersionScoresResponse:
+        self._check_admin(context)
+        tallies = self._canary.by_tier(request.version)
+        return pb.GetVersionScoresResponse(tallies=tallies_to_pb(tallies),
+                                           window_seconds=self._canary.window_s)  # fmt: skip
 
     async def _read_rollout(self) -> tuple[rollout.RolloutState, int]:
         try:

@@ -7,6 +7,7 @@ from typing import Protocol
 from domain.types import Tier
 from store.records import (
     ConversationRecord,
+    FeedbackRecord,
     MessageRecord,
     NewMessage,
     ServingRecord,
@@ -85,4 +86,13 @@ class Store(Protocol):
 
     async def conversation_version(self, user_id: str, conversation_id: str) -> str:
         """The version of the conversation's first recorded turn; '' when none."""
+        ...
+
+    async def rate_message(self, user_id: str, feedback: FeedbackRecord) -> str:
+        """Stores a rating of a message, replacing the user's earlier one; the earlier rating
+        ('' when none). NotFound when the message does not exist."""
+        ...
+
+    async def feedback_of(self, user_id: str, message_id: str) -> FeedbackRecord:
+        """NotFound when the message has no rating."""
         ...

@@ -19,6 +19,7 @@ from domain.types import Role, Tier
 from store import migrations
 from store.records import (
     ConversationRecord,
+    FeedbackRecord,
     MessageRecord,
     NewMessage,
     ServingRecord,
@@ -34,6 +35,12 @@ _MESSAGE_COLUMNS = (
     "finish, created_at, region"
 )
 _USER_COLUMNS = "user_id, tier, token_hash, created_at"
+_FEEDBACK_COLUMNS = "message_id, conversation_id, rating, comment, version, created_at, updated_at"
+# A new rating replaces the earlier one; the first rating's time stays.
+_FEEDBACK_UPDATE = (
+    "ON CONFLICT (user_id, message_id) DO UPDATE SET rating = excluded.rating, "
+    "comment = excluded.comment, version = excluded.version, updated_at = excluded.updated_at"
+)
 _SERVING_COLUMNS = (
     "message_id, conversation_id, version, slice, routed_pool, budget, served_pool, created_at"
 )
@@ -425,6 +432,34 @@ class PostgresStore:
             conversation_id,
         )
         return str(row["version"]) if row else ""
+
+    async def rate_message(self, user_id: str, feedback: FeedbackRecord) -> str:
+        now = time.time()
+        try:
+            # The earlier rating is read from the statement's snapshot, before its own write.
+            row = await self._fetchrow(
+                "WITH earlier AS (SELECT rating FROM message_feedback "
+                "WHERE user_id = $1 AND message_id = $2) "
+                f"INSERT INTO message_feedback (user_id, {_FEEDBACK_COLUMNS}) "
+                f"VALUES ($1, $2, $3, $4, $5, $6, $7, $7) {_FEEDBACK_UPDATE} "
+                "RETURNING (SELECT rating FROM earlier) AS earlier",
+                user_id, feedback.message_id, feedback.conversation_id, feedback.rating,
+                feedback.comment, feedback.version, now,
+            )  # fmt: skip
+        except asyncpg.ForeignKeyViolationError as exc:
+            raise NotFound(f"no message {feedback.message_id!r} to rate") from exc
+        return str(row["earlier"] or "") if row else ""
+
+    async def feedback_of(self, user_id: str, message_id: str) -> FeedbackRecord:
+        row = await self._fetchrow(
+            f"SELECT {_FEEDBACK_COLUMNS} FROM message_feedback "
+            "WHERE user_id = $1 AND message_id = $2",
+            user_id,
+            message_id,
+        )
+        if row is None:
+            raise NotFound(f"no rating of message {message_id!r}")
+        return FeedbackRecord(**dict(row))
 
 
 async def _lock_conversation(

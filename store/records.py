@@ -84,3 +84,17 @@ class ServingRecord:
     budget: str = ""
     served_pool: str = ""
     created_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackRecord:
+    """A user's rating of one of their answers ("up" or "down", domain/feedback.py), with the
+    version that served it ('' when none was recorded)."""
+
+    message_id: str
+    conversation_id: str
+    rating: str
+    comment: str = ""
+    version: str = ""
+    created_at: float = 0.0
+    updated_at: float = 0.0

@@ -17,6 +17,7 @@ from domain.types import Role, Tier
 from store import migrations
 from store.records import (
     ConversationRecord,
+    FeedbackRecord,
     MessageRecord,
     NewMessage,
     ServingRecord,
@@ -32,6 +33,12 @@ _MESSAGE_COLUMNS = (
     "finish, created_at, region"
 )
 
+_FEEDBACK_COLUMNS = "message_id, conversation_id, rating, comment, version, created_at, updated_at"
+# A new rating replaces the earlier one; the first rating's time stays.
+_FEEDBACK_UPDATE = (
+    "ON CONFLICT (user_id, message_id) DO UPDATE SET rating = excluded.rating, "
+    "comment = excluded.comment, version = excluded.version, updated_at = excluded.updated_at"
+)
 _SERVING_COLUMNS = (
     "message_id, conversation_id, version, slice, routed_pool, budget, served_pool, created_at"
 )
@@ -381,3 +388,33 @@ class SqliteStore:
             (user_id, conversation_id),
         )
         return str(row["version"]) if row else ""
+
+    async def rate_message(self, user_id: str, feedback: FeedbackRecord) -> str:
+        now = time.time()
+        async with self._writing:
+            try:
+                earlier = await self._one(
+                    "SELECT rating FROM message_feedback WHERE user_id = ? AND message_id = ?",
+                    (user_id, feedback.message_id),
+                )
+                await self.db.execute(
+                    f"INSERT INTO message_feedback (user_id, {_FEEDBACK_COLUMNS}) "
+                    f"VALUES (?, ?, ?, ?, ?, ?, ?, ?) {_FEEDBACK_UPDATE}",
+                    (user_id, feedback.message_id, feedback.conversation_id, feedback.rating,
+                     feedback.comment, feedback.version, now, now),
+                )  # fmt: skip
+                await self.db.commit()
+            except sqlite3.IntegrityError as exc:
+                await self.db.rollback()
+                raise NotFound(f"no message {feedback.message_id!r} to rate") from exc
+        return str(earlier["rating"]) if earlier else ""
+
+    async def feedback_of(self, user_id: str, message_id: str) -> FeedbackRecord:
+        row = await self._one(
+            f"SELECT {_FEEDBACK_COLUMNS} FROM message_feedback "
+            "WHERE user_id = ? AND message_id = ?",
+            (user_id, message_id),
+        )
+        if row is None:
+            raise NotFound(f"no rating of message {message_id!r}")
+        return FeedbackRecord(**dict(row))

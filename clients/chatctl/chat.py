@@ -49,6 +49,15 @@ async def conversations(args: argparse.Namespace) -> int:
     return 0
 
 
+async def feedback(args: argparse.Namespace) -> int:
+    """Rates one of the user's answers (rating again replaces the rating)."""
+    async with chat_client(args) as client:
+        rated = await client.rate(args.message_id, args.rating, args.comment)
+    version = f" (version {rated.version})" if rated.version else ""
+    emit(args.json, rated, f"rated {rated.message_id} {rated.rating}{version}")
+    return 0
+
+
 async def limits(args: argparse.Namespace) -> int:
     async with chat_client(args) as client:
         bucket = await client.limits()

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from clients.chat_client import MODELS, TIERS, ClientError
-from clients.chatctl.chat import chat, conversations, limits
+from clients.chatctl.chat import chat, conversations, feedback, limits
 from clients.chatctl.contexts import CONTEXT_ENV, CONTEXTS_ENV, DEFAULT_FILE, add_context_parser
 from clients.chatctl.evaluate import add_eval_parser
 from clients.chatctl.fleet import drain, ladder, nodes, undrain
@@ -31,6 +31,7 @@ from clients.chatctl.regions import list_regions, region_names, region_state_dir
 from clients.chatctl.simulate import add_simulate_parser, run_simulate
 from clients.chatctl.users import users
 from clients.chatctl.versions import add_versions_parser
+from domain.feedback import Rating
 from infra.convert import AUTO_MODEL
 from infra.directory import DEFAULT_PREFIX
 
@@ -244,6 +245,13 @@ def add_chat(commands: Any) -> None:
     listing.set_defaults(handler=conversations)
     bucket = commands.add_parser("limits", parents=[user_flags()], help="the user's token bucket")
     bucket.set_defaults(handler=limits)
+    rating = commands.add_parser(
+        "feedback", parents=[user_flags()], help="rate one of the user's answers up or down"
+    )
+    rating.add_argument("message_id", metavar="MESSAGE_ID", help="the answer's id (...answer)")
+    rating.add_argument("rating", choices=[r.value for r in Rating])
+    rating.add_argument("--comment", default="", help="why, at most 2000 characters")
+    rating.set_defaults(handler=feedback)
 
 
 def add_versions(commands: Any) -> None:

@@ -4,19 +4,25 @@ list shows every version, the current one, the candidate's split per tier and th
 create adds a version (model, system prompt, sampling); split gives the candidate a share of
 one tier's users; promote makes it current (only with a passing eval gate, or --force, which
 the history records); rollback takes the candidate back to 0 % everywhere; holdout moves the
-1 % holdout to a version; history shows the changes, newest last."""
+1 % holdout to a version; history shows the changes, newest last; show prints each version's
+online scores per tier over the scheduler's trailing window (answers, error, refusal,
+slow-start and failover shares, thumbs up and down, TTFT and tokens/s percentiles)."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from clients.chatctl.addresses import admin_token, operator_tls, service_address
-from clients.chatctl.output import CtlError, emit, shorten, table, table_or, when
+from clients.chatctl.output import CtlError, emit, percent, shorten, table, table_or, when
 from clients.rollout_client import RolloutClient
+from domain.guardrails import Tally
 from domain.rollout import RolloutState, Version, live_share
+from domain.scores import Percentile, scores_of
+from domain.types import Tier
 
 HISTORY_SHOWN = 15
 
@@ -51,6 +57,8 @@ def add_versions_parser(commands: Any, admin_flags: argparse.ArgumentParser) -> 
     holdout = actions.add_parser("holdout", parents=flags, help="move the 1 %% holdout")
     holdout.add_argument("name", metavar="NAME")
     actions.add_parser("history", parents=flags, help="the rollout's changes, newest last")
+    show = actions.add_parser("show", parents=flags, help="online scores per version and tier")
+    show.add_argument("name", metavar="NAME", nargs="?", default="", help="one version's only")
     command.set_defaults(handler=versions)
 
 
@@ -105,7 +113,44 @@ def _at(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
+SCORE_HEADERS = ("VERSION", "TIER", "ANSWERS", "ERRORS", "REFUSALS", "SLOW", "FAILOVERS",
+                 "UP", "DOWN", "TTFT P50", "TTFT P95", "TTFT P99", "TOK/S P50",
+                 "TOK/S P5")  # fmt: skip
+
+
+def _figure(value: Percentile | None, unit: str = "") -> str:
+    return "-" if value is None else f"{value}{unit}"
+
+
+def score_rows(tallies: dict[tuple[str, Tier], Tally]) -> list[list[str]]:
+    rows = []
+    for (version, tier), tally in sorted(tallies.items()):
+        s = scores_of(tally)
+        rows.append([version, tier.value, str(s.answers), percent(s.error_share),
+                     percent(s.refusal_share), percent(s.slow_share), percent(s.failover_share),
+                     str(s.thumbs_up), str(s.thumbs_down), _figure(s.ttft_p50_s, "s"),
+                     _figure(s.ttft_p95_s, "s"), _figure(s.ttft_p99_s, "s"),
+                     _figure(s.rate_p50), _figure(s.rate_p5)])  # fmt: skip
+    return rows
+
+
+async def show(client: RolloutClient, args: argparse.Namespace) -> int:
+    if args.name and not (await client.rollout()).has(args.name):
+        raise CtlError(f"no version {args.name!r}")
+    window_s, tallies = await client.scores(args.name)
+    found = [{"version": v, "tier": t.value, **asdict(scores_of(tally))}
+             for (v, t), tally in sorted(tallies.items())]  # fmt: skip
+    heading = f"online scores over the last {window_s:g} s (the gateways polling this scheduler)"
+    rows = table_or(SCORE_HEADERS, score_rows(tallies), "no answers or ratings in it")
+    text = f"{heading}\n{rows}"
+    emit(args.json, {"window_s": window_s, "scores": found}, text)
+    return 0
+
+
 async def versions(args: argparse.Namespace) -> int:
+    if args.action == "show":
+        async with rollout_client(args) as client:
+            return await show(client, args)
     if args.action == "create" and args.system_prompt_file is not None:
         if not args.system_prompt_file.is_file():
             raise CtlError(f"no file {args.system_prompt_file}")

@@ -14,6 +14,12 @@ const FINISH_LABELS = {
   error: "failed",
 };
 
+// A finished answer's thumbs: the rating each sends, and its label.
+const RATINGS = [
+  ["up", "👍", "Good answer"],
+  ["down", "👎", "Bad answer"],
+];
+
 const $ = (id) => document.getElementById(id);
 let conversationId = null; // the conversation on screen; null for a new one not yet sent
 let streaming = null; // {messageId, controller} while an answer streams in
@@ -127,11 +133,47 @@ function addAnswer(turn) {
     setModel(name, replica) {
       model.textContent = name && replica ? `${name} · ${replica}` : name || "";
     },
-    end(state) {
+    // answerId: the stored answer's id, which its thumbs rate (none for a failed answer,
+    // which is not stored).
+    end(state, answerId) {
       el.dataset.state = state;
       finish.textContent = FINISH_LABELS[state] ?? state;
+      if (answerId && state !== "error" && !info.querySelector(".rating")) {
+        info.insertBefore(thumbs(answerId), again);
+      }
     },
   };
+}
+
+// Thumbs up and down under an answer; the one pressed last shows as pressed (rating again
+// replaces the rating).
+function thumbs(answerId) {
+  const box = document.createElement("span");
+  box.className = "rating";
+  for (const [rating, label, title] of RATINGS) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = `rate rate-${rating}`;
+    button.textContent = label;
+    button.title = title;
+    button.setAttribute("aria-label", title);
+    button.setAttribute("aria-pressed", "false");
+    button.addEventListener("click", () => rate(box, answerId, rating));
+    box.append(button);
+  }
+  return box;
+}
+
+async function rate(box, answerId, rating) {
+  const response = await api(`/v1/messages/${answerId}/feedback`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ rating }),
+  });
+  if (!response.ok) return notice(await refusal(response));
+  for (const button of box.querySelectorAll(".rate")) {
+    button.setAttribute("aria-pressed", String(button.classList.contains(`rate-${rating}`)));
+  }
 }
 
 // Stored turns, oldest first. A regeneration is stored as a new question with the same text and
@@ -148,7 +190,7 @@ function render(messages, skipAnswerTo) {
       const view = addAnswer(turns.get(m.parentId));
       view.setText(m.content || "");
       view.setModel(m.model, m.replica);
-      view.end(m.finish || "stop");
+      view.end(m.finish || "stop", m.messageId);
     }
   }
   return turns;
@@ -179,7 +221,7 @@ async function readAnswer(response, view, pending) {
       pending.text = "";
       view.setText("");
     } else if (name === "done") {
-      view.end(data.finish);
+      view.end(data.finish, `${pending.messageId}.answer`);
       ended = true;
     } else if (name === "error") {
       view.end("error");

@@ -126,6 +126,16 @@ async def send(
                 used, finish, text)  # fmt: skip
 
 
+async def rate(
+    platform: LocalPlatform, token: str, message_id: str, body: object
+) -> tuple[int, dict]:
+    """POST /v1/messages/{id}/feedback: the status and the JSON reply."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    url = f"{platform.edge_url}/v1/messages/{message_id}/feedback"
+    async with aiohttp.ClientSession() as http, http.post(url, json=body, headers=headers) as reply:
+        return reply.status, await reply.json()
+
+
 async def new_user(platform: LocalPlatform, tier: Tier) -> tuple[str, str]:
     user_id = new_id(f"ro-{tier.value}")
     async with AdminClient(platform.scheduler_address, platform.admin_token,

@@ -98,7 +98,8 @@ def chat_hints(own: Ids, other: Ids) -> protofuzz.Hints:
     own_messages = st.sampled_from([own.message_id, own.message_id + ".answer"])
     others = st.sampled_from(other.all())
     fresh = protofuzz.weighted(
-        (3, VALID_IDS), (1, st.sampled_from([own.conversation_id, own.message_id]))
+        (3, VALID_IDS),
+        (1, st.sampled_from([own.conversation_id, own.message_id, own.message_id + ".answer"])),
     )
     ids = protofuzz.weighted(
         (6, fresh), (1, others), (1, ODD_IDS), (1, protofuzz.default_strings()), (1, HUGE_IDS)

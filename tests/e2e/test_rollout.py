@@ -8,21 +8,27 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator
 
 import pytest
 
-from clients.chat_client import ClientError
+from clients.chat_client import ChatClient, ClientError, Rated
 from clients.chatctl.platform import LocalPlatform
+from domain.guardrails import Tally
+from domain.refusal import is_refusal
 from domain.rollout import Slice, Version
 from domain.types import Tier
 from store.factory import open_store
-from tests.clients.test_chatctl import Run, admin_flags, start
+from tests.api_schema import assert_conforms
+from tests.clients.test_chatctl import Run, admin_flags, clean_env, start, tls_dir
 from tests.e2e.rollout_support import (
     gateway_caught_up,
+    gateway_metric,
     new_id,
     new_user,
+    rate,
     rollout_admin,
     rollout_platform_settings,
     send,
@@ -149,6 +155,143 @@ async def test_a_user_past_the_daily_allowance_is_served_by_the_small_pool(
     # platform has no large node), the second was sent there by the allowance.
     assert (first.routed_pool, first.budget, first.served_pool) == ("large", "within", "small")
     assert (second.routed_pool, second.budget, second.served_pool) == ("large", "over", "small")
+
+
+async def test_a_user_rates_their_answer_and_the_rating_counts_for_its_version(
+    platform: LocalPlatform,
+) -> None:
+    user_id, token = await new_user(platform, Tier.FREE)
+    _, stranger = await new_user(platform, Tier.FREE)
+    conversation = new_id("c")
+    sent = await send(platform, token, conversation, "Say hi.")
+    answer_id, version = sent.message_id + ".answer", sent.version
+    before = await gateway_metric(platform, "gateway_feedback_total")
+    # Label values in the order the exposition sorts them: rating, tier, version. Every known
+    # label is there at zero before any rating.
+    assert before[("up", "plus", version)] == 0.0
+
+    down = {"rating": "down", "comment": "Too short, and it ignored my question."}
+    assert await rate(platform, token, answer_id, down) == (
+        200,
+        {"messageId": answer_id, "rating": "down", "version": version},
+    )
+    assert_conforms("Rating", (await rate(platform, token, answer_id, down))[1])
+    # Rating again replaces the rating: one row, the newest rating and comment.
+    again = {"rating": "up", "comment": None}
+    assert await rate(platform, token, answer_id, again) == (
+        200,
+        {"messageId": answer_id, "rating": "up", "version": version},
+    )
+    refused = [
+        (token, answer_id, {"rating": "meh"}, 400, "'rating' must be up or down"),
+        (token, answer_id, {"comment": "no rating"}, 400, "'rating' must be up or down"),
+        (token, answer_id, {"rating": "up", "comment": 7}, 400, "'comment' must be a string"),
+        (token, answer_id, {"rating": "up", "comment": "x" * 2001}, 400,
+         "a comment is at most 2000 characters (this one is 2001)"),
+        (token, sent.message_id, {"rating": "up"}, 400,
+         f"message {sent.message_id!r} is not an answer: only answers are rated"),
+        (token, new_id("m") + ".answer", {"rating": "up"}, 404, None),
+        (stranger, answer_id, {"rating": "down"}, 404, None),
+        ("", answer_id, {"rating": "down"}, 401, "send 'Authorization: Bearer <token>'"),
+    ]  # fmt: skip
+    for who, message_id, body, status, reason in refused:
+        got_status, reply = await rate(platform, who, message_id, body)
+        assert (got_status, reply["error"]["status"]) == (status, status), (body, reply)
+        assert_conforms("Error", reply)
+        if reason is not None:
+            assert reply["error"]["message"] == reason
+
+    # Through the Python client (gRPC), the same answer rated down again.
+    async with ChatClient(platform.gateway_address, token, tls=platform.tls()) as chat:
+        assert await chat.rate(answer_id, "down", "On second thought.") == Rated(
+            answer_id, "down", version
+        )
+        with pytest.raises(ClientError) as refused_call:
+            await chat.rate(sent.message_id, "up")
+        assert refused_call.value.code == "INVALID_ARGUMENT"
+
+    # And from the terminal: up again, with another comment.
+    env = clean_env(CHAT_GATEWAY=platform.gateway_address, CHAT_TOKEN=token,
+                    CHAT_TLS_DIR=tls_dir(platform))  # fmt: skip
+    process = await start("feedback", answer_id, "up", "--comment", "Fine after all.", env=env)
+    out, err = await process.communicate()
+    assert (process.returncode, out.decode(), err.decode()) == (
+        0,
+        f"rated {answer_id} up (version {version})\n",
+        "",
+    )
+
+    store = await open_store(f"sqlite:///{platform.settings.state_dir / 'chat.db'}")
+    try:
+        stored = await store.feedback_of(user_id, answer_id)
+    finally:
+        await store.close()
+    assert (stored.message_id, stored.conversation_id, stored.rating, stored.comment,
+            stored.version) == (answer_id, conversation, "up", "Fine after all.",
+                                version)  # fmt: skip
+    after = await gateway_metric(platform, "gateway_feedback_total")
+    counted = {rating: after[(rating, "free", version)] - before[(rating, "free", version)]
+               for rating in ("up", "down")}  # fmt: skip
+    # down, down again, up, down, up: each change counts its new rating; the same rating again
+    # and the refused ones count nothing.
+    assert counted == {"up": 2.0, "down": 2.0}
+
+
+def score_row(out: str, version: str) -> list[str]:
+    """`chatctl versions show`'s row of one version (the only tier it was used in)."""
+    (row,) = [re.split(r"\s{2,}", line) for line in out.splitlines() if line.startswith(version)]
+    return row
+
+
+async def test_versions_show_prints_a_versions_answers_and_thumbs_from_the_gateways_tallies(
+    platform: LocalPlatform,
+) -> None:
+    name = f"scored-{uuid.uuid4().hex[:6]}"
+    async with rollout_admin(platform) as admin:
+        await admin.create(Version(name))
+        user_id, token = await new_user(platform, Tier.FREE)
+        await admin.pin(user_id, name)  # its answers, and only its, are the version's
+        await gateway_caught_up(platform, admin)
+        # A version the gateway learnt of has its feedback series at zero.
+        assert (await gateway_metric(platform, "gateway_feedback_total"))[
+            ("down", "plus", name)
+        ] == 0.0
+        failovers = await gateway_metric(platform, "gateway_version_failovers_total")
+        assert failovers[("plus", name)] == 0.0
+        try:
+            sent = [await send(platform, token, new_id("c"), "Say hi.") for _ in range(3)]
+            assert [s.version for s in sent] == [name] * 3
+            for s, rating in zip(sent, ("up", "down", "down"), strict=True):
+                assert (await rate(platform, token, s.message_id + ".answer",
+                                   {"rating": rating}))[0] == 200  # fmt: skip
+            # The gateway sends them with its next poll (every 0.5 s).
+            deadline = time.monotonic() + 20
+            while (await admin.scores(name))[1].get((name, Tier.FREE), Tally()).thumbs_down < 2:
+                assert time.monotonic() < deadline, "the scheduler never got the ratings"
+                await asyncio.sleep(0.1)
+            shown = await eval_chatctl("versions", "show", name, *admin_flags(platform))
+            as_json = await eval_chatctl("versions", "show", name, "--json",
+                                         *admin_flags(platform))  # fmt: skip
+            every = await eval_chatctl("versions", "show", *admin_flags(platform))
+            unknown = await eval_chatctl("versions", "show", "no-such", *admin_flags(platform))
+        finally:
+            await admin.pin(user_id, "")
+    print(shown.out)
+    assert (shown.code, shown.err) == (0, "")
+    assert shown.out.startswith("online scores over the last 60 s")
+    errors = sum(s.finish == "error" for s in sent)
+    refusals = sum(is_refusal(s.text, s.finish) for s in sent)
+    row = score_row(shown.out, name)
+    assert row[:9] == [name, "free", "3", f"{errors / 3:.0%}", f"{refusals / 3:.0%}",
+                       row[5], "0%", "1", "2"]  # fmt: skip
+    # TTFT p50/p95/p99 in seconds, tokens/s p50/p5: read from the tallies' histograms.
+    assert all(re.fullmatch(r">?[0-9.e+-]+s", cell) for cell in row[9:12]), row
+    assert all(re.fullmatch(r">?[0-9.e+-]+|-", cell) for cell in row[12:]), row
+    assert score_row(every.out, name) == row  # every version's, this one's among them
+    assert (unknown.code, unknown.out, unknown.err) == (1, "", "chatctl: no version 'no-such'\n")
+    (scores,) = as_json.json()["scores"]
+    assert (scores["version"], scores["tier"], scores["answers"], scores["thumbs_up"],
+            scores["thumbs_down"]) == (name, "free", 3, 1, 2)  # fmt: skip
 
 
 # The eval gate, through chatctl as an operator runs it: a sample of the golden set (the

@@ -21,6 +21,7 @@ from clients.chat_client import AdminClient
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from domain.safety import Refusals
 from edge.app import EdgeSettings, build_app
+from store.factory import open_store
 
 CHROMIUM = "/usr/bin/chromium"
 # The background-networking flags keep Chromium from calling out: this machine's network is
@@ -332,3 +333,41 @@ async def test_a_withdrawn_answer_leaves_only_the_refusal_on_the_page(
     await expect(answer.locator(".text")).to_have_text(refusal)
     stored = await stored_messages(retracting, token, page)
     assert [m["content"] for m in stored] == ["Describe a quiet morning.", refusal]
+
+
+@pytest.mark.slow
+async def test_the_thumbs_under_a_finished_answer_rate_it_and_the_last_one_counts(
+    short_answers: LocalPlatform, page: Page
+) -> None:
+    user_id = f"thumbs-{uuid.uuid4().hex[:8]}"
+    async with AdminClient(
+        short_answers.scheduler_address, short_answers.admin_token, tls=short_answers.tls()
+    ) as admin:
+        token = (await admin.create_user(user_id, "free")).token
+    await sign_in(page, short_answers.edge_url, token)
+    # Saving the token starts the page's first reads (the conversation list, an answer left
+    # pending): a question asked before they end can be wiped by them on a slow machine.
+    await page.wait_for_load_state("networkidle")
+    await ask(page, "Say hi.")
+    answer = page.locator(".assistant")
+    await expect(answer).not_to_have_attribute("data-state", "streaming", timeout=SLOW_S * 1000)
+    (_, stored_answer) = await stored_messages(short_answers, token, page)
+    store = await open_store(f"sqlite:///{short_answers.settings.state_dir / 'chat.db'}")
+    try:
+        for rating, other in (("down", "up"), ("up", "down")):
+            async with page.expect_response(re.compile(r"/feedback$")) as sent:
+                await answer.locator(f".rate-{rating}").click()
+            assert (await sent.value).status == 200
+            await expect(answer.locator(f".rate-{rating}")).to_have_attribute(
+                "aria-pressed", "true"
+            )
+            await expect(answer.locator(f".rate-{other}")).to_have_attribute(
+                "aria-pressed", "false"
+            )
+            stored = await store.feedback_of(user_id, stored_answer["messageId"])
+            assert (stored.rating, stored.comment) == (rating, "")
+    finally:
+        await store.close()
+    # A stored answer, shown again after a reload, has its thumbs too.
+    await page.reload()
+    await expect(page.locator(".assistant .rate-up")).to_have_count(1)

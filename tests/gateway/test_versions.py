@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 
 from domain.errors import Unavailable
+from domain.feedback import Rating
 from domain.guardrails import Tally
 from domain.rollout import RolloutState, Version, create
+from domain.scores import RATE_BOUNDS, TTFT_BOUNDS_S, one_in
 from domain.types import Tier
 from gateway.versions import VersionBook
 
@@ -37,5 +39,24 @@ async def test_tallies_are_sent_once_and_kept_when_the_poll_fails() -> None:
     book.tally("v2", Tier.FREE, "stop", "Paris.", 1.0)
     await book.refresh()
     await book.refresh()
-    assert source.told == [{("v2", Tier.FREE): Tally(answers=3, errors=1, refusals=1, slow=1)}, {}]
+    ttft = one_in(9.0, TTFT_BOUNDS_S)
+    ttft = tuple(a + b for a, b in zip(ttft, one_in(1.0, TTFT_BOUNDS_S), strict=True))
+    told = Tally(answers=3, errors=1, refusals=1, slow=1, ttft=ttft)
+    assert source.told == [{("v2", Tier.FREE): told}, {}]
     assert (book.revision, book.state.has("v2")) == (7, True)
+
+
+async def test_ratings_go_with_the_next_poll_and_every_version_named_is_told() -> None:
+    source = Source()
+    named: list[list[str]] = []
+    book = VersionBook(source, on_versions=lambda names: named.append(list(names)))
+    book.tally_rating("v2", Tier.PLUS, Rating.UP)
+    book.tally_rating("v2", Tier.PLUS, Rating.DOWN)
+    book.tally_rating("v2", Tier.PLUS, Rating.DOWN)
+    book.tally("v2", Tier.PLUS, "stop", "Paris.", None, rate=30.0, failed_over=True)
+    await book.refresh()
+    told = Tally(answers=1, thumbs_up=1, thumbs_down=2, failovers=1,
+                 rates=one_in(30.0, RATE_BOUNDS))  # fmt: skip
+    assert source.told == [{("v2", Tier.PLUS): told}]
+    # The configured version at the start, then the rollout's versions once it came.
+    assert named == [["base"], ["base", "v2"]]

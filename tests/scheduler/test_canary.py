@@ -65,3 +65,22 @@ async def test_tallies_older_than_the_window_and_too_few_answers_decide_nothing(
         {"free": 10.0},
         [],
     )
+
+
+async def test_the_scores_are_each_versions_tallies_per_tier_within_the_window() -> None:
+    keeper, clock, rollbacks = await with_candidate(), Clock(), []
+    canary = watch(keeper, clock, rollbacks)
+    canary.told({("v2", Tier.FREE): Tally(answers=3, thumbs_up=1, ttft=(1, 0, 2))})
+    clock.now += 30
+    canary.told({("v2", Tier.FREE): Tally(answers=1, thumbs_down=2, ttft=(0, 1))})
+    canary.told({("v2", Tier.PLUS): Tally(answers=5), ("base", Tier.FREE): Tally(answers=9)})
+    assert canary.by_tier("v2") == {
+        ("v2", Tier.FREE): Tally(answers=4, thumbs_up=1, thumbs_down=2, ttft=(1, 1, 2)),
+        ("v2", Tier.PLUS): Tally(answers=5),
+    }
+    clock.now += 31  # the first tally ages out of the 60 s window
+    assert canary.by_tier() == {
+        ("v2", Tier.FREE): Tally(answers=1, thumbs_down=2, ttft=(0, 1)),
+        ("v2", Tier.PLUS): Tally(answers=5),
+        ("base", Tier.FREE): Tally(answers=9),
+    }

@@ -41,7 +41,7 @@ def msg(mid: str, role: Role, parent: int | None, tokens: int = 5, model: str = 
 async def test_migrations_are_versioned_and_idempotent(url) -> None:
     for _ in range(2):
         s = await open_store(url)
-        assert await s.schema_version() == 6
+        assert await s.schema_version() == 7
         await s.close()
 
 
@@ -234,6 +234,32 @@ async def test_each_turn_records_what_served_it_and_a_conversation_keeps_its_fir
         await store.record_serving("alice", first)
     await store.delete_conversation("alice", "cv")
     assert await store.conversation_version("alice", "cv") == ""
+
+
+async def test_a_rating_is_stored_once_per_message_and_replaced_by_the_next(store) -> None:
+    from store.records import FeedbackRecord
+
+    await store.add_message("alice", "cf", msg("f1", Role.USER, None))
+    await store.add_message("alice", "cf", msg("f1.answer", Role.ASSISTANT, 1))
+    first = FeedbackRecord("f1.answer", "cf", "down", "too long", "cand")
+    assert await store.rate_message("alice", first) == ""
+    stored = await store.feedback_of("alice", "f1.answer")
+    assert (stored.message_id, stored.conversation_id, stored.rating, stored.comment,
+            stored.version) == ("f1.answer", "cf", "down", "too long", "cand")  # fmt: skip
+    again = FeedbackRecord("f1.answer", "cf", "up", "", "cand")
+    assert await store.rate_message("alice", again) == "down"
+    replaced = await store.feedback_of("alice", "f1.answer")
+    assert (replaced.rating, replaced.comment, replaced.created_at) == ("up", "", stored.created_at)
+    assert replaced.updated_at >= stored.updated_at
+    with pytest.raises(NotFound):  # another user's message is not theirs to rate
+        await store.rate_message("bob", first)
+    with pytest.raises(NotFound):
+        await store.feedback_of("bob", "f1.answer")
+    with pytest.raises(NotFound):  # no such message
+        await store.rate_message("alice", FeedbackRecord("nope", "cf", "up"))
+    await store.delete_conversation("alice", "cf")
+    with pytest.raises(NotFound):  # the rating goes with its message
+        await store.feedback_of("alice", "f1.answer")
 
 
 async def test_a_turn_records_its_region_and_moves_the_conversation_there(url) -> None:

@@ -17,10 +17,19 @@ class ModelChoice(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MODEL_CHOICE_AUTO: _ClassVar[ModelChoice]
     MODEL_CHOICE_SMALL: _ClassVar[ModelChoice]
     MODEL_CHOICE_LARGE: _ClassVar[ModelChoice]
+
+class Rating(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RATING_UNSPECIFIED: _ClassVar[Rating]
+    RATING_UP: _ClassVar[Rating]
+    RATING_DOWN: _ClassVar[Rating]
 MODEL_CHOICE_UNSPECIFIED: ModelChoice
 MODEL_CHOICE_AUTO: ModelChoice
 MODEL_CHOICE_SMALL: ModelChoice
 MODEL_CHOICE_LARGE: ModelChoice
+RATING_UNSPECIFIED: Rating
+RATING_UP: Rating
+RATING_DOWN: Rating
 
 class ChatEvent(_message.Message):
     __slots__ = ("event_id", "meta", "delta", "done", "error", "retract")
@@ -321,3 +330,23 @@ class DeleteResponseRequest(_message.Message):
 class DeleteResponseResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class RateMessageRequest(_message.Message):
+    __slots__ = ("message_id", "rating", "comment")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    RATING_FIELD_NUMBER: _ClassVar[int]
+    COMMENT_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    rating: Rating
+    comment: str
+    def __init__(self, message_id: _Optional[str] = ..., rating: _Optional[_Union[Rating, str]] = ..., comment: _Optional[str] = ...) -> None: ...
+
+class RateMessageResponse(_message.Message):
+    __slots__ = ("message_id", "rating", "version")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    RATING_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    rating: Rating
+    version: str
+    def __init__(self, message_id: _Optional[str] = ..., rating: _Optional[_Union[Rating, str]] = ..., version: _Optional[str] = ...) -> None: ...

@@ -98,6 +98,11 @@ class ChatServiceStub:
                 request_serializer=chat_dot_v1_dot_chat__service__pb2.DeleteResponseRequest.SerializeToString,
                 response_deserializer=chat_dot_v1_dot_chat__service__pb2.DeleteResponseResponse.FromString,
                 _registered_method=True)
+        self.RateMessage = channel.unary_unary(
+                '/chat.v1.ChatService/RateMessage',
+                request_serializer=chat_dot_v1_dot_chat__service__pb2.RateMessageRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_chat__service__pb2.RateMessageResponse.FromString,
+                _registered_method=True)
 
 
 class ChatServiceServicer:
@@ -190,6 +195,15 @@ class ChatServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RateMessage(self, request, context):
+        """Rates one of the caller's answers (an assistant message) thumbs up or down, with an
+        optional comment; rating again replaces the earlier rating. NOT_FOUND for a message the
+        user does not have, INVALID_ARGUMENT for a user's own turn or a bad rating or comment.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ChatServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -252,6 +266,11 @@ def add_ChatServiceServicer_to_server(servicer, server):
                     servicer.DeleteResponse,
                     request_deserializer=chat_dot_v1_dot_chat__service__pb2.DeleteResponseRequest.FromString,
                     response_serializer=chat_dot_v1_dot_chat__service__pb2.DeleteResponseResponse.SerializeToString,
+            ),
+            'RateMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.RateMessage,
+                    request_deserializer=chat_dot_v1_dot_chat__service__pb2.RateMessageRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_chat__service__pb2.RateMessageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -582,6 +601,33 @@ class ChatService:
             '/chat.v1.ChatService/DeleteResponse',
             chat_dot_v1_dot_chat__service__pb2.DeleteResponseRequest.SerializeToString,
             chat_dot_v1_dot_chat__service__pb2.DeleteResponseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RateMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.ChatService/RateMessage',
+            chat_dot_v1_dot_chat__service__pb2.RateMessageRequest.SerializeToString,
+            chat_dot_v1_dot_chat__service__pb2.RateMessageResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -374,20 +374,30 @@ class GetRolloutRequest(_message.Message):
     def __init__(self, known_revision: _Optional[int] = ..., tallies: _Optional[_Iterable[_Union[VersionTally, _Mapping]]] = ...) -> None: ...
 
 class VersionTally(_message.Message):
-    __slots__ = ("version", "tier", "answers", "errors", "refusals", "slow")
+    __slots__ = ("version", "tier", "answers", "errors", "refusals", "slow", "thumbs_up", "thumbs_down", "failovers", "ttft_counts", "rate_counts")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
     ANSWERS_FIELD_NUMBER: _ClassVar[int]
     ERRORS_FIELD_NUMBER: _ClassVar[int]
     REFUSALS_FIELD_NUMBER: _ClassVar[int]
     SLOW_FIELD_NUMBER: _ClassVar[int]
+    THUMBS_UP_FIELD_NUMBER: _ClassVar[int]
+    THUMBS_DOWN_FIELD_NUMBER: _ClassVar[int]
+    FAILOVERS_FIELD_NUMBER: _ClassVar[int]
+    TTFT_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    RATE_COUNTS_FIELD_NUMBER: _ClassVar[int]
     version: str
     tier: _common_pb2.Tier
     answers: int
     errors: int
     refusals: int
     slow: int
-    def __init__(self, version: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., answers: _Optional[int] = ..., errors: _Optional[int] = ..., refusals: _Optional[int] = ..., slow: _Optional[int] = ...) -> None: ...
+    thumbs_up: int
+    thumbs_down: int
+    failovers: int
+    ttft_counts: _containers.RepeatedScalarFieldContainer[int]
+    rate_counts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, version: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., answers: _Optional[int] = ..., errors: _Optional[int] = ..., refusals: _Optional[int] = ..., slow: _Optional[int] = ..., thumbs_up: _Optional[int] = ..., thumbs_down: _Optional[int] = ..., failovers: _Optional[int] = ..., ttft_counts: _Optional[_Iterable[int]] = ..., rate_counts: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GetRolloutResponse(_message.Message):
     __slots__ = ("revision", "rollout")
@@ -494,3 +504,17 @@ class ChangeRolloutResponse(_message.Message):
     ROLLOUT_FIELD_NUMBER: _ClassVar[int]
     rollout: Rollout
     def __init__(self, rollout: _Optional[_Union[Rollout, _Mapping]] = ...) -> None: ...
+
+class GetVersionScoresRequest(_message.Message):
+    __slots__ = ("version",)
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    def __init__(self, version: _Optional[str] = ...) -> None: ...
+
+class GetVersionScoresResponse(_message.Message):
+    __slots__ = ("tallies", "window_seconds")
+    TALLIES_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    tallies: _containers.RepeatedCompositeFieldContainer[VersionTally]
+    window_seconds: float
+    def __init__(self, tallies: _Optional[_Iterable[_Union[VersionTally, _Mapping]]] = ..., window_seconds: _Optional[float] = ...) -> None: ...

@@ -110,6 +110,11 @@ class SchedulerServiceStub:
                 request_serializer=chat_dot_v1_dot_scheduler__service__pb2.ChangeRolloutRequest.SerializeToString,
                 response_deserializer=chat_dot_v1_dot_scheduler__service__pb2.ChangeRolloutResponse.FromString,
                 _registered_method=True)
+        self.GetVersionScores = channel.unary_unary(
+                '/chat.v1.SchedulerService/GetVersionScores',
+                request_serializer=chat_dot_v1_dot_scheduler__service__pb2.GetVersionScoresRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_scheduler__service__pb2.GetVersionScoresResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulerServiceServicer:
@@ -210,6 +215,14 @@ class SchedulerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetVersionScores(self, request, context):
+        """Each version's online scores per tier over the trailing window, from the tallies of the
+        gateways that poll this scheduler (with several schedulers, each sees its own gateways).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -287,6 +300,11 @@ def add_SchedulerServiceServicer_to_server(servicer, server):
                     servicer.ChangeRollout,
                     request_deserializer=chat_dot_v1_dot_scheduler__service__pb2.ChangeRolloutRequest.FromString,
                     response_serializer=chat_dot_v1_dot_scheduler__service__pb2.ChangeRolloutResponse.SerializeToString,
+            ),
+            'GetVersionScores': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetVersionScores,
+                    request_deserializer=chat_dot_v1_dot_scheduler__service__pb2.GetVersionScoresRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_scheduler__service__pb2.GetVersionScoresResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -695,6 +713,33 @@ class SchedulerService:
             '/chat.v1.SchedulerService/ChangeRollout',
             chat_dot_v1_dot_scheduler__service__pb2.ChangeRolloutRequest.SerializeToString,
             chat_dot_v1_dot_scheduler__service__pb2.ChangeRolloutResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetVersionScores(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.SchedulerService/GetVersionScores',
+            chat_dot_v1_dot_scheduler__service__pb2.GetVersionScoresRequest.SerializeToString,
+            chat_dot_v1_dot_scheduler__service__pb2.GetVersionScoresResponse.FromString,
             options,
             channel_credentials,
             insecure,
