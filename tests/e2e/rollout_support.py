@@ -85,9 +85,11 @@ def rollout_platform_settings(state_dir: Path) -> PlatformSettings:
     )
 
 
-# Weighted tokens: one short answer on the small pool (about 80 tokens of cost x 0.27)
-# spends it.
-PLUS_DAILY_ALLOWANCE = 10
+# Weighted tokens: any answer written on the small pool spends it, whatever the engine's
+# prefix cache held and however short the answer: one output token alone costs 4 x 0.27.
+# (At 10, a greeting of a few tokens after a cached prompt cost less, and the next message
+# was not downgraded.)
+PLUS_DAILY_ALLOWANCE = 1
 
 
 @dataclass(frozen=True)
