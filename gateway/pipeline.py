@@ -563,6 +563,7 @@ class ChatPipeline:
                 replica_id=answer.served_by.node_id,
                 finish=answer.finish.value,
                 region=self._region,
+                parent_tokens=answer.message_tokens,
             ),
         )
 
