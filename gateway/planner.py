@@ -188,17 +188,26 @@ class Planner:
         return self._admitted(user, pick, pool, tier, prompt, reserved, message_bound=True)
 
     async def plan_completion(
-        self, user: User, affinity_key: str, request: CompleteRequest, pool: str
+        self,
+        user: User,
+        affinity_key: str,
+        request: CompleteRequest,
+        pool: str,
+        system_prompt: str = "",
+        model: str = "",
     ) -> AnswerPlan:
-        """The same for a stateless completion: the caller sent the whole history."""
+        """The same for a stateless completion: the caller sent the whole history. Without a
+        system message of the caller's, the serving version's system prompt leads ('' for the
+        configured one); the version's engine model is picked ('' for any)."""
         # The client resends its history each turn: all but the newest turn is what the
         # favourite replica's prefix cache holds, exactly as for a stored conversation.
         history = sum(estimate_tokens(t.counted_text()) for t in request.turns[:-1])
         newest = estimate_tokens(request.turns[-1].counted_text())
         size = PromptSize(history + newest, history)
-        pick, tier, pool = await self.shed(user, affinity_key, pool, size)
+        pick, tier, pool = await self.shed(user, affinity_key, pool, size, model)
         answer = completions.answer_cap(tier.max_answer_tokens, request.max_tokens)
-        system, turns = completions.split_system(request, self._policy.system_prompt)
+        default_system = system_prompt or self._policy.system_prompt
+        system, turns = completions.split_system(request, default_system)
         # The tools' definitions ride in the system part of the prompt, and are counted there.
         tools = completions.tools_text(request.options)
         system_text = f"{system.text}\n{tools}" if tools else system.text
@@ -211,7 +220,7 @@ class Planner:
         )
         capped = TierPolicy(tier.window_tokens, answer, tier.limit)
         plan = await self.admit(user, pick, pool, capped, prompt)
-        return replace(plan, options=request.options)
+        return replace(plan, options=request.options, version_model=model)
 
     async def shed(
         self, user: User, conversation_id: str, pool: str, size: PromptSize, model: str = ""
