@@ -15,10 +15,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 import jsonschema
+import openai
+import pydantic
 import pytest
+from langchain_openai import ChatOpenAI
 
 from chat.v1 import common_pb2, node_service_pb2_grpc
 from chat.v1 import node_service_pb2 as pb
+from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from domain.answer_options import AnswerOptions, ToolChoice, ToolDefinition
 from domain.types import Finish, Role, Tier
 from infra.grpcserver import GrpcServer
@@ -344,6 +348,58 @@ async def test_a_required_tool_call_is_parsed_into_whole_calls(vllm: VllmEngine)
     (call,) = finished.tool_calls
     assert call.name == "get_weather" and call.call_id
     assert set(json.loads(call.arguments)) == {"city"}
+
+
+class Capital(pydantic.BaseModel):
+    country: str
+    city: str
+
+
+async def test_the_sdk_and_langchain_parse_what_vllm_writes_through_the_platform(
+    vllm: VllmEngine, tmp_path
+) -> None:
+    """The whole path on vLLM: a platform whose node attaches to this module's server (as a
+    sidecar in a vLLM pod does), reached through the edge by the OpenAI SDK's parse() and
+    LangChain's structured output; vLLM's guided decoding keeps the answer to the schema."""
+    platform = LocalPlatform(
+        PlatformSettings(
+            state_dir=tmp_path,
+            edge_listen="127.0.0.1:0",
+            slot_context_tokens=CONTEXT,
+            extra_env={
+                "CHAT_NODEAGENT_ENGINE": "vllm",
+                "CHAT_NODEAGENT_VLLM_URL": vllm.base_url,
+                "CHAT_NODEAGENT_MODEL": MODEL,
+            },
+        )
+    )
+    await platform.start()
+    try:
+        edge = f"{platform.edge_url}/v1"
+        token = platform.tokens["plus"]
+        async with openai.AsyncOpenAI(
+            base_url=edge, api_key=token, max_retries=0, timeout=240
+        ) as client:
+            completion = await client.chat.completions.parse(
+                model="small",
+                messages=[{"role": "user", "content": "Name the capital of France."}],
+                response_format=Capital,
+                max_tokens=60,
+                temperature=0,
+            )
+        (choice,) = completion.choices
+        assert choice.finish_reason == "stop"
+        assert choice.message.parsed == Capital.model_validate_json(choice.message.content)
+        assert completion.model == MODEL
+        # A model name LangChain knows nothing of: it never needs tiktoken's encodings.
+        chat = ChatOpenAI(model="small", base_url=edge, api_key=token, max_retries=0,
+                          timeout=240, temperature=0, max_tokens=60)  # fmt: skip
+        capital = await chat.with_structured_output(Capital, method="json_schema").ainvoke(
+            "Name the capital of Italy."
+        )
+        assert isinstance(capital, Capital)
+    finally:
+        await platform.stop()
 
 
 # Last on purpose: it kills the module's server to see what a dead vLLM looks like.
