@@ -14,13 +14,20 @@ import grpc
 from chat.v1 import home_service_pb2 as pb
 from chat.v1 import home_service_pb2_grpc as pb_grpc
 from domain import limiter
-from domain.errors import AlreadyExists, NotFound, Unavailable
-from domain.types import Tier
+from domain.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
+from domain.feedback import Rating
+from domain.types import Tier, User
 from gateway import home_convert
-from infra.convert import TIER_TO_PB
+from infra.convert import RATING_TO_PB, TIER_TO_PB
 from infra.keepalive import CLIENT_CHANNEL
 from infra.tls import TlsConfig, open_channel
-from store.records import ConversationRecord, MessageRecord, NewMessage, ServingRecord
+from store.records import (
+    ConversationRecord,
+    FeedbackRecord,
+    MessageRecord,
+    NewMessage,
+    ServingRecord,
+)
 
 T = TypeVar("T")
 # A store call: the home region answers in milliseconds, or it is away.
@@ -51,6 +58,8 @@ class HomeStore:
                 raise NotFound(details) from error
             if code == grpc.StatusCode.ALREADY_EXISTS:
                 raise AlreadyExists(details) from error
+            if code == grpc.StatusCode.INVALID_ARGUMENT:
+                raise InvalidArgument(details) from error
             raise Unavailable(f"home region {self.region!r}: {code.name} {details}") from error
 
     async def _read(
@@ -88,6 +97,17 @@ class HomeStore:
                                           title=title)  # fmt: skip
         reply = await self._call(self._stub.AppendMessage(request, timeout=CALL_TIMEOUT_S))
         return home_convert.message_from_pb(reply.message)
+
+    async def rate_answer(
+        self, user: User, message_id: str, rating: Rating, comment: str
+    ) -> FeedbackRecord:
+        """The user's rating of their answer, stored and counted at home (gateway/feedback.py
+        runs there)."""
+        request = pb.RateAnswerRequest(user_id=user.user_id, tier=TIER_TO_PB[user.tier],
+                                       message_id=message_id, rating=RATING_TO_PB[rating],
+                                       comment=comment)  # fmt: skip
+        reply = await self._call(self._stub.RateAnswer(request, timeout=CALL_TIMEOUT_S))
+        return home_convert.feedback_from_pb(reply)
 
     # What served a turn away from home is not kept at home yet: HomeService has no call for
     # it. Such a conversation is assigned its version by the split on each message (a user's

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from chat.v1 import home_service_pb2 as pb
 from domain.errors import InvalidArgument
+from domain.feedback import Rating
 from domain.types import Role
-from infra.convert import ROLE_FROM_PB, ROLE_TO_PB
-from store.records import ConversationRecord, MessageRecord, NewMessage
+from gateway.convert import rating_from_pb
+from infra.convert import RATING_TO_PB, ROLE_FROM_PB, ROLE_TO_PB
+from store.records import ConversationRecord, FeedbackRecord, MessageRecord, NewMessage
 
 
 def conversation_to_pb(record: ConversationRecord) -> pb.StoredConversation:
@@ -57,6 +59,20 @@ def new_message_from_pb(m: pb.StoredMessage) -> NewMessage:
         m.message_id, _role(m.role), m.content, m.tokens, m.parent_seq or None, m.model,
         m.replica_id, m.finish, m.pool, m.region,
     )  # fmt: skip
+
+
+def feedback_to_pb(record: FeedbackRecord) -> pb.RateAnswerResponse:
+    return pb.RateAnswerResponse(
+        message_id=record.message_id, conversation_id=record.conversation_id,
+        rating=RATING_TO_PB[Rating(record.rating)], comment=record.comment,
+        version=record.version,
+    )  # fmt: skip
+
+
+def feedback_from_pb(reply: pb.RateAnswerResponse) -> FeedbackRecord:
+    rating = rating_from_pb(reply.rating).value
+    return FeedbackRecord(reply.message_id, reply.conversation_id, rating, reply.comment,
+                          reply.version)  # fmt: skip
 
 
 def _role(value: int) -> Role:

@@ -8,9 +8,11 @@ import grpc
 from chat.v1 import home_service_pb2 as pb
 from chat.v1 import home_service_pb2_grpc as pb_grpc
 from domain.errors import InvalidArgument
-from domain.types import Tier
+from domain.types import Tier, User
 from gateway import home_convert
 from gateway.buckets import Buckets
+from gateway.convert import rating_from_pb
+from gateway.feedback import RatingDesk
 from gateway.pipeline import check_id
 from infra.convert import TIER_FROM_PB
 from infra.grpcserver import maps_domain_errors
@@ -25,9 +27,10 @@ def _tier(value: int) -> Tier:
 
 
 class HomeServicer(pb_grpc.HomeServiceServicer):
-    def __init__(self, store: Store, buckets: Buckets) -> None:
+    def __init__(self, store: Store, buckets: Buckets, ratings: RatingDesk) -> None:
         self._store = store
         self._buckets = buckets
+        self._ratings = ratings
 
     @maps_domain_errors
     async def ReserveTokens(
@@ -76,3 +79,12 @@ class HomeServicer(pb_grpc.HomeServiceServicer):
         record = await self._store.add_message(request.user_id, request.conversation_id,
                                                message, request.title)  # fmt: skip
         return pb.AppendMessageResponse(message=home_convert.message_to_pb(record))
+
+    @maps_domain_errors
+    async def RateAnswer(
+        self, request: pb.RateAnswerRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RateAnswerResponse:
+        user = User(request.user_id, _tier(request.tier))
+        rating = rating_from_pb(request.rating)
+        record = await self._ratings.rate(user, request.message_id, rating, request.comment)
+        return home_convert.feedback_to_pb(record)

@@ -24,6 +24,7 @@ from gateway.convert import (
     rating_from_pb,
 )
 from gateway.feedback import RatingDesk
+from gateway.histories import Histories
 from gateway.peer_client import PeerGateways
 from gateway.pipeline import ANSWER_SUFFIX, ChatPipeline, SendRequest, check_id
 from gateway.regions import SERVE_FOR_HEADER, Forward, NoRegions, RegionRouter
@@ -68,11 +69,11 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         self._pipeline = pipeline
         self._store = store
         self._buckets = buckets
-        self._ratings = ratings
         # After an answer's first text, at most one message per stream per interval, each
         # carrying every event that came meanwhile (MessageRun.follow_batches).
         self._interval_s = stream_interval_s
         self._regions = regions or NoRegions(pipeline)
+        self._histories = Histories(ratings, self._regions)
         self._peers = peers or PeerGateways(TlsConfig(insecure=True))
 
     @maps_domain_errors
@@ -235,7 +236,7 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
     ) -> pb.RateMessageResponse:
         user = await self._auth.user_of(context)
         rating = rating_from_pb(request.rating)
-        stored = await self._ratings.rate(user, request.message_id, rating, request.comment)
+        stored = await self._histories.rate(user, request.message_id, rating, request.comment)
         return pb.RateMessageResponse(message_id=stored.message_id, rating=RATING_TO_PB[rating],
                                       version=stored.version)  # fmt: skip
 

@@ -5,18 +5,13 @@ lost and back."""
 from __future__ import annotations
 
 import asyncio
-import re
 import signal
-import time
 import uuid
 from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 
-from chat.v1 import common_pb2
-from chat.v1 import scheduler_service_pb2 as pb
-from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from domain.tiers import PLUS_DEFAULTS
 from domain.types import Tier
@@ -24,8 +19,17 @@ from infra.bearer import token_hash
 from infra.certs import Authority
 from infra.directory import Directory, DirectoryUser
 from tests.clients.test_chatctl import admin_flags, chatctl
+from tests.e2e.regions_support import (
+    create_user,
+    level,
+    listed,
+    pin,
+    rate,
+    ratings_counted,
+    send,
+    until_seen,
+)
 from tests.servers import Etcd
-from tests.sse import iter_events
 
 pytestmark = pytest.mark.slow
 
@@ -67,108 +71,6 @@ async def regions(
         yield platforms
     finally:
         await asyncio.gather(*(p.stop() for p in platforms.values()))
-
-
-def admin(platform: LocalPlatform) -> tuple[tuple[str, str]]:
-    return (("authorization", f"Bearer {platform.admin_token}"),)
-
-
-async def create_user(platform: LocalPlatform, pinned: bool = False) -> str:
-    """A Plus user homed in the platform's region; their token."""
-    async with platform.channel(platform.scheduler_address) as channel:
-        created = await pb_grpc.SchedulerServiceStub(channel).CreateUser(
-            pb.CreateUserRequest(
-                user_id=f"u-{uuid.uuid4().hex[:8]}", tier=common_pb2.TIER_PLUS, pinned=pinned
-            ),
-            metadata=admin(platform),
-        )
-    return created.token
-
-
-async def pin(platform: LocalPlatform, rung: int | None) -> None:
-    async with platform.channel(platform.scheduler_address) as channel:
-        ask = pb.PinLadderRequest() if rung is None else pb.PinLadderRequest(rung=rung)
-        await pb_grpc.SchedulerServiceStub(channel).PinLadder(ask, metadata=admin(platform))
-
-
-async def seen(http: aiohttp.ClientSession, platform: LocalPlatform) -> dict[str, float]:
-    """The gateway's view of the regions, from its metrics: `up:<r>`, `rung:<r>` and
-    `ready:<r>` (the small pool's)."""
-    port = platform._child("gateway").ready["metrics"]
-    async with http.get(f"http://127.0.0.1:{port}/metrics") as response:
-        text = await response.text()
-    view = {}
-    patterns = (
-        ("up", r'^gateway_region_up\{region="(\w+)"\} (\S+)$'),
-        ("rung", r'^gateway_region_rung\{pool="small",region="(\w+)"\} (\S+)$'),
-        ("ready", r'^gateway_region_ready_replicas\{pool="small",region="(\w+)"\} (\S+)$'),
-    )
-    for kind, pattern in patterns:
-        for region, value in re.findall(pattern, text, re.MULTILINE):
-            view[f"{kind}:{region}"] = float(value)
-    return view
-
-
-async def until_seen(
-    http: aiohttp.ClientSession, platform: LocalPlatform, want: dict[str, float], timeout_s: float
-) -> float:
-    """Waits for the gateway to see every key at its value; the seconds it took."""
-    start = time.monotonic()
-    while True:
-        view = await seen(http, platform)
-        if all(view.get(key) == value for key, value in want.items()):
-            return time.monotonic() - start
-        assert time.monotonic() - start < timeout_s, f"gateway sees {view}, not {want}"
-        await asyncio.sleep(0.1)
-
-
-async def send(
-    http: aiohttp.ClientSession,
-    platform: LocalPlatform,
-    token: str,
-    conversation: str,
-    content: str,
-    parent: str = "",
-    started: asyncio.Event | None = None,
-) -> tuple[dict, str, str]:
-    """(meta, the whole answer's text, the message id); started is set at the first event."""
-    message_id = uuid.uuid4().hex[:12]
-    body = {"content": content, **({"parentId": parent} if parent else {})}
-    async with http.post(
-        f"{platform.edge_url}/v1/conversations/{conversation}/messages",
-        json=body,
-        headers={"Authorization": f"Bearer {token}", "Idempotency-Key": message_id},
-    ) as response:
-        assert response.status == 200, await response.text()
-        events = []
-        async for event in iter_events(response):
-            events.append(event)
-            if started is not None:
-                started.set()
-    assert events[-1].event == "done", events[-1]
-    assert events[-1].data["finish"] in ("stop", "length")
-    text = "".join(e.data["text"] for e in events if e.event == "delta")
-    return events[0].data, text, message_id
-
-
-async def level(http: aiohttp.ClientSession, platform: LocalPlatform, token: str) -> float:
-    """The user's token bucket as the region's gateway keeps it."""
-    async with http.get(
-        f"{platform.edge_url}/v1/limits", headers={"Authorization": f"Bearer {token}"}
-    ) as response:
-        assert response.status == 200
-        return float((await response.json())["level"])
-
-
-async def listed(
-    http: aiohttp.ClientSession, platform: LocalPlatform, token: str, conversation: str
-) -> tuple[int, list[dict]]:
-    async with http.get(
-        f"{platform.edge_url}/v1/conversations/{conversation}/messages",
-        headers={"Authorization": f"Bearer {token}"},
-    ) as response:
-        body = await response.json()
-        return response.status, body.get("messages", [])
 
 
 async def test_a_full_home_spills_and_the_conversation_stays_where_it_went(regions) -> None:
@@ -262,6 +164,56 @@ async def test_chatctl_creates_a_pinned_user_and_lists_the_regions(regions, etcd
         "b": (True, 1),
         "c": (True, 1),
     }
+
+
+async def test_an_answer_kept_at_home_is_rated_from_another_region(regions, etcd_server) -> None:
+    b, c = regions["b"], regions["c"]
+    token = await create_user(c)
+    async with aiohttp.ClientSession() as http:
+        meta, _, question_id = await send(http, b, token, "rated", "Rate me from afar")
+        assert (meta["region"], bool(meta["version"])) == ("c", True)
+        answer_id = f"{question_id}.answer"
+        counted = (meta["version"], "plus", "down")
+        before = (await ratings_counted(http, c)).get(counted, 0.0)
+        # Rated at b's edge: stored at c with the answer and counted in c's tally.
+        assert await rate(http, b, token, answer_id, "down", "too short") == (
+            200,
+            {"messageId": answer_id, "rating": "down", "version": meta["version"]},
+        )
+        assert (await ratings_counted(http, c)).get(counted) == before + 1
+        assert (await ratings_counted(http, b)).get(counted, 0.0) == 0.0
+        # Rated again at home, the same: stored again, not counted twice.
+        assert (await rate(http, c, token, answer_id, "down"))[0] == 200
+        assert (await ratings_counted(http, c)).get(counted) == before + 1
+        status, body = await rate(http, b, token, "nosuch.answer", "up")
+        assert (status, body["error"]["message"]) == (404, "no message 'nosuch.answer'")
+        status, body = await rate(http, b, token, question_id, "up")
+        assert (status, body["error"]["message"]) == (
+            400,
+            f"message {question_id!r} is not an answer: only answers are rated",
+        )
+        # A user whose home region is not running: 503, and why.
+        status, body = await rate(http, b, await away_user(etcd_server, b), answer_id, "up")
+        assert (status, body["error"]["message"]) == (503, HOME_OUT)
+
+
+HOME_OUT = (
+    "your home region 'z' is unavailable; your conversations are kept there: try again when "
+    "it is back"
+)
+
+
+async def away_user(etcd_server: Etcd, platform: LocalPlatform) -> str:
+    """The token of a user whose home region, z, has never run."""
+    token = f"z-{uuid.uuid4().hex}"
+    prefix = platform.settings.extra_env["CHAT_GATEWAY_GLOBAL_PREFIX"]
+    directory = Directory(etcd_server.endpoint, prefix)
+    try:
+        user = DirectoryUser(f"u-{uuid.uuid4().hex[:8]}", Tier.PLUS, "z", False, token_hash(token))
+        await directory.put_user(user)
+    finally:
+        await directory.close()
+    return token
 
 
 async def test_a_region_killed_whole_is_out_and_its_users_start_elsewhere(regions) -> None:

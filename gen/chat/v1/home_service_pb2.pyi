@@ -1,3 +1,4 @@
+from chat.v1 import chat_service_pb2 as _chat_service_pb2
 from chat.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -152,3 +153,31 @@ class SettleTokensRequest(_message.Message):
 class SettleTokensResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class RateAnswerRequest(_message.Message):
+    __slots__ = ("user_id", "tier", "message_id", "rating", "comment")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    RATING_FIELD_NUMBER: _ClassVar[int]
+    COMMENT_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    tier: _common_pb2.Tier
+    message_id: str
+    rating: _chat_service_pb2.Rating
+    comment: str
+    def __init__(self, user_id: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., message_id: _Optional[str] = ..., rating: _Optional[_Union[_chat_service_pb2.Rating, str]] = ..., comment: _Optional[str] = ...) -> None: ...
+
+class RateAnswerResponse(_message.Message):
+    __slots__ = ("message_id", "conversation_id", "rating", "comment", "version")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    RATING_FIELD_NUMBER: _ClassVar[int]
+    COMMENT_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    conversation_id: str
+    rating: _chat_service_pb2.Rating
+    comment: str
+    version: str
+    def __init__(self, message_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., rating: _Optional[_Union[_chat_service_pb2.Rating, str]] = ..., comment: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...

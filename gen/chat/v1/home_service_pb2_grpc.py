@@ -64,6 +64,11 @@ class HomeServiceStub:
                 request_serializer=chat_dot_v1_dot_home__service__pb2.SettleTokensRequest.SerializeToString,
                 response_deserializer=chat_dot_v1_dot_home__service__pb2.SettleTokensResponse.FromString,
                 _registered_method=True)
+        self.RateAnswer = channel.unary_unary(
+                '/chat.v1.HomeService/RateAnswer',
+                request_serializer=chat_dot_v1_dot_home__service__pb2.RateAnswerRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_home__service__pb2.RateAnswerResponse.FromString,
+                _registered_method=True)
 
 
 class HomeServiceServicer:
@@ -111,6 +116,16 @@ class HomeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RateAnswer(self, request, context):
+        """A user's rating of one of their answers, which lives here (ChatService.RateMessage that
+        reached another region's gateway): stored with the version that served the answer and
+        counted in this region's tallies, as a rating made here is. NOT_FOUND for no such
+        message; INVALID_ARGUMENT for a message that is not an answer, or a comment too long.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HomeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -138,6 +153,11 @@ def add_HomeServiceServicer_to_server(servicer, server):
                     servicer.SettleTokens,
                     request_deserializer=chat_dot_v1_dot_home__service__pb2.SettleTokensRequest.FromString,
                     response_serializer=chat_dot_v1_dot_home__service__pb2.SettleTokensResponse.SerializeToString,
+            ),
+            'RateAnswer': grpc.unary_unary_rpc_method_handler(
+                    servicer.RateAnswer,
+                    request_deserializer=chat_dot_v1_dot_home__service__pb2.RateAnswerRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_home__service__pb2.RateAnswerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -280,6 +300,33 @@ class HomeService:
             '/chat.v1.HomeService/SettleTokens',
             chat_dot_v1_dot_home__service__pb2.SettleTokensRequest.SerializeToString,
             chat_dot_v1_dot_home__service__pb2.SettleTokensResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RateAnswer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.HomeService/RateAnswer',
+            chat_dot_v1_dot_home__service__pb2.RateAnswerRequest.SerializeToString,
+            chat_dot_v1_dot_home__service__pb2.RateAnswerResponse.FromString,
             options,
             channel_credentials,
             insecure,

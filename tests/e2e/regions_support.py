@@ -1,0 +1,147 @@
+"""The three-region platform's helpers for tests/e2e/test_regions.py: users, messages,
+ratings and listings through each region's edge, and each gateway's view from its metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+
+import aiohttp
+
+from chat.v1 import common_pb2
+from chat.v1 import scheduler_service_pb2 as pb
+from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
+from clients.chatctl.platform import LocalPlatform
+from tests.sse import iter_events
+
+
+def admin(platform: LocalPlatform) -> tuple[tuple[str, str]]:
+    return (("authorization", f"Bearer {platform.admin_token}"),)
+
+
+async def create_user(platform: LocalPlatform, pinned: bool = False) -> str:
+    """A Plus user homed in the platform's region; their token."""
+    async with platform.channel(platform.scheduler_address) as channel:
+        created = await pb_grpc.SchedulerServiceStub(channel).CreateUser(
+            pb.CreateUserRequest(
+                user_id=f"u-{uuid.uuid4().hex[:8]}", tier=common_pb2.TIER_PLUS, pinned=pinned
+            ),
+            metadata=admin(platform),
+        )
+    return created.token
+
+
+async def pin(platform: LocalPlatform, rung: int | None) -> None:
+    async with platform.channel(platform.scheduler_address) as channel:
+        ask = pb.PinLadderRequest() if rung is None else pb.PinLadderRequest(rung=rung)
+        await pb_grpc.SchedulerServiceStub(channel).PinLadder(ask, metadata=admin(platform))
+
+
+async def metrics(http: aiohttp.ClientSession, platform: LocalPlatform) -> str:
+    """The region's gateway's metrics, as scraped."""
+    port = platform._child("gateway").ready["metrics"]
+    async with http.get(f"http://127.0.0.1:{port}/metrics") as response:
+        return await response.text()
+
+
+async def seen(http: aiohttp.ClientSession, platform: LocalPlatform) -> dict[str, float]:
+    """The gateway's view of the regions, from its metrics: `up:<r>`, `rung:<r>` and
+    `ready:<r>` (the small pool's)."""
+    text = await metrics(http, platform)
+    view = {}
+    patterns = (
+        ("up", r'^gateway_region_up\{region="(\w+)"\} (\S+)$'),
+        ("rung", r'^gateway_region_rung\{pool="small",region="(\w+)"\} (\S+)$'),
+        ("ready", r'^gateway_region_ready_replicas\{pool="small",region="(\w+)"\} (\S+)$'),
+    )
+    for kind, pattern in patterns:
+        for region, value in re.findall(pattern, text, re.MULTILINE):
+            view[f"{kind}:{region}"] = float(value)
+    return view
+
+
+async def until_seen(
+    http: aiohttp.ClientSession, platform: LocalPlatform, want: dict[str, float], timeout_s: float
+) -> float:
+    """Waits for the gateway to see every key at its value; the seconds it took."""
+    start = time.monotonic()
+    while True:
+        view = await seen(http, platform)
+        if all(view.get(key) == value for key, value in want.items()):
+            return time.monotonic() - start
+        assert time.monotonic() - start < timeout_s, f"gateway sees {view}, not {want}"
+        await asyncio.sleep(0.1)
+
+
+async def send(
+    http: aiohttp.ClientSession,
+    platform: LocalPlatform,
+    token: str,
+    conversation: str,
+    content: str,
+    parent: str = "",
+    started: asyncio.Event | None = None,
+) -> tuple[dict, str, str]:
+    """(meta, the whole answer's text, the message id); started is set at the first event."""
+    message_id = uuid.uuid4().hex[:12]
+    body = {"content": content, **({"parentId": parent} if parent else {})}
+    async with http.post(
+        f"{platform.edge_url}/v1/conversations/{conversation}/messages",
+        json=body,
+        headers={"Authorization": f"Bearer {token}", "Idempotency-Key": message_id},
+    ) as response:
+        assert response.status == 200, await response.text()
+        events = []
+        async for event in iter_events(response):
+            events.append(event)
+            if started is not None:
+                started.set()
+    assert events[-1].event == "done", events[-1]
+    assert events[-1].data["finish"] in ("stop", "length")
+    text = "".join(e.data["text"] for e in events if e.event == "delta")
+    return events[0].data, text, message_id
+
+
+async def level(http: aiohttp.ClientSession, platform: LocalPlatform, token: str) -> float:
+    """The user's token bucket as the region's gateway keeps it."""
+    async with http.get(
+        f"{platform.edge_url}/v1/limits", headers={"Authorization": f"Bearer {token}"}
+    ) as response:
+        assert response.status == 200
+        return float((await response.json())["level"])
+
+
+async def listed(
+    http: aiohttp.ClientSession, platform: LocalPlatform, token: str, conversation: str
+) -> tuple[int, list[dict]]:
+    async with http.get(
+        f"{platform.edge_url}/v1/conversations/{conversation}/messages",
+        headers={"Authorization": f"Bearer {token}"},
+    ) as response:
+        body = await response.json()
+        return response.status, body.get("messages", [])
+
+
+async def ratings_counted(
+    http: aiohttp.ClientSession, platform: LocalPlatform
+) -> dict[tuple[str, str, str], float]:
+    """The region's gateway's count of ratings by (version, tier, rating)."""
+    text = await metrics(http, platform)
+    pattern = r'^gateway_feedback_total\{rating="(\w+)",tier="(\w+)",version="([^"]*)"\} (\S+)$'
+    found = re.findall(pattern, text, re.MULTILINE)
+    return {(version, tier, rating): float(count) for rating, tier, version, count in found}
+
+
+async def rate(
+    http: aiohttp.ClientSession, platform: LocalPlatform, token: str, message_id: str,
+    rating: str, comment: str = "",
+) -> tuple[int, dict]:  # fmt: skip
+    """Rates an answer at the region's edge: (HTTP status, the JSON body)."""
+    async with http.post(
+        f"{platform.edge_url}/v1/messages/{message_id}/feedback",
+        json={"rating": rating, "comment": comment},
+        headers={"Authorization": f"Bearer {token}"},
+    ) as response:
+        return response.status, await response.json()
