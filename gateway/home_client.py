@@ -73,6 +73,16 @@ class HomeStore:
         reply = await self._read(user_id, conversation_id, False)
         return home_convert.conversation_from_pb(user_id, reply.conversation)
 
+    async def list_conversations(
+        self, user_id: str, limit: int, updated_before: float | None = None
+    ) -> list[ConversationRecord]:
+        request = pb.ListStoredConversationsRequest(user_id=user_id, limit=limit)
+        if updated_before is not None:
+            request.updated_before = updated_before
+        call = self._stub.ListStoredConversations(request, timeout=CALL_TIMEOUT_S)
+        reply = await self._call(call)
+        return [home_convert.conversation_from_pb(user_id, c) for c in reply.conversations]
+
     async def list_messages(self, user_id: str, conversation_id: str) -> list[MessageRecord]:
         reply = await self._read(user_id, conversation_id, True)
         return [home_convert.message_from_pb(m) for m in reply.messages]

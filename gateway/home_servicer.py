@@ -18,6 +18,9 @@ from infra.convert import TIER_FROM_PB
 from infra.grpcserver import maps_domain_errors
 from store.base import Store
 
+# A page of conversations, as ChatService.ListConversations gives at most.
+MAX_PAGE = 100
+
 
 def _tier(value: int) -> Tier:
     tier = TIER_FROM_PB.get(value)
@@ -88,3 +91,15 @@ class HomeServicer(pb_grpc.HomeServiceServicer):
         rating = rating_from_pb(request.rating)
         record = await self._ratings.rate(user, request.message_id, rating, request.comment)
         return home_convert.feedback_to_pb(record)
+
+    @maps_domain_errors
+    async def ListStoredConversations(
+        self, request: pb.ListStoredConversationsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListStoredConversationsResponse:
+        if not 0 < request.limit <= MAX_PAGE:
+            raise InvalidArgument(f"limit must be 1 to {MAX_PAGE}")
+        before = request.updated_before if request.HasField("updated_before") else None
+        records = await self._store.list_conversations(request.user_id, request.limit, before)
+        return pb.ListStoredConversationsResponse(
+            conversations=[home_convert.conversation_to_pb(r) for r in records]
+        )

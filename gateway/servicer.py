@@ -73,7 +73,7 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         # carrying every event that came meanwhile (MessageRun.follow_batches).
         self._interval_s = stream_interval_s
         self._regions = regions or NoRegions(pipeline)
-        self._histories = Histories(ratings, self._regions)
+        self._histories = Histories(store, ratings, self._regions)
         self._peers = peers or PeerGateways(TlsConfig(insecure=True))
 
     @maps_domain_errors
@@ -135,7 +135,8 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
     ) -> pb.GetConversationResponse:
         user = await self._auth.user_of(context)
         check_id("conversation id", request.conversation_id)
-        record = await self._store.get_conversation(user.user_id, request.conversation_id)
+        history = await self._histories.of(user)
+        record = await history.get_conversation(user.user_id, request.conversation_id)
         return pb.GetConversationResponse(conversation=conversation_to_pb(record))
 
     @maps_domain_errors
@@ -147,7 +148,8 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
             raise InvalidArgument(f"page_size must be at most {MAX_PAGE}")
         before = _page_cursor(request.page_token)
         size = request.page_size or 20
-        records = await self._store.list_conversations(user.user_id, size, before)
+        history = await self._histories.of(user)
+        records = await history.list_conversations(user.user_id, size, before)
         next_token = repr(records[-1].updated_at) if len(records) == size else ""
         return pb.ListConversationsResponse(
             conversations=[conversation_to_pb(r) for r in records], next_page_token=next_token
@@ -167,8 +169,9 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         self, request: pb.GetMessageRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetMessageResponse:
         user = await self._auth.user_of(context)
-        record = await self._store.get_message(user.user_id, request.message_id)
-        messages = await self._store.list_messages(user.user_id, record.conversation_id)
+        history = await self._histories.of(user)
+        record = await history.get_message(user.user_id, request.message_id)
+        messages = await history.list_messages(user.user_id, record.conversation_id)
         ids = {m.seq: m.message_id for m in messages}
         parent_id = ids.get(record.parent_seq, "") if record.parent_seq else ""
         return pb.GetMessageResponse(message=message_to_pb(record, parent_id))
@@ -179,7 +182,8 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
     ) -> pb.ListMessagesResponse:
         user = await self._auth.user_of(context)
         check_id("conversation id", request.conversation_id)
-        records = await self._store.list_messages(user.user_id, request.conversation_id)
+        history = await self._histories.of(user)
+        records = await history.list_messages(user.user_id, request.conversation_id)
         ids = {m.seq: m.message_id for m in records}
         return pb.ListMessagesResponse(
             messages=[

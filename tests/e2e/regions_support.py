@@ -4,9 +4,11 @@ ratings and listings through each region's edge, and each gateway's view from it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 import uuid
+from collections.abc import AsyncIterator
 
 import aiohttp
 
@@ -14,6 +16,8 @@ from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from clients.chatctl.platform import LocalPlatform
+from store.base import Store
+from store.factory import open_store
 from tests.sse import iter_events
 
 
@@ -21,16 +25,28 @@ def admin(platform: LocalPlatform) -> tuple[tuple[str, str]]:
     return (("authorization", f"Bearer {platform.admin_token}"),)
 
 
-async def create_user(platform: LocalPlatform, pinned: bool = False) -> str:
-    """A Plus user homed in the platform's region; their token."""
+async def create_user(platform: LocalPlatform, pinned: bool = False, user_id: str = "") -> str:
+    """A Plus user homed in the platform's region (user_id: a new one when ''); their token."""
     async with platform.channel(platform.scheduler_address) as channel:
         created = await pb_grpc.SchedulerServiceStub(channel).CreateUser(
             pb.CreateUserRequest(
-                user_id=f"u-{uuid.uuid4().hex[:8]}", tier=common_pb2.TIER_PLUS, pinned=pinned
+                user_id=user_id or f"u-{uuid.uuid4().hex[:8]}",
+                tier=common_pb2.TIER_PLUS,
+                pinned=pinned,
             ),
             metadata=admin(platform),
         )
     return created.token
+
+
+@contextlib.asynccontextmanager
+async def region_store(platform: LocalPlatform) -> AsyncIterator[Store]:
+    """The region's own store, opened beside its services."""
+    store = await open_store(f"sqlite:///{platform.settings.state_dir / 'chat.db'}")
+    try:
+        yield store
+    finally:
+        await store.close()
 
 
 async def pin(platform: LocalPlatform, rung: int | None) -> None:
@@ -142,6 +158,17 @@ async def rate(
     async with http.post(
         f"{platform.edge_url}/v1/messages/{message_id}/feedback",
         json={"rating": rating, "comment": comment},
+        headers={"Authorization": f"Bearer {token}"},
+    ) as response:
+        return response.status, await response.json()
+
+
+async def conversations(
+    http: aiohttp.ClientSession, platform: LocalPlatform, token: str, query: str = ""
+) -> tuple[int, dict]:
+    """The user's list of conversations at the region's edge: (HTTP status, the JSON body)."""
+    async with http.get(
+        f"{platform.edge_url}/v1/conversations{query}",
         headers={"Authorization": f"Bearer {token}"},
     ) as response:
         return response.status, await response.json()

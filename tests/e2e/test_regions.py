@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
+from domain.errors import NotFound
 from domain.tiers import PLUS_DEFAULTS
 from domain.types import Tier
 from infra.bearer import token_hash
@@ -20,12 +21,14 @@ from infra.certs import Authority
 from infra.directory import Directory, DirectoryUser
 from tests.clients.test_chatctl import admin_flags, chatctl
 from tests.e2e.regions_support import (
+    conversations,
     create_user,
     level,
     listed,
     pin,
     rate,
     ratings_counted,
+    region_store,
     send,
     until_seen,
 )
@@ -75,7 +78,8 @@ async def regions(
 
 async def test_a_full_home_spills_and_the_conversation_stays_where_it_went(regions) -> None:
     a = regions["a"]
-    token = await create_user(a)
+    user_id = f"u-{uuid.uuid4().hex[:8]}"
+    token = await create_user(a, user_id=user_id)
     async with aiohttp.ClientSession() as http:
         await pin(a, 3)
         try:
@@ -104,8 +108,11 @@ async def test_a_full_home_spills_and_the_conversation_stays_where_it_went(regio
             ("user", "And a second turn", "b"),
             ("assistant", second_text, "b"),
         ]
-        status, _ = await listed(http, regions["b"], token, "c1")
-        assert status == 404
+        async with region_store(regions["b"]) as kept_at_b:
+            with pytest.raises(NotFound):
+                await kept_at_b.get_conversation(user_id, "c1")
+        # b's edge shows the same, read from a.
+        assert await listed(http, regions["b"], token, "c1") == (200, messages)
         # A new conversation with home's room back runs at home.
         third, _, _ = await send(http, a, token, "c2", "A new one")
         assert third["region"] == "a"
@@ -168,7 +175,8 @@ async def test_chatctl_creates_a_pinned_user_and_lists_the_regions(regions, etcd
 
 async def test_an_answer_kept_at_home_is_rated_from_another_region(regions, etcd_server) -> None:
     b, c = regions["b"], regions["c"]
-    token = await create_user(c)
+    user_id = f"u-{uuid.uuid4().hex[:8]}"
+    token = await create_user(c, user_id=user_id)
     async with aiohttp.ClientSession() as http:
         meta, _, question_id = await send(http, b, token, "rated", "Rate me from afar")
         assert (meta["region"], bool(meta["version"])) == ("c", True)
@@ -182,6 +190,13 @@ async def test_an_answer_kept_at_home_is_rated_from_another_region(regions, etcd
         )
         assert (await ratings_counted(http, c)).get(counted) == before + 1
         assert (await ratings_counted(http, b)).get(counted, 0.0) == 0.0
+        async with region_store(c) as kept_at_c:
+            stored = await kept_at_c.feedback_of(user_id, answer_id)
+        assert (stored.rating, stored.comment, stored.version) == (
+            "down",
+            "too short",
+            meta["version"],
+        )
         # Rated again at home, the same: stored again, not counted twice.
         assert (await rate(http, c, token, answer_id, "down"))[0] == 200
         assert (await ratings_counted(http, c)).get(counted) == before + 1
@@ -195,6 +210,47 @@ async def test_an_answer_kept_at_home_is_rated_from_another_region(regions, etcd
         # A user whose home region is not running: 503, and why.
         status, body = await rate(http, b, await away_user(etcd_server, b), answer_id, "up")
         assert (status, body["error"]["message"]) == (503, HOME_OUT)
+
+
+async def test_a_user_sees_the_lists_kept_at_home_from_another_region(regions, etcd_server) -> None:
+    b, c = regions["b"], regions["c"]
+    token = await create_user(c)
+    async with aiohttp.ClientSession() as http:
+        _, older_text, _ = await send(http, c, token, "older", "First, at home")
+        _, newer_text, _ = await send(http, b, token, "newer", "Second, from afar")
+        # One list on every device: b's edge reads c's, a page at a time.
+        status, home_list = await conversations(http, c, token)
+        assert (status, [x["conversationId"] for x in home_list["conversations"]]) == (
+            200,
+            ["newer", "older"],
+        )
+        status, first = await conversations(http, b, token, "?limit=1")
+        assert (status, first["conversations"]) == (200, home_list["conversations"][:1])
+        after_first = f"?limit=1&cursor={first['nextCursor']}"
+        status, second = await conversations(http, b, token, after_first)
+        assert (status, second["conversations"]) == (200, home_list["conversations"][1:])
+        for conversation, question, answer in (
+            ("older", "First, at home", older_text),
+            ("newer", "Second, from afar", newer_text),
+        ):
+            status, messages = await listed(http, b, token, conversation)
+            assert (status, [m["content"] for m in messages]) == (200, [question, answer])
+            assert (status, messages) == await listed(http, c, token, conversation)
+        status, body = await listed_error(http, b, token, "/v1/conversations/nosuch/messages")
+        assert (status, body) == (404, "no conversation 'nosuch'")
+        away = await away_user(etcd_server, b)
+        assert await listed_error(http, b, away, "/v1/conversations") == (503, HOME_OUT)
+        status, body = await listed_error(http, b, away, "/v1/conversations/older/messages")
+        assert (status, body) == (503, HOME_OUT)
+
+
+async def listed_error(
+    http: aiohttp.ClientSession, platform: LocalPlatform, token: str, path: str
+) -> tuple[int, str]:
+    async with http.get(
+        f"{platform.edge_url}{path}", headers={"Authorization": f"Bearer {token}"}
+    ) as response:
+        return response.status, (await response.json())["error"]["message"]
 
 
 HOME_OUT = (

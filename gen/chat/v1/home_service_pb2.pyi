@@ -181,3 +181,19 @@ class RateAnswerResponse(_message.Message):
     comment: str
     version: str
     def __init__(self, message_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., rating: _Optional[_Union[_chat_service_pb2.Rating, str]] = ..., comment: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
+
+class ListStoredConversationsRequest(_message.Message):
+    __slots__ = ("user_id", "limit", "updated_before")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    limit: int
+    updated_before: float
+    def __init__(self, user_id: _Optional[str] = ..., limit: _Optional[int] = ..., updated_before: _Optional[float] = ...) -> None: ...
+
+class ListStoredConversationsResponse(_message.Message):
+    __slots__ = ("conversations",)
+    CONVERSATIONS_FIELD_NUMBER: _ClassVar[int]
+    conversations: _containers.RepeatedCompositeFieldContainer[StoredConversation]
+    def __init__(self, conversations: _Optional[_Iterable[_Union[StoredConversation, _Mapping]]] = ...) -> None: ...

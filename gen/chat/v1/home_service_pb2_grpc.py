@@ -69,6 +69,11 @@ class HomeServiceStub:
                 request_serializer=chat_dot_v1_dot_home__service__pb2.RateAnswerRequest.SerializeToString,
                 response_deserializer=chat_dot_v1_dot_home__service__pb2.RateAnswerResponse.FromString,
                 _registered_method=True)
+        self.ListStoredConversations = channel.unary_unary(
+                '/chat.v1.HomeService/ListStoredConversations',
+                request_serializer=chat_dot_v1_dot_home__service__pb2.ListStoredConversationsRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_home__service__pb2.ListStoredConversationsResponse.FromString,
+                _registered_method=True)
 
 
 class HomeServiceServicer:
@@ -126,6 +131,14 @@ class HomeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListStoredConversations(self, request, context):
+        """One page of the user's conversations kept here, most recently updated first (a user who
+        reached another region's gateway sees the list they see at home).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HomeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -158,6 +171,11 @@ def add_HomeServiceServicer_to_server(servicer, server):
                     servicer.RateAnswer,
                     request_deserializer=chat_dot_v1_dot_home__service__pb2.RateAnswerRequest.FromString,
                     response_serializer=chat_dot_v1_dot_home__service__pb2.RateAnswerResponse.SerializeToString,
+            ),
+            'ListStoredConversations': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListStoredConversations,
+                    request_deserializer=chat_dot_v1_dot_home__service__pb2.ListStoredConversationsRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_home__service__pb2.ListStoredConversationsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -327,6 +345,33 @@ class HomeService:
             '/chat.v1.HomeService/RateAnswer',
             chat_dot_v1_dot_home__service__pb2.RateAnswerRequest.SerializeToString,
             chat_dot_v1_dot_home__service__pb2.RateAnswerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListStoredConversations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.HomeService/ListStoredConversations',
+            chat_dot_v1_dot_home__service__pb2.ListStoredConversationsRequest.SerializeToString,
+            chat_dot_v1_dot_home__service__pb2.ListStoredConversationsResponse.FromString,
             options,
             channel_credentials,
             insecure,
