@@ -119,19 +119,23 @@ class HomeStore:
         reply = await self._call(self._stub.RateAnswer(request, timeout=CALL_TIMEOUT_S))
         return home_convert.feedback_from_pb(reply)
 
-    # What served a turn away from home is not kept at home yet: HomeService has no call for
-    # it. Such a conversation is assigned its version by the split on each message (a user's
-    # slice is stable, so it changes only when the split does); the gateway's log line names
-    # the version, the budget's outcome and the pool of every answer.
-
     async def record_serving(self, user_id: str, serving: ServingRecord) -> None:
-        return None
+        request = pb.RecordServingRequest(user_id=user_id,
+                                          serving=home_convert.serving_to_pb(serving))  # fmt: skip
+        await self._call(self._stub.RecordServing(request, timeout=CALL_TIMEOUT_S))
 
     async def serving_of(self, user_id: str, message_id: str) -> ServingRecord:
+        # Read only by ratings, which are made at home (rate_answer).
         raise NotFound(f"no serving record of message {message_id!r} away from home")
 
     async def conversation_version(self, user_id: str, conversation_id: str) -> str:
-        return ""
+        request = pb.ReadConversationRequest(user_id=user_id, conversation_id=conversation_id,
+                                             with_version=True)  # fmt: skip
+        try:
+            call = self._stub.ReadConversation(request, timeout=CALL_TIMEOUT_S)
+            return (await self._call(call)).version
+        except NotFound:
+            return ""
 
 
 class HomeBuckets:

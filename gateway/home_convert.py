@@ -8,7 +8,13 @@ from domain.feedback import Rating
 from domain.types import Role
 from gateway.convert import rating_from_pb
 from infra.convert import RATING_TO_PB, ROLE_FROM_PB, ROLE_TO_PB
-from store.records import ConversationRecord, FeedbackRecord, MessageRecord, NewMessage
+from store.records import (
+    ConversationRecord,
+    FeedbackRecord,
+    MessageRecord,
+    NewMessage,
+    ServingRecord,
+)
 
 
 def conversation_to_pb(record: ConversationRecord) -> pb.StoredConversation:
@@ -59,6 +65,19 @@ def new_message_from_pb(m: pb.StoredMessage) -> NewMessage:
         m.message_id, _role(m.role), m.content, m.tokens, m.parent_seq or None, m.model,
         m.replica_id, m.finish, m.pool, m.region,
     )  # fmt: skip
+
+
+def serving_to_pb(record: ServingRecord) -> pb.StoredServing:
+    return pb.StoredServing(
+        message_id=record.message_id, conversation_id=record.conversation_id,
+        version=record.version, slice=record.slice, routed_pool=record.routed_pool,
+        budget=record.budget, served_pool=record.served_pool,
+    )  # fmt: skip
+
+
+def serving_from_pb(s: pb.StoredServing) -> ServingRecord:
+    return ServingRecord(s.message_id, s.conversation_id, s.version, s.slice, s.routed_pool,
+                         s.budget, s.served_pool)  # fmt: skip
 
 
 def feedback_to_pb(record: FeedbackRecord) -> pb.RateAnswerResponse:

@@ -64,6 +64,9 @@ class HomeServicer(pb_grpc.HomeServiceServicer):
         if request.with_messages:
             messages = await self._store.list_messages(request.user_id, request.conversation_id)
             reply.messages.extend(home_convert.message_to_pb(m) for m in messages)
+        if request.with_version:
+            user_id, conversation_id = request.user_id, request.conversation_id
+            reply.version = await self._store.conversation_version(user_id, conversation_id)
         return reply
 
     @maps_domain_errors
@@ -103,3 +106,12 @@ class HomeServicer(pb_grpc.HomeServiceServicer):
         return pb.ListStoredConversationsResponse(
             conversations=[home_convert.conversation_to_pb(r) for r in records]
         )
+
+    @maps_domain_errors
+    async def RecordServing(
+        self, request: pb.RecordServingRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RecordServingResponse:
+        serving = home_convert.serving_from_pb(request.serving)
+        check_id("message id", serving.message_id)
+        await self._store.record_serving(request.user_id, serving)
+        return pb.RecordServingResponse()

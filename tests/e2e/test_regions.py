@@ -113,6 +113,16 @@ async def test_a_full_home_spills_and_the_conversation_stays_where_it_went(regio
                 await kept_at_b.get_conversation(user_id, "c1")
         # b's edge shows the same, read from a.
         assert await listed(http, regions["b"], token, "c1") == (200, messages)
+        # An answer run at b is rated at a with the version that served it there, wherever the
+        # user rates it, and counted in a's tally.
+        counted = (first["version"], "plus", "up")
+        before = (await ratings_counted(http, a)).get(counted, 0.0)
+        first_answer = f"{first_id}.answer"
+        assert await rate(http, regions["b"], token, first_answer, "up") == (
+            200,
+            {"messageId": first_answer, "rating": "up", "version": first["version"]},
+        )
+        assert (await ratings_counted(http, a)).get(counted) == before + 1
         # A new conversation with home's room back runs at home.
         third, _, _ = await send(http, a, token, "c2", "A new one")
         assert third["region"] == "a"

@@ -74,6 +74,11 @@ class HomeServiceStub:
                 request_serializer=chat_dot_v1_dot_home__service__pb2.ListStoredConversationsRequest.SerializeToString,
                 response_deserializer=chat_dot_v1_dot_home__service__pb2.ListStoredConversationsResponse.FromString,
                 _registered_method=True)
+        self.RecordServing = channel.unary_unary(
+                '/chat.v1.HomeService/RecordServing',
+                request_serializer=chat_dot_v1_dot_home__service__pb2.RecordServingRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_home__service__pb2.RecordServingResponse.FromString,
+                _registered_method=True)
 
 
 class HomeServiceServicer:
@@ -139,6 +144,15 @@ class HomeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecordServing(self, request, context):
+        """What served a turn that ran away from home, kept here with the turn (appended first): a
+        rating of its answer counts for that version, and the conversation keeps its version.
+        NOT_FOUND when the turn is not here or has its record already.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HomeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -176,6 +190,11 @@ def add_HomeServiceServicer_to_server(servicer, server):
                     servicer.ListStoredConversations,
                     request_deserializer=chat_dot_v1_dot_home__service__pb2.ListStoredConversationsRequest.FromString,
                     response_serializer=chat_dot_v1_dot_home__service__pb2.ListStoredConversationsResponse.SerializeToString,
+            ),
+            'RecordServing': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordServing,
+                    request_deserializer=chat_dot_v1_dot_home__service__pb2.RecordServingRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_home__service__pb2.RecordServingResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -372,6 +391,33 @@ class HomeService:
             '/chat.v1.HomeService/ListStoredConversations',
             chat_dot_v1_dot_home__service__pb2.ListStoredConversationsRequest.SerializeToString,
             chat_dot_v1_dot_home__service__pb2.ListStoredConversationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordServing(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.HomeService/RecordServing',
+            chat_dot_v1_dot_home__service__pb2.RecordServingRequest.SerializeToString,
+            chat_dot_v1_dot_home__service__pb2.RecordServingResponse.FromString,
             options,
             channel_credentials,
             insecure,
