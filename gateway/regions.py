@@ -85,6 +85,12 @@ class NoRegions:
     async def home_of(self, user: User) -> HomeStore | None:
         return None
 
+    async def running_in(self, user: User, region: str) -> Forward | None:
+        return None
+
+    def pipeline_for(self, serve_for: str) -> ChatPipeline:
+        return self._pipeline
+
     async def publish(self, address: str, every_s: float) -> None:
         return None
 
@@ -133,7 +139,7 @@ class RegionRouter:
         which only the default pool is known before the pipeline runs)."""
         snapshot = self.view.snapshot
         if serve_for and serve_for != self.region:
-            return Local(self._away_pipeline(snapshot, serve_for))
+            return Local(self.pipeline_for(serve_for))
         known = await self.view.user(user.user_id)
         home, pinned = (known.home, known.pinned) if known else (self.region, False)
         regions = Regions(snapshot.regions, self.clock(), self.rules)
@@ -185,6 +191,25 @@ class RegionRouter:
         if not Regions(snapshot.regions, self.clock(), self.rules).alive(known.home):
             raise Unavailable(HOME_OUT_REFUSAL.format(home=known.home))
         return self._home_store(snapshot, known.home)
+
+    async def running_in(self, user: User, region: str) -> Forward | None:
+        """Where to reach an answer of the user's running in region (None: here). The call is
+        passed on with the user's home region (`x-chat-serve-for`), which also marks it as
+        passed on once: it is served where it arrives."""
+        if not region or region == self.region:
+            return None
+        snapshot = self.view.snapshot
+        if not Regions(snapshot.regions, self.clock(), self.rules).alive(region):
+            raise Unavailable(f"region {region!r}, where this answer runs, is unavailable")
+        known = await self.view.user(user.user_id)
+        home = known.home if known else self.region
+        return Forward(region, _gateways(snapshot, region), serve_for=home)
+
+    def pipeline_for(self, serve_for: str) -> ChatPipeline:
+        """The pipeline a call passed on for serve_for's user runs on: its history is theirs."""
+        if serve_for and serve_for != self.region:
+            return self._away_pipeline(self.view.snapshot, serve_for)
+        return self.pipeline
 
     def _home_store(self, snapshot: DirectorySnapshot, home: str) -> HomeStore:
         store = self._homes.get(home)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator
+from typing import NoReturn, TypeVar
 
 import grpc
 from grpc_status import rpc_status
@@ -23,6 +24,7 @@ from gateway.convert import (
     pool_of,
     rating_from_pb,
 )
+from gateway.far_runs import FarRuns
 from gateway.feedback import RatingDesk
 from gateway.histories import Histories
 from gateway.peer_client import PeerGateways
@@ -37,6 +39,7 @@ from store.base import Store
 from store.records import MessageRecord
 
 MAX_PAGE = 100
+T = TypeVar("T")
 
 
 def _page_cursor(token: str) -> float | None:
@@ -74,6 +77,7 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         self._interval_s = stream_interval_s
         self._regions = regions or NoRegions(pipeline)
         self._histories = Histories(store, ratings, self._regions)
+        self._far_runs = FarRuns(self._histories, self._regions)
         self._peers = peers or PeerGateways(TlsConfig(insecure=True))
 
     @maps_domain_errors
@@ -85,7 +89,8 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         route = await self._regions.route(user, request.conversation_id, pool,
                                           _serve_for(context))  # fmt: skip
         if isinstance(route, Forward):
-            async for response in self._relay(route, request, context):
+            answer = self._peers.send(route, request, _bearer(context))
+            async for response in self._relay(answer, context):
                 yield response
             return
         run = await route.pipeline.send(
@@ -113,7 +118,12 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         self, request: pb.AttachMessageRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.AttachMessageResponse]:
         user = await self._auth.user_of(context)
-        run = await self._pipeline.attach(user, request.message_id)
+        run = await self._far_runs.attach(user, request.message_id, _serve_for(context))
+        if isinstance(run, Forward):
+            answer = self._peers.attach(run, request, _bearer(context))
+            async for response in self._relay(answer, context):
+                yield response
+            return
         try:
             async for batch in run.follow_batches(
                 request.after_event_id, interval_s=self._interval_s
@@ -127,7 +137,15 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         self, request: pb.StopMessageRequest, context: grpc.aio.ServicerContext
     ) -> pb.StopMessageResponse:
         user = await self._auth.user_of(context)
-        return pb.StopMessageResponse(stopped=await self._pipeline.stop(user, request.message_id))
+        serve_for = _serve_for(context)
+        route = await self._far_runs.route(user, request.message_id, serve_for)
+        if route is not None:
+            try:
+                return await self._peers.stop(route, request, _bearer(context))
+            except grpc.aio.AioRpcError as error:
+                await _abort_as(context, error)
+        stopped = await self._regions.pipeline_for(serve_for).stop(user, request.message_id)
+        return pb.StopMessageResponse(stopped=stopped)
 
     @maps_domain_errors
     async def GetConversation(
@@ -271,19 +289,27 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         )
 
     async def _relay(
-        self, route: Forward, request: pb.SendMessageRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.SendMessageResponse]:
-        """The message passed on to the region that serves it; its answer relayed as is, its
-        error with the same status."""
-        token = bearer_from_metadata(context.invocation_metadata()) or ""
+        self, answer: AsyncIterator[T], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[T]:
+        """The stream of a call passed on to another region's gateway, relayed as is; its error
+        with the same status."""
         try:
-            async for response in self._peers.send(route, request, token):
+            async for response in answer:
                 yield response
         except grpc.aio.AioRpcError as error:
-            status = rpc_status.from_call(error)  # type: ignore[arg-type]
-            if status is not None:
-                await context.abort_with_status(rpc_status.to_status(status))
-            await context.abort(error.code(), error.details() or "")
+            await _abort_as(context, error)
+
+
+async def _abort_as(context: grpc.aio.ServicerContext, error: grpc.aio.AioRpcError) -> NoReturn:
+    """Ends the call with the status another region's gateway gave."""
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    if status is not None:
+        await context.abort_with_status(rpc_status.to_status(status))
+    await context.abort(error.code(), error.details() or "")
+
+
+def _bearer(context: grpc.aio.ServicerContext) -> str:
+    return bearer_from_metadata(context.invocation_metadata()) or ""
 
 
 def _serve_for(context: grpc.aio.ServicerContext) -> str:

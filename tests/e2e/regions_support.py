@@ -18,7 +18,7 @@ from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from clients.chatctl.platform import LocalPlatform
 from store.base import Store
 from store.factory import open_store
-from tests.sse import iter_events
+from tests.sse import SseEvent, iter_events, read_events
 
 
 def admin(platform: LocalPlatform) -> tuple[tuple[str, str]]:
@@ -101,6 +101,22 @@ async def send(
     started: asyncio.Event | None = None,
 ) -> tuple[dict, str, str]:
     """(meta, the whole answer's text, the message id); started is set at the first event."""
+    events, message_id = await send_events(http, platform, token, conversation, content, parent,
+                                           started)  # fmt: skip
+    text = "".join(e.data["text"] for e in events if e.event == "delta")
+    return events[0].data, text, message_id
+
+
+async def send_events(
+    http: aiohttp.ClientSession,
+    platform: LocalPlatform,
+    token: str,
+    conversation: str,
+    content: str,
+    parent: str = "",
+    started: asyncio.Event | None = None,
+) -> tuple[list[SseEvent], str]:
+    """The answer's events, whole, and the message id."""
     message_id = uuid.uuid4().hex[:12]
     body = {"content": content, **({"parentId": parent} if parent else {})}
     async with http.post(
@@ -116,8 +132,58 @@ async def send(
                 started.set()
     assert events[-1].event == "done", events[-1]
     assert events[-1].data["finish"] in ("stop", "length")
-    text = "".join(e.data["text"] for e in events if e.event == "delta")
-    return events[0].data, text, message_id
+    return events, message_id
+
+
+async def resume(
+    http: aiohttp.ClientSession, platform: LocalPlatform, token: str, message_id: str, after: int
+) -> tuple[int, list[SseEvent] | str]:
+    """The answer's events after event `after`, at the region's edge (or the error's reason)."""
+    async with http.get(
+        f"{platform.edge_url}/v1/messages/{message_id}/stream",
+        headers={"Authorization": f"Bearer {token}", "Last-Event-ID": str(after)},
+    ) as response:
+        if response.status != 200:
+            return response.status, (await response.json())["error"]["message"]
+        return response.status, await read_events(response)
+
+
+async def stop(
+    http: aiohttp.ClientSession, platform: LocalPlatform, token: str, message_id: str
+) -> tuple[int, bool | str]:
+    """Stops the answer at the region's edge: whether it was running (or the error's reason)."""
+    async with http.post(
+        f"{platform.edge_url}/v1/messages/{message_id}/stop",
+        headers={"Authorization": f"Bearer {token}"},
+    ) as response:
+        body = await response.json()
+        if response.status != 200:
+            return response.status, body["error"]["message"]
+        return response.status, body["stopped"]
+
+
+async def stopped_at_start(
+    http: aiohttp.ClientSession, platform: LocalPlatform, token: str, conversation: str
+) -> list[SseEvent]:
+    """A new message's answer stopped at its first event, at the same edge: its events. A
+    short answer may end before its stop arrives (the stop then says so): up to three tries."""
+    for _ in range(3):
+        message_id = uuid.uuid4().hex[:12]
+        async with http.post(
+            f"{platform.edge_url}/v1/conversations/{conversation}-{message_id}/messages",
+            json={"content": f"Tell me a long story ({message_id})"},
+            headers={"Authorization": f"Bearer {token}", "Idempotency-Key": message_id},
+        ) as response:
+            assert response.status == 200, await response.text()
+            events = iter_events(response)
+            seen = [await anext(events)]
+            asked = await stop(http, platform, token, message_id)
+            seen += [event async for event in events]
+        assert (asked[0], seen[-1].event) == (200, "done")
+        if asked[1] is True:
+            return seen
+        assert seen[-1].data["finish"] in ("stop", "length")  # it had ended by itself
+    raise AssertionError("every answer ended before its stop in three tries")
 
 
 async def level(http: aiohttp.ClientSession, platform: LocalPlatform, token: str) -> float:

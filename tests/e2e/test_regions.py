@@ -29,10 +29,15 @@ from tests.e2e.regions_support import (
     rate,
     ratings_counted,
     region_store,
+    resume,
     send,
+    send_events,
+    stop,
+    stopped_at_start,
     until_seen,
 )
 from tests.servers import Etcd
+from tests.sse import SseEvent
 
 pytestmark = pytest.mark.slow
 
@@ -261,6 +266,52 @@ async def listed_error(
         f"{platform.edge_url}{path}", headers={"Authorization": f"Bearer {token}"}
     ) as response:
         return response.status, (await response.json())["error"]["message"]
+
+
+async def test_an_answer_running_at_home_is_resumed_and_stopped_from_another_region(
+    regions,
+) -> None:
+    b = regions["b"]
+    token = await create_user(regions["c"])
+    async with aiohttp.ClientSession() as http:
+        events, message_id = await send_events(http, b, token, "far-run", "Resume me from afar")
+        assert events[0].data["region"] == "c"
+        await resumed_and_stopped_at(http, b, token, events, message_id, "c")
+        assert await resume(http, b, token, "nosuch", 0) == (
+            404,
+            "no answer 'nosuch' is streaming or recently ended",
+        )
+        assert await stop(http, b, token, "nosuch") == (404, "no message 'nosuch'")
+
+
+async def test_a_spilled_answer_is_resumed_and_stopped_at_home(regions) -> None:
+    a = regions["a"]
+    token = await create_user(a)
+    async with aiohttp.ClientSession() as http:
+        await pin(a, 3)
+        try:
+            await until_seen(http, a, {"rung:a": 3, "up:b": 1, "up:c": 1}, 10.0)
+            events, message_id = await send_events(http, a, token, "spilled", "Run me away")
+            assert events[0].data["region"] == "b"
+            await resumed_and_stopped_at(http, a, token, events, message_id, "b")
+        finally:
+            await pin(a, None)
+
+
+async def resumed_and_stopped_at(
+    http: aiohttp.ClientSession,
+    edge: LocalPlatform,
+    token: str,
+    events: list[SseEvent],
+    message_id: str,
+    runs_in: str,
+) -> None:
+    """An answer that ran in region runs_in, resumed and stopped at edge, as where it ran."""
+    # Ended, it is still replayed by the gateway it ran on, and not stopped.
+    assert await resume(http, edge, token, message_id, 2) == (200, events[2:])
+    assert await stop(http, edge, token, message_id) == (200, False)
+    stopped = await stopped_at_start(http, edge, token, "stopped")
+    assert (stopped[0].data["region"], stopped[-1].data["finish"]) == (runs_in, "cancelled")
 
 
 HOME_OUT = (
