@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from domain.errors import NotFound
+from domain.errors import NotFound, Unavailable
 from domain.types import User
 from gateway.histories import Histories
 from gateway.pipeline import ChatPipeline, check_id
@@ -53,6 +53,7 @@ class FarRuns:
         history = await self._histories.of(user)
         try:
             turn = await history.get_message(user.user_id, message_id)
-        except NotFound:
+        except (NotFound, Unavailable):
+            # Not kept, or home is out: while it is, the user's answers run here.
             return None
         return await self._regions.running_in(user, turn.region)

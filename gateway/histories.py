@@ -7,8 +7,11 @@ the tallies of the region that keeps it, wherever the user gave it (docs/decisio
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Protocol
 
+from domain.errors import NotFound, Unavailable
 from domain.feedback import Rating
 from domain.types import User
 from gateway.feedback import RatingDesk
@@ -45,14 +48,58 @@ class Histories:
 
     async def of(self, user: User) -> History:
         """Where the user's conversations are read."""
-        home = await self._homes.home_of(user)
+        try:
+            home = await self._homes.home_of(user)
+        except Unavailable as out:
+            return KeptWhileOut(self._store, out)
         return self._store if home is None else home
 
     async def rate(
         self, user: User, message_id: str, rating: Rating, comment: str
     ) -> FeedbackRecord:
         """Stores the user's rating of their answer where the answer is kept."""
-        home = await self._homes.home_of(user)
+        try:
+            home = await self._homes.home_of(user)
+        except Unavailable as out:
+            # An answer given here while home is out is kept (and rated) here.
+            with _elsewhere_is(out):
+                return await self._ratings.rate(user, message_id, rating, comment)
         if home is None:
             return await self._ratings.rate(user, message_id, rating, comment)
         return await home.rate_answer(user, message_id, rating, comment)
+
+
+class KeptWhileOut:
+    """A user's history while their home region is out: the conversations this region served
+    meanwhile (kept here, docs/decisions.md, "Regions"); anything else is at home, and its
+    read is refused with home's unavailability, as is the whole list."""
+
+    def __init__(self, store: Store, out: Unavailable) -> None:
+        self._store = store
+        self._out = out
+
+    async def list_conversations(
+        self, user_id: str, limit: int, updated_before: float | None = None
+    ) -> list[ConversationRecord]:
+        raise Unavailable(self._out.reason)
+
+    async def get_conversation(self, user_id: str, conversation_id: str) -> ConversationRecord:
+        with _elsewhere_is(self._out):
+            return await self._store.get_conversation(user_id, conversation_id)
+
+    async def list_messages(self, user_id: str, conversation_id: str) -> list[MessageRecord]:
+        with _elsewhere_is(self._out):
+            return await self._store.list_messages(user_id, conversation_id)
+
+    async def get_message(self, user_id: str, message_id: str) -> MessageRecord:
+        with _elsewhere_is(self._out):
+            return await self._store.get_message(user_id, message_id)
+
+
+@contextlib.contextmanager
+def _elsewhere_is(out: Unavailable) -> Iterator[None]:
+    """What is not kept here is at the home region that is out."""
+    try:
+        yield
+    except NotFound as error:
+        raise Unavailable(out.reason) from error

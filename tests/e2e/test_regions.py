@@ -350,13 +350,23 @@ async def test_a_region_killed_whole_is_out_and_its_users_start_elsewhere(region
             child.process.send_signal(signal.SIGKILL)
         await asyncio.gather(*(child.process.wait() for child in c.children))
         out_after_s = await until_seen(http, a, {"up:c": 0}, OUT_WITHIN_S)
-        meta, text, _ = await send(http, a, carol, "lost", "Is anyone there?")
+        meta, text, lost_id = await send(http, a, carol, "lost", "Is anyone there?")
         assert meta["region"] == "a"
         assert meta["regionNotice"] == (
             "Your home region c is unavailable: this conversation runs in a without your "
             "earlier history, which comes back when c returns."
         )
         assert text
+        # What a served meanwhile is kept, read and rated at a; the rest is at c: 503.
+        status, messages = await listed(http, a, carol, "lost")
+        assert (status, [m["content"] for m in messages]) == (200, ["Is anyone there?", text])
+        assert (await rate(http, a, carol, f"{lost_id}.answer", "up"))[0] == 200
+        c_out = HOME_OUT.replace("'z'", "'c'")
+        assert await listed_error(http, a, carol, "/v1/conversations") == (503, c_out)
+        assert await listed_error(http, a, carol, "/v1/conversations/far/messages") == (
+            503,
+            c_out,
+        )
         # A pinned user's conversations stay in their region, even while it is out.
         async with http.post(
             f"{a.edge_url}/v1/conversations/pinned/messages",
