@@ -27,7 +27,8 @@ class Homes(Protocol):
 
 
 class History(Protocol):
-    """The reads of a user's conversations: this region's Store, or a HomeStore."""
+    """A user's conversations as the API reads (and deletes) them: this region's Store, or a
+    HomeStore."""
 
     async def list_conversations(
         self, user_id: str, limit: int, updated_before: float | None = None
@@ -38,6 +39,8 @@ class History(Protocol):
     async def list_messages(self, user_id: str, conversation_id: str) -> list[MessageRecord]: ...
 
     async def get_message(self, user_id: str, message_id: str) -> MessageRecord: ...
+
+    async def delete_conversation(self, user_id: str, conversation_id: str) -> None: ...
 
 
 class Histories:
@@ -71,8 +74,8 @@ class Histories:
 
 class KeptWhileOut:
     """A user's history while their home region is out: the conversations this region served
-    meanwhile (kept here, docs/decisions.md, "Regions"); anything else is at home, and its
-    read is refused with home's unavailability, as is the whole list."""
+    meanwhile (kept here, docs/decisions.md, "Regions"); anything else is at home, and is
+    neither read nor deleted: home's unavailability, as for the whole list."""
 
     def __init__(self, store: Store, out: Unavailable) -> None:
         self._store = store
@@ -94,6 +97,10 @@ class KeptWhileOut:
     async def get_message(self, user_id: str, message_id: str) -> MessageRecord:
         with _elsewhere_is(self._out):
             return await self._store.get_message(user_id, message_id)
+
+    async def delete_conversation(self, user_id: str, conversation_id: str) -> None:
+        with _elsewhere_is(self._out):
+            await self._store.delete_conversation(user_id, conversation_id)
 
 
 @contextlib.contextmanager

@@ -83,6 +83,11 @@ class HomeStore:
         reply = await self._call(call)
         return [home_convert.conversation_from_pb(user_id, c) for c in reply.conversations]
 
+    async def delete_conversation(self, user_id: str, conversation_id: str) -> None:
+        request = pb.DeleteStoredConversationRequest(user_id=user_id,
+                                                     conversation_id=conversation_id)  # fmt: skip
+        await self._call(self._stub.DeleteStoredConversation(request, timeout=CALL_TIMEOUT_S))
+
     async def list_messages(self, user_id: str, conversation_id: str) -> list[MessageRecord]:
         reply = await self._read(user_id, conversation_id, True)
         return [home_convert.message_from_pb(m) for m in reply.messages]

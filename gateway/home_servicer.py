@@ -115,3 +115,11 @@ class HomeServicer(pb_grpc.HomeServiceServicer):
         check_id("message id", serving.message_id)
         await self._store.record_serving(request.user_id, serving)
         return pb.RecordServingResponse()
+
+    @maps_domain_errors
+    async def DeleteStoredConversation(
+        self, request: pb.DeleteStoredConversationRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteStoredConversationResponse:
+        check_id("conversation id", request.conversation_id)
+        await self._store.delete_conversation(request.user_id, request.conversation_id)
+        return pb.DeleteStoredConversationResponse()

@@ -179,7 +179,8 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
     ) -> pb.DeleteConversationResponse:
         user = await self._auth.user_of(context)
         check_id("conversation id", request.conversation_id)
-        await self._store.delete_conversation(user.user_id, request.conversation_id)
+        history = await self._histories.of(user)
+        await history.delete_conversation(user.user_id, request.conversation_id)
         return pb.DeleteConversationResponse()
 
     @maps_domain_errors

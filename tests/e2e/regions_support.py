@@ -238,3 +238,14 @@ async def conversations(
         headers={"Authorization": f"Bearer {token}"},
     ) as response:
         return response.status, await response.json()
+
+
+async def delete(
+    http: aiohttp.ClientSession, platform: LocalPlatform, token: str, conversation: str
+) -> tuple[int, dict]:
+    """Deletes the conversation at the region's edge: (HTTP status, the JSON body)."""
+    async with http.delete(
+        f"{platform.edge_url}/v1/conversations/{conversation}",
+        headers={"Authorization": f"Bearer {token}"},
+    ) as response:
+        return response.status, await response.json()

@@ -23,6 +23,7 @@ from tests.clients.test_chatctl import admin_flags, chatctl
 from tests.e2e.regions_support import (
     conversations,
     create_user,
+    delete,
     level,
     listed,
     pin,
@@ -253,6 +254,17 @@ async def test_a_user_sees_the_lists_kept_at_home_from_another_region(regions, e
             assert (status, messages) == await listed(http, c, token, conversation)
         status, body = await listed_error(http, b, token, "/v1/conversations/nosuch/messages")
         assert (status, body) == (404, "no conversation 'nosuch'")
+        # Deleted at b's edge: gone from the list at home.
+        assert await delete(http, b, token, "older") == (200, {"deleted": True})
+        status, home_list = await conversations(http, c, token)
+        assert (status, [x["conversationId"] for x in home_list["conversations"]]) == (
+            200,
+            ["newer"],
+        )
+        assert await delete(http, b, token, "older") == (
+            404,
+            {"error": {"status": 404, "message": "no conversation 'older'"}},
+        )
         away = await away_user(etcd_server, b)
         assert await listed_error(http, b, away, "/v1/conversations") == (503, HOME_OUT)
         status, body = await listed_error(http, b, away, "/v1/conversations/older/messages")

@@ -231,3 +231,15 @@ class RecordServingRequest(_message.Message):
 class RecordServingResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class DeleteStoredConversationRequest(_message.Message):
+    __slots__ = ("user_id", "conversation_id")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    conversation_id: str
+    def __init__(self, user_id: _Optional[str] = ..., conversation_id: _Optional[str] = ...) -> None: ...
+
+class DeleteStoredConversationResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

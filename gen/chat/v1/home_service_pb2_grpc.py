@@ -79,6 +79,11 @@ class HomeServiceStub:
                 request_serializer=chat_dot_v1_dot_home__service__pb2.RecordServingRequest.SerializeToString,
                 response_deserializer=chat_dot_v1_dot_home__service__pb2.RecordServingResponse.FromString,
                 _registered_method=True)
+        self.DeleteStoredConversation = channel.unary_unary(
+                '/chat.v1.HomeService/DeleteStoredConversation',
+                request_serializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredConversationRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredConversationResponse.FromString,
+                _registered_method=True)
 
 
 class HomeServiceServicer:
@@ -153,6 +158,14 @@ class HomeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteStoredConversation(self, request, context):
+        """Deletes one of the user's conversations kept here, with its messages (ChatService.
+        DeleteConversation at another region's gateway). NOT_FOUND when there is none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HomeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -195,6 +208,11 @@ def add_HomeServiceServicer_to_server(servicer, server):
                     servicer.RecordServing,
                     request_deserializer=chat_dot_v1_dot_home__service__pb2.RecordServingRequest.FromString,
                     response_serializer=chat_dot_v1_dot_home__service__pb2.RecordServingResponse.SerializeToString,
+            ),
+            'DeleteStoredConversation': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteStoredConversation,
+                    request_deserializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredConversationRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredConversationResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -418,6 +436,33 @@ class HomeService:
             '/chat.v1.HomeService/RecordServing',
             chat_dot_v1_dot_home__service__pb2.RecordServingRequest.SerializeToString,
             chat_dot_v1_dot_home__service__pb2.RecordServingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteStoredConversation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.HomeService/DeleteStoredConversation',
+            chat_dot_v1_dot_home__service__pb2.DeleteStoredConversationRequest.SerializeToString,
+            chat_dot_v1_dot_home__service__pb2.DeleteStoredConversationResponse.FromString,
             options,
             channel_credentials,
             insecure,
