@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -36,3 +43,44 @@ def pct(values: list[float], q: float) -> float:
     """The q-quantile of values, nearest rank."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+@contextlib.contextmanager
+def profiled(pid: int, out: Path | None, rate: int = 250, native: bool = False) -> Iterator[None]:
+    """Samples one process with py-spy while the block runs and leaves its stacks in `out`
+    (collapsed format: one line per stack, then its sample count); nothing when out is None.
+    `native` adds the C frames (gRPC core, uvloop), where a Python-only profile shows the
+    event loop's own frame."""
+    if out is None:
+        yield
+        return
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    recorder = subprocess.Popen(
+        [spy, "record", "--pid", str(pid), "--rate", str(rate), "--format", "raw",
+         "--output", str(out), *(["--native"] if native else ["--nonblocking"])],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        yield
+    finally:
+        recorder.send_signal(signal.SIGINT)
+        recorder.wait(timeout=60)
+
+
+def top_frames(stacks: Path, limit: int = 25) -> str:
+    """The frames that hold the most samples of a collapsed-stacks file: own (the frame on top)
+    and total (anywhere in the stack), as shares of all samples."""
+    own: collections.Counter[str] = collections.Counter()
+    total: collections.Counter[str] = collections.Counter()
+    samples = 0
+    for line in stacks.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        samples += int(count)
+        own[frames[-1]] += int(count)
+        for frame in set(frames):
+            total[frame] += int(count)
+    lines = [f"{samples} samples; own share, then total share"]
+    lines += [f"  own {n / samples:6.1%}  {frame}" for frame, n in own.most_common(limit)]
+    lines += [f"  tot {n / samples:6.1%}  {frame}" for frame, n in total.most_common(limit)]
+    return "\n".join(lines)

@@ -29,7 +29,7 @@ import time
 import uuid
 from pathlib import Path
 
-from benchkit import cpu_seconds, pct, publish
+from benchkit import cpu_seconds, pct, profiled, publish, top_frames
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -93,7 +93,12 @@ CONFIGS = {
 
 
 async def gateway_cost(
-    messages: int, rounds: int, concurrency: int, env: dict[str, str], insecure: bool
+    messages: int,
+    rounds: int,
+    concurrency: int,
+    env: dict[str, str],
+    insecure: bool,
+    profile: Path | None = None,
 ) -> dict:
     with tempfile.TemporaryDirectory() as state:
         platform = LocalPlatform(
@@ -127,7 +132,8 @@ async def gateway_cost(
                     while queue:
                         await through_gateway(chat, prompt(queue.pop()))
 
-                await asyncio.gather(*(worker() for _ in range(concurrency)))
+                with profiled(gateway_pid, profile, native=True):
+                    await asyncio.gather(*(worker() for _ in range(concurrency)))
                 cpu = cpu_seconds(gateway_pid) - cpu_before
                 wall = time.perf_counter() - wall_before
                 ttft: dict[str, list[float]] = {"gateway": [], "node": []}
@@ -220,13 +226,20 @@ def main() -> None:
     parser.add_argument(
         "--insecure", action="store_true", help="services in plaintext (default: mutual TLS)"
     )
+    parser.add_argument(
+        "--profile", type=Path, help="folder for py-spy's stacks of the gateway, one per config"
+    )
     args = parser.parse_args()
-    costs = {
-        name: asyncio.run(
-            gateway_cost(args.messages, args.rounds, args.concurrency, env, args.insecure)
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    costs = {}
+    for name, env in CONFIGS.items():
+        stacks = args.profile / f"gateway-{name}.txt" if args.profile else None
+        costs[name] = asyncio.run(
+            gateway_cost(args.messages, args.rounds, args.concurrency, env, args.insecure, stacks)
         )
-        for name, env in CONFIGS.items()
-    }
+        if stacks:
+            print(f"== {name}\n{top_frames(stacks)}")
     pairs = asyncio.run(limiter_pairs(args.limiter_seconds, args.limiter_concurrency))
     lines = [
         f"gateway: {args.messages} messages ({args.concurrency} at once) to one gateway, "

@@ -55,12 +55,14 @@ async def via_sidecar(stub, i: int, max_tokens: int) -> tuple[float, int, float]
         turns=[common_pb2.Turn(role=common_pb2.ROLE_SYSTEM, content=SYSTEM),
                common_pb2.Turn(role=common_pb2.ROLE_USER, content=prompt(i))],
     )))  # fmt: skip
-    first, chunks = None, 0
+    first, tokens = None, 0
     while (response := await call.read()) is not grpc.aio.EOF:
         if response.HasField("chunk"):
-            chunks += 1
+            # One message may carry several tokens (the node's stream interval): the chunk's
+            # index is its last token's, so the tokens are counted by index, not by message.
+            tokens = response.chunk.index
             first = first or time.perf_counter()
-    return first - start, chunks, time.perf_counter() - first
+    return first - start, tokens, time.perf_counter() - first
 
 
 async def direct(http, url: str, i: int, max_tokens: int) -> tuple[float, int, float]:

@@ -27,6 +27,13 @@ def usage_of(done: pb.DoneEvent) -> dict[str, Any]:
     }
 
 
+def fingerprint(meta: pb.MetaEvent) -> str:
+    """OpenAI's system_fingerprint names the backend configuration an answer ran on: here the
+    model version (engine model, system prompt, sampling) and the replica, `version@replica`
+    (the replica alone for an answer no version wrote; X-Replica carries the replica too)."""
+    return f"{meta.version}@{meta.replica_id}" if meta.version else meta.replica_id
+
+
 class ChunkWriter:
     """Writes chat.completion.chunk objects of one completion as `data:` lines."""
 
@@ -38,7 +45,7 @@ class ChunkWriter:
             "object": "chat.completion.chunk",
             "created": int(time.time()),
             "model": meta.model,
-            "system_fingerprint": meta.replica_id,
+            "system_fingerprint": fingerprint(meta),
         }
         # Tool calls were written: a stop is OpenAI's "tool_calls" finish.
         self.called = 0
@@ -114,7 +121,7 @@ def completion_body(meta: pb.MetaEvent, answer: WholeAnswer, done: pb.DoneEvent)
         "object": "chat.completion",
         "created": int(time.time()),
         "model": meta.model,
-        "system_fingerprint": meta.replica_id,
+        "system_fingerprint": fingerprint(meta),
         "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
         "usage": usage_of(done),
     }

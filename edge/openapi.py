@@ -201,7 +201,10 @@ SCHEMAS: dict[str, Any] = {
             "object": {"const": "chat.completion"},
             "created": {"type": "integer"},
             "model": {"type": "string"},
-            "system_fingerprint": {"type": "string", "description": "the replica that served"},
+            "system_fingerprint": {
+                "type": "string",
+                "description": "version@replica: the model version and the replica that served",
+            },
             "choices": {"type": "array", "items": {"type": "object"}},
             "usage": {"type": "object"},
         },

@@ -69,6 +69,9 @@ class AnswerPlan:
     version_model: str = ""
     # The user's slice of the rollout (the meta event says it).
     slice: str = ""
+    # The new message's count in the prompt is an upper bound (its bytes): the node counts it
+    # while it answers (gateway/planner.py).
+    message_bound: bool = False
 
 
 @dataclass(slots=True)
@@ -89,6 +92,9 @@ class Answer:
     failovers: int = 0
     finish: Finish = Finish.ERROR
     usage: Usage = field(default_factory=Usage)
+    # The new message's exact token count, when the node counted it beside the answer (a plan
+    # on a bound); 0: not known, the stored bound stands.
+    message_tokens: int = 0
     guard: OutputGuard | None = None
     repetition: RepetitionGuard = field(default_factory=RepetitionGuard)
 
@@ -284,6 +290,7 @@ class AnswerWriter:
             prompt_tokens=plan.prompt.tokens,
             continue_from="".join(answer.pieces),
             options=plan.options,
+            count_texts=(plan.prompt.turns[-1].text,) if plan.message_bound else (),
         )
         generation: Generation | None = None
         stop: _StopRelay | None = None
@@ -302,6 +309,8 @@ class AnswerWriter:
                     if type(item) is not Chunk:
                         if item.tool_calls:
                             await run.append(Delta("", tool_calls=item.tool_calls))
+                        if item.text_tokens:
+                            answer.message_tokens = item.text_tokens[0]
                         return item.finish, item.usage
                     silence_s = self._timeouts.stall_s
                     # A chunk's index is its last token's: it may carry several.

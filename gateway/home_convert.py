@@ -56,14 +56,14 @@ def new_message_to_pb(message: NewMessage) -> pb.StoredMessage:
         message_id=message.message_id, parent_seq=message.parent_seq or 0,
         role=ROLE_TO_PB[message.role], content=message.content, tokens=message.tokens,
         model=message.model, replica_id=message.replica_id, finish=message.finish,
-        region=message.region, pool=message.pool,
+        region=message.region, pool=message.pool, parent_tokens=message.parent_tokens,
     )  # fmt: skip
 
 
 def new_message_from_pb(m: pb.StoredMessage) -> NewMessage:
     return NewMessage(
         m.message_id, _role(m.role), m.content, m.tokens, m.parent_seq or None, m.model,
-        m.replica_id, m.finish, m.pool, m.region,
+        m.replica_id, m.finish, m.pool, m.region, m.parent_tokens,
     )  # fmt: skip
 
 

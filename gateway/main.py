@@ -41,7 +41,7 @@ from gateway.compactor import Compactor
 from gateway.daily_budget import DailyBudget, DailySpend, InProcessDailySpend, RedisDailySpend
 from gateway.feedback import RatingDesk
 from gateway.home_servicer import HomeServicer
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import CurrentVersion, GatewayMetrics
 from gateway.node_client import NodeClient
 from gateway.peer_client import PeerGateways
 from gateway.pipeline import ChatPipeline
@@ -401,6 +401,7 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
                          "the revision of the model versions' rollout this gateway applies",
                          registry=registry)  # fmt: skip
         revision.set_function(lambda: versions.revision)
+        registry.register(CurrentVersion(lambda: versions.state))
         metrics_server = await service.metrics(registry, config.metrics_listen)
         service_name = chat_service_pb2.DESCRIPTOR.services_by_name["ChatService"].full_name
         home_name = home_service_pb2.DESCRIPTOR.services_by_name["HomeService"].full_name

@@ -7,11 +7,14 @@ from the start: a rate or an alert over it reads 0 before the first event, not "
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from domain.feedback import Rating
+from domain.rollout import RolloutState
 from domain.router import POOLS, RouteReason
 from domain.scores import tokens_per_s
 from domain.types import Tier, Usage
@@ -27,6 +30,24 @@ REFUSAL_REASONS = ("busy", "safety_input", "safety_output")
 SHED_KINDS = ("small_pool", "capped_answer")
 # The fallback chain: large falls to small, small to a composed "busy" answer.
 FALLBACKS = (("large", "small"), ("small", "busy"))
+
+
+class CurrentVersion(Collector):
+    """gateway_version_current{version}: 1 for the rollout's current version, 0 for every other
+    it names, read at each scrape from the rollout the gateway applies. What the alerts compare
+    a version's series with: the current version's name changes with every promotion."""
+
+    def __init__(self, rollout: Callable[[], RolloutState]) -> None:
+        self._rollout = rollout
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        state = self._rollout()
+        family = GaugeMetricFamily("gateway_version_current",
+                                   "1 for the rollout's current model version, 0 for the others",
+                                   labels=["version"])  # fmt: skip
+        for version in state.versions:
+            family.add_metric([version.name], float(version.name == state.current))
+        yield family
 
 
 class GatewayMetrics:

@@ -46,6 +46,8 @@ class Finished(NamedTuple):
     usage: Usage
     # The calls the engine parsed from the answer (a request with tools).
     tool_calls: tuple[ToolCall, ...] = ()
+    # The counts of the spec's count_texts, in order; empty when the node did not count them.
+    text_tokens: tuple[int, ...] = ()
 
 
 class StreamBroken(Exception):
@@ -72,6 +74,8 @@ class GenerateSpec(NamedTuple):
     continue_from: str = ""
     # The caller's sampling, JSON answer and tools (completions).
     options: AnswerOptions = PLAIN
+    # Texts for the node to count while it answers (the counts come with the finish).
+    count_texts: tuple[str, ...] = ()
 
 
 class Generation:
@@ -94,6 +98,7 @@ class Generation:
             prompt_tokens=spec.prompt_tokens,
             temperature=spec.temperature,
             options=options_to_pb(spec.options),
+            count_texts=spec.count_texts,
         )
         try:
             await self._call.write(node_service_pb2.GenerateRequest(start=start))
@@ -116,6 +121,7 @@ class Generation:
             FINISH_FROM_PB.get(finish.finish, Finish.ERROR),
             Usage(usage.input_tokens, usage.cached_tokens, usage.output_tokens),
             tuple(tool_call_from_pb(call) for call in finish.tool_calls),
+            tuple(finish.text_tokens),
         )
 
     def cancel(self) -> asyncio.Task[None]:

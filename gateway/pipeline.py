@@ -49,11 +49,7 @@ from gateway.completions import CompleteRequest
 from gateway.daily_budget import DailyBudget
 from gateway.metrics import GatewayMetrics
 from gateway.node_client import NodeClient
-from gateway.planner import (
-    PipelinePolicy,
-    Planner,
-    PoolsDown,
-)
+from gateway.planner import PipelinePolicy, Planner, PoolsDown
 from gateway.policies import MessagePolicies
 from gateway.run_sharing import Claim, FollowedRun, LocalRuns, RunSharing
 from gateway.runs import (
@@ -67,9 +63,10 @@ from gateway.runs import (
     RunRegistry,
 )
 from gateway.scheduler_client import SchedulerClient
+from gateway.serving_choice import ServingChooser
 from gateway.shared_runs import OwnershipLost
 from gateway.stored_context import ContextParts, branch, context_parts
-from gateway.versions import VersionBook, temperature_of
+from gateway.versions import VersionBook
 from store.base import Store
 from store.records import ConversationRecord, MessageRecord, NewMessage, ServingRecord
 
@@ -130,6 +127,7 @@ class ChatPipeline:
     ) -> None:
         self._versions = versions
         self._budget = budget
+        self._serving = ServingChooser(versions, budget)
         # This gateway's region, named in each meta event and stored turn ('' with one).
         self._region = region
         # None: conversations are never compacted; the oldest turns simply drop out.
@@ -221,21 +219,16 @@ class ChatPipeline:
             if conversation is None
             else await self._store.conversation_version(user.user_id, request.conversation_id)
         )
-        assignment = self._versions.serving(user, kept)
-        version = assignment.version
-        budget = await self._budget.decide(user, route.pool)
+        chosen = await self._serving.choose(user, route.pool, kept)
+        version = chosen.version
         try:
             plan = await self._planner.plan(user, request.conversation_id, request.content, parts,
-                                            budget.pool, request.instructions or
-                                            version.system_prompt, version.model,
+                                            chosen.pool, chosen.system_prompt(request.instructions),
+                                            version.model,
                                             counted_once=not request.instructions)  # fmt: skip
         except PoolsDown as down:
             return await self._busy_answer(user, request, fingerprint, down, version.name)
-        plan = dataclasses.replace(plan, region_notice=request.region_notice,
-                                   version=version.name, temperature=temperature_of(assignment),
-                                   slice=assignment.slice.value,
-                                   budget=budget.outcome.value,
-                                   downgraded=budget.downgraded)  # fmt: skip
+        plan = chosen.applied(dataclasses.replace(plan, region_notice=request.region_notice))
         if not request.hold_back:
             plan = dataclasses.replace(plan, output_mode=self._policies.output_mode(user.tier))
         if request.max_tokens:
@@ -261,8 +254,7 @@ class ChatPipeline:
                 title=request.content[:80],
             )
             served = ServingRecord(request.message_id, request.conversation_id, version.name,
-                                   assignment.slice.value, route.pool, plan.budget,
-                                   plan.pool)  # fmt: skip
+                                   plan.slice, route.pool, plan.budget, plan.pool)  # fmt: skip
             await self._store.record_serving(user.user_id, served)
         except BaseException:
             self._runs.discard(run)
@@ -350,7 +342,15 @@ class ChatPipeline:
         self._metrics.routes.labels(route.reason.value, route.pool).inc()
         # The plan's output mode stays hold-back whatever the tier's: an OpenAI-compatible
         # client has no way to withdraw text it was sent (docs/decisions.md, "Retract mode").
-        plan = await self._planner.plan_completion(user, key, request, route.pool)
+        chosen = await self._serving.choose(user, route.pool)
+        try:
+            plan = await self._planner.plan_completion(user, key, request, chosen.pool,
+                                                       chosen.system_prompt(),
+                                                       chosen.version.model)  # fmt: skip
+        except PoolsDown:
+            self._count_failed(user, chosen.version.name)  # it counts against the version
+            raise
+        plan = chosen.applied(plan)
         self._runs.add(run)
         self._start(run, self._drive_completion(run, user, plan, request.resumable))
         return run
@@ -396,15 +396,8 @@ class ChatPipeline:
             # with a new id (docs/decisions.md, "Ids and answers").
             await run.append(Failed(FailureCode.UNAVAILABLE, "the answer was lost"))
             return run
-        await run.append(
-            Meta(
-                request.message_id,
-                request.conversation_id,
-                answer.model,
-                answer.replica_id,
-                answer.region,
-            )
-        )
+        await run.append(Meta(request.message_id, request.conversation_id, answer.model,
+                              answer.replica_id, answer.region))  # fmt: skip
         await run.append(Delta(answer.content))
         await run.append(Done(Finish(answer.finish or "stop"), Usage(output_tokens=answer.tokens)))
         return run
@@ -447,11 +440,15 @@ class ChatPipeline:
         self._runs.add(run)
         await _compose(run, BUSY_MODEL, BUSY_TEXT, Finish.ERROR, version=version)
         self._runs.mark_ended(run)
+        self._count_failed(user, version)
+        self._log.warning("composed a busy answer", reason=down.reason)
+        return run
+
+    def _count_failed(self, user: User, version: str) -> None:
+        """An answer no pool could write, in the metrics and the version's guardrails."""
         self._metrics.answers.labels(user.tier.value, BUSY_MODEL, Finish.ERROR.value).inc()
         self._metrics.observe_version(version, user.tier, Finish.ERROR.value, None, 0.0, 0)
         self._versions.tally(version, user.tier, Finish.ERROR.value, BUSY_TEXT, None)
-        self._log.warning("composed a busy answer", reason=down.reason)
-        return run
 
     # Generating ---------------------------------------------------------------------------------
 
@@ -563,6 +560,7 @@ class ChatPipeline:
                 replica_id=answer.served_by.node_id,
                 finish=answer.finish.value,
                 region=self._region,
+                parent_tokens=answer.message_tokens,
             ),
         )
 

@@ -62,6 +62,34 @@ class PromptSize:
     reusable_tokens: int
 
 
+def token_upper_bound(text: str) -> int:
+    """At most this many tokens: every token of a byte-level or byte-fallback tokenizer (the
+    GPT, Llama 3, Qwen, SmolLM and Mistral families) holds at least one byte of the text, and
+    a SentencePiece tokenizer may add one word marker in front; one more for a start token."""
+    return len(text.encode()) + 2
+
+
+# Past this a message is counted before it is planned: its bound (about four times its
+# count in English) would reserve far more of the bucket than it will spend.
+MAX_BOUND_TOKENS = 2048
+
+
+def prompt_on_bound(builder: ContextBuilder, parts: ContextParts, content: str) -> Prompt | None:
+    """The prompt with the message counted at its upper bound, where that is the prompt an
+    exact count would build too: it keeps every stored part (an exact count, never larger,
+    would keep them all as well). None where the bound could change what is kept."""
+    bound = token_upper_bound(content)
+    if bound > MAX_BOUND_TOKENS:
+        return None
+    new = Turn(Role.USER, content, bound)
+    if not builder.fits_alone(new):
+        return None
+    prompt = builder.build(parts.summary, parts.history, new, parts.pinned)
+    stored = len(parts.history) + (parts.summary is not None) + (parts.pinned is not None)
+    # The system prompt, every stored part, the message.
+    return prompt if len(prompt.turns) == stored + 2 else None
+
+
 def estimate_tokens(text: str) -> int:
     # About four characters a token in English; the pick only weighs prefill against cache.
     return len(text) // 4 + 1
@@ -110,6 +138,13 @@ class Planner:
         reusable = sum(turn.tokens for turn in [*stable, *parts.history])
         size = PromptSize(reusable + estimate_tokens(content), reusable)
         pick, tier, pool = await self.shed(user, conversation_id, pool, size, model)
+        known = self._system_tokens.get((pick.model, system)) if counted_once else None
+        if known is not None:
+            builder = ContextBuilder(Turn(Role.SYSTEM, system, known), tier.window_tokens,
+                                     tier.max_answer_tokens)  # fmt: skip
+            bounded = await self._plan_on_bound(user, pick, pool, tier, builder, parts, content)
+            if bounded is not None:
+                return dataclasses.replace(bounded, version_model=model)
         if counted_once:
             system_tokens, message_tokens = await self._count(pick, content, system)
         else:
@@ -129,18 +164,50 @@ class Planner:
         plan = await self.admit(user, pick, pool, tier, prompt)
         return dataclasses.replace(plan, version_model=model)
 
+    async def _plan_on_bound(
+        self,
+        user: User,
+        pick: ReplicaPick,
+        pool: str,
+        tier: TierPolicy,
+        builder: ContextBuilder,
+        parts: ContextParts,
+        content: str,
+    ) -> AnswerPlan | None:
+        """The plan an exact count would make, from an upper bound of the message's tokens,
+        without a Tokenize call before the answer (docs/decisions.md, "Counting a message").
+        Only where the bound changes nothing: the prompt keeps every stored part and the
+        bucket admits the bound. None: count first."""
+        prompt = prompt_on_bound(builder, parts, content)
+        if prompt is None:
+            return None
+        reserved = limiter.worst_case_cost(prompt.tokens, tier.max_answer_tokens)
+        decision = await self._buckets.reserve(user.user_id, user.tier, reserved)
+        if not decision.admitted:
+            return None  # a refused reservation takes nothing: the exact count decides
+        return self._admitted(user, pick, pool, tier, prompt, reserved, message_bound=True)
+
     async def plan_completion(
-        self, user: User, affinity_key: str, request: CompleteRequest, pool: str
+        self,
+        user: User,
+        affinity_key: str,
+        request: CompleteRequest,
+        pool: str,
+        system_prompt: str = "",
+        model: str = "",
     ) -> AnswerPlan:
-        """The same for a stateless completion: the caller sent the whole history."""
+        """The same for a stateless completion: the caller sent the whole history. Without a
+        system message of the caller's, the serving version's system prompt leads ('' for the
+        configured one); the version's engine model is picked ('' for any)."""
         # The client resends its history each turn: all but the newest turn is what the
         # favourite replica's prefix cache holds, exactly as for a stored conversation.
         history = sum(estimate_tokens(t.counted_text()) for t in request.turns[:-1])
         newest = estimate_tokens(request.turns[-1].counted_text())
         size = PromptSize(history + newest, history)
-        pick, tier, pool = await self.shed(user, affinity_key, pool, size)
+        pick, tier, pool = await self.shed(user, affinity_key, pool, size, model)
         answer = completions.answer_cap(tier.max_answer_tokens, request.max_tokens)
-        system, turns = completions.split_system(request, self._policy.system_prompt)
+        default_system = system_prompt or self._policy.system_prompt
+        system, turns = completions.split_system(request, default_system)
         # The tools' definitions ride in the system part of the prompt, and are counted there.
         tools = completions.tools_text(request.options)
         system_text = f"{system.text}\n{tools}" if tools else system.text
@@ -153,7 +220,7 @@ class Planner:
         )
         capped = TierPolicy(tier.window_tokens, answer, tier.limit)
         plan = await self.admit(user, pick, pool, capped, prompt)
-        return replace(plan, options=request.options)
+        return replace(plan, options=request.options, version_model=model)
 
     async def shed(
         self, user: User, conversation_id: str, pool: str, size: PromptSize, model: str = ""
@@ -221,9 +288,21 @@ class Planner:
                 f"the {user.tier.value} tier's token budget is spent for now",
                 decision.retry_after_s,
             )
+        return self._admitted(user, pick, pool, tier, prompt, reserved)
+
+    def _admitted(
+        self,
+        user: User,
+        pick: ReplicaPick,
+        pool: str,
+        tier: TierPolicy,
+        prompt: Prompt,
+        reserved: float,
+        message_bound: bool = False,
+    ) -> AnswerPlan:
         self._metrics.queue_wait.labels(user.tier.value, pool).observe(pick.expected_wait_s)
         return AnswerPlan(prompt, pick, tier.max_answer_tokens, reserved, pool, user.tier,
-                    tier.window_tokens)  # fmt: skip
+                          tier.window_tokens, message_bound=message_bound)  # fmt: skip
 
     async def _pick(
         self, conversation_id: str, pool: str, tier: Tier, size: PromptSize, model: str = ""

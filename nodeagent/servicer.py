@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import grpc
+import structlog
 
 from chat.v1 import node_service_pb2, node_service_pb2_grpc
 from domain import answer_options
@@ -31,6 +32,8 @@ def _validate_start(start: node_service_pb2.GenerateStart, context_tokens: int) 
     if not 0 < start.max_tokens <= context_tokens:
         raise InvalidArgument(f"start.max_tokens must be within 1..{context_tokens}")
     answer_options.check(options_from_pb(start.options))
+    if len(start.count_texts) > MAX_TOKENIZE_TEXTS:
+        raise InvalidArgument(f"start.count_texts holds at most {MAX_TOKENIZE_TEXTS} texts")
     if start.prompt_tokens + start.max_tokens > context_tokens:
         raise InvalidArgument(
             f"{start.prompt_tokens} prompt tokens and {start.max_tokens} answer tokens do not "
@@ -88,6 +91,7 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
         if first is None:
             raise InvalidArgument("the Generate stream closed before its first message")
         running, after = await self._open(first)
+        counting = self._count(first.start.count_texts) if first.HasField("start") else None
         watcher = asyncio.create_task(_watch_cancel(request_iterator, running))
         self._registry.follow_started(running)
         try:
@@ -99,12 +103,24 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
                     )
                     yield node_service_pb2.GenerateResponse(chunk=chunk)
                 else:
-                    yield finish_to_pb(item, self._engine.model)
+                    finish = finish_to_pb(item, self._engine.model)
+                    if counting is not None:
+                        finish.finish.text_tokens.extend(await _counts_of(counting))
+                    yield finish
         finally:
             self._registry.follow_ended(running)
+            if counting is not None:
+                counting.cancel()
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
+
+    def _count(self, texts: Sequence[str]) -> asyncio.Task[list[int]] | None:
+        """Counts the texts the gateway asked for beside the answer, while the engine works on
+        it; the counts ride in the finish."""
+        if not texts:
+            return None
+        return asyncio.create_task(self.token_counts.count(list(texts), self._engine.tokenize))
 
     @maps_domain_errors
     async def Tokenize(
@@ -117,6 +133,18 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
         except EngineError as exc:
             raise Unavailable(f"the engine could not tokenize: {exc}") from exc
         return node_service_pb2.TokenizeResponse(token_counts=counts, model=self._engine.model)
+
+
+async def _counts_of(counting: asyncio.Task[list[int]]) -> list[int]:
+    """The counts, or none when the engine could not count: the answer is what was asked for,
+    and a gateway keeps its upper bound for a count it does not get."""
+    try:
+        return await counting
+    except EngineError as error:
+        structlog.get_logger(component="node-servicer").warning(
+            "texts asked for beside an answer were not counted", reason=str(error)
+        )
+        return []
 
 
 def _set_event() -> asyncio.Event:

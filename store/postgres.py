@@ -385,6 +385,8 @@ class PostgresStore:
         async with self.pool.acquire() as conn, conn.transaction():
             await _lock_conversation(conn, user_id, conversation_id, title, message.model, now)
             seq = await _insert_message(conn, user_id, conversation_id, message, now)
+            recounted = await _recount_parent(conn, user_id, conversation_id, message)
+            counted = message.tokens + recounted
             await conn.execute(
                 "UPDATE conversations SET updated_at = $1, total_tokens = total_tokens + $2, "
                 "model = CASE WHEN $3 <> '' THEN $3 ELSE model END, "
@@ -392,7 +394,7 @@ class PostgresStore:
                 "region = CASE WHEN $7 <> '' THEN $7 ELSE region END "
                 "WHERE user_id = $4 AND conversation_id = $5",
                 now,
-                message.tokens,
+                counted,
                 message.model,
                 user_id,
                 conversation_id,
@@ -493,6 +495,26 @@ async def _lock_conversation(
         )
         if locked:
             return
+
+
+async def _recount_parent(
+    conn: asyncpg.Connection, user_id: str, conversation_id: str, message: NewMessage
+) -> int:
+    """Stores the parent's exact count, if the answer brought one; what it changes in the
+    conversation's total. Inside the append's transaction, which holds the conversation."""
+    if not message.parent_tokens or message.parent_seq is None:
+        return 0
+    old = await conn.fetchval(
+        "SELECT tokens FROM messages WHERE user_id = $1 AND conversation_id = $2 AND seq = $3",
+        user_id, conversation_id, message.parent_seq,
+    )  # fmt: skip
+    if old is None:
+        return 0
+    await conn.execute(
+        "UPDATE messages SET tokens = $1 WHERE user_id = $2 AND conversation_id = $3 AND seq = $4",
+        message.parent_tokens, user_id, conversation_id, message.parent_seq,
+    )  # fmt: skip
+    return message.parent_tokens - int(old)
 
 
 async def _insert_message(

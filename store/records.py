@@ -69,6 +69,9 @@ class NewMessage:
     # The region that served the turn; it also becomes the conversation's region (the
     # region router's decision: '' or home's name at home).
     region: str = ""
+    # The parent turn's exact token count, learnt while this answer was written (the parent
+    # was stored with an upper bound); 0: the parent's stored count stands.
+    parent_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -299,6 +299,7 @@ class SqliteStore:
         db = self.db
         try:
             await db.execute("BEGIN IMMEDIATE")
+            counted = message.tokens + await self._recount_parent(user_id, conversation_id, message)
             # Creates the conversation with its first turn, or counts the turn into it.
             await db.execute(
                 "INSERT INTO conversations (user_id, conversation_id, title, model, pool, "
@@ -309,7 +310,7 @@ class SqliteStore:
                 "model = CASE WHEN excluded.model != '' THEN excluded.model ELSE model END, "
                 "pool = CASE WHEN excluded.pool != '' THEN excluded.pool ELSE pool END, "
                 "region = CASE WHEN excluded.region != '' THEN excluded.region ELSE region END",
-                (user_id, conversation_id, title, message.model, message.pool, message.tokens,
+                (user_id, conversation_id, title, message.model, message.pool, counted,
                  now, now, message.region),
             )  # fmt: skip
             # The next seq is read in the insert itself: one statement, one trip to the thread.
@@ -356,6 +357,24 @@ class SqliteStore:
             now,
             message.region,
         )
+
+    async def _recount_parent(self, user_id: str, conversation_id: str, message: NewMessage) -> int:
+        """Stores the parent's exact count, if the answer brought one; what it changes in the
+        conversation's total. Inside the append's transaction."""
+        if not message.parent_tokens or message.parent_seq is None:
+            return 0
+        where = (user_id, conversation_id, message.parent_seq)
+        rows = list(await self.db.execute_fetchall(
+            "SELECT tokens FROM messages WHERE user_id = ? AND conversation_id = ? AND seq = ?",
+            where,
+        ))  # fmt: skip
+        if not rows:
+            return 0
+        await self.db.execute(
+            "UPDATE messages SET tokens = ? WHERE user_id = ? AND conversation_id = ? AND seq = ?",
+            (message.parent_tokens, *where),
+        )
+        return message.parent_tokens - int(rows[0][0])
 
     async def record_serving(self, user_id: str, serving: ServingRecord) -> None:
         async with self._writing:

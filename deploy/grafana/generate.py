@@ -4,11 +4,11 @@
     .venv/bin/python deploy/grafana/generate.py --check   # fails if they differ from this code
 
 Four dashboards: the fleet (KV use, queues, prefix hits per node), what users get (TTFT,
-tokens/s, refusals, failovers per tier), the ladder and the limits, and the cost (GPU-seconds
-per message by pool, the router's small/large split). Each panel reads the recording rules in
-deploy/prometheus/rules/ or the services' own series; tests/deploy checks every name against a
-running platform. Per-node and per-pool series come from every scheduler (each holds the whole
-table), hence the max by.
+tokens/s, refusals, failovers per tier, thumbs up and down per version), the ladder and the
+limits, and the cost (GPU-seconds per message by pool, the router's small/large split). Each
+panel reads the recording rules in deploy/prometheus/rules/ or the services' own series;
+tests/deploy checks every name against a running platform. Per-node and per-pool series come
+from every scheduler (each holds the whole table), hence the max by.
 """
 
 from __future__ import annotations
@@ -97,6 +97,13 @@ EXPERIENCE = Board(
                 "edge re-attach {{outcome}}"))),
         Panel("Answers, by tier", "reqps",
               (("tier:gateway_answers:rate5m", "{{tier}}"),)),
+        Panel("Thumbs up and down share, by version and tier", "percentunit",
+              (("version_tier_rating:gateway_feedback:share_1h",
+                "{{version}} {{tier}} {{rating}}"),
+               ("tier:gateway_feedback_down_current:share_1h", "current version {{tier}} down")),
+              "Each rating's share of a version's ratings over the last hour. The alert "
+              "VersionThumbsDownAboveCurrent fires at 10 points over the current version's "
+              "thumbs-down share, on at least 50 ratings."),
     ),
 )  # fmt: skip
 

@@ -4,6 +4,7 @@ message sent through the edge with what its meta and done events said."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from clients.rollout_client import RolloutClient
 from domain.rollout import RolloutState, Slice, assign
 from domain.types import Tier
+from tests.clients.test_chatctl import Run, start
 from tests.sse import read_events
 
 
@@ -128,6 +130,25 @@ async def send(
                 used, finish, text)  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Completed:
+    status: int
+    body: dict
+    replica: str
+
+
+async def complete(
+    platform: LocalPlatform, token: str, content: str, model: str = "auto"
+) -> Completed:
+    """One POST /v1/chat/completions with the user's message alone (no system message of the
+    caller's, so the serving version's system prompt leads)."""
+    body = {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": 12}
+    headers = {"Authorization": f"Bearer {token}"}
+    url = f"{platform.edge_url}/v1/chat/completions"
+    async with aiohttp.ClientSession() as http, http.post(url, json=body, headers=headers) as reply:
+        return Completed(reply.status, await reply.json(), reply.headers.get("X-Replica", ""))
+
+
 async def rate(
     platform: LocalPlatform, token: str, message_id: str, body: object
 ) -> tuple[int, dict]:
@@ -162,3 +183,25 @@ async def users_in_slices(
             if all(len(found[s]) == wanted[s] for s in wanted):
                 return found
     raise AssertionError(f"no users found for {wanted}")
+
+
+# chatctl's eval runs take minutes on one CPU node.
+EVAL_TIMEOUT_S = 600
+
+
+async def eval_chatctl(*args: str) -> Run:
+    process = await start(*args)
+    out, err = await asyncio.wait_for(process.communicate(), EVAL_TIMEOUT_S)
+    return Run(process.returncode or 0, out.decode(), err.decode())
+
+
+def score_row(out: str, version: str) -> list[str]:
+    """`chatctl versions show`'s row of one version (the only tier it was used in)."""
+    (row,) = [re.split(r"\s{2,}", line) for line in out.splitlines() if line.startswith(version)]
+    return row
+
+
+def gate_rows(out: str) -> dict[str, tuple[str, ...]]:
+    """The verdict table's rows by rule: (figure, threshold, result)."""
+    rows = [re.split(r"\s{2,}", line) for line in out.splitlines()]
+    return {row[0]: tuple(row[1:]) for row in rows if len(row) == 4 and row[0] != "RULE"}

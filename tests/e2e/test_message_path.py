@@ -331,5 +331,15 @@ async def test_each_stored_question_carries_the_engines_own_token_count(
                     "finish": None,
                     "region": "",
                 }
+                # The conversation's total is its turns' own counts, the question's exact one
+                # included (after the first message the gateway plans on an upper bound and
+                # the node counts the question beside the answer).
+                async with http.get(f"{platform.edge_url}/v1/messages/{message}.answer",
+                                    headers=auth(token)) as response:  # fmt: skip
+                    answer = (await response.json())["message"]
+                async with http.get(f"{platform.edge_url}/v1/conversations/{conversation}",
+                                    headers=auth(token)) as response:  # fmt: skip
+                    listed = (await response.json())["conversation"]
+                assert listed["totalTokens"] == count + answer["tokens"]
     finally:
         await nodes.close()

@@ -48,7 +48,8 @@ async def test_the_sdk_gets_a_whole_completion(platform: LocalPlatform) -> None:
     assert completion.object == "chat.completion"
     assert completion.id.startswith("chatcmpl-")
     assert completion.model == MODEL
-    assert completion.system_fingerprint == "local-small-0"
+    # The version that served (the platform's first, "base") and the replica.
+    assert completion.system_fingerprint == "base@local-small-0"
     (choice,) = completion.choices
     assert choice.message.role == "assistant" and choice.message.content.strip()
     assert choice.finish_reason in ("stop", "length")
@@ -250,8 +251,8 @@ async def replica_of(platform: LocalPlatform, token: str, messages: list, **head
     body = json.dumps({"model": "auto", "messages": messages, "max_tokens": 3}).encode()
     status, back, answer = await post_raw(platform, body, token, **headers)
     assert status == 200, answer
-    assert back["X-Replica"] == answer["system_fingerprint"]
-    return answer["system_fingerprint"]
+    assert answer["system_fingerprint"] == f"base@{back['X-Replica']}"
+    return back["X-Replica"]
 
 
 async def test_a_conversation_keeps_its_replica_as_it_grows(fleet: LocalPlatform) -> None:

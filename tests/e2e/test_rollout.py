@@ -2,7 +2,8 @@
 edge), on a platform of their own: versions that differ only in the system prompt share the
 node; a split by user puts the same users on the candidate every time and a conversation
 keeps its version when the split changes; a candidate whose answers fail is rolled back by
-itself; a user past the daily allowance is served by the small pool."""
+itself; a user past the daily allowance is served by the small pool; a completion through the
+OpenAI-compatible API is served by the same version and the same allowance."""
 
 from __future__ import annotations
 
@@ -22,8 +23,11 @@ from domain.rollout import Slice, Version
 from domain.types import Tier
 from store.factory import open_store
 from tests.api_schema import assert_conforms
-from tests.clients.test_chatctl import Run, admin_flags, clean_env, start, tls_dir
+from tests.clients.test_chatctl import admin_flags, clean_env, start, tls_dir
 from tests.e2e.rollout_support import (
+    complete,
+    eval_chatctl,
+    gate_rows,
     gateway_caught_up,
     gateway_metric,
     new_id,
@@ -31,6 +35,7 @@ from tests.e2e.rollout_support import (
     rate,
     rollout_admin,
     rollout_platform_settings,
+    score_row,
     send,
     users_in_slices,
 )
@@ -157,6 +162,60 @@ async def test_a_user_past_the_daily_allowance_is_served_by_the_small_pool(
     assert (second.routed_pool, second.budget, second.served_pool) == ("large", "over", "small")
 
 
+async def test_a_completion_is_served_by_the_version_of_the_users_slice(
+    platform: LocalPlatform,
+) -> None:
+    name = f"terse-{uuid.uuid4().hex[:6]}"
+    async with rollout_admin(platform) as admin:
+        await admin.create(Version(name, system_prompt=CANDIDATE_PROMPT))
+        state = await admin.split(name, "free", 10.0)
+        await gateway_caught_up(platform, admin)
+        try:
+            users = await users_in_slices(platform, state, Tier.FREE,
+                                          {Slice.CANDIDATE: 1, Slice.CURRENT: 1})  # fmt: skip
+            before = await gateway_metric(platform, "gateway_version_answers_total")
+            prompts = {}
+            for where, version in ((Slice.CANDIDATE, name), (Slice.CURRENT, state.current)):
+                ((_, token),) = users[where]
+                chat = await send(platform, token, new_id("c"), "Say hi.")
+                done = await complete(platform, token, "Say hi.")
+                assert (done.status, chat.version) == (200, version), done.body
+                # OpenAI's system_fingerprint names the version and the replica that served.
+                assert done.body["system_fingerprint"] == f"{version}@{done.replica}"
+                # The version's system prompt led the completion exactly as it leads the
+                # user's messages: the same system prompt and message, the same prompt tokens.
+                assert done.body["usage"]["prompt_tokens"] == chat.input_tokens
+                prompts[where] = chat.input_tokens
+            assert prompts[Slice.CANDIDATE] > prompts[Slice.CURRENT] + 20
+            after = await gateway_metric(platform, "gateway_version_answers_total")
+        finally:
+            await admin.rollback("test cleanup")
+    # Label values as the exposition sorts them: finish, tier, version. The candidate's
+    # message and completion, each counted once in its per-version series.
+    counted = sum(after[key] - before.get(key, 0.0) for key in after if key[1:] == ("free", name))
+    assert counted == 2.0
+
+
+async def test_a_completion_past_the_daily_allowance_is_routed_down_a_tier(
+    platform: LocalPlatform,
+) -> None:
+    _, token = await new_user(platform, Tier.PLUS)
+    seen = [await gateway_metric(platform, "gateway_fallbacks_total"),
+            await gateway_metric(platform, "gateway_budget_downgrades_total")]  # fmt: skip
+    for _ in range(2):
+        done = await complete(platform, token, "Say hi.", model="large")
+        assert done.status == 200, done.body
+        seen += [await gateway_metric(platform, "gateway_fallbacks_total"),
+                 await gateway_metric(platform, "gateway_budget_downgrades_total")]  # fmt: skip
+    fallbacks = [f.get(("large", "small"), 0.0) for f in seen[0::2]]
+    downgrades = [d[("plus",)] for d in seen[1::2]]
+    # The first completion, within the allowance, went to the large pool the caller asked for
+    # and fell back to small (this platform has no large node); the second, past the
+    # allowance its answer spent, was sent to the small pool by the allowance.
+    assert (fallbacks[1] - fallbacks[0], downgrades[1] - downgrades[0]) == (1.0, 0.0)
+    assert (fallbacks[2] - fallbacks[1], downgrades[2] - downgrades[1]) == (0.0, 1.0)
+
+
 async def test_a_user_rates_their_answer_and_the_rating_counts_for_its_version(
     platform: LocalPlatform,
 ) -> None:
@@ -237,12 +296,6 @@ async def test_a_user_rates_their_answer_and_the_rating_counts_for_its_version(
     assert counted == {"up": 2.0, "down": 2.0}
 
 
-def score_row(out: str, version: str) -> list[str]:
-    """`chatctl versions show`'s row of one version (the only tier it was used in)."""
-    (row,) = [re.split(r"\s{2,}", line) for line in out.splitlines() if line.startswith(version)]
-    return row
-
-
 async def test_versions_show_prints_a_versions_answers_and_thumbs_from_the_gateways_tallies(
     platform: LocalPlatform,
 ) -> None:
@@ -304,19 +357,6 @@ SAMPLE = ["--per-category", "1", "--harmful", "3", "--harmless", "2", "--concurr
 # docs/decisions.md, "The eval gate"), so the failing candidate's prompt breaks it another
 # way: too long for the window, so every answer fails.
 BROKEN_PROMPT = "7 " * 3900
-EVAL_TIMEOUT_S = 600
-
-
-def gate_rows(out: str) -> dict[str, tuple[str, ...]]:
-    """The verdict table's rows by rule: (figure, threshold, result)."""
-    rows = [re.split(r"\s{2,}", line) for line in out.splitlines()]
-    return {row[0]: tuple(row[1:]) for row in rows if len(row) == 4 and row[0] != "RULE"}
-
-
-async def eval_chatctl(*args: str) -> Run:
-    process = await start(*args)
-    out, err = await asyncio.wait_for(process.communicate(), EVAL_TIMEOUT_S)
-    return Run(process.returncode or 0, out.decode(), err.decode())
 
 
 async def test_the_gate_passes_an_identical_candidate_and_fails_a_broken_one(
@@ -340,9 +380,14 @@ async def test_the_gate_passes_an_identical_candidate_and_fails_a_broken_one(
         rules = gate_rows(passed.out)
         assert rules["harmful refused"] == ("100.0 %", ">= 99.0 %", "pass")
         assert rules["win rate"] == ("50.0 %", ">= 50.0 %", "pass")
+        # The false-refusal rule, read end to end: no harmless prompt refused. Its failing
+        # side is unit-tested only (SmolLM2 cannot be prompted into refusing).
+        assert rules["harmless refused"] == ("0.0 %", "<= 2.0 %", "pass")
         assert failed.code == 3
         failing = {name for name, row in gate_rows(failed.out).items() if row[2] == "FAIL"}
         assert {"win rate", "error share"} <= failing
+        # A failed answer is an error, not a refusal: the broken candidate refuses nothing.
+        assert gate_rows(failed.out)["harmless refused"] == ("0.0 %", "<= 2.0 %", "pass")
         shown = await eval_chatctl(
             "eval",
             "show",

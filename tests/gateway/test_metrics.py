@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
+from domain.rollout import RolloutState, Version
 from domain.types import Tier, Usage
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import CurrentVersion, GatewayMetrics
 
 
 def test_known_label_values_start_at_zero() -> None:
@@ -38,3 +39,19 @@ def test_time_to_first_text_is_recorded_by_tier_and_pool() -> None:
     assert registry.get_sample_value("gateway_ttft_seconds_bucket", {**labels, "le": "1.0"}) == 1
     answers = {"tier": "plus", "model": "llama-70b", "finish": "stop"}
     assert registry.get_sample_value("gateway_answers_total", answers) == 1
+
+
+def test_the_current_version_is_named_at_each_scrape() -> None:
+    """gateway_version_current follows the rollout the gateway holds, read when scraped."""
+    registry = CollectorRegistry()
+    versions = (Version("base"), Version("v2"))
+    held = [RolloutState(versions=versions, current="base", candidate="v2")]
+    registry.register(CurrentVersion(lambda: held[-1]))
+
+    def current() -> dict[str, float | None]:
+        return {v: registry.get_sample_value("gateway_version_current", {"version": v})
+                for v in ("base", "v2")}  # fmt: skip
+
+    assert current() == {"base": 1.0, "v2": 0.0}
+    held.append(RolloutState(versions=versions, current="v2"))  # v2 promoted
+    assert current() == {"base": 0.0, "v2": 1.0}

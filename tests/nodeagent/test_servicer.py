@@ -200,6 +200,35 @@ async def test_a_text_is_counted_by_the_engine_once(node: NodeUnderTest, engine)
     assert counts.hits - hits >= 3
 
 
+async def test_texts_asked_for_beside_an_answer_come_counted_in_its_finish(
+    node: NodeUnderTest, engine
+) -> None:
+    texts = [f"Count me beside the answer: {uuid.uuid4().hex}.", "Écris une phrase 🦉."]
+    truth = await engine.tokenize(texts)  # the engine itself, uncached
+    request = start("c1", "Name two fruits.")
+    request.start.count_texts.extend(texts)
+    call = node.stub.Generate()
+    await call.write(request)
+    responses = await read_all(call)
+    assert responses[-1].HasField("finish")
+    assert list(responses[-1].finish.text_tokens) == truth
+    # Nothing asked, nothing counted.
+    plain = node.stub.Generate()
+    await plain.write(start("c2", "Name two fruits."))
+    assert list((await read_all(plain))[-1].finish.text_tokens) == []
+
+
+async def test_too_many_texts_to_count_beside_an_answer_are_invalid(node: NodeUnderTest) -> None:
+    request = start("c3", "hi")
+    request.start.count_texts.extend(["x"] * 300)
+    call = node.stub.Generate()
+    await call.write(request)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await read_all(call)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "count_texts" in caught.value.details()
+
+
 async def test_an_unclaimed_answer_is_cancelled_after_the_grace(
     node: NodeUnderTest, engine
 ) -> None:

@@ -106,6 +106,30 @@ async def test_a_reused_message_id_stores_nothing(store) -> None:
         await store.get_conversation("alice", "c2")
 
 
+async def test_an_answer_brings_its_questions_exact_count_into_the_conversations_total(
+    store,
+) -> None:
+    # The question was stored with an upper bound of its count (its bytes); the node counted
+    # it beside the answer, and the answer's save puts the exact count in its place.
+    question = await store.add_message("alice", "c1", msg("m1", Role.USER, None, tokens=40))
+    answer = NewMessage("m1.answer", Role.ASSISTANT, "an answer", 7, question.seq,
+                        parent_tokens=9)  # fmt: skip
+    await store.add_message("alice", "c1", answer)
+    assert (await store.get_message("alice", "m1")).tokens == 9
+    assert (await store.get_conversation("alice", "c1")).total_tokens == 9 + 7
+    # A reused answer id stores nothing, the parent's count included.
+    again = NewMessage("m1.answer", Role.ASSISTANT, "again", 3, question.seq, parent_tokens=30)
+    with pytest.raises(AlreadyExists):
+        await store.add_message("alice", "c1", again)
+    assert (await store.get_message("alice", "m1")).tokens == 9
+    assert (await store.get_conversation("alice", "c1")).total_tokens == 9 + 7
+    # No count brought: the stored one stands.
+    await store.add_message("alice", "c1", msg("m2", Role.USER, 2, tokens=11))
+    await store.add_message("alice", "c1", msg("m2.answer", Role.ASSISTANT, 3, tokens=4))
+    assert [m.tokens for m in await store.list_messages("alice", "c1")] == [9, 7, 11, 4]
+    assert (await store.get_conversation("alice", "c1")).total_tokens == 31
+
+
 async def test_conversations_list_newest_first_by_cursor(store) -> None:
     for i in range(5):
         await store.add_message("alice", f"c{i}", msg(f"m{i}", Role.USER, None))

@@ -39,7 +39,7 @@ class StoredConversation(_message.Message):
     def __init__(self, conversation_id: _Optional[str] = ..., title: _Optional[str] = ..., model: _Optional[str] = ..., summary: _Optional[str] = ..., summary_upto_seq: _Optional[int] = ..., total_tokens: _Optional[int] = ..., created_at: _Optional[float] = ..., updated_at: _Optional[float] = ..., pool: _Optional[str] = ..., summary_tokens: _Optional[int] = ..., pinned: _Optional[str] = ..., pinned_tokens: _Optional[int] = ..., region: _Optional[str] = ...) -> None: ...
 
 class StoredMessage(_message.Message):
-    __slots__ = ("conversation_id", "seq", "message_id", "parent_seq", "role", "content", "tokens", "model", "replica_id", "finish", "created_at", "region", "pool")
+    __slots__ = ("conversation_id", "seq", "message_id", "parent_seq", "role", "content", "tokens", "model", "replica_id", "finish", "created_at", "region", "pool", "parent_tokens")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +53,7 @@ class StoredMessage(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     REGION_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
+    PARENT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     seq: int
     message_id: str
@@ -66,7 +67,8 @@ class StoredMessage(_message.Message):
     created_at: float
     region: str
     pool: str
-    def __init__(self, conversation_id: _Optional[str] = ..., seq: _Optional[int] = ..., message_id: _Optional[str] = ..., parent_seq: _Optional[int] = ..., role: _Optional[_Union[_common_pb2.Role, str]] = ..., content: _Optional[str] = ..., tokens: _Optional[int] = ..., model: _Optional[str] = ..., replica_id: _Optional[str] = ..., finish: _Optional[str] = ..., created_at: _Optional[float] = ..., region: _Optional[str] = ..., pool: _Optional[str] = ...) -> None: ...
+    parent_tokens: int
+    def __init__(self, conversation_id: _Optional[str] = ..., seq: _Optional[int] = ..., message_id: _Optional[str] = ..., parent_seq: _Optional[int] = ..., role: _Optional[_Union[_common_pb2.Role, str]] = ..., content: _Optional[str] = ..., tokens: _Optional[int] = ..., model: _Optional[str] = ..., replica_id: _Optional[str] = ..., finish: _Optional[str] = ..., created_at: _Optional[float] = ..., region: _Optional[str] = ..., pool: _Optional[str] = ..., parent_tokens: _Optional[int] = ...) -> None: ...
 
 class ReadConversationRequest(_message.Message):
     __slots__ = ("user_id", "conversation_id", "with_messages", "with_version")

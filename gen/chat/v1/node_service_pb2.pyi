@@ -18,7 +18,7 @@ class GenerateRequest(_message.Message):
     def __init__(self, start: _Optional[_Union[GenerateStart, _Mapping]] = ..., cancel: _Optional[_Union[GenerateCancel, _Mapping]] = ..., attach: _Optional[_Union[GenerateAttach, _Mapping]] = ...) -> None: ...
 
 class GenerateStart(_message.Message):
-    __slots__ = ("request_id", "turns", "max_tokens", "tier", "continue_from", "temperature", "prompt_tokens", "options")
+    __slots__ = ("request_id", "turns", "max_tokens", "tier", "continue_from", "temperature", "prompt_tokens", "options", "count_texts")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TURNS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -27,6 +27,7 @@ class GenerateStart(_message.Message):
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_TEXTS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     turns: _containers.RepeatedCompositeFieldContainer[_common_pb2.Turn]
     max_tokens: int
@@ -35,7 +36,8 @@ class GenerateStart(_message.Message):
     temperature: float
     prompt_tokens: int
     options: _common_pb2.AnswerOptions
-    def __init__(self, request_id: _Optional[str] = ..., turns: _Optional[_Iterable[_Union[_common_pb2.Turn, _Mapping]]] = ..., max_tokens: _Optional[int] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., continue_from: _Optional[str] = ..., temperature: _Optional[float] = ..., prompt_tokens: _Optional[int] = ..., options: _Optional[_Union[_common_pb2.AnswerOptions, _Mapping]] = ...) -> None: ...
+    count_texts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, request_id: _Optional[str] = ..., turns: _Optional[_Iterable[_Union[_common_pb2.Turn, _Mapping]]] = ..., max_tokens: _Optional[int] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., continue_from: _Optional[str] = ..., temperature: _Optional[float] = ..., prompt_tokens: _Optional[int] = ..., options: _Optional[_Union[_common_pb2.AnswerOptions, _Mapping]] = ..., count_texts: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GenerateCancel(_message.Message):
     __slots__ = ()
@@ -68,16 +70,18 @@ class TokenChunk(_message.Message):
     def __init__(self, index: _Optional[int] = ..., text: _Optional[str] = ..., pieces: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GenerateFinish(_message.Message):
-    __slots__ = ("finish", "usage", "model", "tool_calls")
+    __slots__ = ("finish", "usage", "model", "tool_calls", "text_tokens")
     FINISH_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     finish: _common_pb2.FinishReason
     usage: _common_pb2.Usage
     model: str
     tool_calls: _containers.RepeatedCompositeFieldContainer[_common_pb2.ToolCall]
-    def __init__(self, finish: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., model: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[_common_pb2.ToolCall, _Mapping]]] = ...) -> None: ...
+    text_tokens: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, finish: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., model: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[_common_pb2.ToolCall, _Mapping]]] = ..., text_tokens: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TokenizeRequest(_message.Message):
     __slots__ = ("texts",)
