@@ -16,8 +16,12 @@ from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from clients.chatctl.platform import LocalPlatform
+from domain.types import Tier
+from infra.bearer import token_hash
+from infra.directory import Directory, DirectoryUser
 from store.base import Store
 from store.factory import open_store
+from tests.servers import Etcd
 from tests.sse import SseEvent, iter_events, read_events
 
 
@@ -249,3 +253,49 @@ async def delete(
         headers={"Authorization": f"Bearer {token}"},
     ) as response:
         return response.status, await response.json()
+
+
+async def listed_error(
+    http: aiohttp.ClientSession, platform: LocalPlatform, token: str, path: str
+) -> tuple[int, str]:
+    """A GET at the region's edge that fails: (HTTP status, the error's reason)."""
+    async with http.get(
+        f"{platform.edge_url}{path}", headers={"Authorization": f"Bearer {token}"}
+    ) as response:
+        return response.status, (await response.json())["error"]["message"]
+
+
+async def resumed_and_stopped_at(
+    http: aiohttp.ClientSession,
+    edge: LocalPlatform,
+    token: str,
+    events: list[SseEvent],
+    message_id: str,
+    runs_in: str,
+) -> None:
+    """An answer that ran in region runs_in, resumed and stopped at edge, as where it ran."""
+    # Ended, it is still replayed by the gateway it ran on, and not stopped.
+    assert await resume(http, edge, token, message_id, 2) == (200, events[2:])
+    assert await stop(http, edge, token, message_id) == (200, False)
+    stopped = await stopped_at_start(http, edge, token, "stopped")
+    assert (stopped[0].data["region"], stopped[-1].data["finish"]) == (runs_in, "cancelled")
+
+
+# A user whose home region (here z, see away_user) is out, reading what is kept there.
+HOME_OUT = (
+    "your home region 'z' is unavailable; your conversations are kept there: try again when "
+    "it is back"
+)
+
+
+async def away_user(etcd_server: Etcd, platform: LocalPlatform) -> str:
+    """The token of a user whose home region, z, has never run."""
+    token = f"z-{uuid.uuid4().hex}"
+    prefix = platform.settings.extra_env["CHAT_GATEWAY_GLOBAL_PREFIX"]
+    directory = Directory(etcd_server.endpoint, prefix)
+    try:
+        user = DirectoryUser(f"u-{uuid.uuid4().hex[:8]}", Tier.PLUS, "z", False, token_hash(token))
+        await directory.put_user(user)
+    finally:
+        await directory.close()
+    return token

@@ -1,5 +1,6 @@
 """Three regions on one machine (loopback), each a whole platform with its own store, and the
-global directory in one etcd: spilling, staying, residency, history kept at home, a region
+global directory in one etcd: spilling, staying, residency, history kept at home (and read,
+rated and deleted from any region), answers resumed and stopped from any region, a region
 lost and back."""
 
 from __future__ import annotations
@@ -21,24 +22,26 @@ from infra.certs import Authority
 from infra.directory import Directory, DirectoryUser
 from tests.clients.test_chatctl import admin_flags, chatctl
 from tests.e2e.regions_support import (
+    HOME_OUT,
+    away_user,
     conversations,
     create_user,
     delete,
     level,
     listed,
+    listed_error,
     pin,
     rate,
     ratings_counted,
     region_store,
     resume,
+    resumed_and_stopped_at,
     send,
     send_events,
     stop,
-    stopped_at_start,
     until_seen,
 )
 from tests.servers import Etcd
-from tests.sse import SseEvent
 
 pytestmark = pytest.mark.slow
 
@@ -271,15 +274,6 @@ async def test_a_user_sees_the_lists_kept_at_home_from_another_region(regions, e
         assert (status, body) == (503, HOME_OUT)
 
 
-async def listed_error(
-    http: aiohttp.ClientSession, platform: LocalPlatform, token: str, path: str
-) -> tuple[int, str]:
-    async with http.get(
-        f"{platform.edge_url}{path}", headers={"Authorization": f"Bearer {token}"}
-    ) as response:
-        return response.status, (await response.json())["error"]["message"]
-
-
 async def test_an_answer_running_at_home_is_resumed_and_stopped_from_another_region(
     regions,
 ) -> None:
@@ -308,41 +302,6 @@ async def test_a_spilled_answer_is_resumed_and_stopped_at_home(regions) -> None:
             await resumed_and_stopped_at(http, a, token, events, message_id, "b")
         finally:
             await pin(a, None)
-
-
-async def resumed_and_stopped_at(
-    http: aiohttp.ClientSession,
-    edge: LocalPlatform,
-    token: str,
-    events: list[SseEvent],
-    message_id: str,
-    runs_in: str,
-) -> None:
-    """An answer that ran in region runs_in, resumed and stopped at edge, as where it ran."""
-    # Ended, it is still replayed by the gateway it ran on, and not stopped.
-    assert await resume(http, edge, token, message_id, 2) == (200, events[2:])
-    assert await stop(http, edge, token, message_id) == (200, False)
-    stopped = await stopped_at_start(http, edge, token, "stopped")
-    assert (stopped[0].data["region"], stopped[-1].data["finish"]) == (runs_in, "cancelled")
-
-
-HOME_OUT = (
-    "your home region 'z' is unavailable; your conversations are kept there: try again when "
-    "it is back"
-)
-
-
-async def away_user(etcd_server: Etcd, platform: LocalPlatform) -> str:
-    """The token of a user whose home region, z, has never run."""
-    token = f"z-{uuid.uuid4().hex}"
-    prefix = platform.settings.extra_env["CHAT_GATEWAY_GLOBAL_PREFIX"]
-    directory = Directory(etcd_server.endpoint, prefix)
-    try:
-        user = DirectoryUser(f"u-{uuid.uuid4().hex[:8]}", Tier.PLUS, "z", False, token_hash(token))
-        await directory.put_user(user)
-    finally:
-        await directory.close()
-    return token
 
 
 async def test_a_region_killed_whole_is_out_and_its_users_start_elsewhere(regions) -> None:
