@@ -14,13 +14,20 @@ import grpc
 from chat.v1 import home_service_pb2 as pb
 from chat.v1 import home_service_pb2_grpc as pb_grpc
 from domain import limiter
-from domain.errors import AlreadyExists, NotFound, Unavailable
-from domain.types import Tier
+from domain.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
+from domain.feedback import Rating
+from domain.types import Tier, User
 from gateway import home_convert
-from infra.convert import TIER_TO_PB
+from infra.convert import RATING_TO_PB, TIER_TO_PB
 from infra.keepalive import CLIENT_CHANNEL
 from infra.tls import TlsConfig, open_channel
-from store.records import ConversationRecord, MessageRecord, NewMessage, ServingRecord
+from store.records import (
+    ConversationRecord,
+    FeedbackRecord,
+    MessageRecord,
+    NewMessage,
+    ServingRecord,
+)
 
 T = TypeVar("T")
 # A store call: the home region answers in milliseconds, or it is away.
@@ -51,6 +58,8 @@ class HomeStore:
                 raise NotFound(details) from error
             if code == grpc.StatusCode.ALREADY_EXISTS:
                 raise AlreadyExists(details) from error
+            if code == grpc.StatusCode.INVALID_ARGUMENT:
+                raise InvalidArgument(details) from error
             raise Unavailable(f"home region {self.region!r}: {code.name} {details}") from error
 
     async def _read(
@@ -63,6 +72,21 @@ class HomeStore:
     async def get_conversation(self, user_id: str, conversation_id: str) -> ConversationRecord:
         reply = await self._read(user_id, conversation_id, False)
         return home_convert.conversation_from_pb(user_id, reply.conversation)
+
+    async def list_conversations(
+        self, user_id: str, limit: int, updated_before: float | None = None
+    ) -> list[ConversationRecord]:
+        request = pb.ListStoredConversationsRequest(user_id=user_id, limit=limit)
+        if updated_before is not None:
+            request.updated_before = updated_before
+        call = self._stub.ListStoredConversations(request, timeout=CALL_TIMEOUT_S)
+        reply = await self._call(call)
+        return [home_convert.conversation_from_pb(user_id, c) for c in reply.conversations]
+
+    async def delete_conversation(self, user_id: str, conversation_id: str) -> None:
+        request = pb.DeleteStoredConversationRequest(user_id=user_id,
+                                                     conversation_id=conversation_id)  # fmt: skip
+        await self._call(self._stub.DeleteStoredConversation(request, timeout=CALL_TIMEOUT_S))
 
     async def list_messages(self, user_id: str, conversation_id: str) -> list[MessageRecord]:
         reply = await self._read(user_id, conversation_id, True)
@@ -89,19 +113,34 @@ class HomeStore:
         reply = await self._call(self._stub.AppendMessage(request, timeout=CALL_TIMEOUT_S))
         return home_convert.message_from_pb(reply.message)
 
-    # What served a turn away from home is not kept at home yet: HomeService has no call for
-    # it. Such a conversation is assigned its version by the split on each message (a user's
-    # slice is stable, so it changes only when the split does); the gateway's log line names
-    # the version, the budget's outcome and the pool of every answer.
+    async def rate_answer(
+        self, user: User, message_id: str, rating: Rating, comment: str
+    ) -> FeedbackRecord:
+        """The user's rating of their answer, stored and counted at home (gateway/feedback.py
+        runs there)."""
+        request = pb.RateAnswerRequest(user_id=user.user_id, tier=TIER_TO_PB[user.tier],
+                                       message_id=message_id, rating=RATING_TO_PB[rating],
+                                       comment=comment)  # fmt: skip
+        reply = await self._call(self._stub.RateAnswer(request, timeout=CALL_TIMEOUT_S))
+        return home_convert.feedback_from_pb(reply)
 
     async def record_serving(self, user_id: str, serving: ServingRecord) -> None:
-        return None
+        request = pb.RecordServingRequest(user_id=user_id,
+                                          serving=home_convert.serving_to_pb(serving))  # fmt: skip
+        await self._call(self._stub.RecordServing(request, timeout=CALL_TIMEOUT_S))
 
     async def serving_of(self, user_id: str, message_id: str) -> ServingRecord:
+        # Read only by ratings, which are made at home (rate_answer).
         raise NotFound(f"no serving record of message {message_id!r} away from home")
 
     async def conversation_version(self, user_id: str, conversation_id: str) -> str:
-        return ""
+        request = pb.ReadConversationRequest(user_id=user_id, conversation_id=conversation_id,
+                                             with_version=True)  # fmt: skip
+        try:
+            call = self._stub.ReadConversation(request, timeout=CALL_TIMEOUT_S)
+            return (await self._call(call)).version
+        except NotFound:
+            return ""
 
 
 class HomeBuckets:

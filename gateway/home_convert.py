@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from chat.v1 import home_service_pb2 as pb
 from domain.errors import InvalidArgument
+from domain.feedback import Rating
 from domain.types import Role
-from infra.convert import ROLE_FROM_PB, ROLE_TO_PB
-from store.records import ConversationRecord, MessageRecord, NewMessage
+from gateway.convert import rating_from_pb
+from infra.convert import RATING_TO_PB, ROLE_FROM_PB, ROLE_TO_PB
+from store.records import (
+    ConversationRecord,
+    FeedbackRecord,
+    MessageRecord,
+    NewMessage,
+    ServingRecord,
+)
 
 
 def conversation_to_pb(record: ConversationRecord) -> pb.StoredConversation:
@@ -57,6 +65,33 @@ def new_message_from_pb(m: pb.StoredMessage) -> NewMessage:
         m.message_id, _role(m.role), m.content, m.tokens, m.parent_seq or None, m.model,
         m.replica_id, m.finish, m.pool, m.region, m.parent_tokens,
     )  # fmt: skip
+
+
+def serving_to_pb(record: ServingRecord) -> pb.StoredServing:
+    return pb.StoredServing(
+        message_id=record.message_id, conversation_id=record.conversation_id,
+        version=record.version, slice=record.slice, routed_pool=record.routed_pool,
+        budget=record.budget, served_pool=record.served_pool,
+    )  # fmt: skip
+
+
+def serving_from_pb(s: pb.StoredServing) -> ServingRecord:
+    return ServingRecord(s.message_id, s.conversation_id, s.version, s.slice, s.routed_pool,
+                         s.budget, s.served_pool)  # fmt: skip
+
+
+def feedback_to_pb(record: FeedbackRecord) -> pb.RateAnswerResponse:
+    return pb.RateAnswerResponse(
+        message_id=record.message_id, conversation_id=record.conversation_id,
+        rating=RATING_TO_PB[Rating(record.rating)], comment=record.comment,
+        version=record.version,
+    )  # fmt: skip
+
+
+def feedback_from_pb(reply: pb.RateAnswerResponse) -> FeedbackRecord:
+    rating = rating_from_pb(reply.rating).value
+    return FeedbackRecord(reply.message_id, reply.conversation_id, rating, reply.comment,
+                          reply.version)  # fmt: skip
 
 
 def _role(value: int) -> Role:

@@ -8,13 +8,18 @@ import grpc
 from chat.v1 import home_service_pb2 as pb
 from chat.v1 import home_service_pb2_grpc as pb_grpc
 from domain.errors import InvalidArgument
-from domain.types import Tier
+from domain.types import Tier, User
 from gateway import home_convert
 from gateway.buckets import Buckets
+from gateway.convert import rating_from_pb
+from gateway.feedback import RatingDesk
 from gateway.pipeline import check_id
 from infra.convert import TIER_FROM_PB
 from infra.grpcserver import maps_domain_errors
 from store.base import Store
+
+# A page of conversations, as ChatService.ListConversations gives at most.
+MAX_PAGE = 100
 
 
 def _tier(value: int) -> Tier:
@@ -25,9 +30,10 @@ def _tier(value: int) -> Tier:
 
 
 class HomeServicer(pb_grpc.HomeServiceServicer):
-    def __init__(self, store: Store, buckets: Buckets) -> None:
+    def __init__(self, store: Store, buckets: Buckets, ratings: RatingDesk) -> None:
         self._store = store
         self._buckets = buckets
+        self._ratings = ratings
 
     @maps_domain_errors
     async def ReserveTokens(
@@ -58,6 +64,9 @@ class HomeServicer(pb_grpc.HomeServiceServicer):
         if request.with_messages:
             messages = await self._store.list_messages(request.user_id, request.conversation_id)
             reply.messages.extend(home_convert.message_to_pb(m) for m in messages)
+        if request.with_version:
+            user_id, conversation_id = request.user_id, request.conversation_id
+            reply.version = await self._store.conversation_version(user_id, conversation_id)
         return reply
 
     @maps_domain_errors
@@ -76,3 +85,41 @@ class HomeServicer(pb_grpc.HomeServiceServicer):
         record = await self._store.add_message(request.user_id, request.conversation_id,
                                                message, request.title)  # fmt: skip
         return pb.AppendMessageResponse(message=home_convert.message_to_pb(record))
+
+    @maps_domain_errors
+    async def RateAnswer(
+        self, request: pb.RateAnswerRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RateAnswerResponse:
+        user = User(request.user_id, _tier(request.tier))
+        rating = rating_from_pb(request.rating)
+        record = await self._ratings.rate(user, request.message_id, rating, request.comment)
+        return home_convert.feedback_to_pb(record)
+
+    @maps_domain_errors
+    async def ListStoredConversations(
+        self, request: pb.ListStoredConversationsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListStoredConversationsResponse:
+        if not 0 < request.limit <= MAX_PAGE:
+            raise InvalidArgument(f"limit must be 1 to {MAX_PAGE}")
+        before = request.updated_before if request.HasField("updated_before") else None
+        records = await self._store.list_conversations(request.user_id, request.limit, before)
+        return pb.ListStoredConversationsResponse(
+            conversations=[home_convert.conversation_to_pb(r) for r in records]
+        )
+
+    @maps_domain_errors
+    async def RecordServing(
+        self, request: pb.RecordServingRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RecordServingResponse:
+        serving = home_convert.serving_from_pb(request.serving)
+        check_id("message id", serving.message_id)
+        await self._store.record_serving(request.user_id, serving)
+        return pb.RecordServingResponse()
+
+    @maps_domain_errors
+    async def DeleteStoredConversation(
+        self, request: pb.DeleteStoredConversationRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteStoredConversationResponse:
+        check_id("conversation id", request.conversation_id)
+        await self._store.delete_conversation(request.user_id, request.conversation_id)
+        return pb.DeleteStoredConversationResponse()

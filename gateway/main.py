@@ -409,13 +409,14 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
                             health_listen=config.health_listen)  # fmt: skip
         peers = PeerGateways(config.tls)
         service.closes(peers.close)
+        ratings = RatingDesk(store, versions, metrics)
         chat_service_pb2_grpc.add_ChatServiceServicer_to_server(
             ChatServicer(Authenticator(store, regions.user_by_token_hash), pipeline, store,
-                         buckets, RatingDesk(store, versions, metrics), regions, peers,
+                         buckets, ratings, regions, peers,
                          stream_interval_s=config.stream_interval_s),
             server.server,
         )  # fmt: skip
-        home = HomeServicer(store, buckets)
+        home = HomeServicer(store, buckets, ratings)
         home_service_pb2_grpc.add_HomeServiceServicer_to_server(home, server.server)
         await service.grpc(server)
         service.task(regions.publish(server.address, config.region_publish_s), "publish")

@@ -40,6 +40,12 @@ HOME_OUT_NOTICE = (
     "earlier history, which comes back when {home} returns."
 )
 
+# What is kept at home cannot be read or changed while home is out.
+HOME_OUT_REFUSAL = (
+    "your home region {home!r} is unavailable; your conversations are kept there: try again "
+    "when it is back"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Local:
@@ -76,6 +82,15 @@ class NoRegions:
     async def user_by_token_hash(self, digest: str) -> User | None:
         return None
 
+    async def home_of(self, user: User) -> HomeStore | None:
+        return None
+
+    async def running_in(self, user: User, region: str) -> Forward | None:
+        return None
+
+    def pipeline_for(self, serve_for: str) -> ChatPipeline:
+        return self._pipeline
+
     async def publish(self, address: str, every_s: float) -> None:
         return None
 
@@ -101,7 +116,10 @@ class RegionRouter:
     # Each tier's bucket limit (the same in every region).
     limits: Callable[[Tier], Limit]
     clock: Callable[[], float] = time.time
-    _away: dict[str, tuple[HomeStore, ChatPipeline]] = field(default_factory=dict)
+    # Each other region's store as this gateway reaches it, and the pipeline of conversations
+    # running here for that region's users, built when first needed.
+    _homes: dict[str, HomeStore] = field(default_factory=dict)
+    _away: dict[str, ChatPipeline] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._routes = Counter("gateway_region_routes", "messages by the region chosen to serve",
@@ -121,7 +139,7 @@ class RegionRouter:
         which only the default pool is known before the pipeline runs)."""
         snapshot = self.view.snapshot
         if serve_for and serve_for != self.region:
-            return Local(self._away_pipeline(snapshot, serve_for))
+            return Local(self.pipeline_for(serve_for))
         known = await self.view.user(user.user_id)
         home, pinned = (known.home, known.pinned) if known else (self.region, False)
         regions = Regions(snapshot.regions, self.clock(), self.rules)
@@ -162,14 +180,50 @@ class RegionRouter:
         except NotFound:
             return ""
 
+    async def home_of(self, user: User) -> HomeStore | None:
+        """The store of the user's home region when that is another region (None: here, or a
+        user the directory does not know, whose history can only be here). Unavailable while
+        home is out: what is kept there cannot be read or changed meanwhile."""
+        known = await self.view.user(user.user_id)
+        if known is None or known.home == self.region:
+            return None
+        snapshot = self.view.snapshot
+        if not Regions(snapshot.regions, self.clock(), self.rules).alive(known.home):
+            raise Unavailable(HOME_OUT_REFUSAL.format(home=known.home))
+        return self._home_store(snapshot, known.home)
+
+    async def running_in(self, user: User, region: str) -> Forward | None:
+        """Where to reach an answer of the user's running in region (None: here). The call is
+        passed on with the user's home region (`x-chat-serve-for`), which also marks it as
+        passed on once: it is served where it arrives."""
+        if not region or region == self.region:
+            return None
+        snapshot = self.view.snapshot
+        if not Regions(snapshot.regions, self.clock(), self.rules).alive(region):
+            raise Unavailable(f"region {region!r}, where this answer runs, is unavailable")
+        known = await self.view.user(user.user_id)
+        home = known.home if known else self.region
+        return Forward(region, _gateways(snapshot, region), serve_for=home)
+
+    def pipeline_for(self, serve_for: str) -> ChatPipeline:
+        """The pipeline a call passed on for serve_for's user runs on: its history is theirs."""
+        if serve_for and serve_for != self.region:
+            return self._away_pipeline(self.view.snapshot, serve_for)
+        return self.pipeline
+
+    def _home_store(self, snapshot: DirectorySnapshot, home: str) -> HomeStore:
+        store = self._homes.get(home)
+        if store is None:
+            store = self._homes[home] = HomeStore(home, _gateways(snapshot, home), self.tls)
+        return store
+
     def _away_pipeline(self, snapshot: DirectorySnapshot, home: str) -> ChatPipeline:
-        addresses = _gateways(snapshot, home)
-        held = self._away.get(home)
-        if held is None:
-            store = HomeStore(home, addresses, self.tls)
+        pipeline = self._away.get(home)
+        if pipeline is None:
+            store = self._home_store(snapshot, home)
             pipeline = self.away_pipeline(store, store.buckets(self.limits))  # type: ignore[arg-type]
-            held = self._away[home] = (store, pipeline)
-        return held[1]
+            self._away[home] = pipeline
+        return pipeline
 
     async def publish(self, address: str, every_s: float) -> None:
         """Says, every every_s, that this gateway serves the region at address."""
@@ -181,10 +235,12 @@ class RegionRouter:
 
     async def close(self, grace_s: float) -> None:
         """Lets answers running here for other regions finish (and be saved at home)."""
-        for store, pipeline in self._away.values():
+        for pipeline in self._away.values():
             await pipeline.close(grace_s)
+        for store in self._homes.values():
             await store.close()
         self._away.clear()
+        self._homes.clear()
 
 
 class RegionsSeen(Collector):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator
+from typing import NoReturn, TypeVar
 
 import grpc
 from grpc_status import rpc_status
@@ -23,7 +24,9 @@ from gateway.convert import (
     pool_of,
     rating_from_pb,
 )
+from gateway.far_runs import FarRuns
 from gateway.feedback import RatingDesk
+from gateway.histories import Histories
 from gateway.peer_client import PeerGateways
 from gateway.pipeline import ANSWER_SUFFIX, ChatPipeline, SendRequest, check_id
 from gateway.regions import SERVE_FOR_HEADER, Forward, NoRegions, RegionRouter
@@ -36,6 +39,7 @@ from store.base import Store
 from store.records import MessageRecord
 
 MAX_PAGE = 100
+T = TypeVar("T")
 
 
 def _page_cursor(token: str) -> float | None:
@@ -68,11 +72,12 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         self._pipeline = pipeline
         self._store = store
         self._buckets = buckets
-        self._ratings = ratings
         # After an answer's first text, at most one message per stream per interval, each
         # carrying every event that came meanwhile (MessageRun.follow_batches).
         self._interval_s = stream_interval_s
         self._regions = regions or NoRegions(pipeline)
+        self._histories = Histories(store, ratings, self._regions)
+        self._far_runs = FarRuns(self._histories, self._regions)
         self._peers = peers or PeerGateways(TlsConfig(insecure=True))
 
     @maps_domain_errors
@@ -84,7 +89,8 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         route = await self._regions.route(user, request.conversation_id, pool,
                                           _serve_for(context))  # fmt: skip
         if isinstance(route, Forward):
-            async for response in self._relay(route, request, context):
+            answer = self._peers.send(route, request, _bearer(context))
+            async for response in self._relay(answer, context):
                 yield response
             return
         run = await route.pipeline.send(
@@ -112,7 +118,12 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         self, request: pb.AttachMessageRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.AttachMessageResponse]:
         user = await self._auth.user_of(context)
-        run = await self._pipeline.attach(user, request.message_id)
+        run = await self._far_runs.attach(user, request.message_id, _serve_for(context))
+        if isinstance(run, Forward):
+            answer = self._peers.attach(run, request, _bearer(context))
+            async for response in self._relay(answer, context):
+                yield response
+            return
         try:
             async for batch in run.follow_batches(
                 request.after_event_id, interval_s=self._interval_s
@@ -126,7 +137,15 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         self, request: pb.StopMessageRequest, context: grpc.aio.ServicerContext
     ) -> pb.StopMessageResponse:
         user = await self._auth.user_of(context)
-        return pb.StopMessageResponse(stopped=await self._pipeline.stop(user, request.message_id))
+        serve_for = _serve_for(context)
+        route = await self._far_runs.route(user, request.message_id, serve_for)
+        if route is not None:
+            try:
+                return await self._peers.stop(route, request, _bearer(context))
+            except grpc.aio.AioRpcError as error:
+                await _abort_as(context, error)
+        stopped = await self._regions.pipeline_for(serve_for).stop(user, request.message_id)
+        return pb.StopMessageResponse(stopped=stopped)
 
     @maps_domain_errors
     async def GetConversation(
@@ -134,7 +153,8 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
     ) -> pb.GetConversationResponse:
         user = await self._auth.user_of(context)
         check_id("conversation id", request.conversation_id)
-        record = await self._store.get_conversation(user.user_id, request.conversation_id)
+        history = await self._histories.of(user)
+        record = await history.get_conversation(user.user_id, request.conversation_id)
         return pb.GetConversationResponse(conversation=conversation_to_pb(record))
 
     @maps_domain_errors
@@ -146,7 +166,8 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
             raise InvalidArgument(f"page_size must be at most {MAX_PAGE}")
         before = _page_cursor(request.page_token)
         size = request.page_size or 20
-        records = await self._store.list_conversations(user.user_id, size, before)
+        history = await self._histories.of(user)
+        records = await history.list_conversations(user.user_id, size, before)
         next_token = repr(records[-1].updated_at) if len(records) == size else ""
         return pb.ListConversationsResponse(
             conversations=[conversation_to_pb(r) for r in records], next_page_token=next_token
@@ -158,7 +179,8 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
     ) -> pb.DeleteConversationResponse:
         user = await self._auth.user_of(context)
         check_id("conversation id", request.conversation_id)
-        await self._store.delete_conversation(user.user_id, request.conversation_id)
+        history = await self._histories.of(user)
+        await history.delete_conversation(user.user_id, request.conversation_id)
         return pb.DeleteConversationResponse()
 
     @maps_domain_errors
@@ -166,8 +188,9 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         self, request: pb.GetMessageRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetMessageResponse:
         user = await self._auth.user_of(context)
-        record = await self._store.get_message(user.user_id, request.message_id)
-        messages = await self._store.list_messages(user.user_id, record.conversation_id)
+        history = await self._histories.of(user)
+        record = await history.get_message(user.user_id, request.message_id)
+        messages = await history.list_messages(user.user_id, record.conversation_id)
         ids = {m.seq: m.message_id for m in messages}
         parent_id = ids.get(record.parent_seq, "") if record.parent_seq else ""
         return pb.GetMessageResponse(message=message_to_pb(record, parent_id))
@@ -178,7 +201,8 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
     ) -> pb.ListMessagesResponse:
         user = await self._auth.user_of(context)
         check_id("conversation id", request.conversation_id)
-        records = await self._store.list_messages(user.user_id, request.conversation_id)
+        history = await self._histories.of(user)
+        records = await history.list_messages(user.user_id, request.conversation_id)
         ids = {m.seq: m.message_id for m in records}
         return pb.ListMessagesResponse(
             messages=[
@@ -235,7 +259,7 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
     ) -> pb.RateMessageResponse:
         user = await self._auth.user_of(context)
         rating = rating_from_pb(request.rating)
-        stored = await self._ratings.rate(user, request.message_id, rating, request.comment)
+        stored = await self._histories.rate(user, request.message_id, rating, request.comment)
         return pb.RateMessageResponse(message_id=stored.message_id, rating=RATING_TO_PB[rating],
                                       version=stored.version)  # fmt: skip
 
@@ -266,19 +290,27 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         )
 
     async def _relay(
-        self, route: Forward, request: pb.SendMessageRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.SendMessageResponse]:
-        """The message passed on to the region that serves it; its answer relayed as is, its
-        error with the same status."""
-        token = bearer_from_metadata(context.invocation_metadata()) or ""
+        self, answer: AsyncIterator[T], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[T]:
+        """The stream of a call passed on to another region's gateway, relayed as is; its error
+        with the same status."""
         try:
-            async for response in self._peers.send(route, request, token):
+            async for response in answer:
                 yield response
         except grpc.aio.AioRpcError as error:
-            status = rpc_status.from_call(error)  # type: ignore[arg-type]
-            if status is not None:
-                await context.abort_with_status(rpc_status.to_status(status))
-            await context.abort(error.code(), error.details() or "")
+            await _abort_as(context, error)
+
+
+async def _abort_as(context: grpc.aio.ServicerContext, error: grpc.aio.AioRpcError) -> NoReturn:
+    """Ends the call with the status another region's gateway gave."""
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    if status is not None:
+        await context.abort_with_status(rpc_status.to_status(status))
+    await context.abort(error.code(), error.details() or "")
+
+
+def _bearer(context: grpc.aio.ServicerContext) -> str:
+    return bearer_from_metadata(context.invocation_metadata()) or ""
 
 
 def _serve_for(context: grpc.aio.ServicerContext) -> str:

@@ -1,31 +1,47 @@
 """Three regions on one machine (loopback), each a whole platform with its own store, and the
-global directory in one etcd: spilling, staying, residency, history kept at home, a region
+global directory in one etcd: spilling, staying, residency, history kept at home (and read,
+rated and deleted from any region), answers resumed and stopped from any region, a region
 lost and back."""
 
 from __future__ import annotations
 
 import asyncio
-import re
 import signal
-import time
 import uuid
 from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 
-from chat.v1 import common_pb2
-from chat.v1 import scheduler_service_pb2 as pb
-from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
+from domain.errors import NotFound
 from domain.tiers import PLUS_DEFAULTS
 from domain.types import Tier
 from infra.bearer import token_hash
 from infra.certs import Authority
 from infra.directory import Directory, DirectoryUser
 from tests.clients.test_chatctl import admin_flags, chatctl
+from tests.e2e.regions_support import (
+    HOME_OUT,
+    away_user,
+    conversations,
+    create_user,
+    delete,
+    level,
+    listed,
+    listed_error,
+    pin,
+    rate,
+    ratings_counted,
+    region_store,
+    resume,
+    resumed_and_stopped_at,
+    send,
+    send_events,
+    stop,
+    until_seen,
+)
 from tests.servers import Etcd
-from tests.sse import iter_events
 
 pytestmark = pytest.mark.slow
 
@@ -69,111 +85,10 @@ async def regions(
         await asyncio.gather(*(p.stop() for p in platforms.values()))
 
 
-def admin(platform: LocalPlatform) -> tuple[tuple[str, str]]:
-    return (("authorization", f"Bearer {platform.admin_token}"),)
-
-
-async def create_user(platform: LocalPlatform, pinned: bool = False) -> str:
-    """A Plus user homed in the platform's region; their token."""
-    async with platform.channel(platform.scheduler_address) as channel:
-        created = await pb_grpc.SchedulerServiceStub(channel).CreateUser(
-            pb.CreateUserRequest(
-                user_id=f"u-{uuid.uuid4().hex[:8]}", tier=common_pb2.TIER_PLUS, pinned=pinned
-            ),
-            metadata=admin(platform),
-        )
-    return created.token
-
-
-async def pin(platform: LocalPlatform, rung: int | None) -> None:
-    async with platform.channel(platform.scheduler_address) as channel:
-        ask = pb.PinLadderRequest() if rung is None else pb.PinLadderRequest(rung=rung)
-        await pb_grpc.SchedulerServiceStub(channel).PinLadder(ask, metadata=admin(platform))
-
-
-async def seen(http: aiohttp.ClientSession, platform: LocalPlatform) -> dict[str, float]:
-    """The gateway's view of the regions, from its metrics: `up:<r>`, `rung:<r>` and
-    `ready:<r>` (the small pool's)."""
-    port = platform._child("gateway").ready["metrics"]
-    async with http.get(f"http://127.0.0.1:{port}/metrics") as response:
-        text = await response.text()
-    view = {}
-    patterns = (
-        ("up", r'^gateway_region_up\{region="(\w+)"\} (\S+)$'),
-        ("rung", r'^gateway_region_rung\{pool="small",region="(\w+)"\} (\S+)$'),
-        ("ready", r'^gateway_region_ready_replicas\{pool="small",region="(\w+)"\} (\S+)$'),
-    )
-    for kind, pattern in patterns:
-        for region, value in re.findall(pattern, text, re.MULTILINE):
-            view[f"{kind}:{region}"] = float(value)
-    return view
-
-
-async def until_seen(
-    http: aiohttp.ClientSession, platform: LocalPlatform, want: dict[str, float], timeout_s: float
-) -> float:
-    """Waits for the gateway to see every key at its value; the seconds it took."""
-    start = time.monotonic()
-    while True:
-        view = await seen(http, platform)
-        if all(view.get(key) == value for key, value in want.items()):
-            return time.monotonic() - start
-        assert time.monotonic() - start < timeout_s, f"gateway sees {view}, not {want}"
-        await asyncio.sleep(0.1)
-
-
-async def send(
-    http: aiohttp.ClientSession,
-    platform: LocalPlatform,
-    token: str,
-    conversation: str,
-    content: str,
-    parent: str = "",
-    started: asyncio.Event | None = None,
-) -> tuple[dict, str, str]:
-    """(meta, the whole answer's text, the message id); started is set at the first event."""
-    message_id = uuid.uuid4().hex[:12]
-    body = {"content": content, **({"parentId": parent} if parent else {})}
-    async with http.post(
-        f"{platform.edge_url}/v1/conversations/{conversation}/messages",
-        json=body,
-        headers={"Authorization": f"Bearer {token}", "Idempotency-Key": message_id},
-    ) as response:
-        assert response.status == 200, await response.text()
-        events = []
-        async for event in iter_events(response):
-            events.append(event)
-            if started is not None:
-                started.set()
-    assert events[-1].event == "done", events[-1]
-    assert events[-1].data["finish"] in ("stop", "length")
-    text = "".join(e.data["text"] for e in events if e.event == "delta")
-    return events[0].data, text, message_id
-
-
-async def level(http: aiohttp.ClientSession, platform: LocalPlatform, token: str) -> float:
-    """The user's token bucket as the region's gateway keeps it."""
-    async with http.get(
-        f"{platform.edge_url}/v1/limits", headers={"Authorization": f"Bearer {token}"}
-    ) as response:
-        assert response.status == 200
-        return float((await response.json())["level"])
-
-
-async def listed(
-    http: aiohttp.ClientSession, platform: LocalPlatform, token: str, conversation: str
-) -> tuple[int, list[dict]]:
-    async with http.get(
-        f"{platform.edge_url}/v1/conversations/{conversation}/messages",
-        headers={"Authorization": f"Bearer {token}"},
-    ) as response:
-        body = await response.json()
-        return response.status, body.get("messages", [])
-
-
 async def test_a_full_home_spills_and_the_conversation_stays_where_it_went(regions) -> None:
     a = regions["a"]
-    token = await create_user(a)
+    user_id = f"u-{uuid.uuid4().hex[:8]}"
+    token = await create_user(a, user_id=user_id)
     async with aiohttp.ClientSession() as http:
         await pin(a, 3)
         try:
@@ -202,8 +117,21 @@ async def test_a_full_home_spills_and_the_conversation_stays_where_it_went(regio
             ("user", "And a second turn", "b"),
             ("assistant", second_text, "b"),
         ]
-        status, _ = await listed(http, regions["b"], token, "c1")
-        assert status == 404
+        async with region_store(regions["b"]) as kept_at_b:
+            with pytest.raises(NotFound):
+                await kept_at_b.get_conversation(user_id, "c1")
+        # b's edge shows the same, read from a.
+        assert await listed(http, regions["b"], token, "c1") == (200, messages)
+        # An answer run at b is rated at a with the version that served it there, wherever the
+        # user rates it, and counted in a's tally.
+        counted = (first["version"], "plus", "up")
+        before = (await ratings_counted(http, a)).get(counted, 0.0)
+        first_answer = f"{first_id}.answer"
+        assert await rate(http, regions["b"], token, first_answer, "up") == (
+            200,
+            {"messageId": first_answer, "rating": "up", "version": first["version"]},
+        )
+        assert (await ratings_counted(http, a)).get(counted) == before + 1
         # A new conversation with home's room back runs at home.
         third, _, _ = await send(http, a, token, "c2", "A new one")
         assert third["region"] == "a"
@@ -264,6 +192,118 @@ async def test_chatctl_creates_a_pinned_user_and_lists_the_regions(regions, etcd
     }
 
 
+async def test_an_answer_kept_at_home_is_rated_from_another_region(regions, etcd_server) -> None:
+    b, c = regions["b"], regions["c"]
+    user_id = f"u-{uuid.uuid4().hex[:8]}"
+    token = await create_user(c, user_id=user_id)
+    async with aiohttp.ClientSession() as http:
+        meta, _, question_id = await send(http, b, token, "rated", "Rate me from afar")
+        assert (meta["region"], bool(meta["version"])) == ("c", True)
+        answer_id = f"{question_id}.answer"
+        counted = (meta["version"], "plus", "down")
+        before = (await ratings_counted(http, c)).get(counted, 0.0)
+        # Rated at b's edge: stored at c with the answer and counted in c's tally.
+        assert await rate(http, b, token, answer_id, "down", "too short") == (
+            200,
+            {"messageId": answer_id, "rating": "down", "version": meta["version"]},
+        )
+        assert (await ratings_counted(http, c)).get(counted) == before + 1
+        assert (await ratings_counted(http, b)).get(counted, 0.0) == 0.0
+        async with region_store(c) as kept_at_c:
+            stored = await kept_at_c.feedback_of(user_id, answer_id)
+        assert (stored.rating, stored.comment, stored.version) == (
+            "down",
+            "too short",
+            meta["version"],
+        )
+        # Rated again at home, the same: stored again, not counted twice.
+        assert (await rate(http, c, token, answer_id, "down"))[0] == 200
+        assert (await ratings_counted(http, c)).get(counted) == before + 1
+        status, body = await rate(http, b, token, "nosuch.answer", "up")
+        assert (status, body["error"]["message"]) == (404, "no message 'nosuch.answer'")
+        status, body = await rate(http, b, token, question_id, "up")
+        assert (status, body["error"]["message"]) == (
+            400,
+            f"message {question_id!r} is not an answer: only answers are rated",
+        )
+        # A user whose home region is not running: 503, and why.
+        status, body = await rate(http, b, await away_user(etcd_server, b), answer_id, "up")
+        assert (status, body["error"]["message"]) == (503, HOME_OUT)
+
+
+async def test_a_user_sees_the_lists_kept_at_home_from_another_region(regions, etcd_server) -> None:
+    b, c = regions["b"], regions["c"]
+    token = await create_user(c)
+    async with aiohttp.ClientSession() as http:
+        _, older_text, _ = await send(http, c, token, "older", "First, at home")
+        _, newer_text, _ = await send(http, b, token, "newer", "Second, from afar")
+        # One list on every device: b's edge reads c's, a page at a time.
+        status, home_list = await conversations(http, c, token)
+        assert (status, [x["conversationId"] for x in home_list["conversations"]]) == (
+            200,
+            ["newer", "older"],
+        )
+        status, first = await conversations(http, b, token, "?limit=1")
+        assert (status, first["conversations"]) == (200, home_list["conversations"][:1])
+        after_first = f"?limit=1&cursor={first['nextCursor']}"
+        status, second = await conversations(http, b, token, after_first)
+        assert (status, second["conversations"]) == (200, home_list["conversations"][1:])
+        for conversation, question, answer in (
+            ("older", "First, at home", older_text),
+            ("newer", "Second, from afar", newer_text),
+        ):
+            status, messages = await listed(http, b, token, conversation)
+            assert (status, [m["content"] for m in messages]) == (200, [question, answer])
+            assert (status, messages) == await listed(http, c, token, conversation)
+        status, body = await listed_error(http, b, token, "/v1/conversations/nosuch/messages")
+        assert (status, body) == (404, "no conversation 'nosuch'")
+        # Deleted at b's edge: gone from the list at home.
+        assert await delete(http, b, token, "older") == (200, {"deleted": True})
+        status, home_list = await conversations(http, c, token)
+        assert (status, [x["conversationId"] for x in home_list["conversations"]]) == (
+            200,
+            ["newer"],
+        )
+        assert await delete(http, b, token, "older") == (
+            404,
+            {"error": {"status": 404, "message": "no conversation 'older'"}},
+        )
+        away = await away_user(etcd_server, b)
+        assert await listed_error(http, b, away, "/v1/conversations") == (503, HOME_OUT)
+        status, body = await listed_error(http, b, away, "/v1/conversations/older/messages")
+        assert (status, body) == (503, HOME_OUT)
+
+
+async def test_an_answer_running_at_home_is_resumed_and_stopped_from_another_region(
+    regions,
+) -> None:
+    b = regions["b"]
+    token = await create_user(regions["c"])
+    async with aiohttp.ClientSession() as http:
+        events, message_id = await send_events(http, b, token, "far-run", "Resume me from afar")
+        assert events[0].data["region"] == "c"
+        await resumed_and_stopped_at(http, b, token, events, message_id, "c")
+        assert await resume(http, b, token, "nosuch", 0) == (
+            404,
+            "no answer 'nosuch' is streaming or recently ended",
+        )
+        assert await stop(http, b, token, "nosuch") == (404, "no message 'nosuch'")
+
+
+async def test_a_spilled_answer_is_resumed_and_stopped_at_home(regions) -> None:
+    a = regions["a"]
+    token = await create_user(a)
+    async with aiohttp.ClientSession() as http:
+        await pin(a, 3)
+        try:
+            await until_seen(http, a, {"rung:a": 3, "up:b": 1, "up:c": 1}, 10.0)
+            events, message_id = await send_events(http, a, token, "spilled", "Run me away")
+            assert events[0].data["region"] == "b"
+            await resumed_and_stopped_at(http, a, token, events, message_id, "b")
+        finally:
+            await pin(a, None)
+
+
 async def test_a_region_killed_whole_is_out_and_its_users_start_elsewhere(regions) -> None:
     a, b, c = regions["a"], regions["b"], regions["c"]
     carol = await create_user(c)
@@ -281,13 +321,23 @@ async def test_a_region_killed_whole_is_out_and_its_users_start_elsewhere(region
             child.process.send_signal(signal.SIGKILL)
         await asyncio.gather(*(child.process.wait() for child in c.children))
         out_after_s = await until_seen(http, a, {"up:c": 0}, OUT_WITHIN_S)
-        meta, text, _ = await send(http, a, carol, "lost", "Is anyone there?")
+        meta, text, lost_id = await send(http, a, carol, "lost", "Is anyone there?")
         assert meta["region"] == "a"
         assert meta["regionNotice"] == (
             "Your home region c is unavailable: this conversation runs in a without your "
             "earlier history, which comes back when c returns."
         )
         assert text
+        # What a served meanwhile is kept, read and rated at a; the rest is at c: 503.
+        status, messages = await listed(http, a, carol, "lost")
+        assert (status, [m["content"] for m in messages]) == (200, ["Is anyone there?", text])
+        assert (await rate(http, a, carol, f"{lost_id}.answer", "up"))[0] == 200
+        c_out = HOME_OUT.replace("'z'", "'c'")
+        assert await listed_error(http, a, carol, "/v1/conversations") == (503, c_out)
+        assert await listed_error(http, a, carol, "/v1/conversations/far/messages") == (
+            503,
+            c_out,
+        )
         # A pinned user's conversations stay in their region, even while it is out.
         async with http.post(
             f"{a.edge_url}/v1/conversations/pinned/messages",

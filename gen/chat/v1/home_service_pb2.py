@@ -22,40 +22,59 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from chat.v1 import chat_service_pb2 as chat_dot_v1_dot_chat__service__pb2
 from chat.v1 import common_pb2 as chat_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63hat/v1/home_service.proto\x12\x07\x63hat.v1\x1a\x14\x63hat/v1/common.proto\"\x91\x02\n\x12StoredConversation\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12\x18\n\x10summary_upto_seq\x18\x05 \x01(\r\x12\x14\n\x0ctotal_tokens\x18\x06 \x01(\r\x12\x12\n\ncreated_at\x18\x07 \x01(\x01\x12\x12\n\nupdated_at\x18\x08 \x01(\x01\x12\x0c\n\x04pool\x18\t \x01(\t\x12\x16\n\x0esummary_tokens\x18\n \x01(\r\x12\x0e\n\x06pinned\x18\x0b \x01(\t\x12\x15\n\rpinned_tokens\x18\x0c \x01(\r\x12\x0e\n\x06region\x18\r \x01(\t\"\x98\x02\n\rStoredMessage\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\r\x12\x12\n\nmessage_id\x18\x03 \x01(\t\x12\x12\n\nparent_seq\x18\x04 \x01(\r\x12\x1b\n\x04role\x18\x05 \x01(\x0e\x32\r.chat.v1.Role\x12\x0f\n\x07\x63ontent\x18\x06 \x01(\t\x12\x0e\n\x06tokens\x18\x07 \x01(\r\x12\r\n\x05model\x18\x08 \x01(\t\x12\x12\n\nreplica_id\x18\t \x01(\t\x12\x0e\n\x06\x66inish\x18\n \x01(\t\x12\x12\n\ncreated_at\x18\x0b \x01(\x01\x12\x0e\n\x06region\x18\x0c \x01(\t\x12\x0c\n\x04pool\x18\r \x01(\t\x12\x16\n\rparent_tokens\x18\x8c\x01 \x01(\r\"Z\n\x17ReadConversationRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x17\n\x0f\x63onversation_id\x18\x02 \x01(\t\x12\x15\n\rwith_messages\x18\x03 \x01(\x08\"w\n\x18ReadConversationResponse\x12\x31\n\x0c\x63onversation\x18\x01 \x01(\x0b\x32\x1b.chat.v1.StoredConversation\x12(\n\x08messages\x18\x02 \x03(\x0b\x32\x16.chat.v1.StoredMessage\"9\n\x12ReadMessageRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x12\n\nmessage_id\x18\x02 \x01(\t\"x\n\x14\x41ppendMessageRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x17\n\x0f\x63onversation_id\x18\x02 \x01(\t\x12\'\n\x07message\x18\x03 \x01(\x0b\x32\x16.chat.v1.StoredMessage\x12\r\n\x05title\x18\x04 \x01(\t\">\n\x13ReadMessageResponse\x12\'\n\x07message\x18\x01 \x01(\x0b\x32\x16.chat.v1.StoredMessage\"@\n\x15\x41ppendMessageResponse\x12\'\n\x07message\x18\x01 \x01(\x0b\x32\x16.chat.v1.StoredMessage\"T\n\x14ReserveTokensRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x1b\n\x04tier\x18\x02 \x01(\x0e\x32\r.chat.v1.Tier\x12\x0e\n\x06\x61mount\x18\x03 \x01(\x01\"U\n\x15ReserveTokensResponse\x12\x10\n\x08\x61\x64mitted\x18\x01 \x01(\x08\x12\r\n\x05level\x18\x02 \x01(\x01\x12\x1b\n\x13retry_after_seconds\x18\x03 \x01(\x01\"e\n\x13SettleTokensRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x1b\n\x04tier\x18\x02 \x01(\x0e\x32\r.chat.v1.Tier\x12\x10\n\x08reserved\x18\x03 \x01(\x01\x12\x0e\n\x06\x61\x63tual\x18\x04 \x01(\x01\"\x16\n\x14SettleTokensResponse2\x9d\x03\n\x0bHomeService\x12W\n\x10ReadConversation\x12 .chat.v1.ReadConversationRequest\x1a!.chat.v1.ReadConversationResponse\x12H\n\x0bReadMessage\x12\x1b.chat.v1.ReadMessageRequest\x1a\x1c.chat.v1.ReadMessageResponse\x12N\n\rAppendMessage\x12\x1d.chat.v1.AppendMessageRequest\x1a\x1e.chat.v1.AppendMessageResponse\x12N\n\rReserveTokens\x12\x1d.chat.v1.ReserveTokensRequest\x1a\x1e.chat.v1.ReserveTokensResponse\x12K\n\x0cSettleTokens\x12\x1c.chat.v1.SettleTokensRequest\x1a\x1d.chat.v1.SettleTokensResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63hat/v1/home_service.proto\x12\x07\x63hat.v1\x1a\x1a\x63hat/v1/chat_service.proto\x1a\x14\x63hat/v1/common.proto\"\x91\x02\n\x12StoredConversation\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12\x18\n\x10summary_upto_seq\x18\x05 \x01(\r\x12\x14\n\x0ctotal_tokens\x18\x06 \x01(\r\x12\x12\n\ncreated_at\x18\x07 \x01(\x01\x12\x12\n\nupdated_at\x18\x08 \x01(\x01\x12\x0c\n\x04pool\x18\t \x01(\t\x12\x16\n\x0esummary_tokens\x18\n \x01(\r\x12\x0e\n\x06pinned\x18\x0b \x01(\t\x12\x15\n\rpinned_tokens\x18\x0c \x01(\r\x12\x0e\n\x06region\x18\r \x01(\t\"\x98\x02\n\rStoredMessage\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\r\x12\x12\n\nmessage_id\x18\x03 \x01(\t\x12\x12\n\nparent_seq\x18\x04 \x01(\r\x12\x1b\n\x04role\x18\x05 \x01(\x0e\x32\r.chat.v1.Role\x12\x0f\n\x07\x63ontent\x18\x06 \x01(\t\x12\x0e\n\x06tokens\x18\x07 \x01(\r\x12\r\n\x05model\x18\x08 \x01(\t\x12\x12\n\nreplica_id\x18\t \x01(\t\x12\x0e\n\x06\x66inish\x18\n \x01(\t\x12\x12\n\ncreated_at\x18\x0b \x01(\x01\x12\x0e\n\x06region\x18\x0c \x01(\t\x12\x0c\n\x04pool\x18\r \x01(\t\x12\x16\n\rparent_tokens\x18\x8c\x01 \x01(\r\"p\n\x17ReadConversationRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x17\n\x0f\x63onversation_id\x18\x02 \x01(\t\x12\x15\n\rwith_messages\x18\x03 \x01(\x08\x12\x14\n\x0cwith_version\x18P \x01(\x08\"\x88\x01\n\x18ReadConversationResponse\x12\x31\n\x0c\x63onversation\x18\x01 \x01(\x0b\x32\x1b.chat.v1.StoredConversation\x12(\n\x08messages\x18\x02 \x03(\x0b\x32\x16.chat.v1.StoredMessage\x12\x0f\n\x07version\x18P \x01(\t\"9\n\x12ReadMessageRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x12\n\nmessage_id\x18\x02 \x01(\t\"x\n\x14\x41ppendMessageRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x17\n\x0f\x63onversation_id\x18\x02 \x01(\t\x12\'\n\x07message\x18\x03 \x01(\x0b\x32\x16.chat.v1.StoredMessage\x12\r\n\x05title\x18\x04 \x01(\t\">\n\x13ReadMessageResponse\x12\'\n\x07message\x18\x01 \x01(\x0b\x32\x16.chat.v1.StoredMessage\"@\n\x15\x41ppendMessageResponse\x12\'\n\x07message\x18\x01 \x01(\x0b\x32\x16.chat.v1.StoredMessage\"T\n\x14ReserveTokensRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x1b\n\x04tier\x18\x02 \x01(\x0e\x32\r.chat.v1.Tier\x12\x0e\n\x06\x61mount\x18\x03 \x01(\x01\"U\n\x15ReserveTokensResponse\x12\x10\n\x08\x61\x64mitted\x18\x01 \x01(\x08\x12\r\n\x05level\x18\x02 \x01(\x01\x12\x1b\n\x13retry_after_seconds\x18\x03 \x01(\x01\"e\n\x13SettleTokensRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x1b\n\x04tier\x18\x02 \x01(\x0e\x32\r.chat.v1.Tier\x12\x10\n\x08reserved\x18\x03 \x01(\x01\x12\x0e\n\x06\x61\x63tual\x18\x04 \x01(\x01\"\x16\n\x14SettleTokensResponse\"\x87\x01\n\x11RateAnswerRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x1b\n\x04tier\x18\x02 \x01(\x0e\x32\r.chat.v1.Tier\x12\x12\n\nmessage_id\x18\x03 \x01(\t\x12\x1f\n\x06rating\x18\x04 \x01(\x0e\x32\x0f.chat.v1.Rating\x12\x0f\n\x07\x63omment\x18\x05 \x01(\t\"\x84\x01\n\x12RateAnswerResponse\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x17\n\x0f\x63onversation_id\x18\x02 \x01(\t\x12\x1f\n\x06rating\x18\x03 \x01(\x0e\x32\x0f.chat.v1.Rating\x12\x0f\n\x07\x63omment\x18\x04 \x01(\t\x12\x0f\n\x07version\x18\x05 \x01(\t\"p\n\x1eListStoredConversationsRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\r\x12\x1b\n\x0eupdated_before\x18\x03 \x01(\x01H\x00\x88\x01\x01\x42\x11\n\x0f_updated_before\"U\n\x1fListStoredConversationsResponse\x12\x32\n\rconversations\x18\x01 \x03(\x0b\x32\x1b.chat.v1.StoredConversation\"\x96\x01\n\rStoredServing\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x17\n\x0f\x63onversation_id\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\r\n\x05slice\x18\x04 \x01(\t\x12\x13\n\x0brouted_pool\x18\x05 \x01(\t\x12\x0e\n\x06\x62udget\x18\x06 \x01(\t\x12\x13\n\x0bserved_pool\x18\x07 \x01(\t\"P\n\x14RecordServingRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\'\n\x07serving\x18\x02 \x01(\x0b\x32\x16.chat.v1.StoredServing\"\x17\n\x15RecordServingResponse\"K\n\x1f\x44\x65leteStoredConversationRequest\x12\x0f\n\x07user_id\x18\x01 \x01(\t\x12\x17\n\x0f\x63onversation_id\x18\x02 \x01(\t\"\"\n DeleteStoredConversationResponse2\x93\x06\n\x0bHomeService\x12W\n\x10ReadConversation\x12 .chat.v1.ReadConversationRequest\x1a!.chat.v1.ReadConversationResponse\x12H\n\x0bReadMessage\x12\x1b.chat.v1.ReadMessageRequest\x1a\x1c.chat.v1.ReadMessageResponse\x12N\n\rAppendMessage\x12\x1d.chat.v1.AppendMessageRequest\x1a\x1e.chat.v1.AppendMessageResponse\x12N\n\rReserveTokens\x12\x1d.chat.v1.ReserveTokensRequest\x1a\x1e.chat.v1.ReserveTokensResponse\x12K\n\x0cSettleTokens\x12\x1c.chat.v1.SettleTokensRequest\x1a\x1d.chat.v1.SettleTokensResponse\x12\x45\n\nRateAnswer\x12\x1a.chat.v1.RateAnswerRequest\x1a\x1b.chat.v1.RateAnswerResponse\x12l\n\x17ListStoredConversations\x12\'.chat.v1.ListStoredConversationsRequest\x1a(.chat.v1.ListStoredConversationsResponse\x12N\n\rRecordServing\x12\x1d.chat.v1.RecordServingRequest\x1a\x1e.chat.v1.RecordServingResponse\x12o\n\x18\x44\x65leteStoredConversation\x12(.chat.v1.DeleteStoredConversationRequest\x1a).chat.v1.DeleteStoredConversationResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'chat.v1.home_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STOREDCONVERSATION']._serialized_start=62
-  _globals['_STOREDCONVERSATION']._serialized_end=335
-  _globals['_STOREDMESSAGE']._serialized_start=338
-  _globals['_STOREDMESSAGE']._serialized_end=618
-  _globals['_READCONVERSATIONREQUEST']._serialized_start=620
-  _globals['_READCONVERSATIONREQUEST']._serialized_end=710
-  _globals['_READCONVERSATIONRESPONSE']._serialized_start=712
-  _globals['_READCONVERSATIONRESPONSE']._serialized_end=831
-  _globals['_READMESSAGEREQUEST']._serialized_start=833
-  _globals['_READMESSAGEREQUEST']._serialized_end=890
-  _globals['_APPENDMESSAGEREQUEST']._serialized_start=892
-  _globals['_APPENDMESSAGEREQUEST']._serialized_end=1012
-  _globals['_READMESSAGERESPONSE']._serialized_start=1014
-  _globals['_READMESSAGERESPONSE']._serialized_end=1076
-  _globals['_APPENDMESSAGERESPONSE']._serialized_start=1078
-  _globals['_APPENDMESSAGERESPONSE']._serialized_end=1142
-  _globals['_RESERVETOKENSREQUEST']._serialized_start=1144
-  _globals['_RESERVETOKENSREQUEST']._serialized_end=1228
-  _globals['_RESERVETOKENSRESPONSE']._serialized_start=1230
-  _globals['_RESERVETOKENSRESPONSE']._serialized_end=1315
-  _globals['_SETTLETOKENSREQUEST']._serialized_start=1317
-  _globals['_SETTLETOKENSREQUEST']._serialized_end=1418
-  _globals['_SETTLETOKENSRESPONSE']._serialized_start=1420
-  _globals['_SETTLETOKENSRESPONSE']._serialized_end=1442
-  _globals['_HOMESERVICE']._serialized_start=1445
-  _globals['_HOMESERVICE']._serialized_end=1858
+  _globals['_STOREDCONVERSATION']._serialized_start=90
+  _globals['_STOREDCONVERSATION']._serialized_end=363
+  _globals['_STOREDMESSAGE']._serialized_start=366
+  _globals['_STOREDMESSAGE']._serialized_end=646
+  _globals['_READCONVERSATIONREQUEST']._serialized_start=648
+  _globals['_READCONVERSATIONREQUEST']._serialized_end=760
+  _globals['_READCONVERSATIONRESPONSE']._serialized_start=763
+  _globals['_READCONVERSATIONRESPONSE']._serialized_end=899
+  _globals['_READMESSAGEREQUEST']._serialized_start=901
+  _globals['_READMESSAGEREQUEST']._serialized_end=958
+  _globals['_APPENDMESSAGEREQUEST']._serialized_start=960
+  _globals['_APPENDMESSAGEREQUEST']._serialized_end=1080
+  _globals['_READMESSAGERESPONSE']._serialized_start=1082
+  _globals['_READMESSAGERESPONSE']._serialized_end=1144
+  _globals['_APPENDMESSAGERESPONSE']._serialized_start=1146
+  _globals['_APPENDMESSAGERESPONSE']._serialized_end=1210
+  _globals['_RESERVETOKENSREQUEST']._serialized_start=1212
+  _globals['_RESERVETOKENSREQUEST']._serialized_end=1296
+  _globals['_RESERVETOKENSRESPONSE']._serialized_start=1298
+  _globals['_RESERVETOKENSRESPONSE']._serialized_end=1383
+  _globals['_SETTLETOKENSREQUEST']._serialized_start=1385
+  _globals['_SETTLETOKENSREQUEST']._serialized_end=1486
+  _globals['_SETTLETOKENSRESPONSE']._serialized_start=1488
+  _globals['_SETTLETOKENSRESPONSE']._serialized_end=1510
+  _globals['_RATEANSWERREQUEST']._serialized_start=1513
+  _globals['_RATEANSWERREQUEST']._serialized_end=1648
+  _globals['_RATEANSWERRESPONSE']._serialized_start=1651
+  _globals['_RATEANSWERRESPONSE']._serialized_end=1783
+  _globals['_LISTSTOREDCONVERSATIONSREQUEST']._serialized_start=1785
+  _globals['_LISTSTOREDCONVERSATIONSREQUEST']._serialized_end=1897
+  _globals['_LISTSTOREDCONVERSATIONSRESPONSE']._serialized_start=1899
+  _globals['_LISTSTOREDCONVERSATIONSRESPONSE']._serialized_end=1984
+  _globals['_STOREDSERVING']._serialized_start=1987
+  _globals['_STOREDSERVING']._serialized_end=2137
+  _globals['_RECORDSERVINGREQUEST']._serialized_start=2139
+  _globals['_RECORDSERVINGREQUEST']._serialized_end=2219
+  _globals['_RECORDSERVINGRESPONSE']._serialized_start=2221
+  _globals['_RECORDSERVINGRESPONSE']._serialized_end=2244
+  _globals['_DELETESTOREDCONVERSATIONREQUEST']._serialized_start=2246
+  _globals['_DELETESTOREDCONVERSATIONREQUEST']._serialized_end=2321
+  _globals['_DELETESTOREDCONVERSATIONRESPONSE']._serialized_start=2323
+  _globals['_DELETESTOREDCONVERSATIONRESPONSE']._serialized_end=2357
+  _globals['_HOMESERVICE']._serialized_start=2360
+  _globals['_HOMESERVICE']._serialized_end=3147
 # @@protoc_insertion_point(module_scope)

@@ -1,3 +1,4 @@
+from chat.v1 import chat_service_pb2 as _chat_service_pb2
 from chat.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -70,22 +71,26 @@ class StoredMessage(_message.Message):
     def __init__(self, conversation_id: _Optional[str] = ..., seq: _Optional[int] = ..., message_id: _Optional[str] = ..., parent_seq: _Optional[int] = ..., role: _Optional[_Union[_common_pb2.Role, str]] = ..., content: _Optional[str] = ..., tokens: _Optional[int] = ..., model: _Optional[str] = ..., replica_id: _Optional[str] = ..., finish: _Optional[str] = ..., created_at: _Optional[float] = ..., region: _Optional[str] = ..., pool: _Optional[str] = ..., parent_tokens: _Optional[int] = ...) -> None: ...
 
 class ReadConversationRequest(_message.Message):
-    __slots__ = ("user_id", "conversation_id", "with_messages")
+    __slots__ = ("user_id", "conversation_id", "with_messages", "with_version")
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     WITH_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    WITH_VERSION_FIELD_NUMBER: _ClassVar[int]
     user_id: str
     conversation_id: str
     with_messages: bool
-    def __init__(self, user_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., with_messages: _Optional[bool] = ...) -> None: ...
+    with_version: bool
+    def __init__(self, user_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., with_messages: _Optional[bool] = ..., with_version: _Optional[bool] = ...) -> None: ...
 
 class ReadConversationResponse(_message.Message):
-    __slots__ = ("conversation", "messages")
+    __slots__ = ("conversation", "messages", "version")
     CONVERSATION_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
     conversation: StoredConversation
     messages: _containers.RepeatedCompositeFieldContainer[StoredMessage]
-    def __init__(self, conversation: _Optional[_Union[StoredConversation, _Mapping]] = ..., messages: _Optional[_Iterable[_Union[StoredMessage, _Mapping]]] = ...) -> None: ...
+    version: str
+    def __init__(self, conversation: _Optional[_Union[StoredConversation, _Mapping]] = ..., messages: _Optional[_Iterable[_Union[StoredMessage, _Mapping]]] = ..., version: _Optional[str] = ...) -> None: ...
 
 class ReadMessageRequest(_message.Message):
     __slots__ = ("user_id", "message_id")
@@ -152,5 +157,91 @@ class SettleTokensRequest(_message.Message):
     def __init__(self, user_id: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., reserved: _Optional[float] = ..., actual: _Optional[float] = ...) -> None: ...
 
 class SettleTokensResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RateAnswerRequest(_message.Message):
+    __slots__ = ("user_id", "tier", "message_id", "rating", "comment")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    RATING_FIELD_NUMBER: _ClassVar[int]
+    COMMENT_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    tier: _common_pb2.Tier
+    message_id: str
+    rating: _chat_service_pb2.Rating
+    comment: str
+    def __init__(self, user_id: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., message_id: _Optional[str] = ..., rating: _Optional[_Union[_chat_service_pb2.Rating, str]] = ..., comment: _Optional[str] = ...) -> None: ...
+
+class RateAnswerResponse(_message.Message):
+    __slots__ = ("message_id", "conversation_id", "rating", "comment", "version")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    RATING_FIELD_NUMBER: _ClassVar[int]
+    COMMENT_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    conversation_id: str
+    rating: _chat_service_pb2.Rating
+    comment: str
+    version: str
+    def __init__(self, message_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., rating: _Optional[_Union[_chat_service_pb2.Rating, str]] = ..., comment: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
+
+class ListStoredConversationsRequest(_message.Message):
+    __slots__ = ("user_id", "limit", "updated_before")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    limit: int
+    updated_before: float
+    def __init__(self, user_id: _Optional[str] = ..., limit: _Optional[int] = ..., updated_before: _Optional[float] = ...) -> None: ...
+
+class ListStoredConversationsResponse(_message.Message):
+    __slots__ = ("conversations",)
+    CONVERSATIONS_FIELD_NUMBER: _ClassVar[int]
+    conversations: _containers.RepeatedCompositeFieldContainer[StoredConversation]
+    def __init__(self, conversations: _Optional[_Iterable[_Union[StoredConversation, _Mapping]]] = ...) -> None: ...
+
+class StoredServing(_message.Message):
+    __slots__ = ("message_id", "conversation_id", "version", "slice", "routed_pool", "budget", "served_pool")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    SLICE_FIELD_NUMBER: _ClassVar[int]
+    ROUTED_POOL_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    SERVED_POOL_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    conversation_id: str
+    version: str
+    slice: str
+    routed_pool: str
+    budget: str
+    served_pool: str
+    def __init__(self, message_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., version: _Optional[str] = ..., slice: _Optional[str] = ..., routed_pool: _Optional[str] = ..., budget: _Optional[str] = ..., served_pool: _Optional[str] = ...) -> None: ...
+
+class RecordServingRequest(_message.Message):
+    __slots__ = ("user_id", "serving")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    SERVING_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    serving: StoredServing
+    def __init__(self, user_id: _Optional[str] = ..., serving: _Optional[_Union[StoredServing, _Mapping]] = ...) -> None: ...
+
+class RecordServingResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DeleteStoredConversationRequest(_message.Message):
+    __slots__ = ("user_id", "conversation_id")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    conversation_id: str
+    def __init__(self, user_id: _Optional[str] = ..., conversation_id: _Optional[str] = ...) -> None: ...
+
+class DeleteStoredConversationResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -64,6 +64,26 @@ class HomeServiceStub:
                 request_serializer=chat_dot_v1_dot_home__service__pb2.SettleTokensRequest.SerializeToString,
                 response_deserializer=chat_dot_v1_dot_home__service__pb2.SettleTokensResponse.FromString,
                 _registered_method=True)
+        self.RateAnswer = channel.unary_unary(
+                '/chat.v1.HomeService/RateAnswer',
+                request_serializer=chat_dot_v1_dot_home__service__pb2.RateAnswerRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_home__service__pb2.RateAnswerResponse.FromString,
+                _registered_method=True)
+        self.ListStoredConversations = channel.unary_unary(
+                '/chat.v1.HomeService/ListStoredConversations',
+                request_serializer=chat_dot_v1_dot_home__service__pb2.ListStoredConversationsRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_home__service__pb2.ListStoredConversationsResponse.FromString,
+                _registered_method=True)
+        self.RecordServing = channel.unary_unary(
+                '/chat.v1.HomeService/RecordServing',
+                request_serializer=chat_dot_v1_dot_home__service__pb2.RecordServingRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_home__service__pb2.RecordServingResponse.FromString,
+                _registered_method=True)
+        self.DeleteStoredConversation = channel.unary_unary(
+                '/chat.v1.HomeService/DeleteStoredConversation',
+                request_serializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredConversationRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredConversationResponse.FromString,
+                _registered_method=True)
 
 
 class HomeServiceServicer:
@@ -111,6 +131,41 @@ class HomeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RateAnswer(self, request, context):
+        """A user's rating of one of their answers, which lives here (ChatService.RateMessage that
+        reached another region's gateway): stored with the version that served the answer and
+        counted in this region's tallies, as a rating made here is. NOT_FOUND for no such
+        message; INVALID_ARGUMENT for a message that is not an answer, or a comment too long.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListStoredConversations(self, request, context):
+        """One page of the user's conversations kept here, most recently updated first (a user who
+        reached another region's gateway sees the list they see at home).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecordServing(self, request, context):
+        """What served a turn that ran away from home, kept here with the turn (appended first): a
+        rating of its answer counts for that version, and the conversation keeps its version.
+        NOT_FOUND when the turn is not here or has its record already.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteStoredConversation(self, request, context):
+        """Deletes one of the user's conversations kept here, with its messages (ChatService.
+        DeleteConversation at another region's gateway). NOT_FOUND when there is none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HomeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -138,6 +193,26 @@ def add_HomeServiceServicer_to_server(servicer, server):
                     servicer.SettleTokens,
                     request_deserializer=chat_dot_v1_dot_home__service__pb2.SettleTokensRequest.FromString,
                     response_serializer=chat_dot_v1_dot_home__service__pb2.SettleTokensResponse.SerializeToString,
+            ),
+            'RateAnswer': grpc.unary_unary_rpc_method_handler(
+                    servicer.RateAnswer,
+                    request_deserializer=chat_dot_v1_dot_home__service__pb2.RateAnswerRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_home__service__pb2.RateAnswerResponse.SerializeToString,
+            ),
+            'ListStoredConversations': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListStoredConversations,
+                    request_deserializer=chat_dot_v1_dot_home__service__pb2.ListStoredConversationsRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_home__service__pb2.ListStoredConversationsResponse.SerializeToString,
+            ),
+            'RecordServing': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordServing,
+                    request_deserializer=chat_dot_v1_dot_home__service__pb2.RecordServingRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_home__service__pb2.RecordServingResponse.SerializeToString,
+            ),
+            'DeleteStoredConversation': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteStoredConversation,
+                    request_deserializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredConversationRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredConversationResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -280,6 +355,114 @@ class HomeService:
             '/chat.v1.HomeService/SettleTokens',
             chat_dot_v1_dot_home__service__pb2.SettleTokensRequest.SerializeToString,
             chat_dot_v1_dot_home__service__pb2.SettleTokensResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RateAnswer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.HomeService/RateAnswer',
+            chat_dot_v1_dot_home__service__pb2.RateAnswerRequest.SerializeToString,
+            chat_dot_v1_dot_home__service__pb2.RateAnswerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListStoredConversations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.HomeService/ListStoredConversations',
+            chat_dot_v1_dot_home__service__pb2.ListStoredConversationsRequest.SerializeToString,
+            chat_dot_v1_dot_home__service__pb2.ListStoredConversationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordServing(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.HomeService/RecordServing',
+            chat_dot_v1_dot_home__service__pb2.RecordServingRequest.SerializeToString,
+            chat_dot_v1_dot_home__service__pb2.RecordServingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteStoredConversation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.HomeService/DeleteStoredConversation',
+            chat_dot_v1_dot_home__service__pb2.DeleteStoredConversationRequest.SerializeToString,
+            chat_dot_v1_dot_home__service__pb2.DeleteStoredConversationResponse.FromString,
             options,
             channel_credentials,
             insecure,
