@@ -355,12 +355,13 @@ class Capital(pydantic.BaseModel):
     city: str
 
 
-async def test_the_sdk_and_langchain_parse_what_vllm_writes_through_the_platform(
+async def test_the_sdk_and_langchain_get_structured_answers_and_tool_calls_from_vllm(
     vllm: VllmEngine, tmp_path
 ) -> None:
     """The whole path on vLLM: a platform whose node attaches to this module's server (as a
-    sidecar in a vLLM pod does), reached through the edge by the OpenAI SDK's parse() and
-    LangChain's structured output; vLLM's guided decoding keeps the answer to the schema."""
+    sidecar in a vLLM pod does), reached through the edge by the OpenAI SDK and LangChain:
+    parse() and structured output (vLLM's guided decoding keeps the answer to the schema), and
+    a required tool call (SmolLM2 writes one under vLLM's grammar, not on llama.cpp)."""
     platform = LocalPlatform(
         PlatformSettings(
             state_dir=tmp_path,
@@ -398,6 +399,34 @@ async def test_the_sdk_and_langchain_parse_what_vllm_writes_through_the_platform
             "Name the capital of Italy."
         )
         assert isinstance(capital, Capital)
+        # A required tool call: vLLM's tool parsing under a grammar, as OpenAI's tool_calls.
+        weather = {"type": "function", "function": {
+            "name": "get_weather", "description": "Weather now in a city",
+            "parameters": CITY_ONLY}}  # fmt: skip
+        async with openai.AsyncOpenAI(
+            base_url=edge, api_key=token, max_retries=0, timeout=240
+        ) as client:
+            called = await client.chat.completions.create(
+                model="small",
+                messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+                tools=[weather],
+                tool_choice="required",
+                max_tokens=200,
+                temperature=0,
+            )
+        (choice,) = called.choices
+        assert choice.finish_reason == "tool_calls", choice.message
+        (call,) = choice.message.tool_calls
+        assert call.function.name == "get_weather" and call.id
+        # The arguments are the model's: behind the platform's system prompt SmolLM2 writes
+        # the parameters' schema back ({"type": ..., "properties": ...}) where, behind the
+        # adapter test's, it writes {"city": "Paris"}. What the platform owes is a whole call
+        # whose arguments are a JSON object.
+        assert isinstance(json.loads(call.function.arguments), dict)
+        bound = chat.bind_tools([weather], tool_choice="required")
+        (langchain_call,) = (await bound.ainvoke("What is the weather in Rome?")).tool_calls
+        assert langchain_call["name"] == "get_weather"
+        assert isinstance(langchain_call["args"], dict)
     finally:
         await platform.stop()
 
