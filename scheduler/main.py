@@ -208,6 +208,7 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
         recheck_s = ROLLOUT_RECHECK_S if config.membership == "etcd" else math.inf
         rollout = RolloutKeeper(_build_rollout_store(config), time.time, recheck_s)
         service.closes(rollout.close)
+        service.drains(rollout.release)
         directory = _build_directory(config)
         if directory is not None:
             service.closes(directory.close)

@@ -109,6 +109,8 @@ class RolloutKeeper:
         self._recheck_s = recheck_s
         # Set, and replaced, by each change made through this keeper.
         self._changed = asyncio.Event()
+        # Held reads end at once from the start of a stop: a gateway asks the next scheduler.
+        self._stopping = False
 
     async def read(self) -> tuple[RolloutState, int]:
         return await self._store.read()
@@ -123,10 +125,15 @@ class RolloutKeeper:
             changed = self._changed
             state, current = await self._store.read()
             left = deadline - loop.time()
-            if current != revision or left <= 0:
+            if current != revision or left <= 0 or self._stopping:
                 return state, current
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), min(left, self._recheck_s))
+
+    async def release(self) -> None:
+        """Answers every held read now, and every later one at once: the scheduler stops."""
+        self._stopping = True
+        self._changed.set()
 
     async def change(self, edit: Callable[[RolloutState, float], RolloutState]) -> RolloutState:
         """Applies one change by compare-and-swap, again if another scheduler wrote between."""

@@ -50,3 +50,16 @@ async def test_a_held_read_sees_another_schedulers_change_within_the_recheck(
     finally:
         await here.close()
         await there.close()
+
+
+async def test_a_stopping_scheduler_answers_its_held_reads_at_once(etcd_server: Etcd) -> None:
+    held_keeper = keeper(etcd_server, f"/tests/rollout/{uuid.uuid4().hex}", 60.0)
+    try:
+        _, revision = await held_keeper.read()
+        held = asyncio.create_task(held_keeper.read_after(revision, 20.0))
+        await held_keeper.release()
+        assert (await asyncio.wait_for(held, timeout=5))[1] == revision
+        # And a read after the release is not held either.
+        assert (await asyncio.wait_for(held_keeper.read_after(revision, 20.0), 5))[1] == revision
+    finally:
+        await held_keeper.close()
