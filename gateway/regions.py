@@ -212,15 +212,21 @@ class RegionRouter:
         return self.pipeline
 
     def _home_store(self, snapshot: DirectorySnapshot, home: str) -> HomeStore:
+        """The home region's store, reached through the gateways its directory lists now (the
+        last ones listed while it lists none: a call may still find one)."""
         store = self._homes.get(home)
         if store is None:
             store = self._homes[home] = HomeStore(home, _gateways(snapshot, home), self.tls)
+        else:
+            record = snapshot.regions.get(home)
+            if record is not None and record.gateways:
+                store.reach(record.gateways)
         return store
 
     def _away_pipeline(self, snapshot: DirectorySnapshot, home: str) -> ChatPipeline:
+        store = self._home_store(snapshot, home)
         pipeline = self._away.get(home)
         if pipeline is None:
-            store = self._home_store(snapshot, home)
             pipeline = self.away_pipeline(store, store.buckets(self.limits))  # type: ignore[arg-type]
             self._away[home] = pipeline
         return pipeline
