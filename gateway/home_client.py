@@ -183,6 +183,17 @@ class HomeStore:
         reply = await self._change(lambda stub: stub.RateAnswer(request, timeout=CALL_TIMEOUT_S))
         return home_convert.feedback_from_pb(reply)
 
+    async def response_deleted(self, user_id: str, response_id: str) -> bool:
+        request = pb.ReadResponseDeletedRequest(user_id=user_id, response_id=response_id)
+        reply = await self._query(
+            lambda stub: stub.ReadResponseDeleted(request, timeout=CALL_TIMEOUT_S)
+        )
+        return reply.deleted
+
+    async def delete_response(self, user_id: str, response_id: str) -> None:
+        request = pb.DeleteStoredResponseRequest(user_id=user_id, response_id=response_id)
+        await self._change(lambda stub: stub.DeleteStoredResponse(request, timeout=CALL_TIMEOUT_S))
+
     async def record_serving(self, user_id: str, serving: ServingRecord) -> None:
         request = pb.RecordServingRequest(user_id=user_id,
                                           serving=home_convert.serving_to_pb(serving))  # fmt: skip
@@ -229,8 +240,11 @@ class HomeBuckets:
         await self._home._change(lambda stub: stub.SettleTokens(request, timeout=CALL_TIMEOUT_S))
 
     async def level(self, user_id: str, tier: Tier) -> limiter.Bucket:
-        # A reservation of nothing: the level, unchanged.
-        return (await self.reserve(user_id, tier, 0.0)).bucket
+        request = pb.ReadTokensRequest(user_id=user_id, tier=TIER_TO_PB[tier])
+        reply = await self._home._query(
+            lambda stub: stub.ReadTokens(request, timeout=CALL_TIMEOUT_S)
+        )
+        return limiter.Bucket(reply.level, 0.0)
 
 
 def _unavailable(error: grpc.aio.AioRpcError) -> bool:

@@ -88,6 +88,9 @@ class NoRegions:
     async def running_in(self, user: User, region: str) -> Forward | None:
         return None
 
+    async def home_buckets(self, user: User) -> Buckets | None:
+        return None
+
     def pipeline_for(self, serve_for: str) -> ChatPipeline:
         return self._pipeline
 
@@ -191,6 +194,16 @@ class RegionRouter:
         if not Regions(snapshot.regions, self.clock(), self.rules).alive(known.home):
             raise Unavailable(HOME_OUT_REFUSAL.format(home=known.home))
         return self._home_store(snapshot, known.home)
+
+    async def home_buckets(self, user: User) -> Buckets | None:
+        """The token buckets the user's messages are charged to when they are another region's
+        (None: this region's, also while the user's home is out, as their messages run here
+        meanwhile). Unavailable when home is in but none of its gateways answers."""
+        try:
+            home = await self.home_of(user)
+        except Unavailable:
+            return None
+        return None if home is None else home.buckets(self.limits)
 
     async def running_in(self, user: User, region: str) -> Forward | None:
         """Where to reach an answer of the user's running in region (None: here). The call is

@@ -299,3 +299,21 @@ async def away_user(etcd_server: Etcd, platform: LocalPlatform) -> str:
     finally:
         await directory.close()
     return token
+
+
+async def responses(
+    http: aiohttp.ClientSession,
+    platform: LocalPlatform,
+    token: str,
+    method: str,
+    path: str = "",
+    body: dict | None = None,
+) -> tuple[int, dict]:
+    """A Responses API call at the region's edge: (HTTP status, the JSON body)."""
+    async with http.request(
+        method,
+        f"{platform.edge_url}/v1/responses{path}",
+        json=body,
+        headers={"Authorization": f"Bearer {token}"},
+    ) as response:
+        return response.status, await response.json()

@@ -89,10 +89,11 @@ async def test_a_change_and_a_read_pass_over_a_gateway_that_is_down(store: Store
     async with serving(servicer(HomeServicer, store)) as up, home([down, up]) as client:
         added = await client.add_message("u-1", "c-1", QUESTION, "History")
         read = await client.list_messages("u-1", "c-1")
-        level = (await client.buckets(lambda tier: Limit(1000.0, 0.0)).reserve(
-            "u-1", Tier.PLUS, 40.0)).bucket.level  # fmt: skip
-    assert (added.content, [m.content for m in read], level) == (
-        "Where is my history kept?", ["Where is my history kept?"], 960.0,
+        buckets = client.buckets(lambda tier: Limit(1000.0, 0.0))
+        reserved = await buckets.reserve("u-1", Tier.PLUS, 40.0)
+        level = await buckets.level("u-1", Tier.PLUS)
+    assert (added.content, [m.content for m in read], reserved.bucket.level, level.level) == (
+        "Where is my history kept?", ["Where is my history kept?"], 960.0, 960.0,
     )  # fmt: skip
 
 
