@@ -336,6 +336,8 @@ async def test_a_response_kept_at_home_is_read_and_deleted_from_another_region(
         for method in ("GET", "DELETE"):
             status, body = await responses(http, b, away, method, "/resp_older")
             assert (status, body["error"]["message"]) == (503, HOME_OUT)
+        # Meanwhile their messages run here, charged to this region's bucket: that one shows.
+        assert await level(http, b, away) == PLUS_CAPACITY
 
 
 async def test_a_region_killed_whole_is_out_and_its_users_start_elsewhere(regions) -> None:
