@@ -198,7 +198,7 @@ class RegionRouter:
     async def home_buckets(self, user: User) -> Buckets | None:
         """The token buckets the user's messages are charged to when they are another region's
         (None: this region's, also while the user's home is out, as their messages run here
-        meanwhile). Unavailable when home is in but none of its gateways answers."""
+        meanwhile). Home in but none of its gateways answering: their level() is Unavailable."""
         try:
             home = await self.home_of(user)
         except Unavailable:
