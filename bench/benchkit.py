@@ -84,3 +84,11 @@ def top_frames(stacks: Path, limit: int = 25) -> str:
     lines += [f"  own {n / samples:6.1%}  {frame}" for frame, n in own.most_common(limit)]
     lines += [f"  tot {n / samples:6.1%}  {frame}" for frame, n in total.most_common(limit)]
     return "\n".join(lines)
+
+
+def checkout_env(checkout: str) -> dict[str, str]:
+    """The environment that makes a platform's services import another checkout (a side-by-side
+    run's `--against`). `python -m` puts the working directory first on the path, ahead of
+    PYTHONPATH: run from this checkout, the services would import this one. PYTHONSAFEPATH
+    leaves it out, so the other checkout (and its generated code) comes first."""
+    return {"PYTHONPATH": f"{checkout}:{checkout}/gen", "PYTHONSAFEPATH": "1"}

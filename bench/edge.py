@@ -39,7 +39,7 @@ from pathlib import Path
 
 import aiohttp
 from aiohttp import web
-from benchkit import cpu_seconds, publish
+from benchkit import checkout_env, cpu_seconds, publish
 
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from domain.types import Role
@@ -246,7 +246,7 @@ class PlatformSubject:
     async def start(self, most_streams: int) -> None:
         settings = platform_settings(self.state, "1000", nodes=2)
         if self.checkout:
-            settings.extra_env["PYTHONPATH"] = f"{self.checkout}:{self.checkout}/gen"
+            settings.extra_env.update(checkout_env(self.checkout))
             # `python -m` would put the working directory (this checkout) first on the path.
             settings.extra_env["PYTHONSAFEPATH"] = "1"
         self.platform = LocalPlatform(settings)

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import aiohttp
 import grpc
-from benchkit import cpu_seconds, pct, publish
+from benchkit import checkout_env, cpu_seconds, pct, publish
 from hops import platform_settings, prompt, to_node, via_edge
 
 from chat.v1 import chat_service_pb2 as pb
@@ -79,7 +79,7 @@ class Subject:
 async def open_subject(label: str, state: Path, checkout: str) -> Subject:
     settings = platform_settings(state / label, "sim", "control", 48, False)
     if checkout:
-        settings.extra_env["PYTHONPATH"] = checkout
+        settings.extra_env.update(checkout_env(checkout))
     platform = LocalPlatform(settings)
     await platform.start()
     tls = platform.tls("gateway")
@@ -149,7 +149,7 @@ async def idle(seconds: float, against: str) -> dict[str, dict[str, float]]:
                                             edge_listen="127.0.0.1:0", nodes=3, parallel=1,
                                             slot_context_tokens=2048)  # fmt: skip
                 if checkout:
-                    settings.extra_env["PYTHONPATH"] = checkout
+                    settings.extra_env.update(checkout_env(checkout))
                 platforms[label] = LocalPlatform(settings)
                 await platforms[label].start()
             await asyncio.sleep(5.0)  # start-up work settles

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import re
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
@@ -89,7 +91,10 @@ async def until_rung(http: aiohttp.ClientSession, platform: LocalPlatform, rung:
     raise TimeoutError(f"rung {rung} not seen")
 
 
-async def measure(messages: int) -> dict[str, list[float]]:
+@contextlib.asynccontextmanager
+async def two_regions() -> AsyncIterator[dict[str, LocalPlatform]]:
+    """Regions a and b started on this machine, the global directory in an etcd of its own,
+    one CA for both; every process stopped on the way out."""
     with TemporaryDirectory() as folder:
         (Path(folder) / "etcd").mkdir()
         etcd, endpoint = await start_etcd(Path(folder) / "etcd")
@@ -102,21 +107,26 @@ async def measure(messages: int) -> dict[str, list[float]]:
         }  # fmt: skip
         try:
             await asyncio.gather(*(p.start() for p in regions.values()))
-            a, b = regions["a"], regions["b"]
-            created = await admin_call(
-                a, "CreateUser", pb.CreateUserRequest(user_id="hop", tier=common_pb2.TIER_PLUS)
-            )
-            token = created.token  # type: ignore[attr-defined]
-            results = await _runs(a, b, token, messages)
-            away = await admin_call(
-                b, "CreateUser", pb.CreateUserRequest(user_id="b-home", tier=common_pb2.TIER_PLUS)
-            )
-            results.update(await _lose(a, b, away.token))  # type: ignore[attr-defined]
-            return results
+            yield regions
         finally:
             await asyncio.gather(*(p.stop() for p in regions.values()))
             etcd.terminate()
             await etcd.wait()
+
+
+async def measure(messages: int) -> dict[str, list[float]]:
+    async with two_regions() as regions:
+        a, b = regions["a"], regions["b"]
+        created = await admin_call(
+            a, "CreateUser", pb.CreateUserRequest(user_id="hop", tier=common_pb2.TIER_PLUS)
+        )
+        token = created.token  # type: ignore[attr-defined]
+        results = await _runs(a, b, token, messages)
+        away = await admin_call(
+            b, "CreateUser", pb.CreateUserRequest(user_id="b-home", tier=common_pb2.TIER_PLUS)
+        )
+        results.update(await _lose(a, b, away.token))  # type: ignore[attr-defined]
+        return results
 
 
 async def _runs(a: LocalPlatform, b: LocalPlatform, token: str, n: int) -> dict[str, list[float]]:

@@ -15,44 +15,25 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
-from tempfile import TemporaryDirectory
 
 import aiohttp
 
 from bench.benchkit import pct, publish
-from bench.regions_hop import ENV, admin_call, ttft
+from bench.regions_hop import admin_call, ttft, two_regions
 from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as pb
-from clients.chatctl.platform import LocalPlatform, PlatformSettings
-from clients.chatctl.regions import start_etcd
-from infra.certs import Authority
+from clients.chatctl.platform import LocalPlatform
 
 CONVERSATIONS = 20
 
 
 async def measure(requests: int) -> dict[str, list[float]]:
-    with TemporaryDirectory() as folder:
-        (Path(folder) / "etcd").mkdir()
-        etcd, endpoint = await start_etcd(Path(folder) / "etcd")
-        authority = Authority.create()
-        regions = {
-            name: LocalPlatform(PlatformSettings(
-                state_dir=Path(folder) / name, edge_listen="127.0.0.1:0", region=name,
-                global_etcd_endpoint=endpoint, authority=authority, extra_env=ENV))
-            for name in ("a", "b")
-        }  # fmt: skip
-        try:
-            await asyncio.gather(*(p.start() for p in regions.values()))
-            created = await admin_call(
-                regions["a"], "CreateUser",
-                pb.CreateUserRequest(user_id="reader", tier=common_pb2.TIER_PLUS),
-            )  # fmt: skip
-            return await _reads(regions, created.token, requests)  # type: ignore[attr-defined]
-        finally:
-            await asyncio.gather(*(p.stop() for p in regions.values()))
-            etcd.terminate()
-            await etcd.wait()
+    async with two_regions() as regions:
+        created = await admin_call(
+            regions["a"], "CreateUser",
+            pb.CreateUserRequest(user_id="reader", tier=common_pb2.TIER_PLUS),
+        )  # fmt: skip
+        return await _reads(regions, created.token, requests)  # type: ignore[attr-defined]
 
 
 async def _reads(regions: dict[str, LocalPlatform], token: str, n: int) -> dict[str, list[float]]:

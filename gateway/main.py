@@ -181,6 +181,9 @@ class GatewayConfig:
     shutdown_grace_s: float = 30.0
     # How often the gateway asks a scheduler whether the model versions' rollout changed.
     rollout_poll_s: float = 0.5
+    # An idle gateway's rollout call is held by the scheduler up to this long, answered at
+    # once when the rollout changes (gateway/versions.py); 0 polls every rollout_poll_s.
+    rollout_wait_s: float = 10.0
     # An answer whose first text comes later than this counts as a slow start in its version's
     # online guardrails (a share over 1 % is a p99 over it).
     slow_ttft_s: float = 10.0
@@ -356,7 +359,7 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         buckets = build_buckets(config, policy, redis_client, metrics)
         sharing = build_run_sharing(config, redis_client, runs, metrics)
         versions = VersionBook(scheduler, config.rollout_poll_s, config.slow_ttft_s,
-                               metrics.know_versions)  # fmt: skip
+                               metrics.know_versions, config.rollout_wait_s)  # fmt: skip
         # The rollout as it stands before the first message, when a scheduler answers; else
         # the configured version until one does (the poll keeps asking).
         with contextlib.suppress(Unavailable):

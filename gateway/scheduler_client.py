@@ -129,16 +129,19 @@ class SchedulerClient:
         ]
 
     async def rollout(
-        self, known_revision: int, tallies: dict[tuple[str, Tier], Tally]
+        self, known_revision: int, tallies: dict[tuple[str, Tier], Tally], wait_s: float = 0.0
     ) -> tuple[int, RolloutState | None]:
         """The rollout's revision, and its state when it is newer than known_revision; this
-        gateway's answers per version since the last call go with the question."""
+        gateway's answers per version since the last call go with the question. wait_s: the
+        scheduler holds the call that long while known_revision is current."""
         request = pb.GetRolloutRequest(known_revision=known_revision,
-                                       tallies=tallies_to_pb(tallies))  # fmt: skip
+                                       tallies=tallies_to_pb(tallies),
+                                       wait_ms=round(wait_s * 1000))  # fmt: skip
+        timeout_s = self._rpc_timeout_s + wait_s
         unreachable: list[str] = []
         for index in self._order():
             try:
-                answer = await self._stubs[index].GetRollout(request, timeout=self._rpc_timeout_s)
+                answer = await self._stubs[index].GetRollout(request, timeout=timeout_s)
             except grpc.aio.AioRpcError as error:
                 unreachable.append(f"{self._addresses[index]}: {error.code().name}")
                 continue

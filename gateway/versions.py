@@ -1,6 +1,8 @@
 """The gateway's copy of the model versions and their rollout, followed from the schedulers
-(gateways never read etcd): asked every half second with the revision held, so a change
-reaches every gateway within a second and an unchanged rollout costs a few bytes."""
+(gateways never read etcd). An idle gateway asks with the revision it holds and the
+scheduler holds the call until the rollout changes (or wait_s passes), so a change reaches
+every gateway within a second without a poll twice a second; answers' tallies go at most
+every poll_s, the held call given up as soon as the first one comes."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ Tallies = dict[tuple[str, Tier], Tally]
 
 class RolloutSource(Protocol):
     async def rollout(
-        self, known_revision: int, tallies: Tallies
+        self, known_revision: int, tallies: Tallies, wait_s: float = 0.0
     ) -> tuple[int, RolloutState | None]: ...
 
 
@@ -38,14 +40,20 @@ class VersionBook:
         poll_s: float = 0.5,
         slow_ttft_s: float = 10.0,
         on_versions: Callable[[Iterable[str]], None] = lambda names: None,
+        wait_s: float = 10.0,
     ) -> None:
         # Told every version's name as the rollout names them (their metrics start at zero).
         self._on_versions = on_versions
         self._source = source
         self._poll_s = poll_s
+        self._wait_s = wait_s
         self._slow_ttft_s = slow_ttft_s
         self.state = RolloutState()
         self.revision = 0
+        # Whether a scheduler has answered once: only then is revision 0 a revision held.
+        self._known = False
+        # The held call in flight, given up when an answer's tally comes.
+        self._held: asyncio.Task[None] | None = None
         # Answers since the last report, per version and tier: sent with the next poll.
         self._tallies: Tallies = {}
         self._log = structlog.get_logger(component="versions")
@@ -69,15 +77,18 @@ class VersionBook:
 
     def _add(self, version: str, tier: Tier, tally: Tally) -> None:
         self._tallies[version, tier] = self._tallies.get((version, tier), Tally()) + tally
+        if self._held is not None:
+            self._held.cancel()  # the tallies go now; the next call holds again once idle
 
-    async def refresh(self) -> None:
+    async def refresh(self, wait_s: float = 0.0) -> None:
         sent, self._tallies = self._tallies, {}
         try:
-            revision, state = await self._source.rollout(self.revision, sent)
+            revision, state = await self._source.rollout(self.revision, sent, wait_s)
         except BaseException:
             for key, tally in sent.items():  # told next time instead
                 self._tallies[key] = self._tallies.get(key, Tally()) + tally
             raise
+        self._known = True
         if state is not None:
             if revision != self.revision and self.revision:
                 self._log.info("rollout changed", revision=revision, current=state.current,
@@ -86,13 +97,29 @@ class VersionBook:
             self._on_versions(v.name for v in state.versions)
 
     async def run(self) -> None:
+        # A scheduler from before held calls answers at once: then this is the poll it was.
         while True:
             await asyncio.sleep(self._poll_s)
             try:
-                await self.refresh()
+                await self._ask()
             except Unavailable as error:
                 # Messages go on with the rollout last seen; it changes again once one answers.
                 self._log.warning("rollout not refreshed", reason=error.reason)
+
+    async def _ask(self) -> None:
+        """One call: held while nothing is to be told and a revision is known, else at once."""
+        if self._tallies or not self._known or self._wait_s <= 0:
+            await self.refresh()
+            return
+        self._held = asyncio.create_task(self.refresh(self._wait_s))
+        try:
+            await asyncio.wait({self._held})
+        finally:
+            held, self._held = self._held, None
+            if not held.done():
+                held.cancel()  # this loop itself is cancelled
+        if not held.cancelled():
+            held.result()  # its error, if any, is this call's
 
     def serving(self, user: User, kept: str) -> Assignment:
         return serving(self.state, user.user_id, user.tier, kept)

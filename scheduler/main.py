@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import socket
 import time
@@ -113,6 +114,10 @@ async def _expire_forever(
             )
 
 
+# How often a held rollout read looks at etcd again (scheduler/rollout.py).
+ROLLOUT_RECHECK_S = 0.5
+
+
 def _build_ladder_store(config: SchedulerConfig) -> LadderStore:
     if config.membership == "etcd":
         host, port = _etcd_address(config.etcd_endpoint)
@@ -198,8 +203,12 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
             saturated_queue_tokens=config.prefill_tokens_per_s * config.ladder_saturated_wait_s,
         )
         service.closes(ladder.close)
-        rollout = RolloutKeeper(_build_rollout_store(config), time.time)
+        # Through etcd another scheduler may change the rollout: a held read looks again
+        # every half second, so a change still reaches every gateway within a second.
+        recheck_s = ROLLOUT_RECHECK_S if config.membership == "etcd" else math.inf
+        rollout = RolloutKeeper(_build_rollout_store(config), time.time, recheck_s)
         service.closes(rollout.close)
+        service.drains(rollout.release)
         directory = _build_directory(config)
         if directory is not None:
             service.closes(directory.close)

@@ -5,7 +5,10 @@ gateway (which asks about every half second) within a second."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import math
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Protocol
@@ -93,12 +96,44 @@ class EtcdRolloutStore:
 
 
 class RolloutKeeper:
-    def __init__(self, store: RolloutStore, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        store: RolloutStore,
+        clock: Callable[[], float],
+        recheck_s: float = math.inf,
+    ) -> None:
         self._store = store
         self._clock = clock
+        # How often a held read looks at the store again: a change made through another
+        # scheduler (etcd) wakes nothing here. inf: only this process writes (in process).
+        self._recheck_s = recheck_s
+        # Set, and replaced, by each change made through this keeper.
+        self._changed = asyncio.Event()
+        # Held reads end at once from the start of a stop: a gateway asks the next scheduler.
+        self._stopping = False
 
     async def read(self) -> tuple[RolloutState, int]:
         return await self._store.read()
+
+    async def read_after(self, revision: int, wait_s: float) -> tuple[RolloutState, int]:
+        """The state once its revision is no longer `revision`, or after wait_s the one there
+        is: a change through this keeper answers at once, one through another scheduler
+        within recheck_s."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while True:
+            changed = self._changed
+            state, current = await self._store.read()
+            left = deadline - loop.time()
+            if current != revision or left <= 0 or self._stopping:
+                return state, current
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), min(left, self._recheck_s))
+
+    async def release(self) -> None:
+        """Answers every held read now, and every later one at once: the scheduler stops."""
+        self._stopping = True
+        self._changed.set()
 
     async def change(self, edit: Callable[[RolloutState, float], RolloutState]) -> RolloutState:
         """Applies one change by compare-and-swap, again if another scheduler wrote between."""
@@ -106,6 +141,8 @@ class RolloutKeeper:
             current, revision = await self._store.read()
             changed = edit(current, self._clock())
             if await self._store.write(changed, revision):
+                self._changed.set()
+                self._changed = asyncio.Event()
                 return changed
         raise TimeoutError("the rollout kept changing under this change; try again")
 

@@ -42,6 +42,8 @@ from scheduler.table import LoadTable, NodeEntry
 from scheduler.users import UserAdmin
 
 MAX_ID_CHARS = 128
+# A gateway's held rollout read is answered by then, changed or not.
+MAX_ROLLOUT_WAIT_S = 30.0
 
 
 class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
@@ -275,8 +277,10 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
     ) -> pb.GetRolloutResponse:
         if request.tallies:
             self._canary.told(tallies_from_pb(request.tallies))
-        state, revision = await self._read_rollout()
-        if request.known_revision and request.known_revision == revision:
+        wait_s = min(request.wait_ms / 1000, MAX_ROLLOUT_WAIT_S)
+        state, revision = await self._read_rollout(request.known_revision, wait_s)
+        known = request.known_revision or request.wait_ms  # with a wait, 0 is a revision
+        if known and request.known_revision == revision:
             return pb.GetRolloutResponse(revision=revision)
         return pb.GetRolloutResponse(revision=revision, rollout=rollout_to_pb(state))
 
@@ -311,8 +315,12 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         return pb.GetVersionScoresResponse(tallies=tallies_to_pb(tallies),
                                            window_seconds=self._canary.window_s)  # fmt: skip
 
-    async def _read_rollout(self) -> tuple[rollout.RolloutState, int]:
+    async def _read_rollout(
+        self, known_revision: int = 0, wait_s: float = 0.0
+    ) -> tuple[rollout.RolloutState, int]:
         try:
+            if wait_s > 0:
+                return await self._rollout.read_after(known_revision, wait_s)
             return await self._rollout.read()
         except ETCD_ERRORS as error:
             raise Unavailable(f"the rollout store is unreachable: {error}") from error

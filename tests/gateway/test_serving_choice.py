@@ -24,7 +24,9 @@ class Source:
     def __init__(self, state: RolloutState) -> None:
         self.state = state
 
-    async def rollout(self, known_revision: int, tallies: dict) -> tuple[int, RolloutState | None]:
+    async def rollout(
+        self, known_revision: int, tallies: dict, wait_s: float = 0.0
+    ) -> tuple[int, RolloutState | None]:
         return 1, self.state
 
 

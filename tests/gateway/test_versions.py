@@ -3,6 +3,9 @@ again when the poll fails; an unchanged revision keeps the state held."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 import pytest
 
 from domain.errors import Unavailable
@@ -20,7 +23,9 @@ class Source:
         self.told: list[dict] = []
         self.down = False
 
-    async def rollout(self, known_revision: int, tallies: dict) -> tuple[int, RolloutState | None]:
+    async def rollout(
+        self, known_revision: int, tallies: dict, wait_s: float = 0.0
+    ) -> tuple[int, RolloutState | None]:
         if self.down:
             raise Unavailable("no scheduler")
         self.told.append(dict(tallies))
@@ -60,3 +65,42 @@ async def test_ratings_go_with_the_next_poll_and_every_version_named_is_told() -
     assert source.told == [{("v2", Tier.PLUS): told}]
     # The configured version at the start, then the rollout's versions once it came.
     assert named == [["base"], ["base", "v2"]]
+
+
+class HoldingSource(Source):
+    """Holds a call with a wait until it is cancelled, as a scheduler does while the rollout
+    stays as it is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[float, dict]] = []
+        self.holding = asyncio.Event()
+
+    async def rollout(
+        self, known_revision: int, tallies: dict, wait_s: float = 0.0
+    ) -> tuple[int, RolloutState | None]:
+        self.calls.append((wait_s, dict(tallies)))
+        if wait_s:
+            self.holding.set()
+            await asyncio.Event().wait()  # until cancelled
+        return await super().rollout(known_revision, tallies)
+
+
+async def test_an_idle_gateway_holds_its_call_and_an_answers_tally_goes_at_once() -> None:
+    source = HoldingSource()
+    book = VersionBook(source, poll_s=0.01, wait_s=10.0)
+    running = asyncio.create_task(book.run())
+    try:
+        await asyncio.wait_for(source.holding.wait(), 5)
+        # First a call at once (nothing known yet), then one held with the revision known.
+        assert [wait for wait, _ in source.calls] == [0.0, 10.0]
+        book.tally("v2", Tier.FREE, "stop", "Paris.", 1.0)
+        source.holding.clear()
+        await asyncio.wait_for(source.holding.wait(), 5)
+        told = Tally(answers=1, ttft=one_in(1.0, TTFT_BOUNDS_S))
+        # The held call gave up; the tally went in a call of its own, then it held again.
+        assert source.calls[2:] == [(0.0, {("v2", Tier.FREE): told}), (10.0, {})]
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running

@@ -383,3 +383,25 @@ async def test_the_expected_wait_counts_a_full_batch_and_the_picks_since_the_rep
     finally:
         for node in nodes:
             await node.close()
+
+
+async def test_a_held_rollout_call_is_answered_when_the_rollout_changes(scheduler) -> None:
+    loop = asyncio.get_running_loop()
+    revision = (await scheduler.GetRollout(pb.GetRolloutRequest())).revision
+    # Nothing changes: held for its wait, then answered with the revision alone (with a wait,
+    # a known revision of 0 is a revision, not "send me everything").
+    started = loop.time()
+    unchanged = await scheduler.GetRollout(
+        pb.GetRolloutRequest(known_revision=revision, wait_ms=300)
+    )
+    assert loop.time() - started >= 0.3
+    assert unchanged.revision == revision and not unchanged.HasField("rollout")
+    held = asyncio.ensure_future(
+        scheduler.GetRollout(pb.GetRolloutRequest(known_revision=revision, wait_ms=20_000))
+    )
+    version = pb.ModelVersion(name="held-call-v2", system_prompt="Be terse.", temperature=0.3)
+    await scheduler.CreateVersion(pb.CreateVersionRequest(version=version), metadata=AUTH)
+    # Answered by the change, long before its 20 s wait.
+    changed = await asyncio.wait_for(held, timeout=5)
+    assert changed.revision != revision
+    assert version in changed.rollout.versions

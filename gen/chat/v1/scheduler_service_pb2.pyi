@@ -366,12 +366,14 @@ class Rollout(_message.Message):
     def __init__(self, versions: _Optional[_Iterable[_Union[ModelVersion, _Mapping]]] = ..., current: _Optional[str] = ..., candidate: _Optional[str] = ..., percent: _Optional[_Mapping[str, float]] = ..., salt: _Optional[str] = ..., holdout_version: _Optional[str] = ..., holdout_salt: _Optional[str] = ..., holdout_percent: _Optional[float] = ..., pins: _Optional[_Iterable[_Union[UserPin, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[RolloutChange, _Mapping]]] = ..., gates: _Optional[_Iterable[_Union[GateResult, _Mapping]]] = ...) -> None: ...
 
 class GetRolloutRequest(_message.Message):
-    __slots__ = ("known_revision", "tallies")
+    __slots__ = ("known_revision", "tallies", "wait_ms")
     KNOWN_REVISION_FIELD_NUMBER: _ClassVar[int]
     TALLIES_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     known_revision: int
     tallies: _containers.RepeatedCompositeFieldContainer[VersionTally]
-    def __init__(self, known_revision: _Optional[int] = ..., tallies: _Optional[_Iterable[_Union[VersionTally, _Mapping]]] = ...) -> None: ...
+    wait_ms: int
+    def __init__(self, known_revision: _Optional[int] = ..., tallies: _Optional[_Iterable[_Union[VersionTally, _Mapping]]] = ..., wait_ms: _Optional[int] = ...) -> None: ...
 
 class VersionTally(_message.Message):
     __slots__ = ("version", "tier", "answers", "errors", "refusals", "slow", "thumbs_up", "thumbs_down", "failovers", "ttft_counts", "rate_counts")
