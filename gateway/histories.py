@@ -42,6 +42,10 @@ class History(Protocol):
 
     async def delete_conversation(self, user_id: str, conversation_id: str) -> None: ...
 
+    async def response_deleted(self, user_id: str, response_id: str) -> bool: ...
+
+    async def delete_response(self, user_id: str, response_id: str) -> None: ...
+
 
 class Histories:
     def __init__(self, store: Store, ratings: RatingDesk, homes: Homes) -> None:
@@ -101,6 +105,13 @@ class KeptWhileOut:
     async def delete_conversation(self, user_id: str, conversation_id: str) -> None:
         with _elsewhere_is(self._out):
             await self._store.delete_conversation(user_id, conversation_id)
+
+    async def response_deleted(self, user_id: str, response_id: str) -> bool:
+        return await self._store.response_deleted(user_id, response_id)
+
+    async def delete_response(self, user_id: str, response_id: str) -> None:
+        with _elsewhere_is(self._out):
+            await self._store.delete_response(user_id, response_id)
 
 
 @contextlib.contextmanager

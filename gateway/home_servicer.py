@@ -123,3 +123,26 @@ class HomeServicer(pb_grpc.HomeServiceServicer):
         check_id("conversation id", request.conversation_id)
         await self._store.delete_conversation(request.user_id, request.conversation_id)
         return pb.DeleteStoredConversationResponse()
+
+    @maps_domain_errors
+    async def ReadTokens(
+        self, request: pb.ReadTokensRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReadTokensResponse:
+        bucket = await self._buckets.level(request.user_id, _tier(request.tier))
+        return pb.ReadTokensResponse(level=bucket.level)
+
+    @maps_domain_errors
+    async def ReadResponseDeleted(
+        self, request: pb.ReadResponseDeletedRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReadResponseDeletedResponse:
+        check_id("response id", request.response_id)
+        deleted = await self._store.response_deleted(request.user_id, request.response_id)
+        return pb.ReadResponseDeletedResponse(deleted=deleted)
+
+    @maps_domain_errors
+    async def DeleteStoredResponse(
+        self, request: pb.DeleteStoredResponseRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteStoredResponseResponse:
+        check_id("response id", request.response_id)
+        await self._store.delete_response(request.user_id, request.response_id)
+        return pb.DeleteStoredResponseResponse()

@@ -88,6 +88,9 @@ class NoRegions:
     async def running_in(self, user: User, region: str) -> Forward | None:
         return None
 
+    async def home_buckets(self, user: User) -> Buckets | None:
+        return None
+
     def pipeline_for(self, serve_for: str) -> ChatPipeline:
         return self._pipeline
 
@@ -192,6 +195,16 @@ class RegionRouter:
             raise Unavailable(HOME_OUT_REFUSAL.format(home=known.home))
         return self._home_store(snapshot, known.home)
 
+    async def home_buckets(self, user: User) -> Buckets | None:
+        """The token buckets the user's messages are charged to when they are another region's
+        (None: this region's, also while the user's home is out, as their messages run here
+        meanwhile). Home in but none of its gateways answering: their level() is Unavailable."""
+        try:
+            home = await self.home_of(user)
+        except Unavailable:
+            return None
+        return None if home is None else home.buckets(self.limits)
+
     async def running_in(self, user: User, region: str) -> Forward | None:
         """Where to reach an answer of the user's running in region (None: here). The call is
         passed on with the user's home region (`x-chat-serve-for`), which also marks it as
@@ -212,15 +225,21 @@ class RegionRouter:
         return self.pipeline
 
     def _home_store(self, snapshot: DirectorySnapshot, home: str) -> HomeStore:
+        """The home region's store, reached through the gateways its directory lists now (the
+        last ones listed while it lists none: a call may still find one)."""
         store = self._homes.get(home)
         if store is None:
             store = self._homes[home] = HomeStore(home, _gateways(snapshot, home), self.tls)
+        else:
+            record = snapshot.regions.get(home)
+            if record is not None and record.gateways:
+                store.reach(record.gateways)
         return store
 
     def _away_pipeline(self, snapshot: DirectorySnapshot, home: str) -> ChatPipeline:
+        store = self._home_store(snapshot, home)
         pipeline = self._away.get(home)
         if pipeline is None:
-            store = self._home_store(snapshot, home)
             pipeline = self.away_pipeline(store, store.buckets(self.limits))  # type: ignore[arg-type]
             self._away[home] = pipeline
         return pipeline

@@ -26,7 +26,7 @@ from gateway.convert import (
 )
 from gateway.far_runs import FarRuns
 from gateway.feedback import RatingDesk
-from gateway.histories import Histories
+from gateway.histories import Histories, History
 from gateway.peer_client import PeerGateways
 from gateway.pipeline import ANSWER_SUFFIX, ChatPipeline, SendRequest, check_id
 from gateway.regions import SERVE_FOR_HEADER, Forward, NoRegions, RegionRouter
@@ -226,15 +226,16 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
     ) -> pb.GetResponseResponse:
         user = await self._auth.user_of(context)
         check_id("response id", request.response_id)
-        await self._check_not_deleted(user.user_id, request.response_id)
-        question = await self._store.get_message(user.user_id, request.response_id)
-        if question.role is not TurnRole.USER:
+        # Kept with the user's history: at home for a user who reached this region from another.
+        history = await self._histories.of(user)
+        if await history.response_deleted(user.user_id, request.response_id):
             raise NotFound(f"no response {request.response_id!r}")
-        parent_id = await self._message_id_at(user.user_id, question)
+        question = await _question(history, user.user_id, request.response_id)
+        parent_id = await _message_id_at(history, user.user_id, question)
         reply = pb.GetResponseResponse(question=message_to_pb(question, parent_id))
         try:
             answer_id = request.response_id + ANSWER_SUFFIX
-            answer = await self._store.get_message(user.user_id, answer_id)
+            answer = await history.get_message(user.user_id, answer_id)
         except NotFound:
             return reply  # still being written
         reply.answer.CopyFrom(message_to_pb(answer, request.response_id))
@@ -247,10 +248,9 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
     ) -> pb.DeleteResponseResponse:
         user = await self._auth.user_of(context)
         check_id("response id", request.response_id)
-        question = await self._store.get_message(user.user_id, request.response_id)
-        if question.role is not TurnRole.USER:
-            raise NotFound(f"no response {request.response_id!r}")
-        await self._store.delete_response(user.user_id, request.response_id)
+        history = await self._histories.of(user)
+        await _question(history, user.user_id, request.response_id)
+        await history.delete_response(user.user_id, request.response_id)
         return pb.DeleteResponseResponse()
 
     @maps_domain_errors
@@ -263,24 +263,15 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         return pb.RateMessageResponse(message_id=stored.message_id, rating=RATING_TO_PB[rating],
                                       version=stored.version)  # fmt: skip
 
-    async def _check_not_deleted(self, user_id: str, response_id: str) -> None:
-        if await self._store.response_deleted(user_id, response_id):
-            raise NotFound(f"no response {response_id!r}")
-
-    async def _message_id_at(self, user_id: str, message: MessageRecord) -> str:
-        """The id of the message this one answers (its parent), "" for a first message."""
-        if not message.parent_seq:
-            return ""
-        messages = await self._store.list_messages(user_id, message.conversation_id)
-        return next((m.message_id for m in messages if m.seq == message.parent_seq), "")
-
     @maps_domain_errors
     async def GetLimits(
         self, request: pb.GetLimitsRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetLimitsResponse:
         user = await self._auth.user_of(context)
-        limit = self._buckets.limit(user.tier)
-        bucket = await self._buckets.level(user.user_id, user.tier)
+        # The bucket charged: home's for a user who reached this region from another.
+        buckets = await self._regions.home_buckets(user) or self._buckets
+        limit = buckets.limit(user.tier)
+        bucket = await buckets.level(user.user_id, user.tier)
         return pb.GetLimitsResponse(
             tier=TIER_TO_PB[user.tier],
             level=bucket.level,
@@ -329,3 +320,22 @@ async def _attach_elsewhere(context: grpc.aio.ServicerContext, error: RunAbandon
     """UNAVAILABLE without a status in the trailers: the edge takes it as this gateway gone and
     attaches at another after the last event it relayed, where the answer goes on."""
     await context.abort(grpc.StatusCode.UNAVAILABLE, str(error))
+
+
+async def _question(history: History, user_id: str, response_id: str) -> MessageRecord:
+    """The user's turn a response id names (NotFound for an answer's id, or none)."""
+    try:
+        question = await history.get_message(user_id, response_id)
+    except NotFound as error:
+        raise NotFound(f"no response {response_id!r}") from error
+    if question.role is not TurnRole.USER:
+        raise NotFound(f"no response {response_id!r}")
+    return question
+
+
+async def _message_id_at(history: History, user_id: str, message: MessageRecord) -> str:
+    """The id of the message this one answers (its parent), "" for a first message."""
+    if not message.parent_seq:
+        return ""
+    messages = await history.list_messages(user_id, message.conversation_id)
+    return next((m.message_id for m in messages if m.seq == message.parent_seq), "")

@@ -34,6 +34,7 @@ from tests.e2e.regions_support import (
     rate,
     ratings_counted,
     region_store,
+    responses,
     resume,
     resumed_and_stopped_at,
     send,
@@ -96,10 +97,11 @@ async def test_a_full_home_spills_and_the_conversation_stays_where_it_went(regio
             first, first_text, first_id = await send(http, a, token, "c1", "Hello from home")
             # Home full: the region with the most room (b and c idle alike: by name).
             assert (first["region"], first["regionNotice"]) == ("b", "")
-            # The bucket is home's: the answer run at b was charged at a. (Plus refills about
-            # 23 tokens a second: the charge shows for many seconds.)
-            charged, untouched = await level(http, a, token), await level(http, regions["b"], token)
-            assert (charged < PLUS_CAPACITY, untouched) == (True, PLUS_CAPACITY)
+            # The bucket is home's: the answer run at b was charged at a, and b's edge shows
+            # that bucket (read later, it has refilled as much or more). (Plus refills about 23
+            # tokens a second: the charge shows for many seconds.)
+            charged, seen_at_b = await level(http, a, token), await level(http, regions["b"], token)
+            assert charged <= seen_at_b < PLUS_CAPACITY, (charged, seen_at_b)
         finally:
             await pin(a, None)
         # Home has room again, but the conversation's cache is at b now: it stays there.
@@ -299,9 +301,45 @@ async def test_a_spilled_answer_is_resumed_and_stopped_at_home(regions) -> None:
             await until_seen(http, a, {"rung:a": 3, "up:b": 1, "up:c": 1}, 10.0)
             events, message_id = await send_events(http, a, token, "spilled", "Run me away")
             assert events[0].data["region"] == "b"
-            await resumed_and_stopped_at(http, a, token, events, message_id, "b")
+            # A new conversation spills to the region with the most room: b, or c while b's
+            # last published busy share still counts the answer that just ran there.
+            await resumed_and_stopped_at(http, a, token, events, message_id, "b", ("b", "c"))
         finally:
             await pin(a, None)
+
+
+async def test_a_response_kept_at_home_is_read_and_deleted_from_another_region(
+    regions, etcd_server
+) -> None:
+    b, c = regions["b"], regions["c"]
+    token = await create_user(c)
+    async with aiohttp.ClientSession() as http:
+        status, created = await responses(http, b, token, "POST", body={"model": "auto",
+                                          "input": "Keep me at home"})  # fmt: skip
+        assert (status, created["status"]) == (200, "completed")
+        path = f"/{created['id']}"
+        # Read at b from c, where it is kept: as c's edge reads it.
+        read_at_b, read_at_c = (await responses(http, b, token, "GET", path),
+                                await responses(http, c, token, "GET", path))  # fmt: skip
+        assert read_at_b == read_at_c
+        assert (read_at_b[0], read_at_b[1]["output"]) == (200, created["output"])
+        # Deleted at b, it is deleted at home.
+        assert await responses(http, b, token, "DELETE", path) == (
+            200, {"id": created["id"], "object": "response", "deleted": True},
+        )  # fmt: skip
+        gone = f"no response {created['id']!r}"
+        for edge in (b, c):
+            status, body = await responses(http, edge, token, "GET", path)
+            assert (status, body["error"]["message"]) == (404, gone)
+        status, body = await responses(http, b, token, "DELETE", "/resp_nosuch")
+        assert (status, body["error"]["message"]) == (404, "no response 'resp_nosuch'")
+        # Home out: what is kept there cannot be read or deleted meanwhile.
+        away = await away_user(etcd_server, b)
+        for method in ("GET", "DELETE"):
+            status, body = await responses(http, b, away, method, "/resp_older")
+            assert (status, body["error"]["message"]) == (503, HOME_OUT)
+        # Meanwhile their messages run here, charged to this region's bucket: that one shows.
+        assert await level(http, b, away) == PLUS_CAPACITY
 
 
 async def test_a_region_killed_whole_is_out_and_its_users_start_elsewhere(regions) -> None:

@@ -245,3 +245,43 @@ class DeleteStoredConversationRequest(_message.Message):
 class DeleteStoredConversationResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class ReadTokensRequest(_message.Message):
+    __slots__ = ("user_id", "tier")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    tier: _common_pb2.Tier
+    def __init__(self, user_id: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ...) -> None: ...
+
+class ReadTokensResponse(_message.Message):
+    __slots__ = ("level",)
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    level: float
+    def __init__(self, level: _Optional[float] = ...) -> None: ...
+
+class ReadResponseDeletedRequest(_message.Message):
+    __slots__ = ("user_id", "response_id")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    response_id: str
+    def __init__(self, user_id: _Optional[str] = ..., response_id: _Optional[str] = ...) -> None: ...
+
+class ReadResponseDeletedResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
+class DeleteStoredResponseRequest(_message.Message):
+    __slots__ = ("user_id", "response_id")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    response_id: str
+    def __init__(self, user_id: _Optional[str] = ..., response_id: _Optional[str] = ...) -> None: ...
+
+class DeleteStoredResponseResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -84,6 +84,21 @@ class HomeServiceStub:
                 request_serializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredConversationRequest.SerializeToString,
                 response_deserializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredConversationResponse.FromString,
                 _registered_method=True)
+        self.ReadTokens = channel.unary_unary(
+                '/chat.v1.HomeService/ReadTokens',
+                request_serializer=chat_dot_v1_dot_home__service__pb2.ReadTokensRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_home__service__pb2.ReadTokensResponse.FromString,
+                _registered_method=True)
+        self.ReadResponseDeleted = channel.unary_unary(
+                '/chat.v1.HomeService/ReadResponseDeleted',
+                request_serializer=chat_dot_v1_dot_home__service__pb2.ReadResponseDeletedRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_home__service__pb2.ReadResponseDeletedResponse.FromString,
+                _registered_method=True)
+        self.DeleteStoredResponse = channel.unary_unary(
+                '/chat.v1.HomeService/DeleteStoredResponse',
+                request_serializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredResponseRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredResponseResponse.FromString,
+                _registered_method=True)
 
 
 class HomeServiceServicer:
@@ -166,6 +181,30 @@ class HomeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadTokens(self, request, context):
+        """The user's token bucket as it is now, unchanged (ChatService.GetLimits at another region's
+        gateway: the bucket their messages are charged to is this one).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadResponseDeleted(self, request, context):
+        """Whether the user deleted the response (the Responses API's id: the user's turn) kept here
+        (ChatService.GetResponse at another region's gateway).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteStoredResponse(self, request, context):
+        """Marks the response deleted (ChatService.DeleteResponse at another region's gateway).
+        NOT_FOUND when there is no such message, or it is deleted already.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HomeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -213,6 +252,21 @@ def add_HomeServiceServicer_to_server(servicer, server):
                     servicer.DeleteStoredConversation,
                     request_deserializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredConversationRequest.FromString,
                     response_serializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredConversationResponse.SerializeToString,
+            ),
+            'ReadTokens': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadTokens,
+                    request_deserializer=chat_dot_v1_dot_home__service__pb2.ReadTokensRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_home__service__pb2.ReadTokensResponse.SerializeToString,
+            ),
+            'ReadResponseDeleted': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadResponseDeleted,
+                    request_deserializer=chat_dot_v1_dot_home__service__pb2.ReadResponseDeletedRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_home__service__pb2.ReadResponseDeletedResponse.SerializeToString,
+            ),
+            'DeleteStoredResponse': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteStoredResponse,
+                    request_deserializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredResponseRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredResponseResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -463,6 +517,87 @@ class HomeService:
             '/chat.v1.HomeService/DeleteStoredConversation',
             chat_dot_v1_dot_home__service__pb2.DeleteStoredConversationRequest.SerializeToString,
             chat_dot_v1_dot_home__service__pb2.DeleteStoredConversationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadTokens(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.HomeService/ReadTokens',
+            chat_dot_v1_dot_home__service__pb2.ReadTokensRequest.SerializeToString,
+            chat_dot_v1_dot_home__service__pb2.ReadTokensResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadResponseDeleted(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.HomeService/ReadResponseDeleted',
+            chat_dot_v1_dot_home__service__pb2.ReadResponseDeletedRequest.SerializeToString,
+            chat_dot_v1_dot_home__service__pb2.ReadResponseDeletedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteStoredResponse(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.HomeService/DeleteStoredResponse',
+            chat_dot_v1_dot_home__service__pb2.DeleteStoredResponseRequest.SerializeToString,
+            chat_dot_v1_dot_home__service__pb2.DeleteStoredResponseResponse.FromString,
             options,
             channel_credentials,
             insecure,
