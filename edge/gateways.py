@@ -15,7 +15,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from chat.v1 import chat_service_pb2_grpc as pb_grpc
-from infra.keepalive import CLIENT_CHANNEL
+from infra.keepalive import CLIENT_CHANNEL, never_connected
 from infra.tls import TlsConfig, open_channel
 
 T = TypeVar("T")
@@ -23,8 +23,6 @@ T = TypeVar("T")
 # by the gRPC library on this side (connection refused, reset, closed) carry none.
 STATUS_TRAILER = "grpc-status-details-bin"
 LOST_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
-# gRPC's words for a call that found no connection, so nothing of it was sent.
-NOT_CONNECTED = "failed to connect"
 # One address may be a DNS name for several gateways; round_robin spreads calls over all it
 # resolves to and passes over the ones that are down (gRPC's default would pin to the first).
 # A restarted gateway is called again within the channel's reconnect backoff (2 s, plus gRPC's
@@ -44,11 +42,7 @@ def gateway_lost(error: grpc.aio.AioRpcError) -> bool:
 
 def never_sent(error: grpc.aio.AioRpcError) -> bool:
     """No gateway saw the call: safe to send again even when it changes something."""
-    return (
-        gateway_lost(error)
-        and error.code() == grpc.StatusCode.UNAVAILABLE
-        and NOT_CONNECTED in (error.details() or "").lower()
-    )
+    return gateway_lost(error) and never_connected(error)
 
 
 class Rotation:

@@ -19,7 +19,7 @@ from domain.feedback import Rating
 from domain.types import Tier, User
 from gateway import home_convert
 from infra.convert import RATING_TO_PB, TIER_TO_PB
-from infra.keepalive import CLIENT_CHANNEL
+from infra.keepalive import CLIENT_CHANNEL, never_connected
 from infra.tls import TlsConfig, open_channel
 from store.records import (
     ConversationRecord,
@@ -80,7 +80,7 @@ class HomeStore:
 
     async def _change(self, call: Callable[[pb_grpc.HomeServiceStub], Awaitable[T]]) -> T:
         """A change: asked of the next gateway only when no gateway saw it."""
-        return await self._ask(call, _never_sent)
+        return await self._ask(call, never_connected)
 
     async def _ask(
         self,
@@ -249,9 +249,3 @@ class HomeBuckets:
 
 def _unavailable(error: grpc.aio.AioRpcError) -> bool:
     return error.code() == grpc.StatusCode.UNAVAILABLE
-
-
-def _never_sent(error: grpc.aio.AioRpcError) -> bool:
-    """The call found no connection, so no gateway saw it (gRPC's words for it)."""
-    details = (error.details() or "").lower()
-    return error.code() == grpc.StatusCode.UNAVAILABLE and "failed to connect" in details

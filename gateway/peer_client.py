@@ -11,7 +11,7 @@ import grpc
 from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import chat_service_pb2_grpc as pb_grpc
 from gateway.regions import SERVE_FOR_HEADER, Forward
-from infra.keepalive import CLIENT_CHANNEL
+from infra.keepalive import CLIENT_CHANNEL, never_connected
 from infra.tls import TlsConfig, open_channel
 
 # A stop is one store read and a flag set where the answer runs.
@@ -56,7 +56,7 @@ class PeerGateways:
             try:
                 return await self._stop_at(address, request, metadata)
             except grpc.aio.AioRpcError as error:
-                if not _never_sent(error):
+                if not never_connected(error):
                     raise
         return await self._stop_at(route.addresses[-1], request, metadata)
 
@@ -98,9 +98,3 @@ def _metadata(route: Forward, token: str) -> tuple[tuple[str, str], ...]:
     if route.serve_for:
         metadata.append((SERVE_FOR_HEADER, route.serve_for))
     return tuple(metadata)
-
-
-def _never_sent(error: grpc.aio.AioRpcError) -> bool:
-    """The call found no connection, so the gateway never saw it (gRPC's words for it)."""
-    details = (error.details() or "").lower()
-    return error.code() == grpc.StatusCode.UNAVAILABLE and "failed to connect" in details

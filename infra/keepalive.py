@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import grpc
+
 KEEPALIVE_TIME_MS = 1_000
 # Half a second more than the ping interval: a peer on a starved machine (two cores shared by a
 # whole platform in the tests) still answers in time, and nothing is failed over for nothing.
@@ -64,3 +66,10 @@ SERVER_KEEPALIVE: tuple[tuple[str, Any], ...] = (
     ("grpc.http2.min_recv_ping_interval_without_data_ms", KEEPALIVE_TIME_MS // 2),
     ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_TIME_MS),
 )
+
+
+def never_connected(error: grpc.aio.AioRpcError) -> bool:
+    """The call found no connection to its peer, so the peer never saw it (gRPC's words for
+    it): safe to send elsewhere even when it changes something."""
+    details = (error.details() or "").lower()
+    return error.code() == grpc.StatusCode.UNAVAILABLE and "failed to connect" in details
