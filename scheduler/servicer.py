@@ -44,6 +44,17 @@ from scheduler.users import UserAdmin
 MAX_ID_CHARS = 128
 # A gateway's held rollout read is answered by then, changed or not.
 MAX_ROLLOUT_WAIT_S = 30.0
+# A held read answers "unchanged" this long before the caller's deadline, so that a
+# long wait with a short deadline is an answer, not DEADLINE_EXCEEDED.
+DEADLINE_MARGIN_S = 0.25
+
+
+def held_wait_s(wait_ms: int, time_remaining_s: float | None) -> float:
+    """How long a rollout read may be held: what was asked, capped, inside the deadline."""
+    wait_s = min(wait_ms / 1000, MAX_ROLLOUT_WAIT_S)
+    if time_remaining_s is None:
+        return wait_s
+    return max(0.0, min(wait_s, time_remaining_s - DEADLINE_MARGIN_S))
 
 
 class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
@@ -277,7 +288,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
     ) -> pb.GetRolloutResponse:
         if request.tallies:
             self._canary.told(tallies_from_pb(request.tallies))
-        wait_s = min(request.wait_ms / 1000, MAX_ROLLOUT_WAIT_S)
+        wait_s = held_wait_s(request.wait_ms, context.time_remaining())
         state, revision = await self._read_rollout(request.known_revision, wait_s)
         known = request.known_revision or request.wait_ms  # with a wait, 0 is a revision
         if known and request.known_revision == revision:

@@ -405,3 +405,16 @@ async def test_a_held_rollout_call_is_answered_when_the_rollout_changes(schedule
     changed = await asyncio.wait_for(held, timeout=5)
     assert changed.revision != revision
     assert version in changed.rollout.versions
+
+
+async def test_a_held_rollout_call_answers_before_its_own_deadline(scheduler) -> None:
+    # A caller that asks to wait longer than its deadline gets "unchanged", not
+    # DEADLINE_EXCEEDED: the hold ends a margin before the deadline.
+    loop = asyncio.get_running_loop()
+    revision = (await scheduler.GetRollout(pb.GetRolloutRequest())).revision
+    started = loop.time()
+    unchanged = await scheduler.GetRollout(
+        pb.GetRolloutRequest(known_revision=revision, wait_ms=30_000), timeout=1.5
+    )
+    assert loop.time() - started < 1.5
+    assert unchanged.revision == revision and not unchanged.HasField("rollout")
