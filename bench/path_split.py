@@ -10,6 +10,7 @@
    each process's CPU per second of wall time over 30 s of nothing.
 
     .venv/bin/python bench/path_split.py [--rounds 100] [--idle-seconds 30] [--against DIR]
+                                         [--profile DIR]
 
 --rounds 0 skips the first part, --idle-seconds 0 the second.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import sys
@@ -35,7 +37,7 @@ from pathlib import Path
 
 import aiohttp
 import grpc
-from benchkit import checkout_env, cpu_seconds, pct, publish
+from benchkit import checkout_env, cpu_seconds, pct, profiled, publish, top_frames
 from hops import platform_settings, prompt, to_node, via_edge
 
 from chat.v1 import chat_service_pb2 as pb
@@ -136,10 +138,14 @@ def percentiles(samples: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     }  # fmt: skip
 
 
-async def idle(seconds: float, against: str) -> dict[str, dict[str, float]]:
+async def idle(
+    seconds: float, against: str, profile: Path | None = None
+) -> dict[str, dict[str, float]]:
     """Each process's CPU per second of wall time (all its threads, ended ones too, in 10 ms
     ticks: a long window resolves it); with `against`, both platforms idle over the same
-    window, so the machine's noise falls on both alike."""
+    window, so the machine's noise falls on both alike. `profile`: py-spy's stacks of each of
+    this checkout's processes land there as <name>.txt (Python frames: with native ones, py-spy
+    counts threads waiting in gRPC's poller and aiosqlite's queue as busy)."""
     checkouts = {"this": ""} | ({"against": against} if against else {})
     with tempfile.TemporaryDirectory() as state:
         platforms = {}
@@ -160,7 +166,11 @@ async def idle(seconds: float, against: str) -> dict[str, dict[str, float]]:
             }
             before = {key: cpu_seconds(pid) for key, pid in pids.items()}
             started = time.monotonic()
-            await asyncio.sleep(seconds)
+            with contextlib.ExitStack() as spies:
+                for (label, name), pid in pids.items():
+                    if profile is not None and label == "this":
+                        spies.enter_context(profiled(pid, profile / f"{name}.txt", 1000))
+                await asyncio.sleep(seconds)
             wall = time.monotonic() - started
             burn: dict[str, dict[str, float]] = {label: {} for label in platforms}
             for (label, name), pid in pids.items():
@@ -190,7 +200,9 @@ def gateway_own(split: dict[str, dict[str, float]]) -> float:
 
 async def run(args: argparse.Namespace) -> str:
     splits = await hops(args.rounds, args.against) if args.rounds > 0 else {}
-    burns = await idle(args.idle_seconds, args.against) if args.idle_seconds > 0 else {}
+    burns = (
+        await idle(args.idle_seconds, args.against, args.profile) if args.idle_seconds > 0 else {}
+    )
     lines = [
         f"path split: {args.rounds} rounds on the simulated engine (100x), control plane alone "
         "(router and safety off), mutual TLS; one call at a time"
@@ -214,6 +226,9 @@ async def run(args: argparse.Namespace) -> str:
         lines.append(f"  {'total':<14} {total:>6.2f}   (goal 2)")
         suffix = "" if label == "this" else f"_{label}"
         result |= {f"idle_cpu_ms_per_s{suffix}": burn, f"idle_total_ms_per_s{suffix}": total}
+    if args.profile is not None:
+        for stacks in sorted(args.profile.glob("*.txt")):
+            lines.extend([f"idle profile of {stacks.stem} (py-spy):", top_frames(stacks, 15)])
     lines.append(json.dumps(result))
     return "\n".join(lines)
 
@@ -223,7 +238,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--idle-seconds", type=float, default=30.0, help="0 skips the idle part")
     parser.add_argument("--against", default="", help="another checkout, measured side by side")
+    parser.add_argument("--profile", type=Path, help="py-spy stacks of each idle process here")
     args = parser.parse_args()
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     publish("path_split", asyncio.run(run(args)))
 
 

@@ -54,17 +54,29 @@ CLIENT_RECONNECT: tuple[tuple[str, Any], ...] = (
 )
 CLIENT_CHANNEL = CLIENT_KEEPALIVE + CLIENT_RECONNECT
 
-# For every server: it pings its callers on the same schedule (a scheduler notices a node's
-# stream gone, a node a gateway's), and accepts their pings.
+# How often a server pings its callers. Callers ping every KEEPALIVE_TIME_MS, so a silent
+# link is noticed on the side that waits on it (the edge for its gateway, the gateway for its
+# node and scheduler, the node for its scheduler); a server's own pings only tell it that a
+# caller is gone, which nothing waits on: a scheduler drops a silent node after its report
+# timeout (2 s), and a node's run outlives its gateway's stream for a takeover anyway. At a
+# ping a second on both ends the pings were half of an idle platform's CPU (docs/decisions.md,
+# "Keepalive: a silent link is noticed within 3 s").
+SERVER_PING_MS = 10_000
+
+# For every server: it pings its callers (a vanished caller's streams are freed within about
+# 12 s) and accepts their pings every second.
 SERVER_KEEPALIVE: tuple[tuple[str, Any], ...] = (
-    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_time_ms", SERVER_PING_MS),
     ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
     ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
-    # Half the clients' interval: timer jitter never makes a ping look too soon.
-    ("grpc.http2.min_recv_ping_interval_without_data_ms", KEEPALIVE_TIME_MS // 2),
-    ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_TIME_MS),
+    # The least time between two pings a server accepts from a caller that sends no data (gRPC
+    # core's name for it, despite "without_data"; a server's own pings go by keepalive_time_ms).
+    # Half the callers' interval, so timer jitter never makes a ping look too soon: callers
+    # ping every second, and the third ping taken as too soon closes the connection
+    # (too_many_pings).
+    ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_TIME_MS // 2),
 )
 
 

@@ -17,6 +17,7 @@ from infra.logs import configure_logging
 from infra.runner import run_service
 from infra.service import Service
 from infra.tls import TlsConfig
+from nodeagent.changes import Changes
 from nodeagent.engine import Engine
 from nodeagent.llamacpp import LlamaCppEngine
 from nodeagent.metrics import register_node_metrics
@@ -152,18 +153,24 @@ def _vllm_engine(config: NodeAgentConfig) -> VllmEngine:
 
 
 async def _watch_engine(
-    engine: Engine, engine_ok: asyncio.Event, interval_s: float, log: structlog.BoundLogger
+    engine: Engine,
+    engine_ok: asyncio.Event,
+    interval_s: float,
+    activity: Changes,
+    log: structlog.BoundLogger,
 ) -> None:
     """Keeps engine_ok true while the engine answers its health check."""
     while True:
         await asyncio.sleep(interval_s)
         healthy = await engine.healthy()
-        if healthy != engine_ok.is_set():
-            log.warning("engine health changed", healthy=healthy)
+        if healthy == engine_ok.is_set():
+            continue
+        log.warning("engine health changed", healthy=healthy)
         if healthy:
             engine_ok.set()
         else:
             engine_ok.clear()
+        activity.note()
 
 
 async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
@@ -171,7 +178,11 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
     engine = build_engine(config)
     async with Service("nodeagent", log) as service:
         await service.opens(engine.start, engine.stop)
-        registry = RequestRegistry(engine, config.keep_after_finish_s, config.reattach_grace_s)
+        # What an idle node's load reports wait on (nodeagent/changes.py).
+        activity = Changes()
+        registry = RequestRegistry(
+            engine, config.keep_after_finish_s, config.reattach_grace_s, activity
+        )
         service.closes(registry.close)
         engine_ok = asyncio.Event()
         engine_ok.set()
@@ -216,16 +227,17 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
             engine,
             config.scheduler_addresses,
             accepting,
+            activity,
+            registry.__len__,
             config.report_interval_s,
             engine_ok,
             config.report_heartbeat_s,
             tls=config.tls,
         )
         service.task(reporter.run(), "reporter")
-        service.task(
-            _watch_engine(engine, engine_ok, config.health_interval_s, log), "engine health"
-        )
-        service.drains(lambda: _drain(accepting, registry, config.shutdown_grace_s))
+        watch = _watch_engine(engine, engine_ok, config.health_interval_s, activity, log)
+        service.task(watch, "engine health")
+        service.drains(lambda: _drain(accepting, activity, registry, config.shutdown_grace_s))
         ready = {
             "metrics": metrics.port,
             "node_id": identity.node_id,
@@ -241,9 +253,12 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
         )
 
 
-async def _drain(accepting: asyncio.Event, registry: RequestRegistry, grace_s: float) -> None:
-    """Refuses new answers (the scheduler sees DRAINING) and lets running ones finish."""
+async def _drain(
+    accepting: asyncio.Event, activity: Changes, registry: RequestRegistry, grace_s: float
+) -> None:
+    """Refuses new answers (the scheduler sees DRAINING at once) and lets running ones finish."""
     accepting.clear()
+    activity.note()
     await registry.wait_idle(grace_s)
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import grpc
@@ -14,6 +15,7 @@ from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from infra.keepalive import CLIENT_CHANNEL
 from infra.tls import TlsConfig, open_channel
+from nodeagent.changes import Changes
 from nodeagent.engine import Engine
 
 # Between attempts to reach a scheduler: doubling from the first to the most while attempts
@@ -37,6 +39,8 @@ class LoadReporter:
         engine: Engine,
         scheduler_addresses: list[str],
         accepting: asyncio.Event,
+        activity: Changes,
+        running: Callable[[], int],
         interval_s: float = 0.25,
         engine_ok: asyncio.Event | None = None,
         heartbeat_s: float = 1.0,
@@ -51,6 +55,10 @@ class LoadReporter:
         # The node's certificate: the scheduler checks that its name is this node's id.
         self._tls = tls
         self._accepting = accepting
+        # Noted at every request start, engine health flip and drain command: what an idle
+        # node's reports wait on.
+        self._activity = activity
+        self._running = running
         self._interval_s = interval_s
         self._heartbeat_s = heartbeat_s
         self._engine_ok = engine_ok
@@ -72,7 +80,7 @@ class LoadReporter:
                 async with open_channel(address, self._tls, CLIENT_CHANNEL) as scheduler:
                     stub = pb_grpc.SchedulerServiceStub(scheduler)
                     async for response in stub.ConnectNode(self.messages()):
-                        self._obey(response.command)
+                        self.obey(response.command)
             except grpc.aio.AioRpcError as error:
                 self._log.warning(
                     "scheduler stream lost", scheduler=address, code=error.code().name
@@ -86,13 +94,15 @@ class LoadReporter:
             await asyncio.sleep(backoff_s * random.uniform(0.5, 1.5))
             backoff_s = min(MOST_BACKOFF_S, backoff_s * 2)
 
-    def _obey(self, command: int) -> None:
+    def obey(self, command: int) -> None:
         if command == pb.NODE_COMMAND_DRAIN:
             self._draining_by_operator = True
             self._accepting.clear()
+            self._activity.note()
         elif command == pb.NODE_COMMAND_UNDRAIN:
             self._draining_by_operator = False
             self._accepting.set()
+            self._activity.note()
 
     async def messages(self) -> AsyncIterator[pb.ConnectNodeRequest]:
         """What this node sends a scheduler: its registration, then its load."""
@@ -111,13 +121,23 @@ class LoadReporter:
         sent: pb.LoadReport | None = None
         sent_at = 0.0
         while True:
+            seen = self._activity.count
             load = await self.snapshot()
             # An unchanged load is sent only as a heartbeat: an idle fleet's reports were most
             # of its schedulers' and nodes' idle CPU (a gRPC message costs ~0.5 ms each side).
             if load != sent or loop.time() - sent_at >= self._heartbeat_s:
                 yield pb.ConnectNodeRequest(load=load)
                 sent, sent_at = load, loop.time()
-            await asyncio.sleep(self._interval_s)
+            if self._running() or load.running_requests or load.waiting_requests:
+                await asyncio.sleep(self._interval_s)
+                continue
+            # Idle: only this node's own requests change its load, so the next read waits for
+            # a change (a start, a health flip, a drain) or the heartbeat, not the interval:
+            # four wakes a second on every idle node, each a read of the engine's load (an
+            # HTTP scrape on vLLM).
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(sent_at + self._heartbeat_s - loop.time()):
+                    await self._activity.wait_after(seen)
 
     async def snapshot(self) -> pb.LoadReport:
         load = await self._engine.load()

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from domain.types import Finish, Usage
+from nodeagent.changes import Changes
 from nodeagent.engine import Chunk, Engine, EngineError, Finished, GenerationRequest
 
 
@@ -72,13 +73,20 @@ class RequestRegistry:
     """
 
     def __init__(
-        self, engine: Engine, keep_after_finish_s: float = 60.0, reattach_grace_s: float = 5.0
+        self,
+        engine: Engine,
+        keep_after_finish_s: float = 60.0,
+        reattach_grace_s: float = 5.0,
+        activity: Changes | None = None,
     ) -> None:
+        """activity: where each start is noted; a registry of its own when not shared."""
         self._engine = engine
         self._keep_after_finish_s = keep_after_finish_s
         self._reattach_grace_s = reattach_grace_s
         self._requests: dict[str, RunningRequest] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # Each start is noted there: an idle node's load reporter sleeps on it.
+        self._activity = activity if activity is not None else Changes()
 
     def __len__(self) -> int:
         return sum(1 for r in self._requests.values() if r.finished is None)
@@ -93,6 +101,7 @@ class RequestRegistry:
         running = RunningRequest(request)
         self._requests[request.request_id] = running
         running.task = asyncio.create_task(self._run(running), name=f"gen-{request.request_id}")
+        self._activity.note()
         return running
 
     async def _run(self, running: RunningRequest) -> None:

@@ -10,25 +10,40 @@ import time
 import pytest
 import structlog.testing
 
+from chat.v1 import scheduler_service_pb2 as pb
 from domain.replica_hardware import H100x4_70B
+from nodeagent.changes import Changes
 from nodeagent.reporter import LoadReporter, NodeIdentity
+from nodeagent.request_registry import RequestRegistry, RunningRequest
 from nodeagent.sim import SimEngine
-from tests.nodeagent.test_sim import answer, ask, started
+from tests.nodeagent.test_sim import ask, started
 from tests.servers import free_port
 
 
-def reporter(engine: SimEngine, **timing: float) -> LoadReporter:
+def reporter(engine: SimEngine, **timing: float) -> tuple[LoadReporter, RequestRegistry]:
+    """A node's reporter and the registry its requests start in, sharing their changes."""
     accepting = asyncio.Event()
     accepting.set()
     identity = NodeIdentity("n1", "127.0.0.1:1", "small")
-    return LoadReporter(identity, engine, ["127.0.0.1:2"], accepting, **timing)
+    activity = Changes()
+    registry = RequestRegistry(engine, activity=activity)
+    node = LoadReporter(
+        identity, engine, ["127.0.0.1:2"], accepting, activity, registry.__len__, **timing
+    )
+    return node, registry
+
+
+async def ended(running: RunningRequest) -> None:
+    async with running.changed:
+        await running.changed.wait_for(lambda: running.finished is not None)
 
 
 async def test_an_idle_node_sends_heartbeats_and_a_busy_one_every_change() -> None:
     # Real time: one 70B answer of 160 tokens lasts a few seconds; its KV blocks (16 tokens
     # each) grow several times a second.
     async with started(SimEngine(H100x4_70B, speed=1.0, answer_lengths=(160, 160))) as engine:
-        stream = reporter(engine, interval_s=0.05, heartbeat_s=0.8).messages()
+        node, registry = reporter(engine, interval_s=0.05, heartbeat_s=0.8)
+        stream = node.messages()
         first = await anext(stream)
         assert first.HasField("registration") and first.registration.node_id == "n1"
         idle_at = []
@@ -37,7 +52,7 @@ async def test_an_idle_node_sends_heartbeats_and_a_busy_one_every_change() -> No
             idle_at.append(time.monotonic())
         gaps = [later - earlier for earlier, later in itertools.pairwise(idle_at)]
         assert all(0.75 <= gap < 1.5 for gap in gaps), gaps  # heartbeats only
-        busy = asyncio.create_task(answer(engine, ask("r1", "Tell me about rivers.")))
+        busy = asyncio.create_task(ended(registry.start(ask("r1", "Tell me about rivers."))))
         started_at, loads = time.monotonic(), []
         while not busy.done():
             loads.append((await anext(stream)).load)
@@ -56,13 +71,41 @@ async def test_bad_report_timing_is_refused(timing: dict[str, float]) -> None:
             reporter(engine, **timing)
 
 
+async def test_an_idle_node_reports_a_start_or_a_drain_at_once_not_at_its_heartbeat() -> None:
+    """An idle node reads its load only at its heartbeat (here 30 s), yet a request that starts
+    or a drain command is reported within a few intervals: the scheduler must not pick a full
+    or draining node for a whole heartbeat."""
+    async with started(SimEngine(H100x4_70B, speed=1.0, answer_lengths=(400, 400))) as engine:
+        node, registry = reporter(engine, interval_s=0.05, heartbeat_s=30.0)
+        stream = node.messages()
+        assert (await anext(stream)).HasField("registration")
+        assert (await anext(stream)).load.running_requests == 0
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        running = registry.start(ask("r1", "Tell me about rivers."))
+        async with asyncio.timeout(5):
+            while (await anext(stream)).load.running_requests != 1:
+                pass
+        assert loop.time() - began < 2.0
+        running.cancel()
+        async with asyncio.timeout(5):
+            while (await anext(stream)).load.running_requests != 0:
+                pass
+        began = loop.time()
+        node.obey(pb.NODE_COMMAND_DRAIN)
+        async with asyncio.timeout(5):
+            assert (await anext(stream)).load.state == pb.NODE_STATE_DRAINING
+        assert loop.time() - began < 2.0
+
+
 async def test_a_node_backs_off_while_a_scheduler_cannot_be_reached() -> None:
     """Nothing listens at the scheduler's address: the attempts come further and further apart
     (0.1 s doubling, jittered 0.5-1.5x), not ten a second for as long as it is down."""
     dead = f"127.0.0.1:{free_port()}"
     async with started(SimEngine(H100x4_70B, speed=200.0)) as engine:
         accepting = asyncio.Event()
-        node = LoadReporter(NodeIdentity("n1", "127.0.0.1:1", "small"), engine, [dead], accepting)
+        identity = NodeIdentity("n1", "127.0.0.1:1", "small")
+        node = LoadReporter(identity, engine, [dead], accepting, Changes(), lambda: 0)
         with structlog.testing.capture_logs() as logs:
             began = time.monotonic()
             reporting = asyncio.create_task(node.run())
