@@ -7,7 +7,9 @@ any other command finds it there. Above them the global directory lives in one e
 names one, else an etcd is started in `STATE_DIR/global-etcd`. With one scheduler a region
 keeps membership and the ladder in memory; with `--schedulers N` its schedulers share them in
 that etcd under a prefix of the region's own (`region_etcd_prefix`), so no region sees
-another's nodes, ladder, rollout or leader.
+another's nodes, ladder, rollout or leader. With `--redis` every region's gateways use that
+Redis under a key prefix of the region's own (`region_redis_prefix`): buckets, daily spend and
+answers in flight never meet another region's.
 """
 
 from __future__ import annotations
@@ -56,6 +58,12 @@ def region_etcd_prefix(region: str) -> str:
     """A region's schedulers' keys in the shared etcd, beside the directory's
     (`/chat/v1/global/`). A region name has no '/', so no region's prefix holds another's."""
     return f"/chat/v1/regions/{region}/"
+
+
+def region_redis_prefix(region: str) -> str:
+    """A region's gateways' keys and stop channel in a shared Redis. A region name has no ':',
+    so no region's prefix holds another's, nor the default `chat:`'s keys."""
+    return f"chat:regions:{region}:"
 
 
 def _free_port() -> int:
@@ -152,7 +160,7 @@ def region_settings(
         edge_listen=_edge_listen(args.listen, index),
         nodes=args.nodes, pool=args.pool, schedulers=args.schedulers, gateways=args.gateways,
         etcd_endpoint=shared_etcd, etcd_prefix=region_etcd_prefix(name) if shared_etcd else "",
-        redis_url=args.redis,
+        redis_url=args.redis, redis_prefix=region_redis_prefix(name) if args.redis else "",
         insecure=args.insecure, region=name, global_etcd_endpoint=endpoint, authority=authority,
     )  # fmt: skip
 

@@ -1,5 +1,6 @@
 """How `chatctl up --regions` composes each region: with several schedulers, membership, the
-ladder and the rollout in the directory's etcd under the region's own prefix."""
+ladder and the rollout in the directory's etcd under the region's own prefix; with Redis, the
+region's own key prefix there."""
 
 from __future__ import annotations
 
@@ -44,6 +45,12 @@ def test_one_scheduler_a_region_keeps_membership_in_memory() -> None:
         "",
         ETCD,
     )
+
+
+def test_gateways_of_each_region_take_their_own_part_of_one_redis() -> None:
+    args = _up("--gateways", "2", "--redis", "redis://127.0.0.1:6379/0")
+    prefixes = [region_settings(args, name, 0, ETCD, None).redis_prefix for name in args.regions]
+    assert prefixes == ["chat:regions:a:", "chat:regions:b:"]
 
 
 def test_several_schedulers_without_regions_still_need_etcd(capsys) -> None:
