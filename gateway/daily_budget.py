@@ -15,8 +15,9 @@ from redis.exceptions import RedisError
 from domain.budget import DAY_S, BudgetDecision, BudgetOutcome, DailyAllowance, day_of, decide
 from domain.types import Usage, User
 from gateway.metrics import GatewayMetrics
+from gateway.redis_buckets import REDIS_PREFIX
 
-KEY_PREFIX = "chat:v1:spend:"
+KEY_PREFIX = REDIS_PREFIX + "v1:spend:"
 
 
 class DailySpend(Protocol):
@@ -47,15 +48,16 @@ class InProcessDailySpend:
 class RedisDailySpend:
     """One float per user and day; it expires a day after the day ends."""
 
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, prefix: str = REDIS_PREFIX) -> None:
         self._redis = redis
+        self._key_prefix = prefix + "v1:spend:"
 
     async def spent(self, user_id: str, day: str) -> float:
-        value = await self._redis.get(f"{KEY_PREFIX}{day}:{user_id}")
+        value = await self._redis.get(f"{self._key_prefix}{day}:{user_id}")
         return float(value) if value is not None else 0.0
 
     async def add(self, user_id: str, day: str, amount: float) -> None:
-        key = f"{KEY_PREFIX}{day}:{user_id}"
+        key = f"{self._key_prefix}{day}:{user_id}"
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.incrbyfloat(key, amount)
             pipe.expire(key, 2 * DAY_S)

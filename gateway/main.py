@@ -47,7 +47,7 @@ from gateway.peer_client import PeerGateways
 from gateway.pipeline import ChatPipeline
 from gateway.planner import PipelinePolicy
 from gateway.policies import MessagePolicies
-from gateway.redis_buckets import RedisBuckets, connect
+from gateway.redis_buckets import REDIS_PREFIX, RedisBuckets, connect
 from gateway.redis_run_sharing import RedisRunSharing
 from gateway.regions import NoRegions, RegionRouter
 from gateway.run_sharing import LocalRuns, RunSharing
@@ -108,6 +108,11 @@ class GatewayConfig:
     small_pool_cost_weight: float = DEFAULT_POOL_WEIGHTS[SMALL_POOL]
     buckets: str = "memory"  # "memory" (this process only) or "redis" (shared by all gateways)
     redis_url: str = "redis://127.0.0.1:6379/0"
+    # What every key (buckets, daily spend, answers in flight) and the stop channel start with.
+    # Gateways with one prefix share them; regions sharing one Redis each take their own
+    # (`chatctl up --regions`: `chat:regions:<name>:`), since a Redis database number would
+    # not part the stop channel (pub/sub ignores databases).
+    redis_prefix: str = REDIS_PREFIX
     # With Redis unreachable: admit unmetered (open) or refuse with Retry-After (closed).
     free_fail_open: bool = False
     plus_fail_open: bool = True
@@ -273,7 +278,8 @@ def build_buckets(
         return InProcessBuckets(limits, time.monotonic)
     assert redis is not None
     fail_open = {Tier.FREE: config.free_fail_open, Tier.PLUS: config.plus_fail_open}
-    return RedisBuckets(redis, limits, fail_open, metrics.observe_bucket_store_unavailable)
+    return RedisBuckets(redis, limits, fail_open, metrics.observe_bucket_store_unavailable,
+                        config.redis_prefix)  # fmt: skip
 
 
 def build_daily_budget(
@@ -286,7 +292,7 @@ def build_daily_budget(
     )
     spend: DailySpend = InProcessDailySpend()
     if config.buckets == "redis" and redis is not None:
-        spend = RedisDailySpend(redis)
+        spend = RedisDailySpend(redis, config.redis_prefix)
     return DailyBudget(allowance, spend, metrics)
 
 
@@ -297,6 +303,9 @@ def connect_redis(config: GatewayConfig) -> Redis | None:
             raise ConfigError(f"{name} must be 'memory' or 'redis', not {value!r}")
     if "redis" not in (config.buckets, config.runs):
         return None
+    if not config.redis_prefix.endswith(":"):
+        # The prefix is joined to key names: without its ':', 'chat:a' would hold 'chat:ab:'.
+        raise ConfigError(f"redis_prefix must end with ':', not {config.redis_prefix!r}")
     return connect(config.redis_url)
 
 
@@ -308,6 +317,7 @@ def build_run_sharing(
     settings = SharedRunsConfig(
         liveness_s=config.gateway_liveness_s,
         keep_after_end_s=int(config.keep_ended_runs_s),
+        key_prefix=config.redis_prefix,
     )
     waiter = Redis.from_url(config.redis_url, socket_timeout=settings.follow_block_s + 5.0,
                             socket_connect_timeout=0.5)  # fmt: skip

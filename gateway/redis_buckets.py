@@ -28,7 +28,10 @@ from redis.exceptions import ConnectionError, OutOfMemoryError, ReadOnlyError, T
 from domain import limiter
 from domain.types import Tier
 
-KEY_PREFIX = "chat:bucket:"
+# Every key the gateways keep in Redis starts with this (gateway config `redis_prefix`);
+# regions sharing one Redis each take their own, so their buckets never meet.
+REDIS_PREFIX = "chat:"
+KEY_PREFIX = REDIS_PREFIX + "bucket:"
 DEFAULT_FAIL_OPEN: Mapping[Tier, bool] = {Tier.FREE: False, Tier.PLUS: True}
 UNAVAILABLE = (ConnectionError, TimeoutError, ReadOnlyError, OutOfMemoryError)
 
@@ -104,8 +107,8 @@ return {fmt(current()), fmt(now)}
 )
 
 
-def bucket_key(user_id: str) -> str:
-    return KEY_PREFIX + user_id
+def bucket_key(user_id: str, prefix: str = REDIS_PREFIX) -> str:
+    return f"{prefix}bucket:{user_id}"
 
 
 def connect(url: str, timeout_s: float = 0.5) -> Redis:
@@ -150,8 +153,10 @@ class RedisBuckets:
         limits: dict[Tier, limiter.Limit],
         fail_open: Mapping[Tier, bool] | None = None,
         on_unavailable: Callable[[Tier, bool], None] = lambda tier, admitted: None,
+        prefix: str = REDIS_PREFIX,
     ) -> None:
         self._limits = limits
+        self._prefix = prefix
         # Told of each reservation decided without Redis, and whether it was admitted: the
         # gateway's metrics count the store failing open (gateway_bucket_store_unavailable).
         self._on_unavailable = on_unavailable
@@ -172,7 +177,7 @@ class RedisBuckets:
         limit = self._limits[tier]
         try:
             admitted, level, at, retry = await self._reserve(
-                keys=[bucket_key(user_id)], args=_limit_args(limit, amount)
+                keys=[bucket_key(user_id, self._prefix)], args=_limit_args(limit, amount)
             )
         except UNAVAILABLE as error:
             self._warn("reserve", tier, error)
@@ -189,7 +194,7 @@ class RedisBuckets:
             reserved = 0.0
         try:
             await self._settle(
-                keys=[bucket_key(user_id)],
+                keys=[bucket_key(user_id, self._prefix)],
                 args=_limit_args(self._limits[tier], reserved, actual),
             )
         except UNAVAILABLE as error:
@@ -198,7 +203,9 @@ class RedisBuckets:
     async def level(self, user_id: str, tier: Tier) -> limiter.Bucket:
         limit = self._limits[tier]
         try:
-            level, at = await self._level(keys=[bucket_key(user_id)], args=_limit_args(limit))
+            level, at = await self._level(
+                keys=[bucket_key(user_id, self._prefix)], args=_limit_args(limit)
+            )
         except UNAVAILABLE as error:
             self._warn("level", tier, error)
             return self._policy.assumed(tier, limit, time.time())

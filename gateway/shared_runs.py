@@ -13,6 +13,10 @@ Keys, per run (member = user id + US + message id):
 - `chat:runs:active`  the runs not ended, which every gateway's sweeper scans for orphans.
 - channel `chat:stop`  a stop asked at one gateway for a run another one owns.
 
+`chat:` is the default `key_prefix`; regions sharing one Redis each take their own
+(`chat:regions:<name>:`), so one region's sweeper never takes over another's runs and its stops
+never reach another region's gateways (a channel is not in a database: only a prefix parts it).
+
 The gateway key is computed inside two scripts, so this layout needs one Redis (or one
 cluster slot), not a cluster spread over slots.
 """
@@ -41,6 +45,7 @@ from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
 from gateway.runs import Delta, Done, Event, Failed, Meta, Retract
 from gateway.scheduler_client import ReplicaPick, pick_from_wire
 
+KEY_PREFIX = "chat:"
 RUN_PREFIX = "chat:run:"
 EVENTS_PREFIX = "chat:events:"
 GATEWAY_PREFIX = "chat:gateway:"
@@ -142,6 +147,8 @@ class SharedRunsConfig:
     sweep_interval_s: float = 1.0
     # How long one blocking read of a followed log waits before checking on the owner.
     follow_block_s: float = 1.0
+    # What every key and the stop channel start with (the names above are the default's).
+    key_prefix: str = KEY_PREFIX
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +191,12 @@ class SharedRuns:
         # keeps every other call fast when Redis is away, so they get a client of their own.
         self._waiter = waiter or redis
         self._config = config
+        # The layout above under the config's prefix: gateways sharing a prefix share runs,
+        # and gateways of different regions on one Redis never see each other's.
+        prefix = config.key_prefix
+        self._run_prefix, self._events_prefix = prefix + "run:", prefix + "events:"
+        self._gateway_prefix, self._active_key = prefix + "gateway:", prefix + "runs:active"
+        self._stop_channel = prefix + "stop"
         self.gateway_id = gateway_id or uuid.uuid4().hex
         self._claim = redis.register_script(_CLAIM)
         self._append = redis.register_script(_APPEND)
@@ -203,9 +216,9 @@ class SharedRuns:
         """None when this gateway now owns the message id; else who holds it."""
         member = _member(user_id, message_id)
         held = await self._claim(
-            keys=[RUN_PREFIX + member],
+            keys=[self._run_prefix + member],
             args=[fingerprint, conversation_id, self.gateway_id, self._config.running_ttl_s,
-                  GATEWAY_PREFIX],
+                  self._gateway_prefix],
         )  # fmt: skip
         if held is None:
             return None
@@ -214,15 +227,15 @@ class SharedRuns:
 
     async def release(self, user_id: str, message_id: str) -> None:
         """Gives a claim back when the message was refused before it ran."""
-        await self._redis.delete(RUN_PREFIX + _member(user_id, message_id))
+        await self._redis.delete(self._run_prefix + _member(user_id, message_id))
 
     async def record_plan(
         self, user_id: str, message_id: str, plan: AnswerPlan, answer_parent_seq: int | None
     ) -> None:
         member = _member(user_id, message_id)
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(RUN_PREFIX + member, "plan", _encode_plan(plan, answer_parent_seq))
-            pipe.zadd(ACTIVE_KEY, {member: 0})
+            pipe.hset(self._run_prefix + member, "plan", _encode_plan(plan, answer_parent_seq))
+            pipe.zadd(self._active_key, {member: 0})
             await pipe.execute()
 
     async def append(self, user_id: str, message_id: str, event_id: int, event: Event) -> None:
@@ -230,7 +243,7 @@ class SharedRuns:
         encoded = encode_event(event)
         try:
             written = await self._append(
-                keys=[RUN_PREFIX + member, EVENTS_PREFIX + member],
+                keys=[self._run_prefix + member, self._events_prefix + member],
                 args=[self.gateway_id, event_id, encoded, self._config.running_ttl_s],
             )
         except ResponseError as error:
@@ -244,8 +257,8 @@ class SharedRuns:
     async def _logged(self, member: str, event_id: int, encoded: str) -> bool:
         """Whether the log holds exactly this event at this id, and this gateway owns it."""
         entry_id = f"0-{event_id}"
-        found = await self._redis.xrange(EVENTS_PREFIX + member, entry_id, entry_id)
-        owner = await self._redis.hget(RUN_PREFIX + member, "owner")
+        found = await self._redis.xrange(self._events_prefix + member, entry_id, entry_id)
+        owner = await self._redis.hget(self._run_prefix + member, "owner")
         ours = owner is not None and owner.decode() == self.gateway_id
         return ours and bool(found) and found[0][1].get(b"e") == encoded.encode()
 
@@ -253,10 +266,10 @@ class SharedRuns:
         member = _member(user_id, message_id)
         keep = self._config.keep_after_end_s
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(RUN_PREFIX + member, "ended", 1)
-            pipe.expire(RUN_PREFIX + member, keep)
-            pipe.expire(EVENTS_PREFIX + member, keep)
-            pipe.zrem(ACTIVE_KEY, member)
+            pipe.hset(self._run_prefix + member, "ended", 1)
+            pipe.expire(self._run_prefix + member, keep)
+            pipe.expire(self._events_prefix + member, keep)
+            pipe.zrem(self._active_key, member)
             await pipe.execute()
 
     async def keep_alive(self) -> None:
@@ -264,7 +277,7 @@ class SharedRuns:
         ttl_ms = int(self._config.liveness_s * 1000)
         while True:
             try:
-                await self._redis.set(GATEWAY_PREFIX + self.gateway_id, 1, px=ttl_ms)
+                await self._redis.set(self._gateway_prefix + self.gateway_id, 1, px=ttl_ms)
             except (OSError, RedisError) as error:
                 self._log.warning("liveness not renewed", error=str(error))
             await asyncio.sleep(self._config.liveness_s / 3)
@@ -272,7 +285,7 @@ class SharedRuns:
     async def retire(self) -> None:
         """At shutdown, after every run ended: nothing is left to take over."""
         with contextlib.suppress(OSError, RedisError):
-            await self._redis.delete(GATEWAY_PREFIX + self.gateway_id)
+            await self._redis.delete(self._gateway_prefix + self.gateway_id)
         if self._waiter is not self._redis:
             await self._waiter.aclose()
 
@@ -280,7 +293,7 @@ class SharedRuns:
 
     async def exists(self, user_id: str, message_id: str) -> Existing | None:
         held = await self._redis.hmget(
-            RUN_PREFIX + _member(user_id, message_id), ["fp", "conv", "owner"]
+            self._run_prefix + _member(user_id, message_id), ["fp", "conv", "owner"]
         )
         if held[0] is None:
             return None
@@ -290,16 +303,16 @@ class SharedRuns:
     async def ask_stop(self, user_id: str, message_id: str) -> bool:
         """Asks the owner, wherever it is, to stop. False when the answer had already ended."""
         member = _member(user_id, message_id)
-        state = await self._redis.hmget(RUN_PREFIX + member, ["owner", "ended"])
+        state = await self._redis.hmget(self._run_prefix + member, ["owner", "ended"])
         if state[0] is None or state[1] is not None:
             return False
         # The owner writes the last event a moment before it marks the run ended.
-        last = await self._redis.xrevrange(EVENTS_PREFIX + member, count=1)
+        last = await self._redis.xrevrange(self._events_prefix + member, count=1)
         if last and isinstance(decode_event(last[0][1][b"e"]), Done | Failed):
             return False
         # Kept on the run too, so a gateway that takes it over later still stops it.
-        await self._redis.hset(RUN_PREFIX + member, "stop", 1)
-        await self._redis.publish(STOP_CHANNEL, member)
+        await self._redis.hset(self._run_prefix + member, "stop", 1)
+        await self._redis.publish(self._stop_channel, member)
         return True
 
     async def watch_stops(self, on_stop: Callable[[str, str], Awaitable[None]]) -> None:
@@ -307,7 +320,7 @@ class SharedRuns:
         while True:
             pubsub = self._waiter.pubsub(ignore_subscribe_messages=True)
             try:
-                await pubsub.subscribe(STOP_CHANNEL)
+                await pubsub.subscribe(self._stop_channel)
                 async for message in pubsub.listen():
                     user_id, _, message_id = message["data"].decode().rpartition(SEPARATOR)
                     await on_stop(user_id, message_id)
@@ -344,13 +357,14 @@ class SharedRuns:
             if hold_until > loop.time():
                 await asyncio.sleep(hold_until - loop.time())
             try:
-                answer = await self._waiter.xread({EVENTS_PREFIX + member: cursor}, count=most,
-                                                  block=block_ms)  # fmt: skip
+                answer = await self._waiter.xread(
+                    {self._events_prefix + member: cursor}, count=most, block=block_ms
+                )
             except REDIS_UNAVAILABLE as error:
                 # UNAVAILABLE, not an unexpected error: the edge asks another gateway.
                 raise Unavailable(f"the answer's log is unreachable: {error}") from error
             if not answer:
-                state = await self._redis.hmget(RUN_PREFIX + member, ["owner", "ended"])
+                state = await self._redis.hmget(self._run_prefix + member, ["owner", "ended"])
                 if state[0] is None:
                     raise Unavailable("the answer expired before it ended")
                 if state[1] is not None:
@@ -371,7 +385,7 @@ class SharedRuns:
             yield batch
 
     async def read_all(self, user_id: str, message_id: str) -> list[Event]:
-        entries = await self._redis.xrange(EVENTS_PREFIX + _member(user_id, message_id))
+        entries = await self._redis.xrange(self._events_prefix + _member(user_id, message_id))
         return [decode_event(fields[b"e"]) for _, fields in entries]
 
     async def take_over(
@@ -382,8 +396,8 @@ class SharedRuns:
         gateway left while Redis was away: it is taken back only if it still owns it (no other
         gateway took it over meanwhile) and the run has not ended."""
         member = _member(user_id, message_id)
-        taken = await self._take_over(keys=[RUN_PREFIX + member],
-                                      args=[self.gateway_id, GATEWAY_PREFIX,
+        taken = await self._take_over(keys=[self._run_prefix + member],
+                                      args=[self.gateway_id, self._gateway_prefix,
                                             "1" if reclaim else "0"])  # fmt: skip
         if not taken:
             return None
@@ -394,7 +408,9 @@ class SharedRuns:
                       stop_requested)  # fmt: skip
 
     async def orphans(self, limit: int = 100) -> list[tuple[str, str]]:
-        members = await self._orphans(keys=[ACTIVE_KEY], args=[GATEWAY_PREFIX, RUN_PREFIX, limit])
+        members = await self._orphans(
+            keys=[self._active_key], args=[self._gateway_prefix, self._run_prefix, limit]
+        )
         found = []
         for member in members:
             user_id, _, message_id = member.decode().rpartition(SEPARATOR)

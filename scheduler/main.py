@@ -54,6 +54,10 @@ class SchedulerConfig:
     # "memory" for one scheduler (the local platform); "etcd" to share membership between several.
     membership: str = "memory"
     etcd_endpoint: str = "127.0.0.1:2379"
+    # Under this etcd prefix: membership (`nodes/`), the ladder (`ladder/`) and the rollout
+    # (`rollout/`). Schedulers sharing one prefix share one region's fleet; regions sharing one
+    # etcd each take a prefix of their own (`chatctl up --regions`: `/chat/v1/regions/<name>/`).
+    etcd_prefix: str = "/chat/v1/"
     # A node whose scheduler stops refreshing its lease leaves membership after this long.
     node_lease_ttl_s: float = 2.0
     report_timeout_s: float = 2.0
@@ -124,7 +128,7 @@ def _build_ladder_store(config: SchedulerConfig) -> LadderStore:
         # Membership's reconnect backoff: gRPC's default grows to 120 s, and the ladder kept
         # failing for that long after etcd came back.
         client = aetcd.Client(host=host, port=port, timeout=1.0, options=ETCD_CHANNEL_OPTIONS)
-        return EtcdLadderStore(client, config.scheduler_id)
+        return EtcdLadderStore(client, config.scheduler_id, _etcd_prefix(config) + "ladder/")
     return InProcessLadderStore()
 
 
@@ -133,7 +137,7 @@ def _build_rollout_store(config: SchedulerConfig) -> RolloutStore:
     if config.membership == "etcd":
         host, port = _etcd_address(config.etcd_endpoint)
         client = aetcd.Client(host=host, port=port, timeout=1.0, options=ETCD_CHANNEL_OPTIONS)
-        return EtcdRolloutStore(client)
+        return EtcdRolloutStore(client, _etcd_prefix(config) + "rollout/state")
     return InProcessRolloutStore()
 
 
@@ -151,7 +155,9 @@ def _build_membership(config: SchedulerConfig) -> Membership:
     if config.membership != "etcd":
         raise ConfigError(f"membership must be 'memory' or 'etcd', not {config.membership!r}")
     host, port = _etcd_address(config.etcd_endpoint)
-    return EtcdMembership(host, port, lease_ttl_s=config.node_lease_ttl_s)
+    return EtcdMembership(
+        host, port, _etcd_prefix(config) + "nodes/", lease_ttl_s=config.node_lease_ttl_s
+    )
 
 
 def _build_directory(config: SchedulerConfig) -> Directory | None:
@@ -164,6 +170,15 @@ def _build_directory(config: SchedulerConfig) -> Directory | None:
         return Directory(config.global_etcd_endpoint, config.global_prefix)
     except ValueError as error:
         raise ConfigError(str(error)) from error
+
+
+def _etcd_prefix(config: SchedulerConfig) -> str:
+    """The prefix, checked: one that did not end in '/' would take in its neighbours' keys
+    ('/chat/a' is a prefix of '/chat/ab/...')."""
+    prefix = config.etcd_prefix
+    if not (prefix.startswith("/") and prefix.endswith("/")):
+        raise ConfigError(f"etcd_prefix must start and end with '/', not {prefix!r}")
+    return prefix
 
 
 def _etcd_address(endpoint: str) -> tuple[str, int]:

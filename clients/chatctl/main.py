@@ -125,7 +125,10 @@ def add_up(commands: Any) -> None:
     up_parser.add_argument("--pool", default="small", help="the model pool the nodes serve")
     add_state_dir(up_parser, "logs, database and dev tokens")
     up_parser.add_argument(
-        "--schedulers", type=int, default=1, help="schedulers (more than 1 needs --etcd)"
+        "--schedulers",
+        type=int,
+        default=1,
+        help="schedulers (more than 1 needs --etcd, or --regions: each region's own)",
     )
     up_parser.add_argument(
         "--etcd",
@@ -309,8 +312,9 @@ def build_parser() -> argparse.ArgumentParser:
 def check_up(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if min(args.nodes, args.schedulers, args.gateways) < 1:
         parser.error("--nodes, --schedulers and --gateways must be at least 1")
-    if args.schedulers > 1 and not args.etcd:
-        parser.error("more than one scheduler needs --etcd")
+    # With --regions the directory's etcd (given or started) holds each region's share.
+    if args.schedulers > 1 and not args.etcd and not args.regions:
+        parser.error("more than one scheduler needs --etcd (or --regions)")
     if args.gateways > 1 and not args.redis:
         parser.error("more than one gateway needs --redis")
 

@@ -60,6 +60,11 @@ class PlatformSettings:
     # Empty: the embedded defaults (in-process membership and buckets, SQLite in state_dir).
     etcd_endpoint: str = ""
     redis_url: str = ""
+    # Where in etcd the schedulers keep membership, the ladder and the rollout, and where in
+    # Redis the gateways keep buckets and answers in flight; empty: the services' defaults.
+    # Regions sharing one etcd or one Redis each take their own (clients/chatctl/regions.py).
+    etcd_prefix: str = ""
+    redis_prefix: str = ""
     store_url: str = ""
     extra_env: dict[str, str] = field(default_factory=dict)
     # Plaintext between the services, for debugging: no CA, no certificates, no role checks.
@@ -260,6 +265,8 @@ class LocalPlatform:
         if self.settings.etcd_endpoint:
             env["CHAT_SCHEDULER_MEMBERSHIP"] = "etcd"
             env["CHAT_SCHEDULER_ETCD_ENDPOINT"] = self.settings.etcd_endpoint
+            if self.settings.etcd_prefix:
+                env["CHAT_SCHEDULER_ETCD_PREFIX"] = self.settings.etcd_prefix
         return {**env, **self._region_env("scheduler")}
 
     def _region_env(self, section: str) -> dict[str, str]:
@@ -302,6 +309,8 @@ class LocalPlatform:
             env["CHAT_GATEWAY_BUCKETS"] = "redis"
             env["CHAT_GATEWAY_RUNS"] = "redis"
             env["CHAT_GATEWAY_REDIS_URL"] = self.settings.redis_url
+            if self.settings.redis_prefix:
+                env["CHAT_GATEWAY_REDIS_PREFIX"] = self.settings.redis_prefix
         return {**env, **self._region_env("gateway")}
 
     def _edge_env(self, name: str) -> dict[str, str]:

@@ -4,9 +4,12 @@ directory has them (`chatctl regions`).
 Each region is a whole platform of its own, as `chatctl up` starts one (its scheduler,
 nodes, gateway, edge and SQLite store), in `STATE_DIR/regions/<name>`, so `--region NAME` on
 any other command finds it there. Above them the global directory lives in one etcd: `--etcd`
-names one, else an etcd is started in `STATE_DIR/global-etcd`. The regions do not share that
-etcd for their own state (each keeps membership and the ladder in memory): a region is whole
-by itself, the etcd only carries the directory.
+names one, else an etcd is started in `STATE_DIR/global-etcd`. With one scheduler a region
+keeps membership and the ladder in memory; with `--schedulers N` its schedulers share them in
+that etcd under a prefix of the region's own (`region_etcd_prefix`), so no region sees
+another's nodes, ladder, rollout or leader. With `--redis` every region's gateways use that
+Redis under a key prefix of the region's own (`region_redis_prefix`): buckets, daily spend and
+answers in flight never meet another region's.
 """
 
 from __future__ import annotations
@@ -49,6 +52,18 @@ def region_names(text: str) -> list[str]:
 
 def region_state_dir(state: Path, region: str) -> Path:
     return state / REGIONS_DIR / region
+
+
+def region_etcd_prefix(region: str) -> str:
+    """A region's schedulers' keys in the shared etcd, beside the directory's
+    (`/chat/v1/global/`). A region name has no '/', so no region's prefix holds another's."""
+    return f"/chat/v1/regions/{region}/"
+
+
+def region_redis_prefix(region: str) -> str:
+    """A region's gateways' keys and stop channel in a shared Redis. A region name has no ':',
+    so no region's prefix holds another's, nor the default `chat:`'s keys."""
+    return f"chat:regions:{region}:"
 
 
 def _free_port() -> int:
@@ -95,8 +110,6 @@ def up_regions(args: argparse.Namespace) -> Any:
     coroutine)."""
     if args.background:
         raise CtlError("--regions runs in the foreground (each region has its own state dir)")
-    if args.schedulers > 1:
-        raise CtlError("--regions starts one scheduler a region (each keeps its own ladder)")
     state = Path(args.state_dir).resolve()
     (state / "global-etcd").mkdir(parents=True, exist_ok=True)
     return serve_regions(args, state)
@@ -115,18 +128,12 @@ async def serve_regions(args: argparse.Namespace, state: Path) -> int:
             etcd_process, endpoint = await start_etcd(state / "global-etcd")
         authority = None if args.insecure else Authority.create()
         for index, name in enumerate(args.regions):
-            settings = PlatformSettings(
-                state_dir=region_state_dir(state, name),
-                edge_listen=_edge_listen(args.listen, index),
-                nodes=args.nodes, pool=args.pool, gateways=args.gateways,
-                redis_url=args.redis, insecure=args.insecure, region=name,
-                global_etcd_endpoint=endpoint, authority=authority,
-            )  # fmt: skip
-            platforms[name] = LocalPlatform(settings)
+            platforms[name] = LocalPlatform(region_settings(args, name, index, endpoint, authority))
         await asyncio.gather(*(p.start() for p in platforms.values()))
         summary = {"etcd": endpoint, "prefix": DEFAULT_PREFIX,
                    "regions": {name: {"edge": p.edge_url, "gateway": p.gateway_address,
-                                      "scheduler": p.scheduler_address, "tokens": p.tokens}
+                                      "scheduler": p.scheduler_address,
+                                      "schedulers": p.scheduler_addresses(), "tokens": p.tokens}
                                for name, p in platforms.items()}}  # fmt: skip
         (state / REGIONS_FILE).write_text(json.dumps(summary, indent=2) + "\n")
         emit(args.json, summary, _summary_text(summary))
@@ -141,6 +148,21 @@ async def serve_regions(args: argparse.Namespace, state: Path) -> int:
         if etcd_process is not None and etcd_process.returncode is None:
             etcd_process.terminate()
             await etcd_process.wait()
+
+
+def region_settings(
+    args: argparse.Namespace, name: str, index: int, endpoint: str, authority: Authority | None
+) -> PlatformSettings:
+    """One region's platform; several schedulers share membership in the directory's etcd."""
+    shared_etcd = endpoint if args.schedulers > 1 else ""
+    return PlatformSettings(
+        state_dir=region_state_dir(Path(args.state_dir).resolve(), name),
+        edge_listen=_edge_listen(args.listen, index),
+        nodes=args.nodes, pool=args.pool, schedulers=args.schedulers, gateways=args.gateways,
+        etcd_endpoint=shared_etcd, etcd_prefix=region_etcd_prefix(name) if shared_etcd else "",
+        redis_url=args.redis, redis_prefix=region_redis_prefix(name) if args.redis else "",
+        insecure=args.insecure, region=name, global_etcd_endpoint=endpoint, authority=authority,
+    )  # fmt: skip
 
 
 def _summary_text(summary: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ import pytest
 from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
+from infra.config import ConfigError
 from infra.tls import TlsConfig
 from scheduler.main import SchedulerConfig, serve
 
@@ -418,3 +419,11 @@ async def test_a_held_rollout_call_answers_before_its_own_deadline(scheduler) ->
     )
     assert loop.time() - started < 1.5
     assert unchanged.revision == revision and not unchanged.HasField("rollout")
+
+
+@pytest.mark.parametrize("prefix", ["/chat/regions/a", "chat/regions/a/", ""])
+async def test_an_etcd_prefix_that_would_take_in_its_neighbours_keys_is_refused(prefix) -> None:
+    # '/chat/regions/a' is a prefix of '/chat/regions/ab/...': another region's nodes.
+    config = SchedulerConfig(membership="etcd", etcd_prefix=prefix)
+    with pytest.raises(ConfigError, match="etcd_prefix must start and end with '/'"):
+        await serve(config, asyncio.Event())
