@@ -286,7 +286,11 @@ async def test_a_429_says_when_to_try_again(short_answers: LocalPlatform, page: 
     # The bucket affords one answer, so the second question is refused.
     for _ in range(3):
         await page.click("#new-chat")
-        async with page.expect_response(lambda r: r.request.method == "POST") as sent:
+        # Its headers come with the answer's first event, after the pick: on a busy machine
+        # (the whole suite, llama.cpp on two shared cores) that once took over the 30 s default.
+        async with page.expect_response(
+            lambda r: r.request.method == "POST", timeout=SLOW_S * 1000
+        ) as sent:
             await ask(page, question)
         response = await sent.value
         if response.status == 429:
