@@ -10,7 +10,8 @@ stream. Simulated replicas run far faster than real time, so the engine is not t
 commit before a change: `git worktree add ../before HEAD~1`), measured in the same rounds, the
 two taking turns: a change's effect side by side on a noisy machine. At 2,000 streams take one
 round: a phase cut at 45 s leaves the gateway writing the cut answers (kept for a resume), and
-a slow platform is still at it when the next round starts. --idle 0 skips the idle part.
+a slow platform is still at it when the next round starts. --idle 0 skips the idle part,
+--streams "" the streaming part; with --against, the idle part runs on both checkouts.
 
 Prints a table and ends with one JSON line. Results land in bench/results/edge.txt and
 bench/results/edge.json.
@@ -337,11 +338,15 @@ async def open_requests(http: aiohttp.ClientSession, edge_url: str) -> int:
     return int(float(found.group(1))) if found else 0
 
 
-async def idle_streams(target: int) -> dict[str, float]:
+async def idle_streams(target: int, checkout: str = "") -> dict[str, float]:
     """Streams attached to an answer so slow it is idle (a token every few minutes): what
-    one edge process holds open, and the memory each costs it."""
+    one edge process holds open, and the memory each costs it. checkout: another checkout's
+    services instead of this one's."""
     with tempfile.TemporaryDirectory() as state:
-        platform = LocalPlatform(platform_settings(Path(state), "0.0001", nodes=1))
+        settings = platform_settings(Path(state), "0.0001", nodes=1)
+        if checkout:
+            settings.extra_env.update(checkout_env(checkout))
+        platform = LocalPlatform(settings)
         await platform.start()
         connector = aiohttp.TCPConnector(limit=0)
         timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
@@ -427,7 +432,15 @@ def median_ratio(rounds: Rounds, label: str, n: str) -> float:
     )
 
 
-def report(counts: list[int], rounds: Rounds, idle: dict, against: str) -> str:
+def idle_line(label: str, idle: dict) -> str:
+    return (
+        f"idle ({label}): {idle['open_streams']} streams open on one edge process in "
+        f"{idle['open_seconds']} s; {idle['edge_kb_per_stream']} KB each at the edge "
+        f"({idle['edge_rss_mb']} MB RSS), {idle['gateway_kb_per_stream']} KB at the gateway"
+    )
+
+
+def report(counts: list[int], rounds: Rounds, idle: dict, against: str, idle_against: dict) -> str:
     labels = ["platform", *(["against"] if against else [])]
     lines = [
         f"edge: SSE streams of {EVENTS} events, edge + gateway (2 simulated replicas, 1000x "
@@ -453,12 +466,11 @@ def report(counts: list[int], rounds: Rounds, idle: dict, against: str) -> str:
             lines.append(f"platform / against at {n} streams, each round: "
                          + ", ".join(f"{g:.2f}" for g in gains))  # fmt: skip
     if idle:
-        lines.append(
-            f"idle: {idle['open_streams']} streams open on one edge process in "
-            f"{idle['open_seconds']} s; {idle['edge_kb_per_stream']} KB each at the edge "
-            f"({idle['edge_rss_mb']} MB RSS), {idle['gateway_kb_per_stream']} KB at the gateway"
-        )
-    last = rounds[-1]
+        lines.append(idle_line("this", idle))
+    if idle_against:
+        lines.append(idle_line(against, idle_against))
+    # --streams "" measures the idle part alone.
+    last = rounds[-1] if rounds else {"platform": {}, "raw": {}}
     result = {
         "bench": "edge",
         "events_per_stream": EVENTS,
@@ -468,6 +480,8 @@ def report(counts: list[int], rounds: Rounds, idle: dict, against: str) -> str:
         "rounds": rounds,
         "idle": idle,
     }
+    if idle_against:
+        result["idle_against"] = idle_against
     if against:
         result["against"] = against
         result["against_ratio"] = {
@@ -506,9 +520,12 @@ async def measure_rounds(counts: list[int], rounds: int, against: str) -> Rounds
 
 
 async def run(counts: list[int], idle_target: int, rounds: int, against: str) -> str:
-    measured = await measure_rounds(counts, rounds, against)
+    measured = await measure_rounds(counts, rounds, against) if counts else []
     idle = await idle_streams(idle_target) if idle_target > 0 else {}
-    return report(counts, measured, idle, against)
+    # The other checkout's idle streams, one platform after the other (memory, unlike
+    # events/s, hardly moves with the machine's load).
+    idle_against = await idle_streams(idle_target, against) if idle_target > 0 and against else {}
+    return report(counts, measured, idle, against, idle_against)
 
 
 def main() -> None:
@@ -521,7 +538,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--against", default="", help="another checkout, measured side by side")
     args = parser.parse_args()
-    counts = [int(n) for n in args.streams.split(",")]
+    counts = [int(n) for n in args.streams.split(",") if n]  # "": the idle part alone
     text = asyncio.run(run(counts, args.idle, args.rounds, args.against))
     publish("edge", text)
     result = text.rsplit("\n", 1)[1]

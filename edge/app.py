@@ -16,7 +16,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from domain.feedback import Rating
-from edge import convert
+from edge import convert, sse
 from edge.errors import HttpError, error_for, error_response, from_rpc
 from edge.gateways import Gateways, never_sent
 from edge.metrics import EdgeMetrics
@@ -50,11 +50,17 @@ class EdgeSettings:
 
 
 class Edge:
-    def __init__(self, gateways: Gateways, settings: EdgeSettings, metrics: EdgeMetrics) -> None:
+    def __init__(
+        self,
+        gateways: Gateways,
+        settings: EdgeSettings,
+        metrics: EdgeMetrics,
+        keepalives: sse.KeepAlives,
+    ) -> None:
         self._gateways = gateways
         self._settings = settings
         self._metrics = metrics
-        self._relay = Relay(gateways, metrics, settings.keepalive_s, settings.reattach_timeout_s)
+        self._relay = Relay(gateways, metrics, keepalives, settings.reattach_timeout_s)
 
     # Plumbing -----------------------------------------------------------------------------------
 
@@ -274,7 +280,9 @@ def build_app(
     if isinstance(gateways, grpc.aio.Channel):
         gateways = Gateways([("gateway", gateways)])
     metrics = EdgeMetrics(registry)
-    edge = Edge(gateways, settings, metrics)
+    # One keep-alive ticker for every stream this process serves, whatever its API.
+    keepalives = sse.KeepAlives(settings.keepalive_s)
+    edge = Edge(gateways, settings, metrics, keepalives)
     cors = Cors(settings.cors_origins)
     per_address = PerAddressLimit(settings.max_requests_per_ip, metrics)
     app = web.Application(
@@ -293,9 +301,9 @@ def build_app(
     app.router.add_post("/v1/messages/{message_id}/stop", edge.stop)
     app.router.add_post("/v1/messages/{message_id}/feedback", edge.rate)
     app.router.add_get("/v1/limits", edge.limits)
-    OpenAIApi(gateways, metrics, settings.keepalive_s, settings.rpc_timeout_s).register(app)
-    ResponsesApi(gateways, metrics, settings.keepalive_s, settings.rpc_timeout_s).register(app)
-    ResumableCompletions(gateways, metrics, settings.keepalive_s).register(app)
+    OpenAIApi(gateways, metrics, keepalives, settings.rpc_timeout_s).register(app)
+    ResponsesApi(gateways, metrics, keepalives, settings.rpc_timeout_s).register(app)
+    ResumableCompletions(gateways, metrics, keepalives).register(app)
     app.router.add_get("/openapi.json", openapi_handler)
     app.router.add_get("/healthz", edge.healthz)
     app.router.add_get("/readyz", edge.readyz)

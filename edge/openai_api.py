@@ -212,12 +212,12 @@ class OpenAIApi:
         self,
         gateways: Gateways,
         metrics: EdgeMetrics,
-        keepalive_s: float,
+        keepalives: sse.KeepAlives,
         rpc_timeout_s: float,
     ) -> None:
         self._gateways = gateways
         self._metrics = metrics
-        self._keepalive_s = keepalive_s
+        self._keepalives = keepalives
         self._rpc_timeout_s = rpc_timeout_s
 
     def register(self, app: web.Application) -> None:
@@ -283,7 +283,7 @@ class OpenAIApi:
         events: AsyncIterator[pb.ChatEvent],
         include_usage: bool,
     ) -> None:
-        async with sse.KeepAlive(response, self._keepalive_s) as keepalive:
+        async with self._keepalives.watch(response) as keepalive:
             try:
                 async for event in events:
                     if await write_event(writer, event, include_usage):

@@ -47,12 +47,12 @@ class Relay:
         self,
         gateways: Gateways,
         metrics: EdgeMetrics,
-        keepalive_s: float,
+        keepalives: sse.KeepAlives,
         reattach_timeout_s: float,
     ) -> None:
         self._gateways = gateways
         self._metrics = metrics
-        self._keepalive_s = keepalive_s
+        self._keepalives = keepalives
         self._reattach_timeout_s = reattach_timeout_s
 
     async def stream(
@@ -90,7 +90,7 @@ class Relay:
         message_id: str,
         metadata: tuple[tuple[str, str], ...],
     ) -> None:
-        async with sse.KeepAlive(response, self._keepalive_s) as keepalive:
+        async with self._keepalives.watch(response) as keepalive:
             try:
                 while upstream.first is not None:
                     last, lost = await self._copy(response, upstream, keepalive)

@@ -94,11 +94,15 @@ async def _body(request: web.Request) -> dict[str, Any]:
 
 class ResponsesApi:
     def __init__(
-        self, gateways: Gateways, metrics: EdgeMetrics, keepalive_s: float, rpc_timeout_s: float
+        self,
+        gateways: Gateways,
+        metrics: EdgeMetrics,
+        keepalives: sse.KeepAlives,
+        rpc_timeout_s: float,
     ) -> None:
         self._gateways = gateways
         self._metrics = metrics
-        self._keepalive_s = keepalive_s
+        self._keepalives = keepalives
         self._rpc_timeout_s = rpc_timeout_s
 
     def register(self, app: web.Application) -> None:
@@ -284,7 +288,7 @@ class ResponsesApi:
         self._metrics.open_streams.inc()
         last = 0
         try:
-            async with sse.KeepAlive(response, self._keepalive_s) as keepalive:
+            async with self._keepalives.watch(response) as keepalive:
                 try:
                     async for event in events:
                         last = int(event.event_id)

@@ -58,10 +58,12 @@ class NumberedChunks(ChunkWriter):
 
 
 class ResumableCompletions:
-    def __init__(self, gateways: Gateways, metrics: EdgeMetrics, keepalive_s: float) -> None:
+    def __init__(
+        self, gateways: Gateways, metrics: EdgeMetrics, keepalives: sse.KeepAlives
+    ) -> None:
         self._gateways = gateways
         self._metrics = metrics
-        self._keepalive_s = keepalive_s
+        self._keepalives = keepalives
 
     def register(self, app: web.Application) -> None:
         app[RESUMABLE_KEY] = self.start
@@ -117,7 +119,7 @@ class ResumableCompletions:
         writer = NumberedChunks(response, first.meta, self._metrics)
         self._metrics.open_streams.inc()
         try:
-            async with sse.KeepAlive(response, self._keepalive_s) as keepalive:
+            async with self._keepalives.watch(response) as keepalive:
                 ended = await self._write_all(writer, _chain(first, events), after, include_usage)
                 keepalive.wrote()
             if ended:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from json.encoder import encode_basestring
 
@@ -71,37 +70,81 @@ STREAM_HEADERS = {
 }
 
 
-class KeepAlive:
-    """Writes a keep-alive comment whenever interval_s passes without a write, so proxies and
-    clients keep a stream open while the model is silent. It runs as a task of its own beside
-    the relay: relaying an event then costs one timestamp, not a timer per event."""
+class KeepAlives:
+    """Keep-alive comments for every open stream of one edge process, so proxies and clients
+    keep a stream open while the model is silent: a stream that wrote nothing for interval_s
+    gets one. One task serves them all, ticking TICKS times an interval while any stream is
+    open and not at all otherwise; a task and its timer per stream were ~2 KB and a wake-up
+    each, of the 10,000 idle streams an edge holds. Relaying an event costs one timestamp."""
 
-    def __init__(self, response: web.StreamResponse, interval_s: float) -> None:
+    TICKS = 4
+
+    def __init__(self, interval_s: float) -> None:
+        if interval_s <= 0:
+            raise ValueError("the keep-alive interval must be positive")
+        self.interval_s = interval_s
+        self._streams: set[KeepAlive] = set()
+        self._ticker: asyncio.Task[None] | None = None
+        # Keep-alive writes in flight: one slow client must not hold the others' back.
+        self._writes: set[asyncio.Task[None]] = set()
+
+    def watch(self, response: web.StreamResponse) -> KeepAlive:
+        """`async with keepalives.watch(response) as keepalive:`, calling keepalive.wrote()
+        after each write of the stream's own."""
+        return KeepAlive(self, response)
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+    def opened(self, stream: KeepAlive) -> None:
+        self._streams.add(stream)
+        if self._ticker is None or self._ticker.done():
+            self._ticker = asyncio.create_task(self._tick(), name="sse-keepalives")
+
+    def closed(self, stream: KeepAlive) -> None:
+        self._streams.discard(stream)
+
+    async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._streams:
+            await asyncio.sleep(self.interval_s / self.TICKS)
+            silent_since = loop.time() - self.interval_s
+            for stream in self._streams:
+                if stream.last_write <= silent_since and not stream.writing:
+                    stream.writing = True
+                    write = asyncio.create_task(stream.keep_alive())
+                    self._writes.add(write)
+                    write.add_done_callback(self._writes.discard)
+
+
+class KeepAlive:
+    """One stream's place in its KeepAlives: when it last wrote."""
+
+    __slots__ = ("_owner", "_response", "last_write", "writing")
+
+    def __init__(self, owner: KeepAlives, response: web.StreamResponse) -> None:
+        self._owner = owner
         self._response = response
-        self._interval_s = interval_s
-        self._loop = asyncio.get_running_loop()
-        self._last_write = self._loop.time()
-        self._task: asyncio.Task[None] | None = None
+        self.last_write = asyncio.get_running_loop().time()
+        self.writing = False
 
     def wrote(self) -> None:
-        self._last_write = self._loop.time()
+        self.last_write = asyncio.get_running_loop().time()
+
+    async def keep_alive(self) -> None:
+        try:
+            await self._response.write(KEEPALIVE)
+            self.wrote()
+        except (ConnectionError, OSError, RuntimeError):
+            # The client is gone (RuntimeError: aiohttp's "connection lost" once the response
+            # is closed): the stream's own write or its cancellation ends it.
+            self._owner.closed(self)
+        finally:
+            self.writing = False
 
     async def __aenter__(self) -> KeepAlive:
-        self._task = asyncio.create_task(self._run())
+        self._owner.opened(self)
         return self
 
     async def __aexit__(self, *_: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            # A write that failed here failed for the relay too; the relay reports it.
-            with contextlib.suppress(asyncio.CancelledError, ConnectionError, OSError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            idle_s = self._loop.time() - self._last_write
-            if idle_s < self._interval_s:
-                await asyncio.sleep(self._interval_s - idle_s)
-                continue
-            await self._response.write(KEEPALIVE)
-            self.wrote()
+        self._owner.closed(self)
