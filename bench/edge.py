@@ -14,7 +14,7 @@ a slow platform is still at it when the next round starts. --idle 0 skips the id
 --streams "" the streaming part; with --against, the idle part runs on both checkouts.
 
 Prints a table and ends with one JSON line. Results land in bench/results/edge.txt and
-bench/results/edge.json.
+bench/results/edge.json (the idle part alone: bench/results/edge_idle.txt).
 
 Nodes send one token a chunk here (stream interval 0), so a stream is EVENTS events and the
 figure is the relay's cost per event. "refused" counts streams answered with an HTTP error
@@ -339,9 +339,9 @@ async def open_requests(http: aiohttp.ClientSession, edge_url: str) -> int:
 
 
 async def idle_streams(target: int, checkout: str = "") -> dict[str, float]:
-    """Streams attached to an answer so slow it is idle (a token every few minutes): what
-    one edge process holds open, and the memory each costs it. checkout: another checkout's
-    services instead of this one's."""
+    """Streams attached to an answer so slow it is idle (a token every few minutes), each
+    past its meta event: what one edge process holds open, and the memory each costs it.
+    checkout: another checkout's services instead of this one's."""
     with tempfile.TemporaryDirectory() as state:
         settings = platform_settings(Path(state), "0.0001", nodes=1)
         if checkout:
@@ -369,7 +369,10 @@ async def idle_streams(target: int, checkout: str = "") -> dict[str, float]:
                 async def attach() -> int:
                     async with http.get(
                         f"{platform.edge_url}/v1/messages/{message}/stream",
-                        headers={**auth, "Last-Event-ID": "1"},
+                        # From the start: the meta event goes out and the response
+                        # is open, as for a user waiting on a silent model (after event 1
+                        # the edge would still be waiting for a first event to send headers).
+                        headers=auth,
                     ) as response:
                         return await count_events(response, [0, 0, 0])
 
@@ -540,6 +543,9 @@ def main() -> None:
     args = parser.parse_args()
     counts = [int(n) for n in args.streams.split(",") if n]  # "": the idle part alone
     text = asyncio.run(run(counts, args.idle, args.rounds, args.against))
+    if not counts:  # the idle part alone: the streaming results stay as they are
+        publish("edge_idle", text)
+        return
     publish("edge", text)
     result = text.rsplit("\n", 1)[1]
     (Path(__file__).parent / "results" / "edge.json").write_text(result + "\n")
