@@ -378,9 +378,8 @@ async def test_the_sdk_and_langchain_get_structured_answers_and_tool_calls_from_
     try:
         edge = f"{platform.edge_url}/v1"
         token = platform.tokens["plus"]
-        async with openai.AsyncOpenAI(
-            base_url=edge, api_key=token, max_retries=0, timeout=240
-        ) as client:
+        client = openai.AsyncOpenAI(base_url=edge, api_key=token, max_retries=0, timeout=240)
+        async with client:
             completion = await client.chat.completions.parse(
                 model="small",
                 messages=[{"role": "user", "content": "Name the capital of France."}],
@@ -388,24 +387,21 @@ async def test_the_sdk_and_langchain_get_structured_answers_and_tool_calls_from_
                 max_tokens=60,
                 temperature=0,
             )
-        (choice,) = completion.choices
-        assert choice.finish_reason == "stop"
-        assert choice.message.parsed == Capital.model_validate_json(choice.message.content)
-        assert completion.model == MODEL
-        # A model name LangChain knows nothing of: it never needs tiktoken's encodings.
-        chat = ChatOpenAI(model="small", base_url=edge, api_key=token, max_retries=0,
-                          timeout=240, temperature=0, max_tokens=60)  # fmt: skip
-        capital = await chat.with_structured_output(Capital, method="json_schema").ainvoke(
-            "Name the capital of Italy."
-        )
-        assert isinstance(capital, Capital)
-        # A required tool call: vLLM's tool parsing under a grammar, as OpenAI's tool_calls.
-        weather = {"type": "function", "function": {
-            "name": "get_weather", "description": "Weather now in a city",
-            "parameters": CITY_ONLY}}  # fmt: skip
-        async with openai.AsyncOpenAI(
-            base_url=edge, api_key=token, max_retries=0, timeout=240
-        ) as client:
+            (choice,) = completion.choices
+            assert choice.finish_reason == "stop"
+            assert choice.message.parsed == Capital.model_validate_json(choice.message.content)
+            assert completion.model == MODEL
+            # A model name LangChain knows nothing of: it never needs tiktoken's encodings.
+            chat = ChatOpenAI(model="small", base_url=edge, api_key=token, max_retries=0,
+                              timeout=240, temperature=0, max_tokens=60)  # fmt: skip
+            capital = await chat.with_structured_output(Capital, method="json_schema").ainvoke(
+                "Name the capital of Italy."
+            )
+            assert isinstance(capital, Capital)
+            # A required tool call: vLLM's tool parsing under a grammar, as OpenAI's tool_calls.
+            weather = {"type": "function", "function": {
+                "name": "get_weather", "description": "Weather now in a city",
+                "parameters": CITY_ONLY}}  # fmt: skip
             called = await client.chat.completions.create(
                 model="small",
                 messages=[{"role": "user", "content": "What is the weather in Paris?"}],
