@@ -1,8 +1,15 @@
 """The sidecar's cost: the same prompts through NodeService.Generate (gRPC, the nodeagent
 process) and straight to the engine's HTTP API (llama-server, or vLLM with --engine vllm),
-side by side in one run, at 1 and 8 concurrent streams, alternating which goes first.
+side by side in one run, at 1 and 8 concurrent streams, rotating which goes first. Besides
+time to first token and tokens/s, the nodeagent's own CPU (utime + stime from /proc) per
+request over its rounds: what the sidecar takes from the engine's cores.
 
     .venv/bin/python bench/sidecar.py [--rounds 6] [--max-tokens 24] [--engine vllm]
+                                      [--against DIR]
+
+--against DIR adds a second nodeagent, with an engine of its own, whose code comes from another
+checkout (say a worktree of the previous commit), measured in the same rounds: a change's
+effect side by side. The direct path always calls this checkout's node's engine.
 
 Prints a table and ends with one JSON line. Results land in bench/results/sidecar.txt
 (sidecar-vllm.txt for vLLM, which needs scripts/install_vllm.sh first).
@@ -12,17 +19,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 import grpc
-from benchkit import publish
+from benchkit import checkout_env, cpu_seconds, publish
 
 from chat.v1 import common_pb2, node_service_pb2, node_service_pb2_grpc
 from nodeagent.llamacpp import free_port
@@ -65,7 +74,7 @@ async def via_sidecar(stub, i: int, max_tokens: int) -> tuple[float, int, float]
     return first - start, tokens, time.perf_counter() - first
 
 
-async def direct(http, url: str, i: int, max_tokens: int) -> tuple[float, int, float]:
+async def direct(http, url: str, i: int, max_tokens: int, close: bool) -> tuple[float, int, float]:
     body = {
         "model": MODEL,
         "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt(i)}],
@@ -73,7 +82,10 @@ async def direct(http, url: str, i: int, max_tokens: int) -> tuple[float, int, f
     }  # fmt: skip
     start = time.perf_counter()
     first, chunks = None, 0
-    async with http.post(f"{url}/v1/chat/completions", json=body) as response:
+    # llama-server closes a connection after a streamed answer: asking for that, as the
+    # adapter does, keeps the pool from writing the next request into it.
+    headers = {"Connection": "close"} if close else {}
+    async with http.post(f"{url}/v1/chat/completions", json=body, headers=headers) as response:
         async for raw in response.content:
             if raw.startswith(b"data: {") and b'"content":"' in raw:
                 chunks += 1
@@ -81,10 +93,13 @@ async def direct(http, url: str, i: int, max_tokens: int) -> tuple[float, int, f
     return first - start, chunks, time.perf_counter() - first
 
 
-async def start_node(folder: str, engine: str) -> tuple[asyncio.subprocess.Process, dict]:
+async def start_node(
+    folder: str, engine: str, checkout: str = ""
+) -> tuple[asyncio.subprocess.Process, dict]:
     ready = Path(folder) / "ready.json"
     env = {
         **os.environ,
+        **(checkout_env(checkout) if checkout else {}),
         "CHAT_NODEAGENT_READY_FILE": str(ready),
         "CHAT_NODEAGENT_SCHEDULER_ADDRESSES": f"127.0.0.1:{free_port()}",  # none: not needed
         "CHAT_NODEAGENT_ENGINE": engine,
@@ -105,39 +120,84 @@ async def start_node(folder: str, engine: str) -> tuple[asyncio.subprocess.Proce
     return process, json.loads(ready.read_text())
 
 
-async def run(rounds: int, max_tokens: int, engine: str) -> dict:
+@dataclass
+class Sidecar:
+    """One nodeagent under test: its process, its stub, and the CPU it spent in its rounds."""
+
+    process: asyncio.subprocess.Process
+    stub: node_service_pb2_grpc.NodeServiceStub
+    cpu_s: float = 0.0
+    requests: int = 0
+
+
+async def run(rounds: int, max_tokens: int, engine: str, against: str) -> dict:
     with tempfile.TemporaryDirectory() as folder:
-        process, ready = await start_node(folder, engine)
-        results: dict[str, dict[str, list]] = {}
-        try:
-            connector = aiohttp.TCPConnector(force_close=True)  # as the adapter does
-            async with (
-                grpc.aio.insecure_channel(ready["grpc"]) as channel,
-                aiohttp.ClientSession(connector=connector) as http,
-            ):
-                stub = node_service_pb2_grpc.NodeServiceStub(channel)
-                await direct(http, ready["engine_url"], 10_000, 4)  # warm up
-                for streams in (1, 8):
-                    paths = {"direct": [], "sidecar": []}
-                    for r in range(rounds):
-                        order = ["direct", "sidecar"] if r % 2 == 0 else ["sidecar", "direct"]
-                        for j, path in enumerate(order):
-                            base = (r * 2 + j) * streams
-                            if path == "direct":
-                                jobs = [direct(http, ready["engine_url"], base + k, max_tokens)
-                                        for k in range(streams)]  # fmt: skip
-                            else:
-                                jobs = [via_sidecar(stub, base + k, max_tokens)
-                                        for k in range(streams)]  # fmt: skip
-                            wall = time.perf_counter()
-                            samples = await asyncio.gather(*jobs)
-                            wall = time.perf_counter() - wall
-                            paths[path].append((samples, wall))
-                    results[str(streams)] = paths
-        finally:
-            process.terminate()
-            await process.wait()
-    return summarise(results)
+        async with contextlib.AsyncExitStack() as stack:
+            return await _measure(folder, stack, rounds, max_tokens, engine, against)
+
+
+async def _measure(
+    folder: str,
+    stack: contextlib.AsyncExitStack,
+    rounds: int,
+    max_tokens: int,
+    engine: str,
+    against: str,
+) -> dict:
+    nodes: dict[str, Sidecar] = {}
+    direct_url = ""
+    for path, checkout in [("sidecar", ""), ("against", against)]:
+        if path == "against" and not against:
+            continue
+        home = Path(folder) / path
+        home.mkdir()
+        process, ready = await start_node(str(home), engine, checkout)
+        stack.push_async_callback(_stop, process)
+        channel = await stack.enter_async_context(grpc.aio.insecure_channel(ready["grpc"]))
+        nodes[path] = Sidecar(process, node_service_pb2_grpc.NodeServiceStub(channel))
+        direct_url = direct_url or ready["engine_url"]
+    # A kept-alive connection, as any HTTP client would use and the adapters do.
+    http = await stack.enter_async_context(
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(keepalive_timeout=2.0))
+    )
+    close = engine == "llamacpp"
+    await direct(http, direct_url, 10_000, 4, close)  # warm up
+    for node in nodes.values():
+        await via_sidecar(node.stub, 10_001, 4)
+    results: dict[str, dict[str, list]] = {}
+    order = ["direct", *nodes]
+    for streams in (1, 8):
+        paths: dict[str, list] = {path: [] for path in order}
+        for r in range(rounds):
+            turn = order[r % len(order) :] + order[: r % len(order)]
+            for j, path in enumerate(turn):
+                base = (r * len(order) + j) * streams
+                node = nodes.get(path)
+                if node is None:
+                    jobs = [direct(http, direct_url, base + k, max_tokens, close)
+                            for k in range(streams)]  # fmt: skip
+                else:
+                    jobs = [via_sidecar(node.stub, base + k, max_tokens)
+                            for k in range(streams)]  # fmt: skip
+                cpu = cpu_seconds(node.process.pid) if node else 0.0
+                wall = time.perf_counter()
+                samples = await asyncio.gather(*jobs)
+                wall = time.perf_counter() - wall
+                if node:
+                    node.cpu_s += cpu_seconds(node.process.pid) - cpu
+                    node.requests += streams
+                paths[path].append((samples, wall))
+        results[str(streams)] = paths
+    summary = summarise(results)
+    summary["node_cpu_ms_per_request"] = {
+        path: round(node.cpu_s * 1000 / node.requests, 2) for path, node in nodes.items()
+    }
+    return summary
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    process.terminate()
+    await process.wait()
 
 
 def summarise(results: dict) -> dict:
@@ -162,17 +222,22 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--engine", choices=sorted(ENGINE_ENV), default="llamacpp")
+    parser.add_argument("--against", default="", help="another checkout, measured side by side")
     args = parser.parse_args()
-    summary = asyncio.run(run(args.rounds, args.max_tokens, args.engine))
+    summary = asyncio.run(run(args.rounds, args.max_tokens, args.engine, args.against))
+    node_cpu = summary.pop("node_cpu_ms_per_request")
     lines = [
         f"sidecar: {args.rounds} rounds per path and concurrency, {args.max_tokens} tokens max, "
-        f"{ENGINE_NAME[args.engine]} + SmolLM2-135M on this machine's CPU",
+        f"{ENGINE_NAME[args.engine]} + SmolLM2-135M on this machine's CPU"
+        + (f"; 'against' = the nodeagent of {args.against}" if args.against else ""),
         f"{'streams':>7} {'path':<8} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} {'tokens/s':>9}",
     ]
     result: dict = {
         "bench": "sidecar",
         "engine": args.engine,
         "rounds": args.rounds,
+        "against": args.against,
+        "node_cpu_ms_per_request": node_cpu,
         "streams": {},
     }
     for streams, row in summary.items():
@@ -181,15 +246,23 @@ def main() -> None:
                 f"{streams:>7} {path:<8} {figures['ttft_p50_ms']:>12.1f} "
                 f"{figures['ttft_p99_ms']:>12.1f} {figures['tokens_per_s']:>9.1f}"
             )
-        added = row["sidecar"]["ttft_p50_ms"] - row["direct"]["ttft_p50_ms"]
-        ratio = row["sidecar"]["tokens_per_s"] / row["direct"]["tokens_per_s"]
-        result["streams"][streams] = {
-            "added_ttft_p50_ms": round(added, 2),
-            "throughput_ratio": round(ratio, 3),
-        }
-        lines.append(
-            f"{streams:>7} streams: added TTFT p50 {added:.2f} ms, throughput ratio {ratio:.3f}"
-        )
+        result["streams"][streams] = {}
+        for path in [p for p in row if p != "direct"]:
+            added = row[path]["ttft_p50_ms"] - row["direct"]["ttft_p50_ms"]
+            ratio = row[path]["tokens_per_s"] / row["direct"]["tokens_per_s"]
+            key = "" if path == "sidecar" else f"{path}_"
+            result["streams"][streams] |= {
+                f"{key}added_ttft_p50_ms": round(added, 2),
+                f"{key}throughput_ratio": round(ratio, 3),
+            }
+            lines.append(
+                f"{streams:>7} streams, {path}: added TTFT p50 {added:.2f} ms, "
+                f"throughput ratio {ratio:.3f}"
+            )
+    lines.append(
+        "nodeagent CPU ms per request (all its rounds): "
+        + ", ".join(f"{path} {ms:.2f}" for path, ms in node_cpu.items())
+    )
     lines.append(json.dumps(result))
     text = "\n".join(lines)
     publish("sidecar" if args.engine == "llamacpp" else f"sidecar-{args.engine}", text)

@@ -8,9 +8,7 @@ request is not served ahead of a Free one here (the vLLM adapter does that).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
-import json
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -22,8 +20,13 @@ from domain.types import Finish, Usage
 from infra.process import dies_with_parent
 from nodeagent import chat_wire
 from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
+from nodeagent.engine_http import engine_session, sse_events
 
 _FINISH = {"stop": Finish.STOP, "length": Finish.LENGTH, "tool_calls": Finish.STOP}
+# llama-server closes the connection after a streamed answer although its headers offer
+# keep-alive: a pooled one would fail the next request written into it. Token counts and
+# health checks, which it does keep, reuse their connections.
+_STREAMED_ANSWER_HEADERS = {"Connection": "close"}
 # The health check's bound: llama-server answers /health at once, even mid-generation.
 HEALTH_TIMEOUT_S = 5.0
 
@@ -127,12 +130,7 @@ class LlamaCppEngine:
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
         )
-        # llama-server drops idle keep-alive connections after a few seconds, and a request
-        # written into one that is closing fails; a fresh loopback connection costs ~0.1 ms.
-        self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=None),
-            connector=aiohttp.TCPConnector(force_close=True),
-        )
+        self._session = engine_session(aiohttp.ClientTimeout(total=None))
         deadline = asyncio.get_running_loop().time() + self._startup_timeout_s
         while not await self.healthy():
             if self._process.returncode is not None:
@@ -225,13 +223,15 @@ class LlamaCppEngine:
         calls = chat_wire.ToolCallAssembler()
         try:
             async with self._http().post(
-                f"{self._base_url}/v1/chat/completions", json=self._body(request)
+                f"{self._base_url}/v1/chat/completions",
+                json=self._body(request),
+                headers=_STREAMED_ANSWER_HEADERS,
             ) as response:
                 if response.status != 200:
                     detail = (await response.text())[:200]
                     raise EngineError(f"llama-server answered {response.status}: {detail}")
                 echo = request.continue_from
-                async for event in _sse_data(response.content):
+                async for event in sse_events(response.content):
                     choice = (event.get("choices") or [{}])[0]
                     calls.feed(choice.get("delta") or {})
                     text = (choice.get("delta") or {}).get("content")
@@ -284,15 +284,3 @@ def _usage_of(event: dict[str, object], previous: Usage) -> Usage:
     input_tokens = int(usage.get("prompt_tokens", prompt_new + cached) or previous.input_tokens)
     output = int(usage.get("completion_tokens", previous.output_tokens))
     return Usage(input_tokens=input_tokens, cached_tokens=cached, output_tokens=output)
-
-
-async def _sse_data(stream: aiohttp.StreamReader) -> AsyncIterator[dict[str, object]]:
-    async for raw in stream:
-        line = raw.decode().strip()
-        if not line.startswith("data:"):
-            continue
-        data = line.removeprefix("data:").strip()
-        if data == "[DONE]":
-            return
-        with contextlib.suppress(json.JSONDecodeError):
-            yield json.loads(data)

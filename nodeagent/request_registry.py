@@ -18,11 +18,23 @@ class RunningRequest:
     request: GenerationRequest
     chunks: list[str] = field(default_factory=list)
     finished: Finished | None = None
-    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     task: asyncio.Task[None] | None = None
     followers: int = 0
     # Started when the last follower leaves without a cancel; a re-attach stops it.
     orphan_timer: asyncio.Task[None] | None = None
+    # Followers waiting for the next token, and followers holding a chunk back that only the
+    # answer's end (or their hold running out) wakes: tokens arriving during a hold do not.
+    _token_waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    _finish_waiters: list[asyncio.Future[None]] = field(default_factory=list)
+
+    def add(self, text: str) -> None:
+        self.chunks.append(text)
+        _wake(self._token_waiters)
+
+    def finish(self, finished: Finished) -> None:
+        self.finished = finished
+        _wake(self._token_waiters)
+        _wake(self._finish_waiters)
 
     async def follow(
         self, after_index: int = 0, interval_s: float = 0.0
@@ -38,17 +50,13 @@ class RunningRequest:
         loop = asyncio.get_running_loop()
         hold_until = 0.0
         while True:
-            async with self.changed:
-                await self.changed.wait_for(
-                    lambda seen=sent: len(self.chunks) > seen or self.finished is not None
-                )
-                hold_s = hold_until - loop.time()
-                if self.finished is None and hold_s > 0:
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(hold_s):
-                            await self.changed.wait_for(lambda: self.finished is not None)
-                pending = self.chunks[sent:]
-                finished = self.finished
+            if len(self.chunks) <= sent and self.finished is None:
+                await _wait(self._token_waiters)
+            hold_s = hold_until - loop.time()
+            if self.finished is None and hold_s > 0:
+                await _wait(self._finish_waiters, hold_s)
+            pending = self.chunks[sent:]
+            finished = self.finished
             if pending:
                 sent += len(pending)
                 if interval_s > 0:
@@ -59,9 +67,43 @@ class RunningRequest:
                 yield finished
                 return
 
+    async def until_finished(self) -> Finished:
+        while self.finished is None:
+            await _wait(self._finish_waiters)
+        return self.finished
+
     def cancel(self) -> None:
         if self.task and not self.task.done():
             self.task.cancel()
+
+
+def _wake(waiters: list[asyncio.Future[None]]) -> None:
+    woken = waiters[:]
+    waiters.clear()
+    for future in woken:
+        if not future.done():
+            future.set_result(None)
+
+
+async def _wait(waiters: list[asyncio.Future[None]], timeout_s: float | None = None) -> None:
+    """Until the waiters are woken, or timeout_s passes. A bare future and a timer handle: no
+    task, lock or condition per wait, since a follower waits once per token."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[None] = loop.create_future()
+    waiters.append(future)
+    timer = None if timeout_s is None else loop.call_later(timeout_s, _resolve, future)
+    try:
+        await future
+    finally:
+        if timer is not None:
+            timer.cancel()
+        with contextlib.suppress(ValueError):
+            waiters.remove(future)  # still there when the timer or a cancel ended the wait
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class RequestRegistry:
@@ -111,9 +153,7 @@ class RequestRegistry:
             async for item in self._engine.generate(running.request):
                 if isinstance(item, Chunk):
                     output += 1
-                    async with running.changed:
-                        running.chunks.append(item.text)
-                        running.changed.notify_all()
+                    running.add(item.text)
                 else:
                     finished = item
             if finished is None:
@@ -123,9 +163,7 @@ class RequestRegistry:
             finished = Finished(Finish.CANCELLED, usage)
         except EngineError:
             finished = Finished(Finish.ERROR, Usage(output_tokens=output))
-        async with running.changed:
-            running.finished = finished
-            running.changed.notify_all()
+        running.finish(finished)
         evict = asyncio.create_task(self._evict_later(running.request.request_id))
         self._tasks.add(evict)
         evict.add_done_callback(self._tasks.discard)

@@ -25,6 +25,7 @@ from domain.types import Finish, Tier, Usage
 from infra.process import dies_with_parent
 from nodeagent import chat_wire
 from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
+from nodeagent.engine_http import engine_session, sse_events
 from nodeagent.llamacpp import free_port, tools_template_path
 from nodeagent.vllm_metrics import (
     MetricsParseError,
@@ -176,9 +177,7 @@ class VllmEngine:
         if self._launch is not None:
             await self._spawn(self._launch)
         # No total timeout: an answer may queue behind others for long under load.
-        self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5)
-        )
+        self._session = engine_session(aiohttp.ClientTimeout(total=None, sock_connect=5))
         try:
             await self._wait_ready()
         except EngineError:
@@ -335,7 +334,7 @@ class VllmEngine:
             ) as response:
                 if response.status != 200:
                     raise EngineError(f"vLLM refused the request: {await _error_reason(response)}")
-                async for event in _sse_data(response.content):
+                async for event in sse_events(response.content):
                     _raise_on_error_event(event)
                     choice = _first_choice(event)
                     calls.feed(choice.get("delta") or {})
@@ -408,17 +407,3 @@ async def _error_reason(response: aiohttp.ClientResponse) -> str:
         if isinstance(error, dict) and error.get("message"):
             reason = str(error["message"])
     return f"{response.status}: {reason}"
-
-
-async def _sse_data(stream: aiohttp.StreamReader) -> AsyncIterator[dict[str, object]]:
-    async for raw in stream:
-        line = raw.decode().strip()
-        if not line.startswith("data:"):
-            continue
-        data = line.removeprefix("data:").strip()
-        if data == "[DONE]":
-            return
-        with contextlib.suppress(json.JSONDecodeError):
-            event = json.loads(data)
-            if isinstance(event, dict):
-                yield event

@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -97,6 +98,14 @@ async def test_closing_the_stream_frees_the_engines_slot(one_slot: LlamaCppEngin
     assert await busy_slots(one_slot) == [False]
 
 
+async def _until_stopped(pid: int) -> None:
+    deadline = asyncio.get_running_loop().time() + 5.0
+    status = Path(f"/proc/{pid}/status")
+    while "T (stopped)" not in await asyncio.to_thread(status.read_text):
+        assert asyncio.get_running_loop().time() < deadline, "the process did not stop"
+        await asyncio.sleep(0.01)
+
+
 async def _collect(stream):
     return [i async for i in stream]
 
@@ -108,6 +117,9 @@ async def test_a_hung_engine_is_unhealthy_within_the_checks_bound(one_slot: Llam
     assert pid is not None and await one_slot.healthy()
     os.kill(pid, signal.SIGSTOP)
     try:
+        # The stop takes effect once every thread has reached it: until then a kept-alive
+        # connection's thread may still answer.
+        await _until_stopped(pid)
         # Without its bound the check waits for ever: this wait fails the test instead.
         assert not await asyncio.wait_for(one_slot.healthy(), HEALTH_TIMEOUT_S + 5.0)
     finally:

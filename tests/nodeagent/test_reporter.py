@@ -34,8 +34,7 @@ def reporter(engine: SimEngine, **timing: float) -> tuple[LoadReporter, RequestR
 
 
 async def ended(running: RunningRequest) -> None:
-    async with running.changed:
-        await running.changed.wait_for(lambda: running.finished is not None)
+    await running.until_finished()
 
 
 async def test_an_idle_node_sends_heartbeats_and_a_busy_one_every_change() -> None:
