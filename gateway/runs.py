@@ -4,7 +4,6 @@ and comes back (or a retry with the same message id) reads the same answer, neve
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -13,6 +12,7 @@ from enum import IntEnum
 
 from domain.answer_options import ToolCall
 from domain.types import Finish, Usage
+from infra.waiters import Waiters
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +99,6 @@ class MessageRun:
     # What the request was, so a retry with the same id but another body is told apart.
     fingerprint: str
     events: list[Event] = field(default_factory=list)
-    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     # Where each event is written before local followers see it (the shared log in Redis),
@@ -109,9 +108,13 @@ class MessageRun:
     started_at: float = field(default_factory=time.monotonic)
     first_text_at: float | None = None
     abandoned: bool = False
-    # Set once no more events come (ended or abandoned): a follower holding its next message
+    # True once no more events come (ended or abandoned): a follower holding its next message
     # back (follow_batches' interval) sends at once then, without waking on every event.
-    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    closed: bool = False
+    # Followers waiting for the next event, and followers holding a batch back, whom only the
+    # run's close wakes.
+    _event_waiters: Waiters = field(default_factory=Waiters)
+    _close_waiters: Waiters = field(default_factory=Waiters)
 
     @property
     def ended(self) -> bool:
@@ -127,18 +130,20 @@ class MessageRun:
         whose shared log takes no more writes."""
         if self.first_text_at is None and isinstance(event, Delta):
             self.first_text_at = time.monotonic()
-        async with self.changed:
-            self.events.append(event)
-            self.changed.notify_all()
+        self.events.append(event)
         if isinstance(event, Done | Failed):
-            self.closed.set()
+            self._close()
+        self._event_waiters.wake()
 
     async def abandon(self) -> None:
         """No more events will come from here; followers get RunAbandoned."""
-        async with self.changed:
-            self.abandoned = True
-            self.changed.notify_all()
-        self.closed.set()
+        self.abandoned = True
+        self._close()
+        self._event_waiters.wake()
+
+    def _close(self) -> None:
+        self.closed = True
+        self._close_waiters.wake()
 
     async def follow(self, after_event_id: int = 0) -> AsyncIterator[tuple[int, Event]]:
         """Events numbered from 1, after after_event_id, until the run ends."""
@@ -161,10 +166,8 @@ class MessageRun:
         while True:
             if self.ended and sent >= len(self.events):
                 return  # asked for what comes after the last event: nothing will
-            async with self.changed:
-                await self.changed.wait_for(
-                    lambda seen=sent: len(self.events) > seen or self.abandoned
-                )
+            while len(self.events) <= sent and not self.abandoned:
+                await self._event_waiters.wait()
             await self._hold(hold_until - loop.time(), sent + most)
             pending = self.events[sent : sent + most]
             if not pending:
@@ -182,11 +185,9 @@ class MessageRun:
     async def _hold(self, hold_s: float, full_at: int) -> None:
         """Waits hold_s, or less if the run ends first; not at all when `full_at` events are
         there already (a reader behind the answer catches up without waiting)."""
-        if hold_s <= 0 or self.closed.is_set() or len(self.events) >= full_at:
+        if hold_s <= 0 or self.closed or len(self.events) >= full_at:
             return
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(hold_s):
-                await self.closed.wait()
+        await self._close_waiters.wait(hold_s)
 
 
 class RunRegistry:

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from domain.types import Finish, Usage
+from infra.waiters import Waiters
 from nodeagent.changes import Changes
 from nodeagent.engine import Chunk, Engine, EngineError, Finished, GenerationRequest
 
@@ -24,17 +25,17 @@ class RunningRequest:
     orphan_timer: asyncio.Task[None] | None = None
     # Followers waiting for the next token, and followers holding a chunk back that only the
     # answer's end (or their hold running out) wakes: tokens arriving during a hold do not.
-    _token_waiters: list[asyncio.Future[None]] = field(default_factory=list)
-    _finish_waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    _token_waiters: Waiters = field(default_factory=Waiters)
+    _finish_waiters: Waiters = field(default_factory=Waiters)
 
     def add(self, text: str) -> None:
         self.chunks.append(text)
-        _wake(self._token_waiters)
+        self._token_waiters.wake()
 
     def finish(self, finished: Finished) -> None:
         self.finished = finished
-        _wake(self._token_waiters)
-        _wake(self._finish_waiters)
+        self._token_waiters.wake()
+        self._finish_waiters.wake()
 
     async def follow(
         self, after_index: int = 0, interval_s: float = 0.0
@@ -51,10 +52,10 @@ class RunningRequest:
         hold_until = 0.0
         while True:
             if len(self.chunks) <= sent and self.finished is None:
-                await _wait(self._token_waiters)
+                await self._token_waiters.wait()
             hold_s = hold_until - loop.time()
             if self.finished is None and hold_s > 0:
-                await _wait(self._finish_waiters, hold_s)
+                await self._finish_waiters.wait(hold_s)
             pending = self.chunks[sent:]
             finished = self.finished
             if pending:
@@ -69,41 +70,12 @@ class RunningRequest:
 
     async def until_finished(self) -> Finished:
         while self.finished is None:
-            await _wait(self._finish_waiters)
+            await self._finish_waiters.wait()
         return self.finished
 
     def cancel(self) -> None:
         if self.task and not self.task.done():
             self.task.cancel()
-
-
-def _wake(waiters: list[asyncio.Future[None]]) -> None:
-    woken = waiters[:]
-    waiters.clear()
-    for future in woken:
-        if not future.done():
-            future.set_result(None)
-
-
-async def _wait(waiters: list[asyncio.Future[None]], timeout_s: float | None = None) -> None:
-    """Until the waiters are woken, or timeout_s passes. A bare future and a timer handle: no
-    task, lock or condition per wait, since a follower waits once per token."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[None] = loop.create_future()
-    waiters.append(future)
-    timer = None if timeout_s is None else loop.call_later(timeout_s, _resolve, future)
-    try:
-        await future
-    finally:
-        if timer is not None:
-            timer.cancel()
-        with contextlib.suppress(ValueError):
-            waiters.remove(future)  # still there when the timer or a cancel ended the wait
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 class RequestRegistry:
