@@ -18,7 +18,7 @@ import tempfile
 import time
 import tomllib
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +35,7 @@ from tests.deploy.manifests import ROOT, Obj, container, render
 from tests.deploy.pods import Files, Pod, Sources, materialize
 from tests.servers import Postgres, Redis, TlsEtcd, free_port
 from tests.sse import read_events
+from tests.store.test_postgres import fresh_database
 
 pytestmark = pytest.mark.slow
 STARTUP_TIMEOUT_S = 180
@@ -68,6 +69,13 @@ def machine() -> Iterator[Path]:
     finally:
         image.make_writable(base)
         shutil.rmtree(base)
+
+
+@pytest.fixture
+async def store_url(postgres_server: Postgres) -> AsyncIterator[str]:
+    """A database of this test's own: the chat-store Secret's URL."""
+    async with fresh_database(postgres_server) as url:
+        yield url
 
 
 @dataclass(frozen=True)
@@ -206,17 +214,26 @@ async def first_answer(edge: str, token: str) -> tuple[list, list[dict]]:
             return events, (await response.json())["messages"]
 
 
-async def node_in_etcd(etcd: TlsEtcd, node_id: str) -> NodeRecord | None:
+async def in_etcd(etcd: TlsEtcd, key: str) -> bytes | None:
+    """A key's value, read over mutual TLS as the schedulers read it."""
     server = etcd.server
     async with TlsEtcdClient(server.host, server.port, etcd.client, timeout=5) as client:
-        stored = await client.get(f"/chat/v1/nodes/{node_id}".encode())
-    return None if stored is None else NodeRecord.from_json(stored.value)
+        stored = await client.get(key.encode())
+    return None if stored is None else bytes(stored.value)
+
+
+async def ladder_led_by(etcd: TlsEtcd, scheduler_id: str) -> None:
+    """Until the ladder's leader key names the scheduler (it takes the lead within a second)."""
+    deadline = time.monotonic() + 10
+    while await in_etcd(etcd, "/chat/v1/ladder/leader") != scheduler_id.encode():
+        assert time.monotonic() < deadline, "no scheduler took the ladder's lead in etcd"
+        await asyncio.sleep(0.1)
 
 
 async def test_each_role_runs_from_the_image_as_its_manifest_starts_it(
     image_env: Path,
     machine: Path,
-    postgres_server: Postgres,
+    store_url: str,
     redis_server: Redis,
     etcd_tls_server: TlsEtcd,
 ) -> None:
@@ -227,7 +244,7 @@ async def test_each_role_runs_from_the_image_as_its_manifest_starts_it(
     env = image.environment(image_env, app, Path("/nonexistent"))
     platform = Authority.create("chat test CA")
     admin = secrets.token_hex(16)
-    values = {("chat-admin", "token"): admin, ("chat-store", "url"): postgres_server.dsn,
+    values = {("chat-admin", "token"): admin, ("chat-store", "url"): store_url,
               ("chat-redis", "url"): redis_server.url}  # fmt: skip
     names = ("scheduler", "scheduler-health", "node", "node-health", "gateway", "gateway-health",
              "edge")  # fmt: skip
@@ -264,10 +281,12 @@ async def test_each_role_runs_from_the_image_as_its_manifest_starts_it(
             ("assistant", streamed, events[-1].data["finish"]),
         ]
         assert stored[1]["replica"] == events[0].data["replica"] == "pool-small-0"
-        # The scheduler keeps the node's membership in etcd, over mutual TLS.
-        record = await node_in_etcd(etcd_tls_server, "pool-small-0")
-        assert record is not None and (record.address, record.pool) == (
-            f"127.0.0.1:{ports['node']}", "small")  # fmt: skip
+        # The scheduler keeps the node's membership and the ladder's lead in etcd, over
+        # mutual TLS, under the id its pod's name gives it.
+        record = await in_etcd(etcd_tls_server, "/chat/v1/nodes/pool-small-0")
+        assert record is not None
+        assert NodeRecord.from_json(record).address == f"127.0.0.1:{ports['node']}"
+        await ladder_led_by(etcd_tls_server, "scheduler-0")
     finally:
         for process in reversed(processes):
             if process.returncode is None:
