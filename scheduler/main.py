@@ -9,7 +9,6 @@ import socket
 import time
 from dataclasses import dataclass, field
 
-import aetcd
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -21,6 +20,7 @@ from domain.pools import LARGE_POOL, SMALL_POOL
 from domain.start_wait import StartWaitModel
 from infra.config import ConfigError
 from infra.directory import DEFAULT_PREFIX, Directory, publish_forever
+from infra.etcd_client import PLAINTEXT, etcd_client
 from infra.grpcserver import GrpcServer
 from infra.logs import configure_logging
 from infra.runner import run_service
@@ -54,6 +54,10 @@ class SchedulerConfig:
     # "memory" for one scheduler (the local platform); "etcd" to share membership between several.
     membership: str = "memory"
     etcd_endpoint: str = "127.0.0.1:2379"
+    # etcd's CA, and the certificate and key this scheduler shows etcd (its
+    # --client-cert-auth): membership, the ladder and the rollout reach etcd over mutual TLS.
+    # Absent: plaintext, as before these settings existed (insecure: true).
+    etcd_tls: TlsConfig = field(default_factory=lambda: PLAINTEXT)
     # Under this etcd prefix: membership (`nodes/`), the ladder (`ladder/`) and the rollout
     # (`rollout/`). Schedulers sharing one prefix share one region's fleet; regions sharing one
     # etcd each take a prefix of their own (`chatctl up --regions`: `/chat/v1/regions/<name>/`).
@@ -127,7 +131,7 @@ def _build_ladder_store(config: SchedulerConfig) -> LadderStore:
         host, port = _etcd_address(config.etcd_endpoint)
         # Membership's reconnect backoff: gRPC's default grows to 120 s, and the ladder kept
         # failing for that long after etcd came back.
-        client = aetcd.Client(host=host, port=port, timeout=1.0, options=ETCD_CHANNEL_OPTIONS)
+        client = etcd_client(host, port, config.etcd_tls, timeout=1.0, options=ETCD_CHANNEL_OPTIONS)
         return EtcdLadderStore(client, config.scheduler_id, _etcd_prefix(config) + "ladder/")
     return InProcessLadderStore()
 
@@ -136,7 +140,7 @@ def _build_rollout_store(config: SchedulerConfig) -> RolloutStore:
     """Beside the ladder: in etcd when membership is, else in process."""
     if config.membership == "etcd":
         host, port = _etcd_address(config.etcd_endpoint)
-        client = aetcd.Client(host=host, port=port, timeout=1.0, options=ETCD_CHANNEL_OPTIONS)
+        client = etcd_client(host, port, config.etcd_tls, timeout=1.0, options=ETCD_CHANNEL_OPTIONS)
         return EtcdRolloutStore(client, _etcd_prefix(config) + "rollout/state")
     return InProcessRolloutStore()
 
@@ -156,7 +160,11 @@ def _build_membership(config: SchedulerConfig) -> Membership:
         raise ConfigError(f"membership must be 'memory' or 'etcd', not {config.membership!r}")
     host, port = _etcd_address(config.etcd_endpoint)
     return EtcdMembership(
-        host, port, _etcd_prefix(config) + "nodes/", lease_ttl_s=config.node_lease_ttl_s
+        host,
+        port,
+        _etcd_prefix(config) + "nodes/",
+        lease_ttl_s=config.node_lease_ttl_s,
+        tls=config.etcd_tls,
     )
 
 

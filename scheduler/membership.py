@@ -23,6 +23,9 @@ import aetcd
 import grpc
 import structlog
 
+from infra.etcd_client import PLAINTEXT, etcd_client
+from infra.tls import TlsConfig
+
 # What aetcd raises when etcd is down, slow or refuses a call; TimeoutError comes from its
 # connect() waiting on another task's connection attempt.
 ETCD_ERRORS = (aetcd.ClientError, grpc.aio.AioRpcError, TimeoutError)
@@ -163,11 +166,19 @@ class _Registration:
 
 class EtcdMembership(_View):
     def __init__(
-        self, host: str, port: int, prefix: str = "/chat/v1/nodes/", lease_ttl_s: float = 2
+        self,
+        host: str,
+        port: int,
+        prefix: str = "/chat/v1/nodes/",
+        lease_ttl_s: float = 2,
+        tls: TlsConfig = PLAINTEXT,
     ) -> None:
         super().__init__()
+        # At construction, so a scheduler with half its etcd TLS files set does not start.
+        tls.check()
         self._host = host
         self._port = port
+        self._tls = tls
         self._prefix = prefix.encode()
         # etcd leases are whole seconds.
         self._lease_ttl = max(1, math.ceil(lease_ttl_s))
@@ -183,8 +194,8 @@ class EtcdMembership(_View):
     async def start(self) -> None:
         # A call that outlives the lease is useless: the key would be gone by the time it lands.
         timeout = self._lease_ttl / 2
-        self._client = aetcd.Client(
-            host=self._host, port=self._port, timeout=timeout, options=ETCD_CHANNEL_OPTIONS
+        self._client = etcd_client(
+            self._host, self._port, self._tls, timeout=timeout, options=ETCD_CHANNEL_OPTIONS
         )
         revision = await self._try(self._resync(), "read members")
         self._watcher = asyncio.create_task(self._watch_forever(revision))

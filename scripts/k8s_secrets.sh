@@ -4,14 +4,17 @@
 #   chat-store   url:   the store's URL, credentials included (CHAT_STORE_URL)
 #   chat-redis   url:   Redis's URL, credentials included (CHAT_REDIS_URL)
 #   chat-hf      token: a Hugging Face token for gated weights (HF_TOKEN; skipped if unset)
+#   chat-etcd-ca tls.crt, tls.key: the external etcd's CA (CHAT_ETCD_CA_CERT, CHAT_ETCD_CA_KEY:
+#                files), from which cert-manager issues the schedulers' etcd client certificate
 # With --dev, for the dev overlay's in-cluster stores, it also makes their passwords
-# (chat-postgres-password, chat-redis-password) and the two URLs that use them.
+# (chat-postgres-password, chat-redis-password) and the two URLs that use them; its etcd's CA
+# is cert-manager's.
 # The certificates' Secrets are cert-manager's (deploy/k8s/base/certificates.yaml).
 # --print writes the Secrets as YAML instead of applying them.
 #
 #   scripts/k8s_secrets.sh --dev chat-dev
 #   CHAT_STORE_URL=postgresql://chat:...@db:5432/chat CHAT_REDIS_URL=rediss://:...@cache:6379/0 \
-#     scripts/k8s_secrets.sh chat
+#     CHAT_ETCD_CA_CERT=etcd-ca.crt CHAT_ETCD_CA_KEY=etcd-ca.key scripts/k8s_secrets.sh chat
 set -euo pipefail
 dev=false
 print=false
@@ -44,6 +47,11 @@ else
       "CHAT_REDIS_URL (redis[s]://:PASSWORD@HOST:6379/0), or pass --dev" >&2
     exit 2
   fi
+  if [ ! -r "${CHAT_ETCD_CA_CERT:-}" ] || [ ! -r "${CHAT_ETCD_CA_KEY:-}" ]; then
+    echo "set CHAT_ETCD_CA_CERT and CHAT_ETCD_CA_KEY to the files of the CA that signs" \
+      "etcd's certificate and the certificates it takes from clients, or pass --dev" >&2
+    exit 2
+  fi
 fi
 
 out="$(mktemp)"
@@ -60,6 +68,11 @@ secret() {
   if [ -n "${HF_TOKEN:-}" ]; then
     echo "---"
     secret chat-hf --from-literal=token="$HF_TOKEN"
+  fi
+  if ! $dev; then
+    echo "---"
+    kubectl create secret tls chat-etcd-ca --namespace "$namespace" \
+      --cert="$CHAT_ETCD_CA_CERT" --key="$CHAT_ETCD_CA_KEY" --dry-run=client -o yaml
   fi
   if $dev; then
     echo "---"

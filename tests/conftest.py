@@ -7,7 +7,16 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
-from tests.servers import Etcd, Postgres, Redis, run_etcd, run_postgres, run_redis
+from tests.servers import (
+    Etcd,
+    Postgres,
+    Redis,
+    TlsEtcd,
+    run_etcd,
+    run_postgres,
+    run_redis,
+    run_tls_etcd,
+)
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +48,13 @@ def redis_server() -> Iterator[Redis]:
 @pytest.fixture(scope="session")
 def etcd_server() -> Iterator[Etcd]:
     with run_etcd() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def etcd_tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsEtcd]:
+    """etcd that takes only clients showing a certificate of its CA (mutual TLS)."""
+    with run_tls_etcd(tmp_path_factory.mktemp("etcd-tls")) as server:
         yield server
 
 

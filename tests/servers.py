@@ -16,6 +16,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from infra.certs import Authority
+from infra.tls import Role, TlsConfig
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -119,18 +122,36 @@ class Etcd:
     process: subprocess.Popen
 
 
+@dataclass(frozen=True)
+class EtcdTls:
+    """The files of an etcd serving over mutual TLS: its own certificate and key, and the CA
+    whose certificates it takes from clients (and that signed its own)."""
+
+    ca_file: str
+    cert_file: str
+    key_file: str
+
+    def flags(self) -> list[str]:
+        return ["--cert-file", self.cert_file, "--key-file", self.key_file,
+                "--client-cert-auth", "--trusted-ca-file", self.ca_file]  # fmt: skip
+
+
 @contextlib.contextmanager
-def run_etcd(client: int | None = None, place: Place = LOOPBACK) -> Iterator[Etcd]:
-    """etcd with an empty data directory; on a chosen client port when given (to restart one)."""
+def run_etcd(
+    client: int | None = None, place: Place = LOOPBACK, tls: EtcdTls | None = None
+) -> Iterator[Etcd]:
+    """etcd with an empty data directory; on a chosen client port when given (to restart one);
+    with tls, its clients must show a certificate signed by tls's CA."""
     client = client or place.port_or_free(2379)
     peer = place.port_or_free(2380) if place.prefix else free_port()
-    client_url, peer_url = f"http://{place.host}:{client}", f"http://{place.host}:{peer}"
+    scheme = "https" if tls else "http"
+    client_url, peer_url = f"{scheme}://{place.host}:{client}", f"http://{place.host}:{peer}"
     with tempfile.TemporaryDirectory() as folder:
         process = subprocess.Popen(
             [*place.prefix, "etcd", "--name", "test", "--data-dir", f"{folder}/data",
              "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
              "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-             "--initial-cluster", f"test={peer_url}"],
+             "--initial-cluster", f"test={peer_url}", *(tls.flags() if tls else ())],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
@@ -139,6 +160,25 @@ def run_etcd(client: int | None = None, place: Place = LOOPBACK) -> Iterator[Etc
             yield Etcd(f"{place.host}:{client}", place.host, client, process)
         finally:
             _stop(process)
+
+
+@dataclass(frozen=True)
+class TlsEtcd:
+    server: Etcd
+    # What a scheduler shows this etcd: the CA, and a scheduler's certificate and key.
+    client: TlsConfig
+    authority: Authority
+
+
+@contextlib.contextmanager
+def run_tls_etcd(folder: Path) -> Iterator[TlsEtcd]:
+    """etcd over mutual TLS, with a throwaway CA of its own written under folder."""
+    authority = Authority.create("etcd test CA")
+    authority.save(folder)
+    server = authority.save_holder(folder, "etcd")
+    client = authority.save_holder(folder, Role.SCHEDULER)
+    with run_etcd(tls=EtcdTls(server.ca_file, server.cert_file, server.key_file)) as etcd:
+        yield TlsEtcd(etcd, client, authority)
 
 
 @dataclass(frozen=True)

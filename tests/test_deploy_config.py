@@ -28,7 +28,9 @@ def test_each_section_of_the_example_loads(section, kind) -> None:
 
 
 def test_the_example_is_the_production_shape() -> None:
-    assert load_config(SchedulerConfig, "scheduler", EXAMPLE, env={}).membership == "etcd"
+    scheduler = load_config(SchedulerConfig, "scheduler", EXAMPLE, env={})
+    assert scheduler.membership == "etcd"
+    assert not scheduler.etcd_tls.insecure and scheduler.etcd_tls.cert_file.endswith("tls.crt")
     gateway = load_config(GatewayConfig, "gateway", EXAMPLE, env={})
     assert gateway.buckets == "redis" and gateway.store_url.startswith("postgresql://")
     assert gateway.scheduler_addresses == [

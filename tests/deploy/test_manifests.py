@@ -280,12 +280,20 @@ def _secret_refs(objects: list[Obj]) -> set[str]:
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_every_secret_read_is_made_by_cert_manager_or_the_secrets_script(overlay: str) -> None:
+def test_every_secret_read_is_made_by_cert_manager_or_the_secrets_script(
+    overlay: str, tmp_path: Path
+) -> None:
+    from infra.certs import Authority
+
     objects = render(overlay)
     by_cert_manager = {o["spec"]["secretName"] for o in objects if o["kind"] == "Certificate"}
     args = ["--dev"] if overlay == "dev" else []
+    # The external etcd's CA, in prod: a real key pair, as kubectl checks it.
+    Authority.create("etcd CA").save(tmp_path)
     env = {**os.environ, "CHAT_STORE_URL": "postgresql://u:p@h/db", "CHAT_REDIS_URL": "redis://h",
-           "HF_TOKEN": "hf_x", "KUBECONFIG": os.devnull}  # fmt: skip
+           "HF_TOKEN": "hf_x", "KUBECONFIG": os.devnull,
+           "CHAT_ETCD_CA_CERT": str(tmp_path / "ca.crt"),
+           "CHAT_ETCD_CA_KEY": str(tmp_path / "ca.key")}  # fmt: skip
     printed = subprocess.run(
         [str(ROOT / "scripts" / "k8s_secrets.sh"), *args, "--print", "ns"],
         capture_output=True, text=True, env=env, timeout=60, check=True,
@@ -315,7 +323,8 @@ REACH = {
     ("edge", 8080): set(SOURCES),
 }
 DEV_STORES_REACH = {
-    ("etcd", 2379): {"scheduler", "monitoring"},
+    ("etcd", 2379): {"scheduler"},
+    ("etcd", 2381): {"monitoring"},
     ("redis", 6379): {"gateway"},
     ("postgres", 5432): {"scheduler", "gateway"},
 }
