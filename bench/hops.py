@@ -45,7 +45,6 @@ from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from domain.types import Role, Tier, Turn
 from gateway.main import GatewayConfig
 from gateway.node_client import Chunk, GenerateSpec, NodeClient
-from nodeagent.engine_http import ENGINE_KEEPALIVE_S
 
 TOPICS = ["rivers", "bridges", "owls", "volcanoes", "bread", "comets", "glass", "tides"]
 SYSTEM_PROMPT = GatewayConfig().system_prompt
@@ -186,7 +185,7 @@ async def run_engine(
     started: list[LocalPlatform] = []
     clients: list[NodeClient] = []
     routes: list[Route] = []
-    connector = aiohttp.TCPConnector(keepalive_timeout=ENGINE_KEEPALIVE_S)  # as the nodeagent
+    connector = aiohttp.TCPConnector(force_close=True)  # as the nodeagent does
     async with aiohttp.ClientSession(connector=connector) as http:
         try:
             for name in names:

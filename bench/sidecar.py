@@ -156,7 +156,8 @@ async def _measure(
         channel = await stack.enter_async_context(grpc.aio.insecure_channel(ready["grpc"]))
         nodes[path] = Sidecar(process, node_service_pb2_grpc.NodeServiceStub(channel))
         direct_url = direct_url or ready["engine_url"]
-    # A kept-alive connection, as any HTTP client would use and the adapters do.
+    # Kept-alive connections, as the vLLM adapter keeps them; llama-server's answers ask to
+    # close theirs (see direct), which is what the llama.cpp adapter's connections do.
     http = await stack.enter_async_context(
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(keepalive_timeout=2.0))
     )

@@ -9,20 +9,25 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
-# llama-server and vLLM's API server (uvicorn) both close a kept-alive connection after 5 s
-# idle (llama-server says `Keep-Alive: timeout=5, max=100`; uvicorn's default is 5 s). A
-# request written into a connection the engine is closing fails, so this side lets go of an
-# idle one well before the engine does. Keeping connections saves a TCP handshake and
-# aiohttp's connection set-up (about 1 ms of the node's CPU here) on every answer, token
-# count and health check.
+# vLLM's API server (uvicorn) closes a kept-alive connection after 5 s idle, and a request
+# written into a connection the engine is closing fails, so this side lets go of an idle one
+# well before the engine does. Keeping connections saves a TCP handshake and aiohttp's
+# connection set-up (about 1 ms of the node's CPU here) on every answer, token count, health
+# check and metrics read. The llama.cpp adapter does not keep them (nodeagent/llamacpp.py).
 ENGINE_KEEPALIVE_S = 2.0
 
 
-def engine_session(timeout: aiohttp.ClientTimeout) -> aiohttp.ClientSession:
-    """A session whose pool keeps idle connections ENGINE_KEEPALIVE_S and has no cap: how
-    many answers run at once is the scheduler's and the engine's business, and a cap here
-    would queue answers inside the node where nobody sees them."""
-    connector = aiohttp.TCPConnector(keepalive_timeout=ENGINE_KEEPALIVE_S, limit=0)
+def engine_session(
+    timeout: aiohttp.ClientTimeout, keep_alive: bool = True
+) -> aiohttp.ClientSession:
+    """A session whose pool has no cap: how many answers run at once is the scheduler's and
+    the engine's business, and a cap here would queue answers inside the node where nobody
+    sees them. With keep_alive it keeps idle connections ENGINE_KEEPALIVE_S; without, every
+    request has a connection of its own, closed after it."""
+    if keep_alive:
+        connector = aiohttp.TCPConnector(keepalive_timeout=ENGINE_KEEPALIVE_S, limit=0)
+    else:
+        connector = aiohttp.TCPConnector(force_close=True, limit=0)
     return aiohttp.ClientSession(timeout=timeout, connector=connector)
 
 

@@ -23,10 +23,6 @@ from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, Generatio
 from nodeagent.engine_http import engine_session, sse_events
 
 _FINISH = {"stop": Finish.STOP, "length": Finish.LENGTH, "tool_calls": Finish.STOP}
-# llama-server closes the connection after a streamed answer although its headers offer
-# keep-alive: a pooled one would fail the next request written into it. Token counts and
-# health checks, which it does keep, reuse their connections.
-_STREAMED_ANSWER_HEADERS = {"Connection": "close"}
 # The health check's bound: llama-server answers /health at once, even mid-generation.
 HEALTH_TIMEOUT_S = 5.0
 
@@ -130,7 +126,12 @@ class LlamaCppEngine:
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
         )
-        self._session = engine_session(aiohttp.ClientTimeout(total=None))
+        # No kept connections: llama-server's HTTP server gives each connection a thread of a
+        # small pool (--parallel + 2 here) for as long as the connection stays open, so idle
+        # kept ones held those threads and stalled the requests behind them (30 token counts
+        # at once waited for the engine's 5 s keep-alive to run out). It also closes a
+        # connection after every streamed answer although its headers offer keep-alive.
+        self._session = engine_session(aiohttp.ClientTimeout(total=None), keep_alive=False)
         deadline = asyncio.get_running_loop().time() + self._startup_timeout_s
         while not await self.healthy():
             if self._process.returncode is not None:
@@ -225,7 +226,6 @@ class LlamaCppEngine:
             async with self._http().post(
                 f"{self._base_url}/v1/chat/completions",
                 json=self._body(request),
-                headers=_STREAMED_ANSWER_HEADERS,
             ) as response:
                 if response.status != 200:
                     detail = (await response.text())[:200]
