@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import json
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +63,18 @@ def _port_open(port: int, host: str = "127.0.0.1") -> Callable[[], bool]:
     def check() -> bool:
         with contextlib.suppress(OSError), socket.create_connection((host, port), 0.2):
             return True
+        return False
+
+    return check
+
+
+def _etcd_healthy(url: str) -> Callable[[], bool]:
+    """etcd's own /health says so."""
+
+    def check() -> bool:
+        with contextlib.suppress(OSError, ValueError):
+            with urllib.request.urlopen(f"{url}/health", timeout=0.5) as answer:
+                return json.loads(answer.read()).get("health") == "true"
         return False
 
     return check
@@ -156,7 +170,10 @@ def run_etcd(
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
         try:
-            _wait_until(_port_open(client, place.host), process, "etcd")
+            # Its port opens before it serves: a first client could time out on the handshake.
+            # (Over TLS its /health wants a client's certificate: the port has to do there.)
+            ready = _port_open(client, place.host) if tls else _etcd_healthy(client_url)
+            _wait_until(ready, process, "etcd")
             yield Etcd(f"{place.host}:{client}", place.host, client, process)
         finally:
             _stop(process)
