@@ -224,8 +224,7 @@ class LlamaCppEngine:
         calls = chat_wire.ToolCallAssembler()
         try:
             async with self._http().post(
-                f"{self._base_url}/v1/chat/completions",
-                json=self._body(request),
+                f"{self._base_url}/v1/chat/completions", json=self._body(request)
             ) as response:
                 if response.status != 200:
                     detail = (await response.text())[:200]
