@@ -5,6 +5,10 @@ stream. Simulated replicas run far faster than real time, so the engine is not t
 
     .venv/bin/python bench/edge.py [--streams 200,2000] [--idle 10000] [--rounds 1]
                                    [--against DIR]
+    .venv/bin/python bench/edge.py --complete 10000 [--complete-events 40]
+
+--complete N starts N streams at once and lets each run to its end (up to --complete-limit-s):
+every one must end `done`. It runs alone and lands in bench/results/edge_complete.txt.
 
 --against DIR adds a second platform whose services import another checkout (say one of the
 commit before a change: `git worktree add ../before HEAD~1`), measured in the same rounds, the
@@ -115,15 +119,15 @@ async def count_events(response: aiohttp.ClientResponse, tally: list[int]) -> in
     return events
 
 
-def long_prompts(count: int) -> list[str]:
-    """Prompts whose simulated answer has at least DELTAS tokens, so every stream, capped at
-    DELTAS answer tokens, carries exactly EVENTS events."""
+def long_prompts(count: int, deltas: int = DELTAS) -> list[str]:
+    """Prompts whose simulated answer has at least `deltas` tokens, so every stream, capped at
+    `deltas` answer tokens, carries exactly `deltas` + 2 events."""
     system = PromptTurn(Role.SYSTEM, SYSTEM_PROMPT)
     found: list[str] = []
     i = 0
     while len(found) < count:
         text = f"Stream {i}: tell me everything."
-        if len(planned_answer([system, PromptTurn(Role.USER, text)], (100, 700))) >= DELTAS:
+        if len(planned_answer([system, PromptTurn(Role.USER, text)], (100, 700))) >= deltas:
             found.append(text)
         i += 1
     return found
@@ -132,10 +136,12 @@ def long_prompts(count: int) -> list[str]:
 Opener = Callable[[aiohttp.ClientSession, int, list[int]], Awaitable[int]]
 
 
-async def concurrent(streams: int, open_one: Opener, limit_s: float) -> tuple[int, float, int, int]:
-    """Events received, seconds taken, streams refused and streams ended without `done`, for
-    `streams` streams started at once; streams still open after limit_s are cut (neither
-    refused nor unfinished), and what they carried until then counts."""
+async def concurrent(
+    streams: int, open_one: Opener, limit_s: float
+) -> tuple[int, float, int, int, int]:
+    """Events received, seconds taken, streams refused, streams ended without `done` and
+    streams cut, for `streams` streams started at once; streams still open after limit_s are
+    cut (neither refused nor unfinished), and what they carried until then counts."""
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
     tally = [0, 0, 0]
@@ -150,7 +156,7 @@ async def concurrent(streams: int, open_one: Opener, limit_s: float) -> tuple[in
         await asyncio.gather(*tasks, return_exceptions=True)
         for task in done:
             task.result()  # a stream that failed fails the run
-    return received, seconds, tally[1], tally[2]
+    return received, seconds, tally[1], tally[2], len(pending)
 
 
 # The floor: a minimal SSE server in a process of its own -----------------------------------------
@@ -191,7 +197,9 @@ async def start_raw() -> tuple[asyncio.subprocess.Process, str]:
 # Phases ------------------------------------------------------------------------------------------
 
 
-def platform_settings(state: Path, speed: str, nodes: int) -> PlatformSettings:
+def platform_settings(
+    state: Path, speed: str, nodes: int, deltas: int = DELTAS
+) -> PlatformSettings:
     return PlatformSettings(
         state_dir=state,
         edge_listen="127.0.0.1:0",
@@ -200,7 +208,7 @@ def platform_settings(state: Path, speed: str, nodes: int) -> PlatformSettings:
             "CHAT_NODEAGENT_ENGINE": "sim",
             "CHAT_NODEAGENT_SIM_PRESET": "8b-1xh100",
             "CHAT_NODEAGENT_SIM_SPEED": speed,
-            "CHAT_GATEWAY_PLUS_MAX_ANSWER_TOKENS": str(DELTAS),
+            "CHAT_GATEWAY_PLUS_MAX_ANSWER_TOKENS": str(deltas),
             "CHAT_GATEWAY_PLUS_BUCKET_CAPACITY": "1e12",
             "CHAT_GATEWAY_MAX_OPEN_STREAMS_PER_USER": "1000000",
             "CHAT_EDGE_MAX_REQUESTS_PER_IP": "0",
@@ -223,12 +231,13 @@ def pids_of(platform: LocalPlatform, *names: str) -> dict[str, int]:
     return {c.name: c.process.pid for c in platform.children if c.name in names}
 
 
-def phase_result(outcome: tuple[int, float, int, int]) -> dict[str, float]:
-    events, seconds, refused, unfinished = outcome
+def phase_result(outcome: tuple[int, float, int, int, int]) -> dict[str, float]:
+    events, seconds, refused, unfinished, cut = outcome
     return {
         "events": events,
         "refused_streams": refused,
         "unfinished_streams": unfinished,
+        "cut_streams": cut,
         "seconds": round(seconds, 2),
         "events_per_s": round(events / seconds),
     }
@@ -241,18 +250,20 @@ class PlatformSubject:
 
     checkout: str
     state: Path
+    # Answer tokens a stream carries (its events: these, meta and done).
+    deltas: int = DELTAS
     platform: LocalPlatform | None = None
     prompts: list[str] = field(default_factory=list)
 
     async def start(self, most_streams: int) -> None:
-        settings = platform_settings(self.state, "1000", nodes=2)
+        settings = platform_settings(self.state, "1000", nodes=2, deltas=self.deltas)
         if self.checkout:
             settings.extra_env.update(checkout_env(self.checkout))
             # `python -m` would put the working directory (this checkout) first on the path.
             settings.extra_env["PYTHONSAFEPATH"] = "1"
         self.platform = LocalPlatform(settings)
         await self.platform.start()
-        self.prompts = long_prompts(most_streams)
+        self.prompts = long_prompts(most_streams, self.deltas)
         await concurrent(20, self.one, LIMIT_S)  # warm up: channels, tokenizer cache, the sim
 
     async def one(self, http: aiohttp.ClientSession, i: int, tally: list[int]) -> int:
@@ -270,13 +281,13 @@ class PlatformSubject:
             raise RuntimeError("the platform is not started")
         return self.platform
 
-    async def measure(self, streams: int) -> dict[str, float]:
+    async def measure(self, streams: int, limit_s: float = LIMIT_S) -> dict[str, float]:
         nodes = [c.name for c in self.started.children if c.name.startswith("nodeagent")]
         watch = Watch(pids_of(self.started, "edge", "gateway", *nodes) | {"client": os.getpid()})
-        outcome: list[tuple[int, float, int, int]] = []
+        outcome: list[tuple[int, float, int, int, int]] = []
 
         async def run() -> None:
-            outcome.append(await concurrent(streams, self.one, LIMIT_S))
+            outcome.append(await concurrent(streams, self.one, limit_s))
 
         await watch.during(run())
         return {
@@ -312,7 +323,7 @@ class RawSubject:
         if self.process is None:
             raise RuntimeError("the raw server is not started")
         watch = Watch({"raw": self.process.pid, "client": os.getpid()})
-        outcome: list[tuple[int, float, int, int]] = []
+        outcome: list[tuple[int, float, int, int, int]] = []
 
         async def run() -> None:
             outcome.append(await concurrent(streams, self.one, LIMIT_S))
@@ -405,6 +416,38 @@ async def idle_streams(target: int, checkout: str = "") -> dict[str, float]:
         "edge_kb_per_stream": round((after[0] - before[0]) / max(1, opened) / 1024, 1),
         "gateway_kb_per_stream": round((after[1] - before[1]) / max(1, opened) / 1024, 1),
     }
+
+
+async def complete_streams(streams: int, deltas: int, limit_s: float) -> dict[str, float]:
+    """`streams` streams of `deltas` answer tokens started at once through one edge and one
+    gateway process, with no cut short of limit_s: how many end `done`, and what it took."""
+    with tempfile.TemporaryDirectory() as state:
+        subject = PlatformSubject("", Path(state), deltas=deltas)
+        try:
+            await subject.start(streams)
+            return {"streams": streams, "events_per_stream": deltas + 2,
+                    **await subject.measure(streams, limit_s)}  # fmt: skip
+        finally:
+            await subject.stop()
+
+
+def complete_report(figures: dict[str, float], limit_s: float) -> str:
+    ended = figures["streams"] - figures["refused_streams"] - figures["unfinished_streams"]
+    done = ended - figures["cut_streams"]
+    lines = [
+        f"edge --complete: {figures['streams']} SSE streams of {figures['events_per_stream']} "
+        f"events started at once through one edge and one gateway process (2 simulated "
+        f"replicas, 1000x real time), none cut before {limit_s:.0f} s; {os.cpu_count()} CPUs "
+        f"shared by all",
+        f"ended done: {done} of {figures['streams']} (refused {figures['refused_streams']}, "
+        f"ended without done {figures['unfinished_streams']}, still open at the limit "
+        f"{figures['cut_streams']}) in {figures['seconds']} s, {figures['events_per_s']} events/s",
+        f"peak RSS: edge {figures['edge_peak_mb']} MB, gateway {figures['gateway_peak_mb']} MB; "
+        f"CPU s: edge {figures['edge_cpu_s']}, gateway {figures['gateway_cpu_s']}, nodes "
+        f"{figures['nodes_cpu_s']}, client {figures['client_cpu_s']}",
+        json.dumps({"bench": "edge_complete", "all_done": done == figures["streams"], **figures}),
+    ]
+    return "\n".join(lines)
 
 
 # Report ------------------------------------------------------------------------------------------
@@ -540,7 +583,25 @@ def main() -> None:
     parser.add_argument("--idle", type=int, default=10_000, help="0 skips the idle part")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--against", default="", help="another checkout, measured side by side")
+    parser.add_argument(
+        "--complete",
+        type=int,
+        default=0,
+        help="N streams started at once, each to its end (0: skipped)",
+    )
+    parser.add_argument(
+        "--complete-events",
+        type=int,
+        default=40,
+        help="events a --complete stream carries (meta and done included)",
+    )
+    parser.add_argument("--complete-limit-s", type=float, default=900.0)
     args = parser.parse_args()
+    if args.complete:
+        figures = asyncio.run(complete_streams(args.complete, args.complete_events - 2,
+                                               args.complete_limit_s))  # fmt: skip
+        publish("edge_complete", complete_report(figures, args.complete_limit_s))
+        return
     counts = [int(n) for n in args.streams.split(",") if n]  # "": the idle part alone
     text = asyncio.run(run(counts, args.idle, args.rounds, args.against))
     if not counts:  # the idle part alone: the streaming results stay as they are
