@@ -17,7 +17,7 @@ llama-server processes (the URLs in the nodeagents' ready files):
     oracle       the client pins each conversation to hash(conversation) % 3, straight to
                  llama-server: the ceiling for pure affinity (next replica if it is down)
 
-    .venv/bin/python bench/race.py            # the full race, ~15 min on 2 cores
+    .venv/bin/python bench/race.py            # the full race, 120 turns a cell, ~30 min on 2 cores
     .venv/bin/python bench/race.py --quick    # a smoke run, ~3 min (race-quick.*)
 
 Each workload (bench/race_workloads.py) runs in rounds; in each round every system serves the
@@ -733,6 +733,7 @@ def summarise(samples: list[Sample], costs: dict, workloads: list[str], names: l
                 if replica:
                     by_conv[key] = replica
             rows[(workload, name)] = {
+                "by_round": by_round(good),
                 "turns": len(mine),
                 "failed": len(mine) - len(good),
                 "retried": sum(s.attempts > 1 for s in mine),
@@ -777,6 +778,36 @@ def summarise(samples: list[Sample], costs: dict, workloads: list[str], names: l
     return rows
 
 
+# The latency figures whose spread across rounds is printed and read by the verdicts.
+LATENCY = {"ttft_p50_ms": ("ttft_s", 0.5), "ttft_p95_ms": ("ttft_s", 0.95),
+           "e2e_p50_ms": ("e2e_s", 0.5), "e2e_p95_ms": ("e2e_s", 0.95)}  # fmt: skip
+
+
+def by_round(good: list[Sample]) -> dict[str, list[float]]:
+    """Each latency figure per round (rounds in order): every system serves the same scripts
+    in a round, so two systems' figures of one round are a pair."""
+    rounds = sorted({s.round for s in good})
+    return {
+        metric: [round(pct([getattr(s, field) * 1000 for s in good if s.round == r], q), 1)
+                 for r in rounds]
+        for metric, (field, q) in LATENCY.items()
+    }  # fmt: skip
+
+
+def against(mine: dict, theirs: dict, metric: str) -> str:
+    """mine against theirs on one figure, over the whole run and round by round; a difference
+    whose sign the rounds do not agree on is inside the run-to-run noise."""
+    whole = mine[metric] / theirs[metric] - 1
+    pairs = list(zip(mine["by_round"][metric], theirs["by_round"][metric], strict=False))
+    each = [a / b - 1 for a, b in pairs if b]
+    rounds = ", ".join(f"r{i} {d:+.0%}" for i, d in enumerate(each))
+    agree = len(each) > 1 and (all(d > 0 for d in each) or all(d < 0 for d in each))
+    noise = "the rounds agree" if agree else "inside the noise: the rounds disagree"
+    if len(each) < 2:
+        noise = "one round: no spread to judge the noise by"
+    return f"{metric} {whole:+.1%} ({rounds}; {noise})"
+
+
 def fmt(value: float | None, spec: str) -> str:
     if value is None or value != value:
         return "-"
@@ -793,7 +824,7 @@ def verdicts(rows: dict, workloads: list[str]) -> list[str]:
         a, o = rows[("plain", us)], rows[("plain", "oracle")]
         for metric in ("ttft_p50_ms", "e2e_p50_ms"):
             ratio = a[metric] / o[metric] - 1
-            lines.append(f"plain: {us} {metric} {ratio:+.1%} against the oracle "
+            lines.append(f"plain: {us} {against(a, o, metric)} against the oracle "
                          f"({'within' if ratio <= 0.05 else 'outside'} the 5 % goal)")  # fmt: skip
     for workload in ("skewed", "churn"):
         if (workload, us) not in rows or workload not in workloads:
@@ -803,15 +834,11 @@ def verdicts(rows: dict, workloads: list[str]) -> list[str]:
             if (workload, peer) not in rows:
                 continue
             p = rows[(workload, peer)]
-            parts = []
-            for metric in ("ttft_p95_ms", "e2e_p50_ms", "e2e_p95_ms"):
-                parts.append(f"{metric} {a[metric] / p[metric] - 1:+.0%}")
             ahead = a["ttft_p95_ms"] < p["ttft_p95_ms"] and a["e2e_p50_ms"] < p["e2e_p50_ms"]
             verdict = "ahead" if ahead else "NOT ahead"
-            lines.append(
-                f"{workload}: {us} vs {peer}: {', '.join(parts)} "
-                f"({verdict} on TTFT p95 and E2E p50)"
-            )
+            lines.append(f"{workload}: {us} vs {peer}: {verdict} on TTFT p95 and E2E p50")
+            lines.extend(f"  {against(a, p, metric)}"
+                         for metric in ("ttft_p95_ms", "e2e_p50_ms", "e2e_p95_ms"))  # fmt: skip
 
     for workload in workloads:
         if (workload, "platform") in rows and (workload, "platform-h0") in rows:
@@ -923,9 +950,11 @@ def make_peer_venv() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny workloads")
-    parser.add_argument("--users", type=int, default=4)
-    parser.add_argument("--conversations", type=int, default=1, help="per user per round")
-    parser.add_argument("--turns", type=int, default=4)
+    # 6 x 2 x 5 x 2: 120 turns a cell. At 32 a cell, two runs of the same code differed by
+    # more than the differences the race is there to show.
+    parser.add_argument("--users", type=int, default=6)
+    parser.add_argument("--conversations", type=int, default=2, help="per user per round")
+    parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--think-s", type=float, default=0.8)
     parser.add_argument("--paste-tokens", type=int, default=450)
@@ -992,6 +1021,12 @@ def main() -> None:
         "hot: the busiest replica's prefilled tokens over the mean (1.00 = even); "
         "stay: turns on the replica of the turn before (where the system names it)"
     )
+    lines.append("each latency figure by round (ms; rounds in order, the systems' order reversed "
+                 "every other round):")  # fmt: skip
+    for (workload, name), row in rows.items():
+        lines.append(f"  {workload:<8} {name:<12} " + "  ".join(
+            f"{metric.removesuffix('_ms')} " + "/".join(f"{v:.0f}" for v in values)
+            for metric, values in row["by_round"].items()))  # fmt: skip
     lines.append(
         "idle CPU ms/s (nothing in flight): "
         + ", ".join(f"{n} {1000 * v:.1f}" for n, v in result["idle"].items())
