@@ -525,7 +525,7 @@ async def start_peers(
     return systems
 
 
-def make_platform(state: Path, engine_threads: int, max_tokens: int):
+def make_platform(state: Path, engine_threads: int, max_tokens: int, prefill_tokens_per_s: float):
     from clients.chatctl.platform import LocalPlatform, PlatformSettings
 
     class RacePlatform(LocalPlatform):
@@ -554,6 +554,13 @@ def make_platform(state: Path, engine_threads: int, max_tokens: int):
                 # slot for about max_tokens at 25 tokens/s (the scheduler's default, 13 s, is a
                 # 400-token chat answer on a GPU).
                 "CHAT_SCHEDULER_ANSWER_HOLD_S": str(round(max_tokens / 25, 2)),
+                # And the engines' prompt reading speed (the default, 2,000 tokens/s, is a GPU's):
+                # what moving a conversation off its cache costs is judged by it.
+                **(
+                    {"CHAT_SCHEDULER_PREFILL_TOKENS_PER_S": str(prefill_tokens_per_s)}
+                    if prefill_tokens_per_s > 0
+                    else {}
+                ),
                 **quiet,
             },
         )
@@ -646,7 +653,8 @@ async def race(args: argparse.Namespace) -> dict:
     state = REPO / ".race" / "state"
     shutil.rmtree(state, ignore_errors=True)
     state.mkdir(parents=True)
-    platform = make_platform(state, args.engine_threads, args.max_tokens)
+    platform = make_platform(state, args.engine_threads, args.max_tokens,
+                             args.prefill_tokens_per_s)  # fmt: skip
     peers: list[asyncio.subprocess.Process] = []
     churn: Churn | None = None
     systems: dict[str, System] = {}
@@ -961,6 +969,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--engine-threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=8)
+    parser.add_argument("--prefill-tokens-per-s", type=float, default=0.0,
+                        help="the scheduler's figure for the engines' prompt reading speed "
+                             "(0: its default)")  # fmt: skip
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
     parser.add_argument(
