@@ -37,6 +37,7 @@ bench: setup
 	.venv/bin/python bench/sidecar.py
 	.venv/bin/python bench/edge.py
 	.venv/bin/python bench/gateway_cost.py
+	.venv/bin/python bench/grpc_floor.py
 	.venv/bin/python bench/race.py
 	.venv/bin/python bench/sim_region.py
 	.venv/bin/python bench/responses_resume.py
