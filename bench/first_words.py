@@ -1,12 +1,14 @@
 """When the first words show with the output check on, and what a flagged answer showed first:
-the simulated engine at about 40 tokens/s an answer, Plus messages through the edge, three
-gateway settings in one run (a platform each, one after the other):
+the simulated engine at about 40 tokens/s an answer, Plus messages through the edge, the
+gateway settings in one run (a platform each, one after the other; four with holdback-fine):
 
 - off: no safety check at all, the floor;
 - holdback: the shipped output check (text shows once a check read it with 50 tokens after it);
+- holdback-fine: the hold-back with the node sending chunks at its own interval (0.05 s), as
+  before a held-back answer asked its node for chunks 0.25 s apart;
 - retract: the same check in retract mode (text shows as it comes; a flag withdraws it).
 
-The two checked gateways load a bench blocklist that flags "blue" and "sky" within two words of
+The checked gateways load a bench blocklist that flags "blue" and "sky" within two words of
 each other, which about a fifth of the simulator's answers hold somewhere; the simulator's answer
 is a function of the prompt, so each mode sees the same answers and the same flags.
 
@@ -15,7 +17,8 @@ the first words) p50/p95 and the share within 1 s; for clean answers the TTFT p9
 `done` and tokens/s over the whole answer (the engine's pace: no mode changes it); per flagged
 answer, the text shown before the refusal (holdback: clean text, kept) or before the `retract`
 (retract: withdrawn, flagged text included), in characters and tokens, and how long the flagged
-words were on screen before the retract took them off.
+words were on screen before the retract took them off. And the CPU the gateway and the nodes
+spent per message (utime + stime over the measured messages).
 
     .venv/bin/python bench/first_words.py [--messages 160] [--concurrency 8]
 
@@ -36,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
-from benchkit import publish
+from benchkit import cpu_seconds, publish
 
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from domain.safety import BlocklistClassifier
@@ -58,6 +61,12 @@ BLOCKLIST = {
 MODES: dict[str, dict[str, str]] = {
     "off": {"CHAT_GATEWAY_SAFETY": "false"},
     "holdback": {"CHAT_GATEWAY_PLUS_OUTPUT_MODE": "holdback"},
+    # The hold-back with its node sending chunks at the node's own interval (0.05 s) instead of
+    # the 0.25 s a held-back answer asks for: what the coarser chunks save and cost.
+    "holdback-fine": {
+        "CHAT_GATEWAY_PLUS_OUTPUT_MODE": "holdback",
+        "CHAT_GATEWAY_OUTPUT_HOLDBACK_CHUNK_INTERVAL_S": "0",
+    },
     "retract": {"CHAT_GATEWAY_PLUS_OUTPUT_MODE": "retract"},
 }
 TOKEN = re.compile(r"\w+|[^\w\s]")  # the simulator's tokens: a word or a punctuation mark
@@ -124,7 +133,8 @@ async def send(http: aiohttp.ClientSession, platform: LocalPlatform, text: str) 
 
 async def run_mode(
     mode: str, state: Path, blocklist: Path, messages: int, concurrency: int
-) -> list[Answer]:
+) -> tuple[list[Answer], dict[str, float]]:
+    """The answers, and the CPU seconds the gateway and the nodes spent on them."""
     env = {
         "CHAT_NODEAGENT_ENGINE": "sim",
         "CHAT_NODEAGENT_SIM_PRESET": SIM_PRESET,
@@ -143,6 +153,9 @@ async def run_mode(
     try:
         async with aiohttp.ClientSession() as http:
             await send(http, platform, "Warm up, please.")  # channels, the first prompt
+            pids = {c.name: c.process.pid for c in platform.children}
+            nodes = [pid for name, pid in pids.items() if name.startswith("nodeagent")]
+            before = cpu_seconds(pids["gateway"]), sum(map(cpu_seconds, nodes))
             queue = list(range(messages))
             answers: dict[int, Answer] = {}
 
@@ -152,9 +165,11 @@ async def run_mode(
                     answers[index] = await send(http, platform, prompt(index))
 
             await asyncio.gather(*(worker() for _ in range(concurrency)))
+            cpu = {"gateway": cpu_seconds(pids["gateway"]) - before[0],
+                   "nodes": sum(map(cpu_seconds, nodes)) - before[1]}  # fmt: skip
     finally:
         await platform.stop()
-    return [answers[i] for i in range(messages)]
+    return [answers[i] for i in range(messages)], cpu
 
 
 def pct(values: list[float], q: float) -> float:
@@ -187,7 +202,7 @@ def on_screen_s(answer: Answer, classifier) -> float | None:
     return None
 
 
-def summarize(mode: str, answers: list[Answer], classifier) -> dict:
+def summarize(mode: str, answers: list[Answer], cpu: dict[str, float], classifier) -> dict:
     ttft = [a.ttft_s for a in answers]
     clean = [a for a in answers if not a.refused]
     # Over each answer's whole time, so text held back and released at once cannot inflate it.
@@ -202,12 +217,14 @@ def summarize(mode: str, answers: list[Answer], classifier) -> dict:
         "clean_ttft_p95_ms": round(pct([a.ttft_s for a in clean], 0.95) * 1000),
         "tokens_per_s_p50": round(statistics.median(rates), 1) if rates else 0.0,
         "clean_done_p50_ms": round(pct([a.total_s for a in clean], 0.5) * 1000),
+        "gateway_cpu_ms_per_message": round(cpu["gateway"] * 1000 / len(answers), 1),
+        "nodes_cpu_ms_per_message": round(cpu["nodes"] * 1000 / len(answers), 1),
     }
     if mode == "off":
         return row
     # What a flagged answer showed before the refusal (holdback: kept) or the retract.
     before = [a.text_before("retract" if mode == "retract" else "done") for a in flagged]
-    if mode == "holdback":
+    if mode.startswith("holdback"):
         refusal_tail = re.compile(r"(\n\n)?I can't continue this answer\..*$", re.DOTALL)
         before = [refusal_tail.sub("", text) for text in before]
     row["shown_before_chars"] = spread([len(t) for t in before])
@@ -226,25 +243,26 @@ def report(results: dict[str, dict], args: argparse.Namespace) -> str:
         f"through the edge; simulated {SIM_PRESET} at {SIM_SPEED}x ({ANSWER_TOKENS} tokens an "
         "answer); output check: 200-token window, 50 lookback, 50 hold-back (holdback only), "
         "a check every 16 tokens; bench blocklist 'blue' near 'sky'",
-        f"{'mode':<9} {'msgs':>5} {'flagged':>7} {'TTFT p50':>9} {'p95':>7} {'<=1 s':>6} "
-        f"{'clean p95':>9} {'done p50':>9} {'tok/s':>6}",
+        f"{'mode':<13} {'msgs':>5} {'flagged':>7} {'TTFT p50':>9} {'p95':>7} {'<=1 s':>6} "
+        f"{'clean p95':>9} {'done p50':>9} {'tok/s':>6} {'gateway CPU':>11} {'nodes CPU':>9}",
     ]
     for mode, row in results.items():
         lines.append(
-            f"{mode:<9} {row['messages']:>5} {row['flagged']:>7} {row['ttft_p50_ms']:>7} ms "
+            f"{mode:<13} {row['messages']:>5} {row['flagged']:>7} {row['ttft_p50_ms']:>7} ms "
             f"{row['ttft_p95_ms']:>4} ms {row['within_1s']:>6.1%} "
             f"{row['clean_ttft_p95_ms']:>6} ms {row['clean_done_p50_ms']:>6} ms "
-            f"{row['tokens_per_s_p50']:>6.1f}"
+            f"{row['tokens_per_s_p50']:>6.1f} {row['gateway_cpu_ms_per_message']:>6} ms "
+            f"{row['nodes_cpu_ms_per_message']:>6} ms"
         )
     lines.append("flagged answers: text shown before the refusal (holdback, kept: never flagged "
                  "text) or before the retract (retract, withdrawn), p50 / p95 / max")  # fmt: skip
-    for mode in ("holdback", "retract"):
+    for mode in ("holdback", "holdback-fine", "retract"):
         row = results.get(mode)
         if row is None:
             continue
         chars, tokens = row["shown_before_chars"], row["shown_before_tokens"]
         line = (
-            f"{mode:<9} chars {chars['p50']:.0f} / {chars['p95']:.0f} / {chars['max']:.0f}, "
+            f"{mode:<13} chars {chars['p50']:.0f} / {chars['p95']:.0f} / {chars['max']:.0f}, "
             f"tokens {tokens['p50']:.0f} / {tokens['p95']:.0f} / {tokens['max']:.0f}; "
             f"answers whose flagged words were shown: {row['flagged_text_shown']}"
         )
@@ -270,8 +288,9 @@ async def run(args: argparse.Namespace) -> str:
         blocklist.write_text(json.dumps(BLOCKLIST))
         classifier = BlocklistClassifier.from_data(BLOCKLIST)
         for mode in args.modes.split(","):
-            answers = await run_mode(mode, state, blocklist, args.messages, args.concurrency)
-            results[mode] = summarize(mode, answers, classifier)
+            answers, cpu = await run_mode(mode, state, blocklist, args.messages,
+                                          args.concurrency)  # fmt: skip
+            results[mode] = summarize(mode, answers, cpu, classifier)
     return report(results, args)
 
 

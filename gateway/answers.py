@@ -35,6 +35,11 @@ class StreamTimeouts:
     stall_s: float = 10.0
     # Other replicas tried, one after another, when the serving one is lost mid-answer.
     max_failovers: int = 2
+    # What a held-back answer (the output check's hold-back mode) asks its node for: the least
+    # time between two chunks after the first; 0: the node's own interval. The user sees such
+    # an answer only where a check releases it, every output_check_every_tokens, so chunks
+    # in between cost the node and the gateway a gRPC message each and show nothing sooner.
+    held_chunk_interval_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +296,7 @@ class AnswerWriter:
             continue_from="".join(answer.pieces),
             options=plan.options,
             count_texts=(plan.prompt.turns[-1].text,) if plan.message_bound else (),
+            stream_interval_s=self._chunk_interval_s(answer),
         )
         generation: Generation | None = None
         stop: _StopRelay | None = None
@@ -331,6 +337,10 @@ class AnswerWriter:
                 stop.close()
             if generation is not None:
                 generation.close()
+
+    def _chunk_interval_s(self, answer: Answer) -> float:
+        held = answer.guard is not None and answer.guard.mode is OutputMode.HOLDBACK
+        return self._timeouts.held_chunk_interval_s if held else 0.0
 
 
 def _temperature(plan: AnswerPlan) -> float:

@@ -156,6 +156,12 @@ class GatewayConfig:
     # How often the output check reads its window: the user's view trails the newest text by
     # holdback to holdback + this many tokens.
     output_check_every_tokens: int = 16
+    # A held-back answer's node sends its chunks at most this often after the first (0: at
+    # the node's own interval, 0.05 s): the user sees the text only where a check releases it
+    # (every output_check_every_tokens, about 0.4 s at 40 tokens/s), so finer chunks cost a
+    # gRPC message each on the node and here and show nothing sooner. A release may come up
+    # to this much later. At most 2 s.
+    output_holdback_chunk_interval_s: float = 0.25
     # How each tier's answers meet the output check: "holdback" (text shows once checked, as
     # above) or "retract" (text shows as it comes; text the check flags later is withdrawn
     # with a `retract` event, then the refusal). Completions (the OpenAI-compatible API)
@@ -216,12 +222,22 @@ def build_policy(config: GatewayConfig) -> PipelinePolicy:
         max_open_streams_per_user=config.max_open_streams_per_user,
         shedding=SheddingPolicy(config.shed_answer_tokens, config.shed_max_wait_s),
         streaming=StreamTimeouts(
-            config.node_first_token_timeout_s, config.node_stall_timeout_s, config.max_failovers
+            config.node_first_token_timeout_s,
+            config.node_stall_timeout_s,
+            config.max_failovers,
+            held_chunk_interval(config.output_holdback_chunk_interval_s),
         ),
         breaker=BreakerPolicy(
             config.breaker_failures_to_open, config.breaker_window_s, config.breaker_cooldown_s
         ),
     )
+
+
+def held_chunk_interval(seconds: float) -> float:
+    # The node refuses more (a reader would watch a stalled answer).
+    if not 0 <= seconds <= 2.0:
+        raise ConfigError(f"output_holdback_chunk_interval_s must be within 0..2, not {seconds}")
+    return seconds
 
 
 def build_policies(config: GatewayConfig) -> MessagePolicies:

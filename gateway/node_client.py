@@ -76,6 +76,8 @@ class GenerateSpec(NamedTuple):
     options: AnswerOptions = PLAIN
     # Texts for the node to count while it answers (the counts come with the finish).
     count_texts: tuple[str, ...] = ()
+    # The least time between two chunks after the first; 0: the node's own interval.
+    stream_interval_s: float = 0.0
 
 
 class Generation:
@@ -99,6 +101,7 @@ class Generation:
             temperature=spec.temperature,
             options=options_to_pb(spec.options),
             count_texts=spec.count_texts,
+            stream_interval_ms=round(spec.stream_interval_s * 1000),
         )
         try:
             await self._call.write(node_service_pb2.GenerateRequest(start=start))

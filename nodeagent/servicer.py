@@ -20,6 +20,8 @@ from nodeagent.request_registry import RequestRegistry, RunningRequest
 from nodeagent.token_counts import TokenCounts
 
 MAX_TOKENIZE_TEXTS = 256
+# Past this a reader would watch a stalled answer, and the gateway's stall timeout nears.
+MAX_STREAM_INTERVAL_S = 2.0
 
 
 def _validate_start(start: node_service_pb2.GenerateStart, context_tokens: int) -> None:
@@ -34,15 +36,15 @@ def _validate_start(start: node_service_pb2.GenerateStart, context_tokens: int) 
     answer_options.check(options_from_pb(start.options))
     if len(start.count_texts) > MAX_TOKENIZE_TEXTS:
         raise InvalidArgument(f"start.count_texts holds at most {MAX_TOKENIZE_TEXTS} texts")
+    if start.stream_interval_ms > MAX_STREAM_INTERVAL_S * 1000:
+        raise InvalidArgument(
+            f"start.stream_interval_ms must be within 0..{MAX_STREAM_INTERVAL_S * 1000:.0f}"
+        )
     if start.prompt_tokens + start.max_tokens > context_tokens:
         raise InvalidArgument(
             f"{start.prompt_tokens} prompt tokens and {start.max_tokens} answer tokens do not "
             f"fit this node's window of {context_tokens} tokens"
         )
-
-
-# Past this a reader would watch a stalled answer, and the gateway's stall timeout nears.
-MAX_STREAM_INTERVAL_S = 2.0
 
 
 class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
@@ -65,7 +67,11 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
         self._engine_ok = engine_ok or _set_event()
         self.token_counts = token_counts if token_counts is not None else TokenCounts()
 
-    async def _open(self, first: node_service_pb2.GenerateRequest) -> tuple[RunningRequest, int]:
+    async def _open(
+        self, first: node_service_pb2.GenerateRequest
+    ) -> tuple[RunningRequest, int, float]:
+        """The request to follow, the chunk index to follow it from, and the stream interval:
+        the start's own when it names one, else this node's."""
         kind = first.WhichOneof("kind")
         if kind == "start":
             _validate_start(first.start, self._engine.context_tokens)
@@ -73,12 +79,13 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
                 raise Unavailable("this node is draining; pick another replica")
             if not self._engine_ok.is_set():
                 raise Unavailable("this node's engine is not answering; pick another replica")
-            return self._registry.start(request_from_pb(first.start)), 0
+            interval_s = first.start.stream_interval_ms / 1000 or self._stream_interval_s
+            return self._registry.start(request_from_pb(first.start)), 0, interval_s
         if kind == "attach":
             running = self._registry.get(first.attach.request_id)
             if running is None:
                 raise NotFound(f"no running request {first.attach.request_id!r} on this node")
-            return running, first.attach.after_chunk_index
+            return running, first.attach.after_chunk_index, self._stream_interval_s
         raise InvalidArgument("the first message of a Generate stream must be start or attach")
 
     @maps_domain_errors
@@ -90,12 +97,12 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
         first = await anext(aiter(request_iterator), None)
         if first is None:
             raise InvalidArgument("the Generate stream closed before its first message")
-        running, after = await self._open(first)
+        running, after, interval_s = await self._open(first)
         counting = self._count(first.start.count_texts) if first.HasField("start") else None
         watcher = asyncio.create_task(_watch_cancel(request_iterator, running))
         self._registry.follow_started(running)
         try:
-            async for item in running.follow(after, self._stream_interval_s):
+            async for item in running.follow(after, interval_s):
                 if isinstance(item, tuple):
                     index, pieces = item
                     chunk = node_service_pb2.TokenChunk(

@@ -18,13 +18,14 @@ from nodeagent.servicer import NodeServicer
 from tests.nodeagent.conftest import NodeUnderTest
 
 
-def start(rid: str, text: str, max_tokens: int = 12) -> pb.GenerateRequest:
+def start(rid: str, text: str, max_tokens: int = 12, interval_ms: int = 0) -> pb.GenerateRequest:
     return pb.GenerateRequest(
         start=pb.GenerateStart(
             request_id=rid,
             max_tokens=max_tokens,
             prompt_tokens=20,
             turns=[common_pb2.Turn(role=common_pb2.ROLE_USER, content=text)],
+            stream_interval_ms=interval_ms,
         )
     )
 
@@ -69,10 +70,27 @@ async def test_a_batching_node_sends_the_same_answer_in_fewer_chunks(
     sent_at = time.monotonic()
     call = batching_node.stub.Generate()
     await call.write(start("b1", "Count from one to thirty in words.", 48))
-    timed = await timed_read_all(call)
+    await assert_batched(batching_node, "b1", sent_at, await timed_read_all(call))
+
+
+async def test_an_answer_asking_for_an_interval_gets_it_from_a_node_without_one(
+    node: NodeUnderTest,
+) -> None:
+    # The node sends each token as it comes; this answer asks for chunks 0.3 s apart, as a
+    # gateway does for an answer it holds back.
+    sent_at = time.monotonic()
+    call = node.stub.Generate()
+    await call.write(start("b4", "Count from one to thirty in words.", 48, interval_ms=300))
+    await assert_batched(node, "b4", sent_at, await timed_read_all(call))
+
+
+async def assert_batched(
+    node: NodeUnderTest, rid: str, sent_at: float, timed: list[tuple[float, pb.GenerateResponse]]
+) -> None:
+    """The whole answer, the first token alone and at once, then at most a chunk per 0.3 s."""
     chunks = [response.chunk for _, response in timed[:-1]]
     # What the engine wrote, token by token, as the node keeps it for re-attaches.
-    tokens = batching_node.registry.get("b1").chunks
+    tokens = node.registry.get(rid).chunks
     assert "".join(c.text for c in chunks) == "".join(tokens)
     assert timed[-1][1].finish.usage.output_tokens == len(tokens)
     # The first token alone, at once; then each chunk's index is its last token's.
@@ -147,6 +165,7 @@ async def test_a_dropped_stream_can_be_reattached_by_request_id(node: NodeUnderT
         (pb.GenerateRequest(start=pb.GenerateStart(request_id="b", max_tokens=5)), "turns"),
         (start("b2", "hi", max_tokens=0), "max_tokens"),
         (start("b3", "hi", max_tokens=10**6), "max_tokens"),
+        (start("b5", "hi", interval_ms=2001), "stream_interval_ms"),
     ],
 )
 async def test_bad_first_messages_are_invalid_argument(node, first, reason) -> None:

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from chat.v1 import common_pb2 as chat_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63hat/v1/node_service.proto\x12\x07\x63hat.v1\x1a\x14\x63hat/v1/common.proto\"\x98\x01\n\x0fGenerateRequest\x12\'\n\x05start\x18\x01 \x01(\x0b\x32\x16.chat.v1.GenerateStartH\x00\x12)\n\x06\x63\x61ncel\x18\x02 \x01(\x0b\x32\x17.chat.v1.GenerateCancelH\x00\x12)\n\x06\x61ttach\x18\x03 \x01(\x0b\x32\x17.chat.v1.GenerateAttachH\x00\x42\x06\n\x04kind\"\xf4\x01\n\rGenerateStart\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1c\n\x05turns\x18\x02 \x03(\x0b\x32\r.chat.v1.Turn\x12\x12\n\nmax_tokens\x18\x03 \x01(\r\x12\x1b\n\x04tier\x18\x04 \x01(\x0e\x32\r.chat.v1.Tier\x12\x15\n\rcontinue_from\x18\x05 \x01(\t\x12\x13\n\x0btemperature\x18\x06 \x01(\x01\x12\x15\n\rprompt_tokens\x18\x07 \x01(\r\x12\'\n\x07options\x18\x14 \x01(\x0b\x32\x16.chat.v1.AnswerOptions\x12\x14\n\x0b\x63ount_texts\x18\x8c\x01 \x03(\t\"\x10\n\x0eGenerateCancel\"?\n\x0eGenerateAttach\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x19\n\x11\x61\x66ter_chunk_index\x18\x02 \x01(\r\"k\n\x10GenerateResponse\x12$\n\x05\x63hunk\x18\x01 \x01(\x0b\x32\x13.chat.v1.TokenChunkH\x00\x12)\n\x06\x66inish\x18\x02 \x01(\x0b\x32\x17.chat.v1.GenerateFinishH\x00\x42\x06\n\x04kind\"9\n\nTokenChunk\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0e\n\x06pieces\x18\x64 \x03(\t\"\xa2\x01\n\x0eGenerateFinish\x12%\n\x06\x66inish\x18\x01 \x01(\x0e\x32\x15.chat.v1.FinishReason\x12\x1d\n\x05usage\x18\x02 \x01(\x0b\x32\x0e.chat.v1.Usage\x12\r\n\x05model\x18\x03 \x01(\t\x12%\n\ntool_calls\x18\x14 \x03(\x0b\x32\x11.chat.v1.ToolCall\x12\x14\n\x0btext_tokens\x18\x8c\x01 \x03(\r\" \n\x0fTokenizeRequest\x12\r\n\x05texts\x18\x01 \x03(\t\"7\n\x10TokenizeResponse\x12\x14\n\x0ctoken_counts\x18\x01 \x03(\r\x12\r\n\x05model\x18\x02 \x01(\t2\x93\x01\n\x0bNodeService\x12\x43\n\x08Generate\x12\x18.chat.v1.GenerateRequest\x1a\x19.chat.v1.GenerateResponse(\x01\x30\x01\x12?\n\x08Tokenize\x12\x18.chat.v1.TokenizeRequest\x1a\x19.chat.v1.TokenizeResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63hat/v1/node_service.proto\x12\x07\x63hat.v1\x1a\x14\x63hat/v1/common.proto\"\x98\x01\n\x0fGenerateRequest\x12\'\n\x05start\x18\x01 \x01(\x0b\x32\x16.chat.v1.GenerateStartH\x00\x12)\n\x06\x63\x61ncel\x18\x02 \x01(\x0b\x32\x17.chat.v1.GenerateCancelH\x00\x12)\n\x06\x61ttach\x18\x03 \x01(\x0b\x32\x17.chat.v1.GenerateAttachH\x00\x42\x06\n\x04kind\"\x91\x02\n\rGenerateStart\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1c\n\x05turns\x18\x02 \x03(\x0b\x32\r.chat.v1.Turn\x12\x12\n\nmax_tokens\x18\x03 \x01(\r\x12\x1b\n\x04tier\x18\x04 \x01(\x0e\x32\r.chat.v1.Tier\x12\x15\n\rcontinue_from\x18\x05 \x01(\t\x12\x13\n\x0btemperature\x18\x06 \x01(\x01\x12\x15\n\rprompt_tokens\x18\x07 \x01(\r\x12\'\n\x07options\x18\x14 \x01(\x0b\x32\x16.chat.v1.AnswerOptions\x12\x14\n\x0b\x63ount_texts\x18\x8c\x01 \x03(\t\x12\x1b\n\x12stream_interval_ms\x18\x8d\x01 \x01(\r\"\x10\n\x0eGenerateCancel\"?\n\x0eGenerateAttach\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x19\n\x11\x61\x66ter_chunk_index\x18\x02 \x01(\r\"k\n\x10GenerateResponse\x12$\n\x05\x63hunk\x18\x01 \x01(\x0b\x32\x13.chat.v1.TokenChunkH\x00\x12)\n\x06\x66inish\x18\x02 \x01(\x0b\x32\x17.chat.v1.GenerateFinishH\x00\x42\x06\n\x04kind\"9\n\nTokenChunk\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0e\n\x06pieces\x18\x64 \x03(\t\"\xa2\x01\n\x0eGenerateFinish\x12%\n\x06\x66inish\x18\x01 \x01(\x0e\x32\x15.chat.v1.FinishReason\x12\x1d\n\x05usage\x18\x02 \x01(\x0b\x32\x0e.chat.v1.Usage\x12\r\n\x05model\x18\x03 \x01(\t\x12%\n\ntool_calls\x18\x14 \x03(\x0b\x32\x11.chat.v1.ToolCall\x12\x14\n\x0btext_tokens\x18\x8c\x01 \x03(\r\" \n\x0fTokenizeRequest\x12\r\n\x05texts\x18\x01 \x03(\t\"7\n\x10TokenizeResponse\x12\x14\n\x0ctoken_counts\x18\x01 \x03(\r\x12\r\n\x05model\x18\x02 \x01(\t2\x93\x01\n\x0bNodeService\x12\x43\n\x08Generate\x12\x18.chat.v1.GenerateRequest\x1a\x19.chat.v1.GenerateResponse(\x01\x30\x01\x12?\n\x08Tokenize\x12\x18.chat.v1.TokenizeRequest\x1a\x19.chat.v1.TokenizeResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,21 +35,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GENERATEREQUEST']._serialized_start=62
   _globals['_GENERATEREQUEST']._serialized_end=214
   _globals['_GENERATESTART']._serialized_start=217
-  _globals['_GENERATESTART']._serialized_end=461
-  _globals['_GENERATECANCEL']._serialized_start=463
-  _globals['_GENERATECANCEL']._serialized_end=479
-  _globals['_GENERATEATTACH']._serialized_start=481
-  _globals['_GENERATEATTACH']._serialized_end=544
-  _globals['_GENERATERESPONSE']._serialized_start=546
-  _globals['_GENERATERESPONSE']._serialized_end=653
-  _globals['_TOKENCHUNK']._serialized_start=655
-  _globals['_TOKENCHUNK']._serialized_end=712
-  _globals['_GENERATEFINISH']._serialized_start=715
-  _globals['_GENERATEFINISH']._serialized_end=877
-  _globals['_TOKENIZEREQUEST']._serialized_start=879
-  _globals['_TOKENIZEREQUEST']._serialized_end=911
-  _globals['_TOKENIZERESPONSE']._serialized_start=913
-  _globals['_TOKENIZERESPONSE']._serialized_end=968
-  _globals['_NODESERVICE']._serialized_start=971
-  _globals['_NODESERVICE']._serialized_end=1118
+  _globals['_GENERATESTART']._serialized_end=490
+  _globals['_GENERATECANCEL']._serialized_start=492
+  _globals['_GENERATECANCEL']._serialized_end=508
+  _globals['_GENERATEATTACH']._serialized_start=510
+  _globals['_GENERATEATTACH']._serialized_end=573
+  _globals['_GENERATERESPONSE']._serialized_start=575
+  _globals['_GENERATERESPONSE']._serialized_end=682
+  _globals['_TOKENCHUNK']._serialized_start=684
+  _globals['_TOKENCHUNK']._serialized_end=741
+  _globals['_GENERATEFINISH']._serialized_start=744
+  _globals['_GENERATEFINISH']._serialized_end=906
+  _globals['_TOKENIZEREQUEST']._serialized_start=908
+  _globals['_TOKENIZEREQUEST']._serialized_end=940
+  _globals['_TOKENIZERESPONSE']._serialized_start=942
+  _globals['_TOKENIZERESPONSE']._serialized_end=997
+  _globals['_NODESERVICE']._serialized_start=1000
+  _globals['_NODESERVICE']._serialized_end=1147
 # @@protoc_insertion_point(module_scope)

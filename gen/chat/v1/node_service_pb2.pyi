@@ -18,7 +18,7 @@ class GenerateRequest(_message.Message):
     def __init__(self, start: _Optional[_Union[GenerateStart, _Mapping]] = ..., cancel: _Optional[_Union[GenerateCancel, _Mapping]] = ..., attach: _Optional[_Union[GenerateAttach, _Mapping]] = ...) -> None: ...
 
 class GenerateStart(_message.Message):
-    __slots__ = ("request_id", "turns", "max_tokens", "tier", "continue_from", "temperature", "prompt_tokens", "options", "count_texts")
+    __slots__ = ("request_id", "turns", "max_tokens", "tier", "continue_from", "temperature", "prompt_tokens", "options", "count_texts", "stream_interval_ms")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TURNS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -28,6 +28,7 @@ class GenerateStart(_message.Message):
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     COUNT_TEXTS_FIELD_NUMBER: _ClassVar[int]
+    STREAM_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     turns: _containers.RepeatedCompositeFieldContainer[_common_pb2.Turn]
     max_tokens: int
@@ -37,7 +38,8 @@ class GenerateStart(_message.Message):
     prompt_tokens: int
     options: _common_pb2.AnswerOptions
     count_texts: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, request_id: _Optional[str] = ..., turns: _Optional[_Iterable[_Union[_common_pb2.Turn, _Mapping]]] = ..., max_tokens: _Optional[int] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., continue_from: _Optional[str] = ..., temperature: _Optional[float] = ..., prompt_tokens: _Optional[int] = ..., options: _Optional[_Union[_common_pb2.AnswerOptions, _Mapping]] = ..., count_texts: _Optional[_Iterable[str]] = ...) -> None: ...
+    stream_interval_ms: int
+    def __init__(self, request_id: _Optional[str] = ..., turns: _Optional[_Iterable[_Union[_common_pb2.Turn, _Mapping]]] = ..., max_tokens: _Optional[int] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., continue_from: _Optional[str] = ..., temperature: _Optional[float] = ..., prompt_tokens: _Optional[int] = ..., options: _Optional[_Union[_common_pb2.AnswerOptions, _Mapping]] = ..., count_texts: _Optional[_Iterable[str]] = ..., stream_interval_ms: _Optional[int] = ...) -> None: ...
 
 class GenerateCancel(_message.Message):
     __slots__ = ()
