@@ -339,7 +339,7 @@ class AnswerWriter:
                 generation.close()
 
     def _chunk_interval_s(self, answer: Answer) -> float:
-        held = answer.guard is not None and answer.guard.mode is OutputMode.HOLDBACK
+        held = answer.guard is not None and answer.guard.holds_back
         return self._timeouts.held_chunk_interval_s if held else 0.0
 
 

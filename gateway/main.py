@@ -156,11 +156,12 @@ class GatewayConfig:
     # How often the output check reads its window: the user's view trails the newest text by
     # holdback to holdback + this many tokens.
     output_check_every_tokens: int = 16
-    # A held-back answer's node sends its chunks at most this often after the first (0: at
-    # the node's own interval, 0.05 s): the user sees the text only where a check releases it
-    # (every output_check_every_tokens, about 0.4 s at 40 tokens/s), so finer chunks cost a
-    # gRPC message each on the node and here and show nothing sooner. A release may come up
-    # to this much later. At most 2 s.
+    # A held-back answer's node (output mode holdback, output_holdback_tokens above 0) sends
+    # its chunks at most this often after the first (0: at the node's own interval, 0.05 s):
+    # its text shows only output_holdback_tokens behind the newest, where a check releases
+    # it (every output_check_every_tokens, about 0.4 s at 40 tokens/s), so finer chunks cost
+    # a gRPC message each on the node and here and show nothing sooner. A release may come
+    # up to this much later. At most 2 s.
     output_holdback_chunk_interval_s: float = 0.25
     # How each tier's answers meet the output check: "holdback" (text shows once checked, as
     # above) or "retract" (text shows as it comes; text the check flags later is withdrawn

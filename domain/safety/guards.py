@@ -146,6 +146,12 @@ class OutputGuard:
     def mode(self) -> OutputMode:
         return self._mode
 
+    @property
+    def holds_back(self) -> bool:
+        """Whether text waits behind the newest tokens before it shows (hold-back mode with a
+        hold-back): then what the user sees moves only in the checks' steps."""
+        return self._mode is OutputMode.HOLDBACK and self._config.holdback_tokens > 0
+
     def feed(self, chunk: str) -> str:
         """Takes the next chunk of the answer; returns the text that may be shown now (often "")."""
         if self._finished:

@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry
 
 from domain.breaker import BreakerPolicy, Breakers
 from domain.context import Prompt
-from domain.safety import OutputGuard, OutputMode, Verdict
+from domain.safety import OutputGuard, OutputMode, StreamCheckConfig, Verdict
 from domain.types import Finish, Role, Tier, Turn, Usage
 from gateway.answers import Answer, AnswerPlan, AnswerWriter, StreamTimeouts
 from gateway.metrics import GatewayMetrics
@@ -69,12 +69,16 @@ class Allows:
 
 async def test_a_held_back_answer_asks_its_node_for_fewer_chunks() -> None:
     """The user sees a held-back answer only where a check releases it, so its node is asked
-    for chunks held_chunk_interval_s apart; an answer shown as it comes keeps the node's own
-    interval (0 asks for nothing)."""
+    for chunks held_chunk_interval_s apart; an answer shown as it comes (retract mode, or a
+    hold-back of 0 tokens checked every token) keeps the node's own interval (0 asks for
+    nothing)."""
     asked = {}
-    for mode in (OutputMode.HOLDBACK, OutputMode.RETRACT, None):
+    every_token = StreamCheckConfig(holdback_tokens=0, check_every_tokens=1)
+    for mode, config in ((OutputMode.HOLDBACK, StreamCheckConfig()),
+                         (OutputMode.HOLDBACK, every_token),
+                         (OutputMode.RETRACT, StreamCheckConfig()), (None, None)):  # fmt: skip
         nodes = Nodes([Chunk(1, "Hi"), Finished(Finish.STOP, Usage(2, 0, 1))])
-        guard = None if mode is None else (lambda m: OutputGuard(Allows(), mode=m))
+        guard = None if config is None else (lambda m, c=config: OutputGuard(Allows(), c, mode=m))
         writer = AnswerWriter(None, nodes, StreamTimeouts(held_chunk_interval_s=0.25),  # type: ignore[arg-type]
                               GatewayMetrics(CollectorRegistry()),
                               Breakers(BreakerPolicy(), lambda: 0.0), guard)  # fmt: skip
@@ -84,5 +88,5 @@ async def test_a_held_back_answer_asks_its_node_for_fewer_chunks() -> None:
                           output_mode=mode or OutputMode.HOLDBACK)  # fmt: skip
         await writer.write(run, plan, Answer(served_by=PICK))
         assert run.events == [Delta("Hi")]
-        asked[mode] = [spec.stream_interval_s for spec in nodes.specs]
-    assert asked == {OutputMode.HOLDBACK: [0.25], OutputMode.RETRACT: [0.0], None: [0.0]}
+        asked[(mode, config)] = [spec.stream_interval_s for spec in nodes.specs]
+    assert list(asked.values()) == [[0.25], [0.0], [0.0], [0.0]]
