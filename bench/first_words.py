@@ -1,11 +1,11 @@
 """When the first words show with the output check on, and what a flagged answer showed first:
 the simulated engine at about 40 tokens/s an answer, Plus messages through the edge, the
-gateway settings in one run (a platform each, one after the other; four with holdback-fine):
+gateway settings in one run (a platform each, one after the other):
 
 - off: no safety check at all, the floor;
 - holdback: the shipped output check (text shows once a check read it with 50 tokens after it);
-- holdback-fine: the hold-back with the node sending chunks at its own interval (0.05 s), as
-  before a held-back answer asked its node for chunks 0.25 s apart;
+- holdback-coarse: the hold-back with the node asked for chunks 0.25 s apart instead of its
+  own interval (0.05 s);
 - retract: the same check in retract mode (text shows as it comes; a flag withdraws it).
 
 The checked gateways load a bench blocklist that flags "blue" and "sky" within two words of
@@ -61,11 +61,11 @@ BLOCKLIST = {
 MODES: dict[str, dict[str, str]] = {
     "off": {"CHAT_GATEWAY_SAFETY": "false"},
     "holdback": {"CHAT_GATEWAY_PLUS_OUTPUT_MODE": "holdback"},
-    # The hold-back with its node sending chunks at the node's own interval (0.05 s) instead of
-    # the 0.25 s a held-back answer asks for: what the coarser chunks save and cost.
-    "holdback-fine": {
+    # The hold-back with its node asked for chunks 0.25 s apart instead of at the node's own
+    # interval (0.05 s): what the coarser chunks save and cost.
+    "holdback-coarse": {
         "CHAT_GATEWAY_PLUS_OUTPUT_MODE": "holdback",
-        "CHAT_GATEWAY_OUTPUT_HOLDBACK_CHUNK_INTERVAL_S": "0",
+        "CHAT_GATEWAY_OUTPUT_HOLDBACK_CHUNK_INTERVAL_S": "0.25",
     },
     "retract": {"CHAT_GATEWAY_PLUS_OUTPUT_MODE": "retract"},
 }
@@ -256,7 +256,7 @@ def report(results: dict[str, dict], args: argparse.Namespace) -> str:
         )
     lines.append("flagged answers: text shown before the refusal (holdback, kept: never flagged "
                  "text) or before the retract (retract, withdrawn), p50 / p95 / max")  # fmt: skip
-    for mode in ("holdback", "holdback-fine", "retract"):
+    for mode in ("holdback", "holdback-coarse", "retract"):
         row = results.get(mode)
         if row is None:
             continue
