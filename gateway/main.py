@@ -162,7 +162,7 @@ class GatewayConfig:
     # it (every output_check_every_tokens, about 0.4 s at 40 tokens/s), so finer chunks cost
     # a gRPC message each on the node and here and show nothing sooner. A release may come
     # up to this much later. At most 2 s. Off by default until the whole suite has run with
-    # it; bench/first_words.py measured 0.25 s (docs/decisions.md, "Held-back answers ask for
+    # it; bench/first_words.py measured 0.25 s (docs/decisions.md, "Held-back answers can ask for
     # coarser chunks").
     output_holdback_chunk_interval_s: float = 0.0
     # How each tier's answers meet the output check: "holdback" (text shows once checked, as
