@@ -161,10 +161,9 @@ class GatewayConfig:
     # its text shows only output_holdback_tokens behind the newest, where a check releases
     # it (every output_check_every_tokens, about 0.4 s at 40 tokens/s), so finer chunks cost
     # a gRPC message each on the node and here and show nothing sooner. A release may come
-    # up to this much later. At most 2 s. Off by default until the whole suite has run with
-    # it; bench/first_words.py measured 0.25 s (docs/decisions.md, "Held-back answers can ask for
-    # coarser chunks").
-    output_holdback_chunk_interval_s: float = 0.0
+    # up to this much later. At most 2 s. bench/first_words.py measured 0.25 s against 0.05 s
+    # (docs/decisions.md, "Held-back answers can ask for coarser chunks").
+    output_holdback_chunk_interval_s: float = 0.25
     # How each tier's answers meet the output check: "holdback" (text shows once checked, as
     # above) or "retract" (text shows as it comes; text the check flags later is withdrawn
     # with a `retract` event, then the refusal). Completions (the OpenAI-compatible API)
