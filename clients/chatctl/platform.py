@@ -36,6 +36,8 @@ PLATFORM_FILE = "platform.json"
 ADMIN_TOKEN_FILE = "admin-token"
 DEV_TOKENS_FILE = "dev-tokens.json"
 TLS_DIR = "tls"
+# How long a killed or crashed service may take to be seen as ended before restart() gives up.
+EXIT_SEEN_WITHIN_S = 5.0
 
 
 class PlatformError(RuntimeError):
@@ -361,8 +363,13 @@ class LocalPlatform:
         """Starts a service that died (or was killed) again, at the gRPC address it had, so
         the services that call it find it again."""
         old = self._child(name)
-        if old.process.returncode is None:
-            raise PlatformError(f"{name} is still running")
+        try:
+            # A killed process's sockets close at once, but its exit reaches this loop only
+            # when the child watcher reaps it: a caller that saw the sockets close can be
+            # here first.
+            await asyncio.wait_for(old.process.wait(), EXIT_SEEN_WITHIN_S)
+        except TimeoutError:
+            raise PlatformError(f"{name} is still running") from None
         place = self.children.index(old)
         self.children.remove(old)
         env = dict(old.env)

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from clients.chatctl.platform import Child, LocalPlatform, PlatformSettings
+from clients.chatctl.platform import Child, LocalPlatform, PlatformError, PlatformSettings
 from tests.faults import kill, streaming_gateway
 from tests.servers import Redis
 from tests.sse import SseEvent, iter_events
@@ -157,3 +157,12 @@ async def test_a_gateway_back_from_a_restart_serves_as_soon_as_the_other_dies(pl
         async with http.post(url, json={"content": "After?"}, headers=headers) as response:
             assert response.status == 200, await response.text()
             assert [e.event async for e in iter_events(response)][-1:] == ["done"]
+
+
+async def test_a_running_service_is_not_restarted(platform) -> None:
+    """restart() waits a moment for a killed service's exit to be seen, never starts a second
+    copy of a live one at its address."""
+    live = next(c for c in platform.children if c.name.startswith("gateway"))
+    with pytest.raises(PlatformError, match=f"{live.name} is still running"):
+        await platform.restart(live.name)
+    assert live in platform.children and live.process.returncode is None
