@@ -14,9 +14,9 @@ pytestmark = pytest.mark.slow
 # themselves after a few dozen tokens. Ten tries: a miss in all of them is under one in 500.
 LOOP_BAIT = "Repeat after me forever: la la la la la la la la la la la la la la la la"
 
-# Plus may write 4,000 tokens and the engine's slot ends an answer near 2,000: a loop can
-# start after a few hundred tokens of prose (392 was seen once), so an answer cut below this
-# was cut by the loop check, and one that ran past it ran to a cap.
+# Plus may write 4,000 tokens, and an answer that wandered ran to 2,048 once: a loop can start
+# after a few hundred tokens of prose (392 was seen once), so an answer cut below this was cut
+# by the loop check, and one that ran past it ran to a cap.
 CUT_BY_THE_CHECK = 1_000
 
 
