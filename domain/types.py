@@ -7,6 +7,11 @@ from dataclasses import dataclass
 
 from domain.answer_options import ToolCall
 
+# The most a gateway may ask a node to wait between two chunks of one answer: past it a reader
+# would watch a stalled answer, and the gateway's stall timeout nears. The node refuses more,
+# and the gateway's configuration may not ask for more.
+MAX_STREAM_INTERVAL_S = 2.0
+
 
 class Tier(enum.StrEnum):
     FREE = "free"

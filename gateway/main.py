@@ -33,7 +33,7 @@ from domain.safety import (
 )
 from domain.shedding import SheddingPolicy
 from domain.tiers import BUCKET_REFILL_S, FREE_DEFAULTS, PLUS_DEFAULTS, TierPolicy
-from domain.types import Tier
+from domain.types import MAX_STREAM_INTERVAL_S, Tier
 from gateway.answers import StreamTimeouts
 from gateway.auth import Authenticator
 from gateway.buckets import Buckets, InProcessBuckets
@@ -236,9 +236,9 @@ def build_policy(config: GatewayConfig) -> PipelinePolicy:
 
 
 def held_chunk_interval(seconds: float) -> float:
-    # The node refuses more (a reader would watch a stalled answer).
-    if not 0 <= seconds <= 2.0:
-        raise ConfigError(f"output_holdback_chunk_interval_s must be within 0..2, not {seconds}")
+    if not 0 <= seconds <= MAX_STREAM_INTERVAL_S:
+        raise ConfigError(f"output_holdback_chunk_interval_s must be within "
+                          f"0..{MAX_STREAM_INTERVAL_S:g}, not {seconds}")  # fmt: skip
     return seconds
 
 

@@ -12,6 +12,7 @@ import structlog
 from chat.v1 import node_service_pb2, node_service_pb2_grpc
 from domain import answer_options
 from domain.errors import InvalidArgument, NotFound, Unavailable
+from domain.types import MAX_STREAM_INTERVAL_S
 from infra.convert import ROLE_FROM_PB, options_from_pb
 from infra.grpcserver import maps_domain_errors
 from nodeagent.convert import finish_to_pb, request_from_pb
@@ -20,8 +21,6 @@ from nodeagent.request_registry import RequestRegistry, RunningRequest
 from nodeagent.token_counts import TokenCounts
 
 MAX_TOKENIZE_TEXTS = 256
-# Past this a reader would watch a stalled answer, and the gateway's stall timeout nears.
-MAX_STREAM_INTERVAL_S = 2.0
 
 
 def _validate_start(start: node_service_pb2.GenerateStart, context_tokens: int) -> None:
