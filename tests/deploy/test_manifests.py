@@ -208,6 +208,18 @@ def test_one_autoscaler_per_target_each_on_metrics_the_adapter_serves(overlay: s
     }
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_no_autoscaled_workload_sets_its_replicas(overlay: str) -> None:
+    # `kubectl apply -k` (an image rollout) would set the count back, scaling the pool down.
+    objects = render(overlay)
+    targets = [hpa["spec"]["scaleTargetRef"] for hpa in objects
+               if hpa["kind"] == "HorizontalPodAutoscaler"]  # fmt: skip
+    setting = [f"{t['kind']}/{t['name']}" for t in targets
+               if "replicas" in named(objects, t["kind"], t["name"])["spec"]]  # fmt: skip
+    assert len(targets) == 4
+    assert setting == []
+
+
 def _service_sections() -> dict[str, type]:
     from edge.main import EdgeConfig
     from gateway.main import GatewayConfig
