@@ -47,6 +47,8 @@ class EdgeSettings:
     # How long a stream whose gateway went away may take to carry on through another one
     # before the client is sent an error event.
     reattach_timeout_s: float = 10.0
+    # /metrics on the public HTTP port; off when the edge serves it on a port of its own.
+    metrics_on_http: bool = True
 
 
 class Edge:
@@ -307,7 +309,8 @@ def build_app(
     app.router.add_get("/openapi.json", openapi_handler)
     app.router.add_get("/healthz", edge.healthz)
     app.router.add_get("/readyz", edge.readyz)
-    app.router.add_get("/metrics", metrics_handler(registry))
+    if settings.metrics_on_http:
+        app.router.add_get("/metrics", metrics_handler(registry))
     app.router.add_get("/", static_file)
     app.router.add_get("/static/{name}", static_file)
     return app

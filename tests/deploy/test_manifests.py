@@ -333,6 +333,7 @@ REACH = {
     ("gateway", 50052): {"edge", "operators"},
     ("gateway", 9103): {"monitoring"},
     ("edge", 8080): set(SOURCES),
+    ("edge", 9104): {"monitoring"},
 }
 DEV_STORES_REACH = {
     ("etcd", 2379): {"scheduler"},
