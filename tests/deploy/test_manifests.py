@@ -384,7 +384,7 @@ REACH = {
     ("scheduler", 9101): {"monitoring"},
     ("nodeagent", 50061): {"gateway"},
     ("nodeagent", 9102): {"monitoring"},
-    ("nodeagent", 8000): set(),
+    ("nodeagent", 8000): {"monitoring"},
     ("gateway", 50052): {"edge", "operators"},
     ("gateway", 9103): {"monitoring"},
     ("edge", 8080): set(SOURCES),
