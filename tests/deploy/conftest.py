@@ -24,6 +24,7 @@ from tests.servers import Etcd
 
 PROMETHEUS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 NAMESPACE = "chat-test"
+VLLM_PAGE = Path(__file__).resolve().parents[1] / "nodeagent" / "data" / "vllm_metrics_0_32.txt"
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,8 @@ def kubernetes_job(pods_file: Path, name: str = "chat-platform") -> dict[str, An
 def etcd_job(endpoint: str) -> dict[str, Any]:
     """The cluster config's production etcd job, on the test's etcd (its metrics on the
     client port) instead of the example hosts; labelled apart from the local job's etcd."""
-    return {**cluster_job("etcd"),
-            "static_configs": [{"targets": [endpoint], "labels": {"config": "cluster"}}]}  # fmt: skip
+    targets = [{"targets": [endpoint], "labels": {"config": "cluster"}}]
+    return {**cluster_job("etcd"), "static_configs": targets}
 
 
 def vllm_pods(address: str) -> list[dict[str, Any]]:
@@ -111,8 +112,7 @@ def vllm_pods(address: str) -> list[dict[str, Any]]:
 @asynccontextmanager
 async def vllm_page() -> AsyncIterator[str]:
     """host:port serving a real vLLM 0.32 /metrics page, kept verbatim in the tests' data."""
-    page = Path(__file__).resolve().parents[1] / "nodeagent" / "data" / "vllm_metrics_0_32.txt"
-    body = page.read_bytes()
+    body = VLLM_PAGE.read_bytes()
 
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=body, content_type="text/plain")

@@ -23,9 +23,14 @@ START_TIMEOUT_S = 30.0
 async def edge(tmp_path: Path) -> AsyncIterator[dict[str, object]]:
     """The edge's ready file; no gateway behind it (none of these paths calls one)."""
     ready = tmp_path / "edge.ready.json"
-    env = {**os.environ, "CHAT_EDGE_LISTEN": "127.0.0.1:0",
-           "CHAT_EDGE_METRICS_LISTEN": "127.0.0.1:0", "CHAT_EDGE_READY_FILE": str(ready),
-           "CHAT_EDGE_GATEWAY_ADDRESS": "127.0.0.1:1", "CHAT_EDGE_TLS_INSECURE": "true"}  # fmt: skip
+    env = {
+        **os.environ,
+        "CHAT_EDGE_LISTEN": "127.0.0.1:0",
+        "CHAT_EDGE_METRICS_LISTEN": "127.0.0.1:0",
+        "CHAT_EDGE_READY_FILE": str(ready),
+        "CHAT_EDGE_GATEWAY_ADDRESS": "127.0.0.1:1",
+        "CHAT_EDGE_TLS_INSECURE": "true",
+    }
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "edge.main", cwd=ROOT, env=env, stderr=asyncio.subprocess.PIPE
     )
