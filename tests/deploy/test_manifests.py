@@ -370,6 +370,30 @@ def test_every_secret_read_is_made_by_cert_manager_or_the_secrets_script(
     assert _secret_refs(objects) == by_cert_manager | by_script
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_ingress_serves_the_edge_over_tls_and_leaves_streams_open(overlay: str) -> None:
+    objects = render(overlay)
+    ingress = named(objects, "Ingress", "edge")
+    (rule,) = ingress["spec"]["rules"]
+    (path,) = rule["http"]["paths"]
+    assert path["backend"]["service"] == {"name": "edge", "port": {"name": "http"}}
+    assert named(objects, "Service", "edge")["spec"]["ports"][0]["name"] == "http"
+    (tls,) = ingress["spec"]["tls"]
+    assert tls["hosts"] == [rule["host"]]
+    (certificate,) = [o for o in objects if o["kind"] == "Certificate"
+                      and o["spec"]["secretName"] == tls["secretName"]]  # fmt: skip
+    assert certificate["spec"]["dnsNames"] == [rule["host"]]
+    assert certificate["spec"]["issuerRef"]["kind"] == "ClusterIssuer"
+    nginx = {k.removeprefix("nginx.ingress.kubernetes.io/"): v
+             for k, v in ingress["metadata"]["annotations"].items()}  # fmt: skip
+    # An answer streams for minutes; the keep-alives come every keepalive_s.
+    assert nginx["proxy-buffering"] == "off"
+    keepalive = _config()["edge"]["keepalive_s"]
+    assert int(nginx["proxy-read-timeout"]) >= 60 * keepalive
+    assert int(nginx["proxy-send-timeout"]) >= 60 * keepalive
+    assert nginx["proxy-body-size"] == f"{_config()['edge']['max_body_bytes'] // 1024}k"
+
+
 # Who may open a connection to which port, by NetworkPolicy: the platform's components in the
 # namespace, Prometheus's namespace, an operators' namespace and any other namespace.
 SOURCES = ("scheduler", "nodeagent", "gateway", "edge", "etcd", "redis", "postgres",
