@@ -313,6 +313,17 @@ async def test_each_role_runs_from_the_image_as_its_manifest_starts_it(
         1, f"unhealthy: 127.0.0.1:{ports['gateway-health']}: UNAVAILABLE\n")  # fmt: skip
 
 
+def test_the_build_context_is_only_what_the_containerfile_copies() -> None:
+    lines = [line for line in (ROOT / ".containerignore").read_text().splitlines()
+             if line and not line.startswith("#")]  # fmt: skip
+    sources = [source for source, _ in recipe().copies] + ["deploy/images/requirements.lock"]
+    assert lines == ["*", *(f"!{s}" for s in sources), "**/__pycache__", "**/*.pyc"]
+    assert os.readlink(ROOT / ".dockerignore") == ".containerignore"
+    # podman keeps a HEALTHCHECK only in the docker format: the build script asks for it.
+    build = (ROOT / "scripts" / "build_image.sh").read_text()
+    assert "podman build --format docker " in build
+
+
 def test_the_image_runs_as_the_user_and_the_modules_the_manifests_name() -> None:
     from tests.deploy.manifests import pod_containers, workloads
 
