@@ -61,7 +61,12 @@ def encode(event: pb.ChatEvent) -> bytes:
     return f"id: {event.event_id}\nevent: {name}\ndata: {data}\n\n".encode()
 
 
-KEEPALIVE = b": keep-alive\n\n"
+# A comment line alone, with no blank line after it: the blank line would end an event, and a
+# reader that keeps the last `id:` across events (the openai SDK's decoder, as the SSE spec
+# says) then dispatches an event with empty data, which that SDK parses as JSON and fails on.
+# A comment is written between whole events only (each event is one write), so every reader
+# skips it as part of the next event or of none.
+KEEPALIVE = b": keep-alive\n"
 STREAM_HEADERS = {
     "Content-Type": "text/event-stream",
     "Cache-Control": "no-cache",
