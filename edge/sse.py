@@ -11,6 +11,7 @@ from google.protobuf import json_format
 
 from chat.v1 import chat_service_pb2 as pb
 from edge.convert import FINISH_NAMES
+from edge.failures import user_message_of_code
 
 
 def event_payload(event: pb.ChatEvent) -> tuple[str, dict[str, object]]:
@@ -46,7 +47,8 @@ def event_payload(event: pb.ChatEvent) -> tuple[str, dict[str, object]]:
             },
         }
     if kind == "error":
-        return "error", {"code": event.error.code, "message": event.error.message}
+        message = user_message_of_code(event.error.code, event.error.message)
+        return "error", {"code": event.error.code, "message": message}
     return "error", {"code": 2, "message": "unknown event " + json_format.MessageToJson(event)}
 
 
