@@ -26,7 +26,8 @@ from infra.process import dies_with_parent
 from nodeagent import chat_wire
 from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
 from nodeagent.engine_http import engine_session, sse_events
-from nodeagent.llamacpp import free_port, tools_template_path
+from nodeagent.llamacpp import free_port
+from nodeagent.vllm_flags import TEMPLATES, UnknownModelFamily, family_of, launcher_args
 from nodeagent.vllm_metrics import (
     MetricsParseError,
     VllmMetrics,
@@ -72,23 +73,30 @@ class VllmLaunch:
     # Takes the server's output; empty: .vllm/logs/vllm-PORT.log (one per server).
     log_path: str = ""
     extra_args: tuple[str, ...] = ()
-    # Parses the model's tool calls for tool_choice "auto" (required and named calls are
-    # decoded under a grammar without it); hermes reads <tool_call> tags.
-    tool_call_parser: str = "hermes"
-    # A chat template in place of the model's own; empty: the model's. The bundled SmolLM2's
-    # own template drops a request's tools, so it gets the one with tool use.
+    # Parses the model's tool calls; empty: its family's (nodeagent/vllm_flags.py), which a
+    # model folder of no known family must name.
+    tool_call_parser: str = ""
+    # A chat template in place of the model's own; empty: its family's, if it needs one (the
+    # bundled SmolLM2's own template drops a request's tools).
     chat_template: str = ""
+    # Starts vLLM with VLLM_SERVER_DEV_MODE=1, so /server_info shows its scheduling policy to
+    # the start check; it also opens vLLM's development endpoints (sleep, cache reset, RPC to
+    # its workers) to whoever reaches its port, which listens on 127.0.0.1 only.
+    server_info: bool = False
 
-    def tool_args(self) -> list[str]:
-        if not self.tool_call_parser:
-            return []
-        return ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
-
-    def template_args(self) -> list[str]:
+    def flag_args(self) -> list[str]:
+        """The flags the nodeagent's requests rely on (vllm_flags), for this model."""
+        family = None
+        try:
+            family = family_of(self.model_path)
+        except UnknownModelFamily:
+            if not self.tool_call_parser:
+                raise
+        parser = self.tool_call_parser or (family.tool_call_parser if family else "")
         template = self.chat_template
-        if not template and self.model_path == str(DEFAULT_HOME / "smollm2-135m-instruct"):
-            template = str(tools_template_path())
-        return ["--chat-template", template] if template else []
+        if not template and family and family.chat_template:
+            template = str(TEMPLATES / family.chat_template)
+        return launcher_args(parser, template)
 
     def command(self, served_model: str, port: int, context_tokens: int) -> list[str]:
         return [
@@ -108,15 +116,9 @@ class VllmLaunch:
             str(context_tokens),
             "--max-num-seqs",
             str(self.max_num_seqs),
-            "--scheduling-policy",
-            "priority",
-            # Without it vLLM reports no cached tokens per request.
-            "--enable-prompt-tokens-details",
-            "--enable-prefix-caching",
+            *self.flag_args(),
             "--disable-uvicorn-access-log",
             *(["--enforce-eager"] if self.enforce_eager else []),
-            *self.tool_args(),
-            *self.template_args(),
             *self.extra_args,
         ]
 
@@ -131,6 +133,7 @@ class VllmLaunch:
             "VLLM_CPU_KVCACHE_SPACE": str(self.kvcache_space_gib),
             "VLLM_CPU_OMP_THREADS_BIND": self.cpu_threads_bind,
             "VLLM_CACHE_ROOT": self.cache_root,
+            **({"VLLM_SERVER_DEV_MODE": "1"} if self.server_info else {}),
         }
 
 
@@ -190,9 +193,13 @@ class VllmEngine:
         if not launch.log_path:
             launch = replace(launch, log_path=str(DEFAULT_HOME / "logs" / f"vllm-{port}.log"))
             self._launch = launch
+        try:
+            command = launch.command(self.model, port, self.context_tokens)
+        except UnknownModelFamily as exc:
+            raise EngineError(str(exc)) from exc
         with _open_server_log(launch) as log:
             self._process = await asyncio.create_subprocess_exec(
-                *dies_with_parent(launch.command(self.model, port, self.context_tokens)),
+                *dies_with_parent(command),
                 env=launch.environment(),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log,
