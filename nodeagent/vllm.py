@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 import aiohttp
+import structlog
 
 from domain.types import Finish, Tier, Usage
 from infra.process import dies_with_parent
@@ -27,6 +28,7 @@ from nodeagent import chat_wire
 from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
 from nodeagent.engine_http import engine_session, sse_events
 from nodeagent.llamacpp import free_port
+from nodeagent.vllm_check import check_engine_flags
 from nodeagent.vllm_flags import TEMPLATES, UnknownModelFamily, family_of, launcher_args
 from nodeagent.vllm_metrics import (
     MetricsParseError,
@@ -183,9 +185,20 @@ class VllmEngine:
         self._session = engine_session(aiohttp.ClientTimeout(total=None, sock_connect=5))
         try:
             await self._wait_ready()
+            await self._check_flags()
         except EngineError:
             await self.stop()
             raise
+
+    async def _check_flags(self) -> None:
+        """Refuses a server started without a flag the node's requests rely on (vllm_check)."""
+        found = await check_engine_flags(self._http(), self._base_url, self.model)
+        if found.missing:
+            raise EngineError(found.refusal(self._base_url))
+        for flag in found.unverified:
+            structlog.get_logger(component="vllm").warning(
+                "vLLM does not show whether it was started with this flag", flag=flag
+            )
 
     async def _spawn(self, launch: VllmLaunch) -> None:
         port = free_port()
