@@ -26,7 +26,8 @@ from nodeagent.request_registry import RequestRegistry
 from nodeagent.servicer import NodeServicer
 from nodeagent.sim import SimEngine
 from nodeagent.token_counts import TokenCounts
-from nodeagent.vllm import VllmEngine, VllmLaunch
+from nodeagent.vllm import VllmEngine
+from nodeagent.vllm_launch import VllmLaunch
 
 
 @dataclass

@@ -1,9 +1,10 @@
 """The vLLM server flags the nodeagent's requests rely on, defined once.
 
-The local launcher (nodeagent/vllm.py) starts vLLM with them, tests/deploy/test_engine_args.py
-holds every Kubernetes manifest's vLLM container to them, and the adapter refuses an engine
-that shows it was started without one (nodeagent/vllm_check.py). vLLM accepts the requests
-without these flags and gets them quietly wrong, or refuses them only when they come:
+The local launcher (nodeagent/vllm_launch.py) starts vLLM with them,
+tests/deploy/test_engine_args.py holds every Kubernetes manifest's vLLM container to them, and
+the adapter refuses an engine that shows it was started without one (nodeagent/vllm_check.py).
+vLLM accepts the requests without these flags and gets them quietly wrong, or refuses them only
+when they come:
 
 - `--scheduling-policy priority`: every request carries a priority (Plus 0, Free 10); the
   default fcfs scheduler accepts it and ignores it, so Plus waits behind Free.

@@ -34,8 +34,9 @@ from nodeagent.llamacpp import free_port
 from nodeagent.main import NodeAgentConfig, build_engine
 from nodeagent.request_registry import RequestRegistry
 from nodeagent.servicer import NodeServicer
-from nodeagent.vllm import PRIORITY, REPO_ROOT, VllmEngine, VllmLaunch
+from nodeagent.vllm import PRIORITY, VllmEngine
 from nodeagent.vllm_check import FlagReport, check_engine_flags
+from nodeagent.vllm_launch import REPO_ROOT, VllmLaunch
 
 MODEL = "smollm2-135m-instruct"
 CONTEXT = 2048

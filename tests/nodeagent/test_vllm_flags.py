@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent.vllm import DEFAULT_HOME, VllmLaunch
 from nodeagent.vllm_flags import (
     TEMPLATES,
     UnknownModelFamily,
@@ -14,6 +13,7 @@ from nodeagent.vllm_flags import (
     missing_flags,
     parse_args,
 )
+from nodeagent.vllm_launch import DEFAULT_HOME, VllmLaunch
 
 
 @pytest.mark.parametrize(
