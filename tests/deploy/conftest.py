@@ -5,16 +5,18 @@ shipped rules evaluated every second."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from aiohttp import web
 
 from clients.chat_client import ChatClient, Done, new_conversation_id
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
@@ -111,22 +113,33 @@ def vllm_pods(address: str) -> list[dict[str, Any]]:
 
 @asynccontextmanager
 async def vllm_page() -> AsyncIterator[str]:
-    """host:port serving a real vLLM 0.32 /metrics page, kept verbatim in the tests' data."""
+    """host:port serving a real vLLM 0.32 /metrics page, kept verbatim in the tests' data.
+
+    Served from a thread of its own: a test that blocks the event loop (promtool runs as a
+    blocking subprocess) must not make Prometheus see the page down."""
     body = VLLM_PAGE.read_bytes()
 
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(body=body, content_type="text/plain")
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            found = self.path.split("?")[0] == "/metrics"
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body) if found else 0))
+            self.end_headers()
+            if found:
+                self.wfile.write(body)
 
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, name="vllm-page", daemon=True)
+    thread.start()
     try:
-        yield f"127.0.0.1:{runner.addresses[0][1]}"
+        yield f"127.0.0.1:{server.server_address[1]}"
     finally:
-        await runner.cleanup()
+        await asyncio.to_thread(server.shutdown)
+        server.server_close()
 
 
 def prometheus_config(
