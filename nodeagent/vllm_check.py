@@ -9,25 +9,34 @@ What a vLLM 0.32 server shows, and where:
   not refused with 400.
 - `--enable-prefix-caching`: the `enable_prefix_caching` label of `vllm:cache_config_info`
   on /metrics.
-- `--scheduling-policy`: only `/server_info` (`scheduler_config.policy`), which vLLM serves
-  only with `VLLM_SERVER_DEV_MODE=1`; its production server shows the policy nowhere else and
-  accepts a priority under either policy, so without that endpoint the policy is reported as
-  unverified, not missing.
-- which tool-call parser: nowhere; tests/deploy/test_engine_args.py holds the manifests to it.
+- `--scheduling-policy`: `/server_info` (`scheduler_config.policy`), which vLLM serves only
+  with `VLLM_SERVER_DEV_MODE=1`; else the server's own command line, where the node sees its
+  process (nodeagent/vllm_cmdline.py: same host, or a pod sharing its process namespace). A
+  production server accepts a priority under either policy, so where neither shows it the
+  policy is reported as unverified, not missing.
+- which tool-call parser (and the chat template a family needs): in no answer; read from the
+  command line where it is visible, and tests/deploy/test_engine_args.py holds the manifests
+  to it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from nodeagent.engine import EngineError
-from nodeagent.vllm_flags import UnknownModelFamily, family_of
+from nodeagent.vllm_cmdline import DEFAULT_PORT, server_args
+from nodeagent.vllm_flags import UnknownModelFamily, family_of, missing_flags, parse_args
 
+# The rest the answers show, as the server runs (vLLM caches prefixes unless told not to).
+_SHOWN_ONLY_BY_COMMAND_LINE = frozenset({"--tool-call-parser", "--chat-template"})
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 # Each start-check request answers at once on an idle engine; /server_info also collects the
 # host's environment (a few seconds, the first time).
 _CHECK_TIMEOUT = aiohttp.ClientTimeout(total=60)
@@ -39,6 +48,8 @@ _PROBE_TOOL = {
         "parameters": {"type": "object", "properties": {}},
     },
 }
+# What vLLM runs when its command line names no policy.
+VLLM_DEFAULT_POLICY = "fcfs"
 # What the node's requests lose without each flag: said when the node refuses to start.
 WHY = {
     "--scheduling-policy": "Plus would wait behind Free: fcfs ignores a request's priority",
@@ -46,6 +57,7 @@ WHY = {
     "--enable-prefix-caching": "no conversation history would be cached",
     "--enable-auto-tool-choice": "every request with tools would be refused with 400",
     "--tool-call-parser": "every request with tools would be refused with 400",
+    "--chat-template": "the model's own template drops the tools offered",
 }
 
 
@@ -62,6 +74,8 @@ class CheckAnswers:
     metrics: str
     # /server_info?config_format=json; None where vLLM does not serve it (no dev mode).
     server_info: Mapping[str, Any] | None
+    # The server process's arguments; None where the node cannot see the process.
+    command_line: Sequence[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +100,8 @@ def report(answers: CheckAnswers) -> FlagReport:
     missing: list[str] = []
     unverified: list[str] = []
     policy = policy_of(answers.server_info) if answers.server_info is not None else None
+    if policy is None and answers.command_line is not None:
+        policy = parse_args(answers.command_line).get("--scheduling-policy") or VLLM_DEFAULT_POLICY
     if policy is None:
         unverified.append("--scheduling-policy=priority")
     elif policy != "priority":
@@ -100,7 +116,26 @@ def report(answers: CheckAnswers) -> FlagReport:
     if refuses_auto_tool_choice(answers.tool_status, answers.tool_body):
         missing.append("--enable-auto-tool-choice")
         missing.append(f"--tool-call-parser={_parser_of(answers.model_root)}")
+    missing += _also_missing_from(answers.command_line, missing)
     return FlagReport(tuple(missing), tuple(unverified))
+
+
+def _also_missing_from(command_line: Sequence[str] | None, missing: list[str]) -> list[str]:
+    """What the server's command line lacks beyond what its answers showed: the tool-call
+    parser of the model's family and its chat template show in no answer."""
+    if command_line is None:
+        return []
+    try:
+        lacking = missing_flags(command_line)
+    except UnknownModelFamily:
+        return []
+    named = {flag.partition("=")[0] for flag in missing}
+    return [
+        flag
+        for flag in lacking
+        if flag.partition("=")[0] in _SHOWN_ONLY_BY_COMMAND_LINE
+        and flag.partition("=")[0] not in named
+    ]
 
 
 def _parser_of(model_root: str) -> str:
@@ -162,8 +197,18 @@ async def check_engine_flags(
         tool_body=tool_body,
         metrics=metrics if metrics_status == 200 and isinstance(metrics, str) else "",
         server_info=info if info_status == 200 and isinstance(info, dict) else None,
+        command_line=await _local_command_line(base_url),
     )
     return report(answers)
+
+
+async def _local_command_line(base_url: str) -> list[str] | None:
+    """The flags of the server's process where it runs beside the node: on another host, a
+    process on the same port here would be another server."""
+    url = urlsplit(base_url)
+    if url.hostname not in _LOOPBACK:
+        return None
+    return await asyncio.to_thread(server_args, url.port or DEFAULT_PORT)
 
 
 async def _model_root(session: aiohttp.ClientSession, base_url: str, model: str) -> str:

@@ -6,9 +6,10 @@ reports no cached tokens without `--enable-prompt-tokens-details`, so nothing el
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from nodeagent.vllm_flags import missing_flags, parse_args
-from tests.deploy.manifests import OVERLAYS, container, named, render
+from tests.deploy.manifests import K8S, OVERLAYS, container, named, render
 
 POOLS = ("large", "small")
 
@@ -50,3 +51,15 @@ def test_the_check_names_what_a_container_started_as_before_lacked() -> None:
     hermes = [*before, "--scheduling-policy=priority", "--enable-prompt-tokens-details",
               "--enable-auto-tool-choice", "--tool-call-parser=hermes"]  # fmt: skip
     assert missing_flags(hermes) == ["--tool-call-parser=llama3_json"]
+
+
+@pytest.mark.parametrize("pool", POOLS)
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_nodeagent_can_read_its_vllms_command_line(overlay, pool) -> None:
+    # vLLM 0.32 shows its scheduling policy only on its command line
+    # (nodeagent/vllm_cmdline.py): the nodeagent sees it when the pod shares its processes,
+    # and looks for it when it reaches vLLM on the loopback address.
+    pod = named(render(overlay), "StatefulSet", f"pool-{pool}")["spec"]["template"]["spec"]
+    assert pod["shareProcessNamespace"] is True
+    config = yaml.safe_load((K8S / "base" / "config.yaml").read_text())
+    assert config["nodeagent"]["vllm_url"] == "http://127.0.0.1:8000"

@@ -36,6 +36,8 @@ from nodeagent.request_registry import RequestRegistry
 from nodeagent.servicer import NodeServicer
 from nodeagent.vllm import PRIORITY, VllmEngine
 from nodeagent.vllm_check import FlagReport, check_engine_flags
+from nodeagent.vllm_cmdline import server_args
+from nodeagent.vllm_flags import missing_flags, parse_args
 from nodeagent.vllm_launch import REPO_ROOT, VllmLaunch
 
 MODEL = "smollm2-135m-instruct"
@@ -52,13 +54,13 @@ async def vllm() -> AsyncIterator[VllmEngine]:
     # eager mode, so startup skips minutes of torch.compile on 2 cores; one compute thread,
     # because two OpenMP threads spin-waiting on each other stall for minutes when the API
     # server, this test process or anything else on the machine takes one of the 2 cores.
-    # server_info: the start check reads the scheduling policy from the real server too.
+    # No dev mode, as in production: the start check reads the scheduling policy from the
+    # server's own command line.
     launch = VllmLaunch(
         kvcache_space_gib=KVCACHE_GIB,
         max_num_seqs=2,
         enforce_eager=True,
         cpu_threads_bind="0",
-        server_info=True,
     )
     engine = VllmEngine(MODEL, CONTEXT, launch=launch, startup_timeout_s=600)
     await engine.start()
@@ -251,13 +253,24 @@ async def test_bad_requests_fail_fast_with_vllms_reason(vllm, make, reason) -> N
 
 async def test_the_start_check_finds_every_flag_on_a_server_started_right(vllm) -> None:
     # The module's server passed it on the way up; asked again, everything is seen, the
-    # scheduling policy included (read from /server_info).
+    # scheduling policy included: no /server_info here, so read from the process itself.
     async with aiohttp.ClientSession() as session:
         found = await check_engine_flags(session, vllm.base_url, MODEL)
     assert found == FlagReport(missing=(), unverified=())
     attached = VllmEngine(MODEL, CONTEXT, base_url=vllm.base_url)
     await attached.start()
     await attached.stop()
+
+
+async def test_the_servers_own_command_line_shows_its_flags(vllm: VllmEngine) -> None:
+    port = int(vllm.base_url.rsplit(":", 1)[1])
+    args = await asyncio.to_thread(server_args, port)
+    assert args is not None
+    assert parse_args(args)["--scheduling-policy"] == "priority"
+    assert parse_args(args)["--served-model-name"] == MODEL
+    assert missing_flags(args) == []
+    # No vLLM listens on a port taken by nothing.
+    assert await asyncio.to_thread(server_args, free_port()) is None
 
 
 async def test_an_unknown_model_name_is_refused_at_start(vllm: VllmEngine) -> None:

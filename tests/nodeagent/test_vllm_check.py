@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from nodeagent.vllm_check import CheckAnswers, report
+from nodeagent.vllm_cmdline import vllm_server_args
 
 CAPTURED = json.loads(
     (Path(__file__).parent / "data" / "vllm-0.32-started-without-flags.json").read_text()
@@ -56,6 +57,27 @@ def test_without_server_info_the_policy_is_unverified_not_missing() -> None:
         "--tool-call-parser=hermes",
     )
     assert found.unverified == ("--scheduling-policy=priority",)
+
+
+def test_a_command_line_without_a_policy_runs_fcfs_and_is_refused() -> None:
+    # The server's command line as it was started for the captured answers (see its _about).
+    argv = CAPTURED["_about"].split("`")[1].split()
+    command_line = vllm_server_args(argv)
+    assert command_line is not None
+    found = report(replace(captured(), server_info=None, command_line=command_line))
+    # The policy, and the chat template SmolLM2 needs for tools, which no answer shows.
+    assert found.missing == (
+        "--scheduling-policy=priority",
+        "--enable-prompt-tokens-details",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser=hermes",
+        "--chat-template=(a copy of nodeagent/templates/smollm2_tools.jinja)",
+    )
+    assert found.unverified == ()
+    assert "the model's own template drops the tools offered" in found.refusal(URL)
+    started_right = [*command_line, "--scheduling-policy", "priority"]
+    found = report(replace(captured(), server_info=None, command_line=started_right))
+    assert "--scheduling-policy=priority" not in found.missing + found.unverified
 
 
 def test_the_refusal_names_the_parser_of_the_served_models_family() -> None:
