@@ -245,6 +245,8 @@ async def test_a_user_rates_their_answer_and_the_rating_counts_for_its_version(
         (token, answer_id, {"rating": "meh"}, 400, "'rating' must be up or down"),
         (token, answer_id, {"comment": "no rating"}, 400, "'rating' must be up or down"),
         (token, answer_id, {"rating": "up", "comment": 7}, 400, "'comment' must be a string"),
+        (token, answer_id, {"rating": "up", "coment": "typo"}, 400,
+         "unrecognized request argument supplied: coment"),
         (token, answer_id, {"rating": "up", "comment": "x" * 2001}, 400,
          "a comment is at most 2000 characters (this one is 2001)"),
         (token, sent.message_id, {"rating": "up"}, 400,
