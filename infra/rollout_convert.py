@@ -54,6 +54,22 @@ def tallies_from_pb(tallies: Iterable[pb.VersionTally]) -> dict[tuple[str, Tier]
     return found
 
 
+def gate_sizes_to_pb(gate: GateRecord) -> pb.GateSizes:
+    return pb.GateSizes(golden_pairs=_u32(gate.golden_pairs),
+                        harmful_prompts=_u32(gate.harmful_prompts),
+                        harmless_prompts=_u32(gate.harmless_prompts),
+                        min_set_size=_u32(gate.min_set_size))  # fmt: skip
+
+
+def gate_from_pb(
+    candidate: str, baseline: str, passed: bool, at: float, summary: str, sizes: pb.GateSizes
+) -> GateRecord:
+    """A GateChange's or a GateResult's verdict (the two carry the same fields)."""
+    return GateRecord(candidate, baseline, passed, at, summary, sizes.golden_pairs,
+                      sizes.harmful_prompts, sizes.harmless_prompts,
+                      sizes.min_set_size)  # fmt: skip
+
+
 def version_to_pb(version: Version) -> pb.ModelVersion:
     return pb.ModelVersion(name=version.name, model=version.model,
                            system_prompt=version.system_prompt,
@@ -92,6 +108,7 @@ def rollout_to_pb(state: RolloutState) -> pb.Rollout:
                 passed=g.passed,
                 at=_stamp(g.at),
                 summary=g.summary,
+                sizes=gate_sizes_to_pb(g),
             )
             for g in state.gates
         ],
@@ -114,7 +131,9 @@ def rollout_from_pb(message: pb.Rollout) -> RolloutState:
             for c in message.history
         ),
         gates=tuple(
-            GateRecord(g.candidate, g.baseline, g.passed, g.at.ToNanoseconds() / 1e9, g.summary)
+            gate_from_pb(
+                g.candidate, g.baseline, g.passed, g.at.ToNanoseconds() / 1e9, g.summary, g.sizes
+            )
             for g in message.gates
         ),
     )

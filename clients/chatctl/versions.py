@@ -98,8 +98,8 @@ def describe(state: RolloutState) -> str:
     lines.append(f"holdout     {state.holdout_percent:g} % of users on {state.holdout_version}")
     for gate in state.gates:
         verdict = "passed" if gate.passed else "FAILED"
-        lines.append(f"gate        {gate.candidate} vs {gate.baseline}: {verdict} "
-                     f"({when(_at(gate.at))})")  # fmt: skip
+        lines.append(f"gate        {gate.candidate} vs {gate.baseline}: {verdict} over "
+                     f"{gate.sizes}, {when(_at(gate.at))}")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -460,30 +460,46 @@ class PinChange(_message.Message):
     def __init__(self, user_id: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
 
 class GateChange(_message.Message):
-    __slots__ = ("candidate", "baseline", "passed", "summary")
+    __slots__ = ("candidate", "baseline", "passed", "summary", "sizes")
     CANDIDATE_FIELD_NUMBER: _ClassVar[int]
     BASELINE_FIELD_NUMBER: _ClassVar[int]
     PASSED_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    SIZES_FIELD_NUMBER: _ClassVar[int]
     candidate: str
     baseline: str
     passed: bool
     summary: str
-    def __init__(self, candidate: _Optional[str] = ..., baseline: _Optional[str] = ..., passed: _Optional[bool] = ..., summary: _Optional[str] = ...) -> None: ...
+    sizes: GateSizes
+    def __init__(self, candidate: _Optional[str] = ..., baseline: _Optional[str] = ..., passed: _Optional[bool] = ..., summary: _Optional[str] = ..., sizes: _Optional[_Union[GateSizes, _Mapping]] = ...) -> None: ...
+
+class GateSizes(_message.Message):
+    __slots__ = ("golden_pairs", "harmful_prompts", "harmless_prompts", "min_set_size")
+    GOLDEN_PAIRS_FIELD_NUMBER: _ClassVar[int]
+    HARMFUL_PROMPTS_FIELD_NUMBER: _ClassVar[int]
+    HARMLESS_PROMPTS_FIELD_NUMBER: _ClassVar[int]
+    MIN_SET_SIZE_FIELD_NUMBER: _ClassVar[int]
+    golden_pairs: int
+    harmful_prompts: int
+    harmless_prompts: int
+    min_set_size: int
+    def __init__(self, golden_pairs: _Optional[int] = ..., harmful_prompts: _Optional[int] = ..., harmless_prompts: _Optional[int] = ..., min_set_size: _Optional[int] = ...) -> None: ...
 
 class GateResult(_message.Message):
-    __slots__ = ("candidate", "baseline", "passed", "at", "summary")
+    __slots__ = ("candidate", "baseline", "passed", "at", "summary", "sizes")
     CANDIDATE_FIELD_NUMBER: _ClassVar[int]
     BASELINE_FIELD_NUMBER: _ClassVar[int]
     PASSED_FIELD_NUMBER: _ClassVar[int]
     AT_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    SIZES_FIELD_NUMBER: _ClassVar[int]
     candidate: str
     baseline: str
     passed: bool
     at: _timestamp_pb2.Timestamp
     summary: str
-    def __init__(self, candidate: _Optional[str] = ..., baseline: _Optional[str] = ..., passed: _Optional[bool] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary: _Optional[str] = ...) -> None: ...
+    sizes: GateSizes
+    def __init__(self, candidate: _Optional[str] = ..., baseline: _Optional[str] = ..., passed: _Optional[bool] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary: _Optional[str] = ..., sizes: _Optional[_Union[GateSizes, _Mapping]] = ...) -> None: ...
 
 class ChangeRolloutRequest(_message.Message):
     __slots__ = ("split", "promote", "rollback", "holdout", "pin", "gate")
