@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from clients.chat_client import ChatClient, ClientError, Rated
+from clients.chat_client import AdminClient, ChatClient, ClientError, Rated
 from clients.chatctl.platform import LocalPlatform
 from domain.guardrails import Tally
 from domain.refusal import is_refusal
@@ -482,3 +482,32 @@ async def test_an_eval_of_an_unknown_version_the_current_one_or_bad_numbers_is_r
         bad = await eval_chatctl("eval", "run", "--candidate", "x", flag, value, *flags)
         assert (bad.code, bad.out) == (2, ""), bad.err
         assert bad.err.endswith(f"chatctl eval run: error: argument {flag}: {reason}\n")
+
+
+async def test_versions_create_refuses_a_model_no_node_serves_unless_forced(
+    platform: LocalPlatform,
+) -> None:
+    async with AdminClient(platform.scheduler_address, platform.admin_token,
+                           tls=platform.tls()) as fleet:  # fmt: skip
+        served = sorted({node.model for node in await fleet.nodes()})
+    typo, later, fine = (f"{what}-{uuid.uuid4().hex[:6]}" for what in ("typo", "later", "fine"))
+    flags = admin_flags(platform)
+    refused = await eval_chatctl("versions", "create", typo, "--model", "smollm-typo", *flags)
+    forced = await eval_chatctl(
+        "versions", "create", later, "--model", "smollm-typo", "--force", *flags
+    )
+    served_one = await eval_chatctl("versions", "create", fine, "--model", served[0], *flags)
+    assert (refused.code, refused.out, refused.err) == (
+        1,
+        "",
+        f"chatctl: no node serves the model 'smollm-typo' (the fleet serves: "
+        f"{', '.join(served)}); --force creates the version for nodes still to come\n",
+    )
+    assert (forced.code, forced.err, served_one.code, served_one.err) == (0, "", 0, "")
+    async with rollout_admin(platform) as admin:
+        state = await admin.rollout()
+    assert (state.has(typo), state.version(later).model, state.version(fine).model) == (
+        False,
+        "smollm-typo",
+        served[0],
+    )
