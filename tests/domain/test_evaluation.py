@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from domain.evaluation.gate import (
     HARMFUL,
     HARMLESS,
+    MIN_SET_SIZE,
     EvalAnswer,
     GatePolicy,
-    MIN_SET_SIZE,
     Pair,
     verdict,
     verdict_table,
