@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from google.protobuf import timestamp_pb2
 
 from chat.v1 import scheduler_service_pb2 as pb
+from domain.feedback import RatedAnswer, Rating
 from domain.guardrails import Tally
 from domain.rollout import GateRecord, RolloutChange, RolloutState, Version
 from domain.scores import RATE_BOUNDS, TTFT_BOUNDS_S, fitted
@@ -52,6 +53,18 @@ def tallies_from_pb(tallies: Iterable[pb.VersionTally]) -> dict[tuple[str, Tier]
             ttft, rates,
         )  # fmt: skip
     return found
+
+
+def ratings_to_pb(ratings: Iterable[RatedAnswer]) -> list[pb.RatedAnswer]:
+    return [pb.RatedAnswer(user_id=r.user_id, message_id=r.message_id, version=r.version,
+                           tier=TIER_TO_PB[r.tier], up=r.rating is Rating.UP)
+            for r in ratings]  # fmt: skip
+
+
+def ratings_from_pb(ratings: Iterable[pb.RatedAnswer]) -> list[RatedAnswer]:
+    return [RatedAnswer(r.user_id, r.message_id, r.version, TIER_FROM_PB.get(r.tier, Tier.FREE),
+                        Rating.UP if r.up else Rating.DOWN)
+            for r in ratings]  # fmt: skip
 
 
 def gate_sizes_to_pb(gate: GateRecord) -> pb.GateSizes:

@@ -316,6 +316,9 @@ async def test_versions_show_prints_a_versions_answers_and_thumbs_from_the_gatew
         try:
             sent = [await send(platform, token, new_id("c"), "Say hi.") for _ in range(3)]
             assert [s.version for s in sent] == [name] * 3
+            # The second answer is rated up first, then changed to down: it counts once, down.
+            assert (await rate(platform, token, sent[1].message_id + ".answer",
+                               {"rating": "up"}))[0] == 200  # fmt: skip
             for s, rating in zip(sent, ("up", "down", "down"), strict=True):
                 assert (await rate(platform, token, s.message_id + ".answer",
                                    {"rating": rating}))[0] == 200  # fmt: skip
