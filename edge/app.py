@@ -32,6 +32,17 @@ from infra.metrics import metrics_handler
 EVENT_ID = re.compile(r"[0-9]{1,18}")
 PAGE_SIZE = re.compile(r"[1-9][0-9]?|100")
 RATINGS = frozenset(rating.value for rating in Rating)
+FEEDBACK_FIELDS = ("rating", "comment")
+
+
+def _only_fields(body: dict[str, Any], known: tuple[str, ...]) -> None:
+    """A field the route does not know is refused, worded as the OpenAI-compatible routes word
+    it: a misspelt one ("coment") would otherwise be dropped without a word."""
+    for name in body:
+        if name not in known:
+            raise HttpError(400, f"unrecognized request argument supplied: {name}")
+
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -205,6 +216,7 @@ class Edge:
     async def rate(self, request: web.Request) -> web.Response:
         metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
         body = await self._json_body(request)
+        _only_fields(body, FEEDBACK_FIELDS)
         rating = body.get("rating")
         # null, like a missing comment, is none.
         comment = body.get("comment")

@@ -171,6 +171,7 @@ SCHEMAS: dict[str, Any] = {
             "rating": {"enum": [rating.value for rating in Rating]},
             "comment": {"type": ["string", "null"], "maxLength": MAX_COMMENT_CHARS},
         },
+        "additionalProperties": False,
     },
     "Rating": _object(
         {
