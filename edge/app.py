@@ -33,6 +33,7 @@ EVENT_ID = re.compile(r"[0-9]{1,18}")
 PAGE_SIZE = re.compile(r"[1-9][0-9]?|100")
 RATINGS = frozenset(rating.value for rating in Rating)
 FEEDBACK_FIELDS = ("rating", "comment")
+MESSAGE_FIELDS = ("content", "parentId", "model")
 
 
 def _only_fields(body: dict[str, Any], known: tuple[str, ...]) -> None:
@@ -126,6 +127,7 @@ class Edge:
     async def send_message(self, request: web.Request) -> web.StreamResponse:
         metadata = self._metadata(request)
         body = await self._json_body(request)
+        _only_fields(body, MESSAGE_FIELDS)
         content = body.get("content")
         parent_id = body.get("parentId", "") or ""
         model = body.get("model", AUTO_MODEL)

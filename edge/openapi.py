@@ -125,6 +125,7 @@ SCHEMAS: dict[str, Any] = {
             "parentId": PARENT_ID,
             "model": {"type": "string", "enum": list(MODEL_CHOICES)},
         },
+        "additionalProperties": False,
     },
     "Conversation": _object(
         {
