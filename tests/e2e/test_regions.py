@@ -181,6 +181,17 @@ async def test_chatctl_creates_a_pinned_user_and_lists_the_regions(regions, etcd
     assert listed_user == DirectoryUser(
         "ctl-pinned", Tier.PLUS, "a", True, token_hash(created.json()["token"])
     )
+    # `users list` shows each user's home and residency, as the directory lists them.
+    shown_users = await chatctl("users", "list", "--json", *admin_flags(a))
+    assert shown_users.code == 0, shown_users.err
+    (pinned,) = [u for u in shown_users.json() if u["user_id"] == "ctl-pinned"]
+    assert (pinned["home_region"], pinned["pinned"]) == ("a", True)
+    dev = {u["user_id"]: (u["home_region"], u["pinned"]) for u in shown_users.json()}
+    assert dev["dev-free-a"] == ("a", False)
+    table = (await chatctl("users", "list", *admin_flags(a))).out.splitlines()
+    assert table[0].split() == ["USER", "TIER", "TOKEN", "HOME", "PINNED", "CREATED"]
+    (row,) = [line.split()[:5] for line in table if line.startswith("ctl-pinned ")]
+    assert row == ["ctl-pinned", "plus", "yes", "a", "yes"]
     # Another region's scheduler does not create a's users: their history lives at a.
     refused = await chatctl("users", "create", "ctl-wrong", "--region", "a",
                             *admin_flags(regions["b"]))  # fmt: skip
