@@ -1,10 +1,6 @@
 """Several regions on one machine (`chatctl up --regions a,b,c`) and the regions as the global
 directory has them (`chatctl regions`).
 
-`--background` detaches it as plain `up --background` does (the pid file and log in
-STATE_DIR; `chatctl down` stops every region), and `chatctl regions restart NAME` restarts one
-region of it (clients/chatctl/region_control.py).
-
 Each region is a whole platform of its own, as `chatctl up` starts one (its scheduler,
 nodes, gateway, edge and SQLite store), in `STATE_DIR/regions/<name>`, so `--region NAME` on
 any other command finds it there. Above them the global directory lives in one etcd: `--etcd`
@@ -14,6 +10,10 @@ that etcd under a prefix of the region's own (`region_etcd_prefix`), so no regio
 another's nodes, ladder, rollout or leader. With `--redis` every region's gateways use that
 Redis under a key prefix of the region's own (`region_redis_prefix`): buckets, daily spend and
 answers in flight never meet another region's.
+
+`--background` detaches it as plain `up --background` does (the pid file and log in
+STATE_DIR; `chatctl down` stops every region), and `chatctl regions restart NAME` restarts one
+region of it (clients/chatctl/region_control.py).
 """
 
 from __future__ import annotations
