@@ -518,6 +518,9 @@ class User:
     tier: str
     created_at: datetime
     has_token: bool
+    # With regions: the home region and residency ('' and False without regions).
+    home_region: str = ""
+    pinned: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -556,7 +559,8 @@ def _ladder(reply: sched_pb.GetLadderResponse) -> Ladder:
 
 
 def _user(u: sched_pb.User) -> User:
-    return User(u.user_id, TIER_NAMES.get(u.tier, "unknown"), _time(u.created_at), u.has_token)
+    return User(u.user_id, TIER_NAMES.get(u.tier, "unknown"), _time(u.created_at), u.has_token,
+                u.home_region, u.pinned)  # fmt: skip
 
 
 def _tier(tier: str) -> int:

@@ -51,7 +51,11 @@ class ResourceExhausted(DomainError):
 
 
 class Unavailable(DomainError):
-    pass
+    """retry_after_s: when the caller may try again, where that is known (None: not said)."""
+
+    def __init__(self, reason: str, retry_after_s: float | None = None) -> None:
+        super().__init__(reason)
+        self.retry_after_s = retry_after_s
 
 
 class NoReplica(Unavailable):

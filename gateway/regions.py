@@ -5,7 +5,9 @@ user's home region (one hop), which decides: at home, on the region the conversa
 or, home being full, on the region with the most room. A message passed on to run away from
 home carries its home region's name (`x-chat-serve-for`), and the gateway there runs it on a
 pipeline whose store is the home region's (gateway/home_client.py). When home is out, the
-gateway the user reached answers, without the history, and says so in the meta event.
+user's messages are refused (UNAVAILABLE, with when to try again): a region cannot tell a new
+conversation from one kept at home (the caller names it), and one answered here under an id
+home also keeps would be a second conversation under that id once home returns.
 
 The directory is read from memory (infra/directory.py's DirectoryView): a user at home pays
 no cross-region call, only the read of the conversation's region from the local store.
@@ -35,16 +37,15 @@ from store.base import Store
 
 # Metadata a gateway adds when it passes a message on to run away from the user's home.
 SERVE_FOR_HEADER = "x-chat-serve-for"
-HOME_OUT_NOTICE = (
-    "Your home region {home} is unavailable: this conversation runs in {region} without your "
-    "earlier history, which comes back when {home} returns."
-)
 
-# What is kept at home cannot be read or changed while home is out.
+# What is kept at home cannot be read, changed or continued while home is out.
 HOME_OUT_REFUSAL = (
     "your home region {home!r} is unavailable; your conversations are kept there: try again "
     "when it is back"
 )
+# When to ask again: a region that publishes again is seen in within a directory read (1 s);
+# when it will is unknown, and a refusal costs one read of memory.
+HOME_OUT_RETRY_AFTER_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +53,6 @@ class Local:
     """Run it here, on this pipeline (this region's store, or the home region's)."""
 
     pipeline: ChatPipeline
-    notice: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,13 +162,12 @@ class RegionRouter:
             return Forward(home, _gateways(snapshot, home))
         if pinned:
             raise Unavailable(f"your home region {home!r} is unavailable; residency keeps "
-                              "your conversations there")  # fmt: skip
-        notice = HOME_OUT_NOTICE.format(home=home, region=self.region)
-        return self._here(user, Placement(self.region, Reason.HOME_OUT), notice)
+                              "your conversations there", HOME_OUT_RETRY_AFTER_S)  # fmt: skip
+        raise Unavailable(HOME_OUT_REFUSAL.format(home=home), HOME_OUT_RETRY_AFTER_S)
 
-    def _here(self, user: User, placement: Placement, notice: str = "") -> Local:
+    def _here(self, user: User, placement: Placement) -> Local:
         self._count(user, placement, "")
-        return Local(self.pipeline, notice)
+        return Local(self.pipeline)
 
     def _count(self, user: User, placement: Placement, conversation_id: str) -> None:
         self._routes.labels(placement.reason.value, placement.region).inc()
@@ -192,13 +191,14 @@ class RegionRouter:
             return None
         snapshot = self.view.snapshot
         if not Regions(snapshot.regions, self.clock(), self.rules).alive(known.home):
-            raise Unavailable(HOME_OUT_REFUSAL.format(home=known.home))
+            raise Unavailable(HOME_OUT_REFUSAL.format(home=known.home), HOME_OUT_RETRY_AFTER_S)
         return self._home_store(snapshot, known.home)
 
     async def home_buckets(self, user: User) -> Buckets | None:
         """The token buckets the user's messages are charged to when they are another region's
-        (None: this region's, also while the user's home is out, as their messages run here
-        meanwhile). Home in but none of its gateways answering: their level() is Unavailable."""
+        (None: this region's, also while the user's home is out, when none of their messages
+        runs anywhere). Home in but none of its gateways answering: their level() is
+        Unavailable."""
         try:
             home = await self.home_of(user)
         except Unavailable:

@@ -101,7 +101,6 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
                 parent_id=request.parent_id,
                 content=request.content,
                 pool=pool,
-                region_notice=route.notice,
                 instructions=request.instructions,
                 hold_back=request.hold_back,
                 max_tokens=request.max_tokens,

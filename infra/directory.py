@@ -98,6 +98,15 @@ class Directory:
         found = await self._client.get(self._key("users", user_id))
         return None if found is None else _user_from(found.value)
 
+    async def users(self) -> dict[str, DirectoryUser]:
+        """Every user listed, by id: one read of the users' keys (an operator's listing)."""
+        listed = {}
+        for kv in await self._client.get_prefix(self._key("users", "")):
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                user = _user_from(kv.value)
+                listed[user.user_id] = user
+        return listed
+
     async def user_by_token_hash(self, digest: str) -> DirectoryUser | None:
         found = await self._client.get(self._key("tokens", digest))
         return None if found is None else await self.user(found.value.decode())

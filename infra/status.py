@@ -73,9 +73,10 @@ def bounded(reason: str) -> str:
 def to_rpc_status(error: errors.DomainError) -> grpc.Status:
     code = grpc_code_of(error)
     details: list[any_pb2.Any] = []
-    if isinstance(error, errors.ResourceExhausted):
+    retry_after_s = getattr(error, "retry_after_s", None)
+    if retry_after_s is not None:
         # Never "infinity": a client must get a number it can wait for.
-        seconds = min(max(0.0, error.retry_after_s), MAX_RETRY_AFTER_S)
+        seconds = min(max(0.0, retry_after_s), MAX_RETRY_AFTER_S)
         delay = duration_pb2.Duration(
             seconds=int(seconds), nanos=int((seconds - int(seconds)) * 1e9)
         )

@@ -92,12 +92,14 @@ def timestamp(seconds: float) -> timestamp_pb2.Timestamp:
     return stamp
 
 
-def user_to_pb(user: UserRecord) -> pb.User:
+def user_to_pb(user: UserRecord, home: str = "", pinned: bool = False) -> pb.User:
     return pb.User(
         user_id=user.user_id,
         tier=TIER_TO_PB[user.tier],
         created_at=timestamp(user.created_at),
         has_token=user.has_token,
+        home_region=home,
+        pinned=pinned,
     )
 
 

@@ -256,7 +256,10 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         self, request: pb.ListUsersRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListUsersResponse:
         self._check_admin(context)
-        return pb.ListUsersResponse(users=[convert.user_to_pb(u) for u in await self._users.all()])
+        listed = await self._users.all()
+        return pb.ListUsersResponse(
+            users=[convert.user_to_pb(u.record, u.home, u.pinned) for u in listed]
+        )
 
     @maps_domain_errors
     async def SetUserTier(

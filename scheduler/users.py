@@ -4,6 +4,7 @@ The store keeps only a token's hash; the token itself is shown once, when it is 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from domain.errors import InvalidArgument
@@ -23,6 +24,8 @@ class UserDirectory(Protocol):
 
     async def user(self, user_id: str) -> DirectoryUser | None: ...
 
+    async def users(self) -> dict[str, DirectoryUser]: ...
+
 
 class NoDirectory:
     """One region: the store alone knows its users."""
@@ -32,6 +35,19 @@ class NoDirectory:
 
     async def user(self, user_id: str) -> DirectoryUser | None:
         return None
+
+    async def users(self) -> dict[str, DirectoryUser]:
+        return {}
+
+
+@dataclass(frozen=True, slots=True)
+class ListedUser:
+    """A user as an operator lists them: the store's record, and with regions the home region
+    and residency the directory lists ('' and False without regions)."""
+
+    record: UserRecord
+    home: str = ""
+    pinned: bool = False
 
 
 class UserAdmin:
@@ -62,8 +78,10 @@ class UserAdmin:
         await self._directory.put_user(DirectoryUser(user_id, tier, home, pinned, digest))
         return record, token
 
-    async def all(self) -> list[UserRecord]:
-        return await self._store.list_users()
+    async def all(self) -> list[ListedUser]:
+        records = await self._store.list_users()
+        listed = await self._directory.users()
+        return [_listed(record, listed.get(record.user_id)) for record in records]
 
     async def set_tier(self, user_id: str, tier: Tier) -> UserRecord:
         record = await self._store.set_user_tier(user_id, tier)
@@ -90,3 +108,7 @@ class UserAdmin:
         listed = await self._directory.user(user_id)
         if listed is not None:
             await self._directory.put_user(change(listed))
+
+
+def _listed(record: UserRecord, listed: DirectoryUser | None) -> ListedUser:
+    return ListedUser(record) if listed is None else ListedUser(record, listed.home, listed.pinned)

@@ -23,7 +23,7 @@ from clients.chatctl.platform import (
     PlatformError,
     PlatformSettings,
 )
-from clients.chatctl.regions import up_regions
+from clients.chatctl.regions import REGIONS_FILE, print_background_summary, serve_regions
 
 PID_FILE = "chatctl.pid"
 BACKGROUND_LOG = "chatctl.log"
@@ -82,19 +82,29 @@ def platform_settings(args: argparse.Namespace) -> PlatformSettings:
 def up(args: argparse.Namespace) -> Any:
     """The platform in the foreground (a coroutine), or detached with --background; with
     --regions, one platform per region and the global directory (clients/chatctl/regions.py)."""
-    if getattr(args, "regions", None):
-        return up_regions(args)
     return up_background(args) if args.background else up_foreground(args)
 
 
-async def up_foreground(args: argparse.Namespace) -> int:
-    settings = platform_settings(args)
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
-    refuse_second_platform(settings.state_dir)
-    pid_file = settings.state_dir / PID_FILE
+def up_foreground(args: argparse.Namespace) -> Any:
+    """The platform, or with --regions every region, until stopped (a coroutine)."""
+    settings = None if getattr(args, "regions", None) else platform_settings(args)
+    state = Path(args.state_dir).resolve() if settings is None else settings.state_dir
+    state.mkdir(parents=True, exist_ok=True)
+    refuse_second_platform(state)
+    pid_file = state / PID_FILE
     # The owner's pid, so `chatctl down` can stop a foreground platform too.
     pid_file.write_text(f"{os.getpid()}\n")
+    return serve_owning(args, state, settings)
+
+
+async def serve_owning(
+    args: argparse.Namespace, state: Path, settings: PlatformSettings | None
+) -> int:
+    """Serves until stopped, then gives the pid file up (when it is still this process's)."""
+    pid_file = state / PID_FILE
     try:
+        if settings is None:
+            return await serve_regions(args, state)
         return await serve_platform(args, settings)
     finally:
         if read_secret(pid_file) == str(os.getpid()):
@@ -175,6 +185,8 @@ def up_child_argv(args: argparse.Namespace, state: Path) -> list[str]:
     flags = [f"--{flag.replace('_', '-')}={getattr(args, flag)}" for flag in SETTINGS_FLAGS]
     if args.insecure:
         flags.append("--insecure")
+    if getattr(args, "regions", None):
+        flags.append(f"--regions={','.join(args.regions)}")
     return [sys.executable, "-m", "clients.chatctl.main", "up", *flags, f"--state-dir={state}"]
 
 
@@ -193,11 +205,16 @@ def up_background(args: argparse.Namespace) -> int:
     state = Path(args.state_dir).resolve()
     state.mkdir(parents=True, exist_ok=True)
     refuse_second_platform(state)
-    (state / PLATFORM_FILE).unlink(missing_ok=True)
+    # What the platform writes once up: every region's addresses with --regions.
+    up_file = state / (REGIONS_FILE if getattr(args, "regions", None) else PLATFORM_FILE)
+    up_file.unlink(missing_ok=True)
     log = state / BACKGROUND_LOG
     pid = spawn_detached(up_child_argv(args, state), log)
-    wait_until_up(pid, state, log)
-    summary = {**json.loads((state / PLATFORM_FILE).read_text()), "pid": pid}
+    wait_until_up(pid, up_file, log)
+    summary = {**json.loads(up_file.read_text()), "pid": pid}
+    if up_file.name == REGIONS_FILE:
+        print_json(summary) if args.json else print_background_summary(summary, pid, log)
+        return 0
     summary["tokens_file"] = str(state / DEV_TOKENS_FILE)
     summary["tokens"] = json.loads((state / DEV_TOKENS_FILE).read_text())
     if args.json:
@@ -208,9 +225,9 @@ def up_background(args: argparse.Namespace) -> int:
     return 0
 
 
-def wait_until_up(pid: int, state: Path, log: Path) -> None:
+def wait_until_up(pid: int, up_file: Path, log: Path) -> None:
     deadline = time.monotonic() + BACKGROUND_START_S
-    while not (state / PLATFORM_FILE).exists():
+    while not up_file.exists():
         exited, status = os.waitpid(pid, os.WNOHANG)
         if exited:
             code = os.waitstatus_to_exitcode(status)

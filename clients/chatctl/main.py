@@ -27,6 +27,7 @@ from clients.chatctl.fleet import drain, ladder, nodes, undrain
 from clients.chatctl.local import down, up
 from clients.chatctl.output import CtlError
 from clients.chatctl.plan import add_plan_parser, run_plan
+from clients.chatctl.region_control import add_region_actions
 from clients.chatctl.regions import list_regions, region_names, region_state_dir
 from clients.chatctl.simulate import add_simulate_parser, run_simulate
 from clients.chatctl.users import users
@@ -282,6 +283,7 @@ def add_regions(commands: Any) -> None:
     )
     command.add_argument("--prefix", default=DEFAULT_PREFIX, help="the directory's key prefix")
     command.set_defaults(handler=list_regions)
+    add_region_actions(command)
 
 
 def add_context(commands: Any) -> None:

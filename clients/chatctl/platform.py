@@ -384,6 +384,20 @@ class LocalPlatform:
             self._write_scrape_targets()
         return child
 
+    async def restart_all(self, timeout_s: float = 40.0) -> None:
+        """Every service stopped (edge first) and started again in start order, each at the
+        gRPC address it had; back once the nodes are ready. The store, the users and their
+        tokens stay: a restarted region serves its users as before."""
+        names = [child.name for child in self.children]
+        for child in reversed(self.children):
+            await _terminate(child, timeout_s)
+        for name in names:
+            await self.restart(name)
+        await self._wait_for_nodes()
+        if self._wrote_state_files:
+            # An edge on a free port has a new one.
+            self._write_state_files()
+
     def _admin(self) -> tuple[tuple[str, str]]:
         return (("authorization", f"Bearer {self.admin_token}"),)
 
@@ -426,13 +440,7 @@ class LocalPlatform:
     async def stop(self, timeout_s: float = 40.0) -> None:
         """SIGTERM in reverse start order (edge first), each waited for by its own pid."""
         for child in reversed(self.children):
-            if child.process.returncode is None:
-                child.process.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(child.process.wait(), timeout_s)
-                except TimeoutError:
-                    child.process.kill()
-                    await child.process.wait()
+            await _terminate(child, timeout_s)
         self.children.clear()
         # A stopped platform leaves no addresses behind for chatctl to call in vain (only its
         # own: a failed start must not remove those of another platform in the same dir).
@@ -445,3 +453,14 @@ class LocalPlatform:
 def _numbered(service: str, index: int) -> str:
     """The first of a kind keeps the plain name ("gateway"), the others get their index."""
     return service if index == 0 else f"{service}-{index}"
+
+
+async def _terminate(child: Child, timeout_s: float) -> None:
+    """SIGTERM, and SIGKILL after timeout_s; waited for by its own pid."""
+    if child.process.returncode is None:
+        child.process.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(child.process.wait(), timeout_s)
+        except TimeoutError:
+            child.process.kill()
+            await child.process.wait()

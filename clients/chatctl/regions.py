@@ -10,6 +10,10 @@ that etcd under a prefix of the region's own (`region_etcd_prefix`), so no regio
 another's nodes, ladder, rollout or leader. With `--redis` every region's gateways use that
 Redis under a key prefix of the region's own (`region_redis_prefix`): buckets, daily spend and
 answers in flight never meet another region's.
+
+`--background` detaches it as plain `up --background` does (the pid file and log in
+STATE_DIR; `chatctl down` stops every region), and `chatctl regions restart NAME` restarts one
+region of it (clients/chatctl/region_control.py).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 from clients.chatctl.addresses import read_state_json, state_dir
 from clients.chatctl.output import CtlError, emit, table_or
 from clients.chatctl.platform import LocalPlatform, PlatformError, PlatformSettings
+from clients.chatctl.region_control import control_server
 from infra.certs import Authority
 from infra.directory import DEFAULT_PREFIX, ETCD_ERRORS, Directory
 from infra.process import dies_with_parent
@@ -105,17 +110,10 @@ def _edge_listen(base: str, index: int) -> str:
     return f"{host}:{int(port) + index}" if port.isdigit() and int(port) else f"{host}:0"
 
 
-def up_regions(args: argparse.Namespace) -> Any:
-    """Every region and the global directory, in the foreground until Ctrl-C or SIGTERM (a
-    coroutine)."""
-    if args.background:
-        raise CtlError("--regions runs in the foreground (each region has its own state dir)")
-    state = Path(args.state_dir).resolve()
-    (state / "global-etcd").mkdir(parents=True, exist_ok=True)
-    return serve_regions(args, state)
-
-
 async def serve_regions(args: argparse.Namespace, state: Path) -> int:
+    """Every region and the global directory, until Ctrl-C or SIGTERM (`chatctl down`); one
+    region restarted on request meanwhile (clients/chatctl/region_control.py)."""
+    (state / "global-etcd").mkdir(parents=True, exist_ok=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -130,14 +128,16 @@ async def serve_regions(args: argparse.Namespace, state: Path) -> int:
         for index, name in enumerate(args.regions):
             platforms[name] = LocalPlatform(region_settings(args, name, index, endpoint, authority))
         await asyncio.gather(*(p.start() for p in platforms.values()))
-        summary = {"etcd": endpoint, "prefix": DEFAULT_PREFIX,
-                   "regions": {name: {"edge": p.edge_url, "gateway": p.gateway_address,
-                                      "scheduler": p.scheduler_address,
-                                      "schedulers": p.scheduler_addresses(), "tokens": p.tokens}
-                               for name, p in platforms.items()}}  # fmt: skip
-        (state / REGIONS_FILE).write_text(json.dumps(summary, indent=2) + "\n")
-        emit(args.json, summary, _summary_text(summary))
-        await stop.wait()
+
+        def write_summary() -> dict[str, Any]:
+            summary = _summary(endpoint, platforms)
+            (state / REGIONS_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+            return summary
+
+        async with control_server(state, platforms, write_summary) as off:
+            summary = write_summary()
+            emit(args.json, summary, _summary_text(summary) + (f"\n{off}" if off else ""))
+            await stop.wait()
         return 0
     except PlatformError as error:
         print(f"chatctl up: {error}", file=sys.stderr)
@@ -165,13 +165,28 @@ def region_settings(
     )  # fmt: skip
 
 
-def _summary_text(summary: dict[str, Any]) -> str:
+def _summary(endpoint: str, platforms: dict[str, LocalPlatform]) -> dict[str, Any]:
+    return {"etcd": endpoint, "prefix": DEFAULT_PREFIX,
+            "regions": {name: {"edge": p.edge_url, "gateway": p.gateway_address,
+                               "scheduler": p.scheduler_address,
+                               "schedulers": p.scheduler_addresses(), "tokens": p.tokens}
+                        for name, p in platforms.items()}}  # fmt: skip
+
+
+def _summary_text(summary: dict[str, Any], stopped_by: str = "Ctrl-C stops everything.") -> str:
     lines = [f"global directory  etcd {summary['etcd']}"]
     for name, region in summary["regions"].items():
         lines.append(f"region {name:<10} edge {region['edge']}  gateway {region['gateway']}")
-    lines.append("`chatctl regions` lists their capacity; `--region NAME` picks one for any "
-                 "command. Ctrl-C stops everything.")  # fmt: skip
+    lines.append("`chatctl regions` lists their capacity, `chatctl regions restart NAME` "
+                 "restarts one; `--region NAME` picks one for any command.")  # fmt: skip
+    lines.append(stopped_by)
     return "\n".join(lines)
+
+
+def print_background_summary(summary: dict[str, Any], pid: int, log: Path) -> None:
+    """What `up --regions --background` prints once every region is up."""
+    print(_summary_text(summary, f"running in the background (pid {pid}, log {log}); "
+                                 "`chatctl down` stops everything."))  # fmt: skip
 
 
 async def list_regions(args: argparse.Namespace) -> int:

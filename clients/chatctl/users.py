@@ -21,8 +21,10 @@ async def users_create(admin: AdminClient, args: argparse.Namespace) -> None:
 
 async def users_list(admin: AdminClient, args: argparse.Namespace) -> None:
     found = await admin.users()
-    rows = [[u.user_id, u.tier, yes_no(u.has_token), when(u.created_at)] for u in found]
-    emit(args.json, found, table_or(("USER", "TIER", "TOKEN", "CREATED"), rows, "no users"))
+    rows = [[u.user_id, u.tier, yes_no(u.has_token), u.home_region or "-",
+             yes_no(u.pinned), when(u.created_at)] for u in found]  # fmt: skip
+    headers = ("USER", "TIER", "TOKEN", "HOME", "PINNED", "CREATED")
+    emit(args.json, found, table_or(headers, rows, "no users"))
 
 
 async def users_tier(admin: AdminClient, args: argparse.Namespace) -> None:

@@ -211,7 +211,9 @@ async def test_users_create_list_tier_rotate_revoke(platform: LocalPlatform) -> 
     assert created.json()["user"]["tier"] == "plus" and created.json()["token"].startswith("u_")
 
     listed = await chatctl("users", "list", *flags)
-    assert any(line.split()[:3] == [user_id, "plus", "yes"] for line in listed.out.splitlines())
+    # No regions: no home, not pinned.
+    rows = [line.split()[:5] for line in listed.out.splitlines()]
+    assert [user_id, "plus", "yes", "-", "no"] in rows
 
     moved = await chatctl("users", "tier", user_id, "free", *flags)
     assert moved.code == 0 and f"user {user_id} is now free" in moved.out

@@ -139,6 +139,22 @@ async def send_events(
     return events, message_id
 
 
+async def refused(
+    http: aiohttp.ClientSession,
+    platform: LocalPlatform,
+    token: str,
+    conversation: str,
+    content: str,
+) -> tuple[int, dict, str]:
+    """A message the region's edge refuses: (HTTP status, the JSON body, Retry-After)."""
+    async with http.post(
+        f"{platform.edge_url}/v1/conversations/{conversation}/messages",
+        json={"content": content},
+        headers={"Authorization": f"Bearer {token}", "Idempotency-Key": uuid.uuid4().hex[:12]},
+    ) as response:
+        return response.status, await response.json(), response.headers.get("Retry-After", "")
+
+
 async def resume(
     http: aiohttp.ClientSession, platform: LocalPlatform, token: str, message_id: str, after: int
 ) -> tuple[int, list[SseEvent] | str]:

@@ -33,6 +33,7 @@ from tests.e2e.regions_support import (
     pin,
     rate,
     ratings_counted,
+    refused,
     region_store,
     responses,
     resume,
@@ -180,6 +181,17 @@ async def test_chatctl_creates_a_pinned_user_and_lists_the_regions(regions, etcd
     assert listed_user == DirectoryUser(
         "ctl-pinned", Tier.PLUS, "a", True, token_hash(created.json()["token"])
     )
+    # `users list` shows each user's home and residency, as the directory lists them.
+    shown_users = await chatctl("users", "list", "--json", *admin_flags(a))
+    assert shown_users.code == 0, shown_users.err
+    (pinned,) = [u for u in shown_users.json() if u["user_id"] == "ctl-pinned"]
+    assert (pinned["home_region"], pinned["pinned"]) == ("a", True)
+    dev = {u["user_id"]: (u["home_region"], u["pinned"]) for u in shown_users.json()}
+    assert dev["dev-free-a"] == ("a", False)
+    table = (await chatctl("users", "list", *admin_flags(a))).out.splitlines()
+    assert table[0].split() == ["USER", "TIER", "TOKEN", "HOME", "PINNED", "CREATED"]
+    (row,) = [line.split()[:5] for line in table if line.startswith("ctl-pinned ")]
+    assert row == ["ctl-pinned", "plus", "yes", "a", "yes"]
     # Another region's scheduler does not create a's users: their history lives at a.
     refused = await chatctl("users", "create", "ctl-wrong", "--region", "a",
                             *admin_flags(regions["b"]))  # fmt: skip
@@ -342,13 +354,17 @@ async def test_a_response_kept_at_home_is_read_and_deleted_from_another_region(
         assert await level(http, b, away) == PLUS_CAPACITY
 
 
-async def test_a_region_killed_whole_is_out_and_its_users_start_elsewhere(regions) -> None:
+async def test_a_region_killed_whole_is_out_and_its_users_wait_for_it(regions) -> None:
     a, b, c = regions["a"], regions["b"], regions["c"]
-    carol = await create_user(c)
+    carol_id = f"u-{uuid.uuid4().hex[:8]}"
+    carol = await create_user(c, user_id=carol_id)
     pia = await create_user(c, pinned=True)
     bob = await create_user(b)
     async with aiohttp.ClientSession() as http:
         await until_seen(http, a, {"up:c": 1}, 10.0)
+        # A conversation kept at home, its answer rated.
+        _, first_text, first_id = await send(http, a, carol, "kept", "Hello from home")
+        assert (await rate(http, a, carol, f"{first_id}.answer", "up"))[0] == 200
         # An answer in flight at b while c dies: it ends whole.
         started = asyncio.Event()
         in_flight = asyncio.create_task(
@@ -359,33 +375,28 @@ async def test_a_region_killed_whole_is_out_and_its_users_start_elsewhere(region
             child.process.send_signal(signal.SIGKILL)
         await asyncio.gather(*(child.process.wait() for child in c.children))
         out_after_s = await until_seen(http, a, {"up:c": 0}, OUT_WITHIN_S)
-        meta, text, lost_id = await send(http, a, carol, "lost", "Is anyone there?")
-        assert meta["region"] == "a"
-        assert meta["regionNotice"] == (
-            "Your home region c is unavailable: this conversation runs in a without your "
-            "earlier history, which comes back when c returns."
-        )
-        assert text
-        # What a served meanwhile is kept, read and rated at a; the rest is at c: 503.
-        status, messages = await listed(http, a, carol, "lost")
-        assert (status, [m["content"] for m in messages]) == (200, ["Is anyone there?", text])
-        assert (await rate(http, a, carol, f"{lost_id}.answer", "up"))[0] == 200
+        # Home out: its user's messages wait for it, to the conversation kept there and to a
+        # new one alike (a cannot tell them apart), and a keeps nothing of theirs.
         c_out = HOME_OUT.replace("'z'", "'c'")
+        refusal = (503, {"error": {"status": 503, "message": c_out}}, "10")
+        assert await refused(http, a, carol, "kept", "Still there?") == refusal
+        assert await refused(http, a, carol, "lost", "Is anyone there?") == refusal
+        async with region_store(a) as kept_at_a:
+            assert await kept_at_a.list_conversations(carol_id, 10) == []
         assert await listed_error(http, a, carol, "/v1/conversations") == (503, c_out)
-        assert await listed_error(http, a, carol, "/v1/conversations/far/messages") == (
+        assert await listed_error(http, a, carol, "/v1/conversations/kept/messages") == (
             503,
             c_out,
         )
+        status, body = await rate(http, a, carol, f"{first_id}.answer", "down")
+        assert (status, body["error"]["message"]) == (503, c_out)
         # A pinned user's conversations stay in their region, even while it is out.
-        async with http.post(
-            f"{a.edge_url}/v1/conversations/pinned/messages",
-            json={"content": "Anyone?"},
-            headers={"Authorization": f"Bearer {pia}", "Idempotency-Key": "p1"},
-        ) as response:
-            assert (response.status, (await response.json())["error"]["message"]) == (
-                503,
-                "your home region 'c' is unavailable; residency keeps your conversations there",
-            )
+        assert await refused(http, a, pia, "pinned", "Anyone?") == (
+            503,
+            {"error": {"status": 503, "message": "your home region 'c' is unavailable; "
+                       "residency keeps your conversations there"}},
+            "10",
+        )  # fmt: skip
         bob_meta, bob_text, _ = await in_flight
         assert bob_meta["region"] == "b"
         status, messages = await listed(http, b, bob, "b1")
@@ -394,7 +405,7 @@ async def test_a_region_killed_whole_is_out_and_its_users_start_elsewhere(region
             ["Keep going while c dies", bob_text],
         )
         print(f"region c out at a's gateway {out_after_s:.1f} s after the kill")
-        # c back: its users go home again for new conversations.
+        # c back: its users go home again.
         for child in list(c.children):
             await c.restart(child.name)
         # Back once its node is ready again: a region without a ready replica is full. In
@@ -402,5 +413,25 @@ async def test_a_region_killed_whole_is_out_and_its_users_start_elsewhere(region
         # neighbour while it has not yet seen its own replica ready.
         for viewer in (a, c):
             await until_seen(http, viewer, {"up:c": 1, "ready:c": 1}, 30.0)
-        back, _, _ = await send(http, a, carol, "home-again", "Back home?")
-        assert back["region"] == "c"
+        again, again_text, _ = await send(http, a, carol, "kept", "Back home?")
+        assert again["region"] == "c"
+        # One conversation under its id, every turn in it, and its rating kept.
+        status, messages = await listed(http, a, carol, "kept")
+        assert (status, [(m["role"], m["content"]) for m in messages]) == (
+            200,
+            [
+                ("user", "Hello from home"),
+                ("assistant", first_text),
+                ("user", "Back home?"),
+                ("assistant", again_text),
+            ],
+        )
+        for edge in (a, c):
+            status, listing = await conversations(http, edge, carol)
+            assert (status, [x["conversationId"] for x in listing["conversations"]]) == (
+                200,
+                ["kept"],
+            )
+        async with region_store(c) as kept_at_c:
+            rated = await kept_at_c.feedback_of(carol_id, f"{first_id}.answer")
+        assert rated.rating == "up"

@@ -223,16 +223,20 @@ class PinLadderResponse(_message.Message):
     def __init__(self, rung: _Optional[int] = ..., pinned: _Optional[bool] = ...) -> None: ...
 
 class User(_message.Message):
-    __slots__ = ("user_id", "tier", "created_at", "has_token")
+    __slots__ = ("user_id", "tier", "created_at", "has_token", "home_region", "pinned")
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     HAS_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    HOME_REGION_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
     user_id: str
     tier: _common_pb2.Tier
     created_at: _timestamp_pb2.Timestamp
     has_token: bool
-    def __init__(self, user_id: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., has_token: _Optional[bool] = ...) -> None: ...
+    home_region: str
+    pinned: bool
+    def __init__(self, user_id: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., has_token: _Optional[bool] = ..., home_region: _Optional[str] = ..., pinned: _Optional[bool] = ...) -> None: ...
 
 class CreateUserRequest(_message.Message):
     __slots__ = ("user_id", "tier", "home_region", "pinned")
