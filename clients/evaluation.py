@@ -25,6 +25,7 @@ from clients.rollout_client import RolloutClient
 from domain.evaluation.gate import (
     HARMFUL,
     HARMLESS,
+    MIN_SET_SIZE,
     EvalAnswer,
     GatePolicy,
     Pair,
@@ -41,7 +42,7 @@ from domain.evaluation.judging import (
     read_verdict,
 )
 from domain.evaluation.sets import parse_set
-from domain.rollout import Slice
+from domain.rollout import GateRecord, RolloutState, Slice
 
 GOLDEN = "golden"
 EVAL_TIER = "plus"
@@ -55,6 +56,11 @@ LENGTH_METHOD = (
     "the win rate among pairs whose two answers are within 20 % of each other's length "
     "(in characters); pairs further apart are left out"
 )
+
+
+class EvalRefused(ValueError):
+    """An eval that cannot run as asked (no such version, a version against itself, no set
+    files): said in a sentence, before anything is asked or recorded."""
 
 
 @dataclass(frozen=True)
@@ -90,11 +96,16 @@ class EvalReport:
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> EvalReport:
         v = raw["verdict"]
-        found = Verdict(tuple(Rule(**r) for r in v["rules"]), v["win_rate"],
-                        v["length_controlled_win_rate"], v["similar_length_pairs"], v["pairs"],
-                        v["category_win_rates"])  # fmt: skip
         answers = {version: {name: [EvalAnswer(**a) for a in rows] for name, rows in sets.items()}
                    for version, sets in raw["answers"].items()}  # fmt: skip
+        # A report kept before verdicts carried their sizes: its answers say them.
+        asked = answers.get(raw["candidate"], {})
+        found = Verdict(tuple(Rule(**r) for r in v["rules"]), v["win_rate"],
+                        v["length_controlled_win_rate"], v["similar_length_pairs"], v["pairs"],
+                        v["category_win_rates"],
+                        v.get("harmful_prompts", len(asked.get(HARMFUL, []))),
+                        v.get("harmless_prompts", len(asked.get(HARMLESS, []))),
+                        v.get("min_set_size", MIN_SET_SIZE))  # fmt: skip
         return cls(raw["candidate"], raw["baseline"], raw["judge"], raw["at"], found, answers,
                    [Pair(**p) for p in raw["pairs"]])  # fmt: skip
 
@@ -102,7 +113,12 @@ class EvalReport:
 def load_items(settings: EvalSettings) -> dict[str, list[EvalItem]]:
     def read(name: str) -> list[EvalItem]:
         path = settings.sets_dir / f"{name}.jsonl"
-        return parse_set(path.read_text(), str(path))
+        try:
+            return parse_set(path.read_text(), str(path))
+        except OSError as error:
+            raise EvalRefused(f"cannot read the eval set {path}: {error.strerror}") from error
+        except ValueError as error:
+            raise EvalRefused(str(error)) from error
 
     golden: list[EvalItem] = []
     for category in sorted({i.category for i in read(GOLDEN)}):
@@ -110,6 +126,17 @@ def load_items(settings: EvalSettings) -> dict[str, list[EvalItem]]:
         golden += chosen[: settings.per_category or None]
     return {GOLDEN: golden, HARMFUL: read(HARMFUL)[: settings.harmful or None],
             HARMLESS: read(HARMLESS)[: settings.harmless or None]}  # fmt: skip
+
+
+def check_candidate(state: RolloutState, candidate: str) -> None:
+    if not state.has(candidate):
+        known = ", ".join(v.name for v in state.versions)
+        raise EvalRefused(f"no version {candidate!r} (the versions: {known})")
+    if candidate == state.current:
+        raise EvalRefused(
+            f"{candidate!r} is the current version: the gate compares a candidate with the "
+            "current version, and a version against itself passes whatever it answers"
+        )
 
 
 def eval_user(version: str) -> str:
@@ -204,7 +231,7 @@ class EvalRunner:
     async def run(self, settings: EvalSettings) -> EvalReport:
         state = await self._rollout.rollout()
         baseline, candidate = state.current, settings.candidate
-        state.version(candidate)
+        check_candidate(state, candidate)
         items = load_items(settings)
         tokens = {v: await self._user(v) for v in (baseline, candidate)}
         chats = {v: self._chat_for(t) for v, t in tokens.items()}
@@ -230,8 +257,11 @@ class EvalRunner:
         found = verdict(pairs, by_version[candidate], by_version[baseline], self._policy)
         report = EvalReport(candidate, baseline, settings.judge, time.time(), found, by_version,
                             pairs)  # fmt: skip
-        summary = "; ".join(f"{r.name} {r.figure} ({r.threshold})" for r in found.rules)
-        await self._rollout.record_gate(candidate, baseline, found.passed, summary)
+        if found.is_gate:
+            summary = "; ".join(f"{r.name} {r.figure} ({r.threshold})" for r in found.rules)
+            await self._rollout.record_gate(GateRecord(
+                candidate, baseline, found.passed, report.at, summary, found.pairs,
+                found.harmful_prompts, found.harmless_prompts, found.min_set_size))  # fmt: skip
         return report
 
     async def _answer_all(

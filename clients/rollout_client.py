@@ -7,10 +7,15 @@ from chat.v1 import scheduler_service_pb2 as sched_pb
 from chat.v1 import scheduler_service_pb2_grpc as sched_grpc
 from clients.chat_client import DEFAULT_TIMEOUT_S, _Client
 from domain.guardrails import Tally
-from domain.rollout import RolloutState, Version
+from domain.rollout import GateRecord, RolloutState, Version
 from domain.types import Tier
 from infra.convert import TIER_TO_PB
-from infra.rollout_convert import rollout_from_pb, tallies_from_pb, version_to_pb
+from infra.rollout_convert import (
+    gate_sizes_to_pb,
+    rollout_from_pb,
+    tallies_from_pb,
+    version_to_pb,
+)
 from infra.tls import TlsConfig
 
 
@@ -69,9 +74,9 @@ class RolloutClient(_Client):
         change = sched_pb.PinChange(user_id=user_id, version=version)
         return await self._change(sched_pb.ChangeRolloutRequest(pin=change))
 
-    async def record_gate(
-        self, candidate: str, baseline: str, passed: bool, summary: str
-    ) -> RolloutState:
-        change = sched_pb.GateChange(candidate=candidate, baseline=baseline, passed=passed,
-                                     summary=summary)  # fmt: skip
+    async def record_gate(self, gate: GateRecord) -> RolloutState:
+        """The eval's verdict (its `at` is the scheduler's to set)."""
+        change = sched_pb.GateChange(candidate=gate.candidate, baseline=gate.baseline,
+                                     passed=gate.passed, summary=gate.summary,
+                                     sizes=gate_sizes_to_pb(gate))  # fmt: skip
         return await self._change(sched_pb.ChangeRolloutRequest(gate=change))

@@ -4,9 +4,11 @@ counts towards the version that served the answer (the online scores of a rollou
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 from domain.errors import InvalidArgument
+from domain.types import Tier
 
 # Room for a sentence or two of why; a longer text is an essay the ratings table should not
 # hold per message.
@@ -16,6 +18,18 @@ MAX_COMMENT_CHARS = 2000
 class Rating(StrEnum):
     UP = "up"
     DOWN = "down"
+
+
+@dataclass(frozen=True, slots=True)
+class RatedAnswer:
+    """One user's rating of one answer, as a gateway tells the scheduler's online scores: a
+    later rating of the same answer replaces it there, so each answer counts once."""
+
+    user_id: str
+    message_id: str
+    version: str
+    tier: Tier
+    rating: Rating
 
 
 def check_comment(comment: str) -> None:

@@ -68,6 +68,19 @@ class GateRecord:
     passed: bool
     at: float
     summary: str
+    # What the verdict stands on (0: not said, as by a gate recorded before sizes were).
+    golden_pairs: int = 0
+    harmful_prompts: int = 0
+    harmless_prompts: int = 0
+    # The least of each set the eval took for a gate.
+    min_set_size: int = 0
+
+    @property
+    def sizes(self) -> str:
+        return (
+            f"{self.golden_pairs} golden pairs, {self.harmful_prompts} harmful and "
+            f"{self.harmless_prompts} harmless prompts (minimum {self.min_set_size} a set)"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,12 +199,28 @@ def gate_of(state: RolloutState, name: str) -> GateRecord | None:
     return next((g for g in reversed(state.gates) if g.candidate == name), None)
 
 
-def record_gate(state: RolloutState, gate: GateRecord) -> RolloutState:
+def check_gate(state: RolloutState, gate: GateRecord) -> None:
+    """A verdict on two known, different versions; a pass only on sets of its minimum size."""
     state.version(gate.candidate)
+    state.version(gate.baseline)
+    if gate.candidate == gate.baseline:
+        raise InvalidArgument(
+            f"a gate compares a candidate with another version: {gate.candidate!r} against "
+            "itself passes whatever it answers"
+        )
+    smallest = min(gate.golden_pairs, gate.harmful_prompts, gate.harmless_prompts)
+    if gate.passed and (gate.min_set_size < 1 or smallest < gate.min_set_size):
+        raise InvalidArgument(
+            f"a gate passes only on sets of its minimum size or more: {gate.sizes}"
+        )
+
+
+def record_gate(state: RolloutState, gate: GateRecord) -> RolloutState:
+    check_gate(state, gate)
     kept = tuple(g for g in state.gates if g.candidate != gate.candidate)
     verdict = "passed" if gate.passed else "failed"
     return _logged(state, gate.at, "gate", gate.candidate,
-                   f"{verdict} against {gate.baseline}: {gate.summary}",
+                   f"{verdict} against {gate.baseline} over {gate.sizes}: {gate.summary}",
                    gates=(*kept, gate)[-MAX_HISTORY:])  # fmt: skip
 
 

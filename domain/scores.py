@@ -17,14 +17,18 @@ from domain.guardrails import Tally
 
 # Time to first text, seconds: the gateway's own TTFT buckets, the 10 s slow mark among them.
 TTFT_BOUNDS_S = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 15.0, 30.0, 60.0)
-# Output tokens a second after the first text.
+# An answer's output tokens a second of its whole time (tokens_per_s).
 RATE_BOUNDS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
 
 
-def tokens_per_s(output_tokens: int, stream_s: float) -> float | None:
-    """An answer's output tokens a second after its first text; None for one too short to say."""
-    if output_tokens > 1 and stream_s > 0:
-        return (output_tokens - 1) / stream_s
+def tokens_per_s(output_tokens: int, answer_s: float) -> float | None:
+    """An answer's output tokens over its whole time, from the question's arrival to the end:
+    the rate its reader got it at. Not from the first text shown: a held-back answer's text is
+    released as it is checked, the last of it (a short answer: all of it) at once at the end,
+    so a rate after the first shown text measured the release (over 1,000 a second), not the
+    answer. None for an answer with no tokens."""
+    if output_tokens > 0 and answer_s > 0:
+        return output_tokens / answer_s
     return None
 
 

@@ -32,6 +32,18 @@ from infra.metrics import metrics_handler
 EVENT_ID = re.compile(r"[0-9]{1,18}")
 PAGE_SIZE = re.compile(r"[1-9][0-9]?|100")
 RATINGS = frozenset(rating.value for rating in Rating)
+FEEDBACK_FIELDS = ("rating", "comment")
+MESSAGE_FIELDS = ("content", "parentId", "model")
+
+
+def _only_fields(body: dict[str, Any], known: tuple[str, ...]) -> None:
+    """A field the route does not know is refused, worded as the OpenAI-compatible routes word
+    it: a misspelt one ("coment") would otherwise be dropped without a word."""
+    for name in body:
+        if name not in known:
+            raise HttpError(400, f"unrecognized request argument supplied: {name}")
+
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -47,6 +59,8 @@ class EdgeSettings:
     # How long a stream whose gateway went away may take to carry on through another one
     # before the client is sent an error event.
     reattach_timeout_s: float = 10.0
+    # /metrics on the public HTTP port; off when the edge serves it on a port of its own.
+    metrics_on_http: bool = True
 
 
 class Edge:
@@ -113,6 +127,7 @@ class Edge:
     async def send_message(self, request: web.Request) -> web.StreamResponse:
         metadata = self._metadata(request)
         body = await self._json_body(request)
+        _only_fields(body, MESSAGE_FIELDS)
         content = body.get("content")
         parent_id = body.get("parentId", "") or ""
         model = body.get("model", AUTO_MODEL)
@@ -203,6 +218,7 @@ class Edge:
     async def rate(self, request: web.Request) -> web.Response:
         metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
         body = await self._json_body(request)
+        _only_fields(body, FEEDBACK_FIELDS)
         rating = body.get("rating")
         # null, like a missing comment, is none.
         comment = body.get("comment")
@@ -307,7 +323,8 @@ def build_app(
     app.router.add_get("/openapi.json", openapi_handler)
     app.router.add_get("/healthz", edge.healthz)
     app.router.add_get("/readyz", edge.readyz)
-    app.router.add_get("/metrics", metrics_handler(registry))
+    if settings.metrics_on_http:
+        app.router.add_get("/metrics", metrics_handler(registry))
     app.router.add_get("/", static_file)
     app.router.add_get("/static/{name}", static_file)
     return app

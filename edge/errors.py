@@ -6,8 +6,9 @@ from __future__ import annotations
 import grpc
 from aiohttp import web
 
+from edge.failures import failure_of
 from edge.openai_api import OpenAIError
-from infra.status import CallFailure
+from edge.openai_errors import RETRY_UNAVAILABLE_S
 
 OPENAI_PATHS = ("/v1/chat/", "/v1/models", "/v1/responses")
 
@@ -21,11 +22,13 @@ class HttpError(Exception):
 
 
 def from_rpc(error: grpc.aio.AioRpcError) -> HttpError:
-    failure = CallFailure(error)
+    failure = failure_of(error)
     return HttpError(failure.http_status, failure.message, failure.retry_after_header)
 
 
 def error_response(status: int, message: str, retry_after: str | None = None) -> web.Response:
+    if status == 503 and not retry_after:
+        retry_after = str(RETRY_UNAVAILABLE_S)
     headers = {"Retry-After": retry_after} if retry_after else None
     body = {"error": {"status": status, "message": message}}
     return web.json_response(body, status=status, headers=headers)

@@ -21,6 +21,9 @@ from infra.tls import TlsConfig
 @dataclass
 class EdgeConfig:
     listen: str = "127.0.0.1:8080"
+    # Where /metrics is served, apart from the public port (Prometheus reaches it, the
+    # internet does not); empty: /metrics on `listen`, as one machine's `chatctl up` has it.
+    metrics_listen: str = ""
     # The gateways to call: gateway_addresses when set, else gateway_address alone. Each call
     # goes to the next one not marked down; a stream whose gateway goes away carries on
     # through another. An address may also be a DNS name resolving to several gateways.
@@ -60,6 +63,9 @@ class EdgeConfig:
 async def serve(config: EdgeConfig, stop: asyncio.Event) -> None:
     if config.workers < 1:
         raise ConfigError(f"workers must be at least 1, not {config.workers}")
+    if config.workers > 1 and config.metrics_listen:
+        # Each worker has its own counters: one metrics port cannot serve them all.
+        raise ConfigError("metrics_listen needs workers: 1 (each worker counts on its own)")
     if config.workers > 1:
         configure_logging("edge", config.log_level)
         workers = EdgeWorkers(config.workers, config.listen, config.shutdown_grace_s)
@@ -85,9 +91,11 @@ async def serve_one(config: EdgeConfig, stop: asyncio.Event) -> None:
             cors_origins=tuple(config.cors_origins),
             max_requests_per_ip=config.max_requests_per_ip,
             reattach_timeout_s=config.reattach_timeout_s,
+            metrics_on_http=not config.metrics_listen,
         )
+        registry = CollectorRegistry()
         runner = web.AppRunner(
-            build_app(gateways, settings, CollectorRegistry()),
+            build_app(gateways, settings, registry),
             access_log=None,
             shutdown_timeout=config.shutdown_grace_s,
             max_line_size=config.max_header_bytes,
@@ -99,7 +107,11 @@ async def serve_one(config: EdgeConfig, stop: asyncio.Event) -> None:
         host, port = config.listen.rsplit(":", 1)
         await web.TCPSite(runner, host, int(port), reuse_port=config.reuse_port or None).start()
         url = f"http://{host}:{runner.addresses[0][1]}"
-        await service.serve(stop, config.ready_file, {"http": url}, url=url)
+        ready: dict[str, object] = {"http": url}
+        if config.metrics_listen:
+            metrics = await service.metrics(registry, config.metrics_listen)
+            ready["metrics"] = metrics.port
+        await service.serve(stop, config.ready_file, ready, url=url)
 
 
 def main() -> None:

@@ -32,6 +32,7 @@ from edge.convert import (
     limits_request,
     pool_headers,
 )
+from edge.failures import failure_of, user_message_of_code
 from edge.gateways import Gateways
 from edge.metrics import EdgeMetrics
 
@@ -39,7 +40,7 @@ from edge.metrics import EdgeMetrics
 from edge.openai_errors import OpenAIError as OpenAIError
 from edge.openai_replies import ChunkWriter, WholeAnswer, completion_body, write_event
 from edge.openai_replies import usage_of as usage_of
-from infra.status import REASON_MESSAGE_TOO_LARGE, CallFailure
+from infra.status import REASON_MESSAGE_TOO_LARGE
 
 SESSION_HEADER = "X-Session-Id"
 REPLICA_HEADER = "X-Replica"
@@ -56,7 +57,7 @@ RESUMABLE_KEY = web.AppKey("resumable_completions", ResumableStart)
 
 
 def from_rpc(error: grpc.aio.AioRpcError) -> OpenAIError:
-    failure = CallFailure(error)
+    failure = failure_of(error)
     status = failure.http_status
     if failure.reason == REASON_MESSAGE_TOO_LARGE:
         # OpenAI answers a history the model cannot hold with a 400 of this code; 413 stays
@@ -291,7 +292,7 @@ class OpenAIApi:
                         return
                     keepalive.wrote()
             except grpc.aio.AioRpcError as error:
-                failure = CallFailure(error)
+                failure = failure_of(error)
                 await writer.error(failure.code.value[0], failure.message)
 
     async def _whole_unless_gone(
@@ -325,7 +326,8 @@ class OpenAIApi:
             if kind == "delta":
                 answer.add(event.delta)
             elif kind == "error":
-                raise OpenAIError(502 if event.error.code != 14 else 503, event.error.message)
+                message = user_message_of_code(event.error.code, event.error.message)
+                raise OpenAIError(502 if event.error.code != 14 else 503, message)
             elif kind == "done":
                 if event.done.finish == FINISH_ERROR:
                     raise OpenAIError(502, "the model failed while answering")

@@ -8,6 +8,9 @@ from typing import Any
 from aiohttp import web
 
 ERROR_TYPES = {401: "invalid_request_error", 403: "permission_error", 429: "rate_limit_error"}
+# Retry-After of a 503 that names no wait of its own: about how long a lost server takes to be
+# passed over (an edge's gateway_cooldown_s; a region is seen out 6 s after its last word).
+RETRY_UNAVAILABLE_S = 5
 
 
 class OpenAIError(Exception):
@@ -35,5 +38,8 @@ class OpenAIError(Exception):
         }
 
     def response(self) -> web.Response:
-        headers = {"Retry-After": self.retry_after} if self.retry_after else None
+        retry_after = self.retry_after
+        if self.status == 503 and not retry_after:
+            retry_after = str(RETRY_UNAVAILABLE_S)
+        headers = {"Retry-After": retry_after} if retry_after else None
         return web.json_response(self.body(), status=self.status, headers=headers)

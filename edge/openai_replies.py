@@ -13,6 +13,7 @@ from aiohttp import web
 from chat.v1 import chat_service_pb2 as pb
 from edge import openai_tools
 from edge.convert import FINISH_ERROR, OPENAI_FINISH
+from edge.failures import user_message_of_code
 from edge.metrics import EdgeMetrics
 from infra.convert import tool_call_from_pb
 
@@ -135,7 +136,9 @@ async def write_event(writer: ChunkWriter, event: pb.ChatEvent, usage: bool) -> 
         await _write_delta(writer, event.delta)
         return False
     if kind == "error":
-        await writer.error(event.error.code, event.error.message)
+        await writer.error(
+            event.error.code, user_message_of_code(event.error.code, event.error.message)
+        )
         return True
     if kind != "done":
         return False

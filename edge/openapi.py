@@ -129,6 +129,7 @@ SCHEMAS: dict[str, Any] = {
             "parentId": PARENT_ID,
             "model": {"type": "string", "enum": list(MODEL_CHOICES)},
         },
+        "additionalProperties": False,
     },
     "Conversation": _object(
         {
@@ -175,6 +176,7 @@ SCHEMAS: dict[str, Any] = {
             "rating": {"enum": [rating.value for rating in Rating]},
             "comment": {"type": ["string", "null"], "maxLength": MAX_COMMENT_CHARS},
         },
+        "additionalProperties": False,
     },
     "Rating": _object(
         {

@@ -19,9 +19,9 @@ from chat.v1 import chat_service_pb2_grpc as pb_grpc
 from edge import sse
 from edge.convert import pool_headers
 from edge.errors import HttpError, from_rpc
+from edge.failures import failure_of
 from edge.gateways import Gateway, Gateways, gateway_lost
 from edge.metrics import EdgeMetrics
-from infra.status import CallFailure
 
 StartCall = Callable[[pb_grpc.ChatServiceStub], grpc.aio.UnaryStreamCall]
 # Between rounds of re-attach attempts when every gateway refused at once.
@@ -183,7 +183,7 @@ class Relay:
     async def _write_failure(
         self, response: web.StreamResponse, error: grpc.aio.AioRpcError
     ) -> None:
-        failure = CallFailure(error)
+        failure = failure_of(error)
         lost = pb.ChatEvent(
             error=pb.ErrorEvent(code=failure.code.value[0], message=failure.message)
         )

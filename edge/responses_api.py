@@ -33,6 +33,7 @@ from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import chat_service_pb2_grpc as pb_grpc
 from edge import convert, responses_convert, responses_request, sse
 from edge.convert import completion_request, pool_headers
+from edge.failures import failure_of
 from edge.gateways import Gateways, gateway_lost, never_sent
 from edge.metrics import EdgeMetrics
 from edge.openai_api import OpenAIError, bearer, from_rpc, openai_errors
@@ -45,7 +46,6 @@ from edge.responses_convert import (
     stored_state,
 )
 from edge.responses_request import ResponseRequest
-from infra.status import CallFailure
 
 RESPONSE_ID = re.compile(r"resp_[A-Za-z0-9_-]{1,59}")
 SEQUENCE = re.compile(r"[0-9]{1,18}")
@@ -301,7 +301,7 @@ class ResponsesApi:
                             self._metrics.events.inc(len(lines))
                             keepalive.wrote()
                 except grpc.aio.AioRpcError as error:
-                    failure = CallFailure(error)
+                    failure = failure_of(error)
                     lost = responses_convert.failure_event(last, failure.code.value[0],
                                                            failure.message)  # fmt: skip
                     await response.write(b"".join(sse_line(e) for e in translator.feed(lost)))

@@ -26,6 +26,7 @@ from typing import Any
 
 from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import common_pb2
+from edge.failures import user_message_of_code
 from infra.convert import FINISH_NAMES, MODEL_CHOICES
 
 RESPONSE_PREFIX = "resp_"
@@ -172,7 +173,8 @@ class EventTranslator:
             return self._closing(seq, event.done)
         if kind == "error":
             self.state.status = "failed"
-            self.state.error = {"code": "server_error", "message": event.error.message}
+            message = user_message_of_code(event.error.code, event.error.message)
+            self.state.error = {"code": "server_error", "message": message}
             return [(seq, "response.failed", {"response": self.state.body()})]
         return []
 

@@ -22,6 +22,7 @@ from aiohttp import web
 from chat.v1 import chat_service_pb2 as pb
 from edge import sse
 from edge.convert import attach_request, pool_headers
+from edge.failures import failure_of
 from edge.gateways import Gateways
 from edge.metrics import EdgeMetrics
 from edge.openai_api import (
@@ -35,7 +36,6 @@ from edge.openai_api import (
     openai_errors,
 )
 from edge.openai_replies import write_event
-from infra.status import CallFailure
 
 COMPLETION_ID = re.compile(r"chatcmpl-[0-9a-f]{1,55}")
 EVENT_ID = re.compile(r"[0-9]{1,18}")
@@ -153,7 +153,7 @@ class ResumableCompletions:
                 if await _write_event(writer, event, include_usage):
                     return True
         except grpc.aio.AioRpcError as error:
-            failure = CallFailure(error)
+            failure = failure_of(error)
             await writer.error(failure.code.value[0], failure.message)
         return False
 

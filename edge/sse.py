@@ -11,6 +11,7 @@ from google.protobuf import json_format
 
 from chat.v1 import chat_service_pb2 as pb
 from edge.convert import FINISH_NAMES
+from edge.failures import user_message_of_code
 
 
 def event_payload(event: pb.ChatEvent) -> tuple[str, dict[str, object]]:
@@ -50,7 +51,8 @@ def event_payload(event: pb.ChatEvent) -> tuple[str, dict[str, object]]:
             },
         }
     if kind == "error":
-        return "error", {"code": event.error.code, "message": event.error.message}
+        message = user_message_of_code(event.error.code, event.error.message)
+        return "error", {"code": event.error.code, "message": message}
     return "error", {"code": 2, "message": "unknown event " + json_format.MessageToJson(event)}
 
 
@@ -65,7 +67,12 @@ def encode(event: pb.ChatEvent) -> bytes:
     return f"id: {event.event_id}\nevent: {name}\ndata: {data}\n\n".encode()
 
 
-KEEPALIVE = b": keep-alive\n\n"
+# A comment line alone, with no blank line after it: the blank line would end an event, and a
+# reader that keeps the last `id:` across events (the openai SDK's decoder, as the SSE spec
+# says) then dispatches an event with empty data, which that SDK parses as JSON and fails on.
+# A comment is written between whole events only (each event is one write), so every reader
+# skips it as part of the next event or of none.
+KEEPALIVE = b": keep-alive\n"
 STREAM_HEADERS = {
     "Content-Type": "text/event-stream",
     "Cache-Control": "no-cache",

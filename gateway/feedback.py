@@ -6,7 +6,7 @@ from __future__ import annotations
 import structlog
 
 from domain.errors import InvalidArgument, NotFound
-from domain.feedback import Rating, check_comment
+from domain.feedback import RatedAnswer, Rating, check_comment
 from domain.types import Role, User
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline import ANSWER_SUFFIX, check_id
@@ -41,7 +41,8 @@ class RatingDesk:
         earlier = await self._store.rate_message(user.user_id, record)
         if earlier != rating.value and version:
             self._metrics.feedback.labels(version, user.tier.value, rating.value).inc()
-            self._versions.tally_rating(version, user.tier, rating)
+            rated = RatedAnswer(user.user_id, message_id, version, user.tier, rating)
+            self._versions.tally_rating(rated)
         self._log.info("answer rated", message_id=message_id, rating=rating.value,
                        version=version, earlier=earlier)  # fmt: skip
         return record

@@ -16,7 +16,6 @@ from prometheus_client.registry import Collector
 from domain.feedback import Rating
 from domain.rollout import RolloutState
 from domain.router import POOLS, RouteReason
-from domain.scores import tokens_per_s
 from domain.types import Tier, Usage
 
 _SECONDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0)
@@ -121,7 +120,8 @@ class GatewayMetrics:
                                       ["version", "tier"], buckets=_SECONDS,
                                       registry=registry)  # fmt: skip
         self.version_tokens_per_s = Histogram(
-            "gateway_version_output_tokens_per_second", "an answer's output tokens a second",
+            "gateway_version_output_tokens_per_second",
+            "an answer's output tokens a second of its whole time (question to end)",
             ["version", "tier"], buckets=_RATES, registry=registry,
         )  # fmt: skip
         self.version_failovers = Counter("gateway_version_failovers_total",
@@ -151,13 +151,12 @@ class GatewayMetrics:
                     self.feedback.labels(name, tier.value, rating.value)
 
     def observe_version(
-        self, version: str, tier: Tier, finish: str, ttft_s: float | None, stream_s: float,
-        output_tokens: int,
-    ) -> None:  # fmt: skip
+        self, version: str, tier: Tier, finish: str, ttft_s: float | None, rate: float | None
+    ) -> None:
+        """rate: domain/scores.py's tokens_per_s of the answer; None for none."""
         self.version_answers.labels(version, tier.value, finish).inc()
         if ttft_s is not None:
             self.version_ttft.labels(version, tier.value).observe(ttft_s)
-        rate = tokens_per_s(output_tokens, stream_s)
         if rate is not None:
             self.version_tokens_per_s.labels(version, tier.value).observe(rate)
 

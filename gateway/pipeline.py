@@ -448,7 +448,7 @@ class ChatPipeline:
     def _count_failed(self, user: User, version: str) -> None:
         """An answer no pool could write, in the metrics and the version's guardrails."""
         self._metrics.answers.labels(user.tier.value, BUSY_MODEL, Finish.ERROR.value).inc()
-        self._metrics.observe_version(version, user.tier, Finish.ERROR.value, None, 0.0, 0)
+        self._metrics.observe_version(version, user.tier, Finish.ERROR.value, None, None)
         self._versions.tally(version, user.tier, Finish.ERROR.value, BUSY_TEXT, None)
 
     # Generating ---------------------------------------------------------------------------------
@@ -533,17 +533,16 @@ class ChatPipeline:
     def _observe(
         self, run: MessageRun, user: User, pool: str, answer: Answer, version: str
     ) -> None:
-        first = run.first_text_at
+        first, now = run.first_text_at, time.monotonic()
         ttft = None if first is None else first - run.started_at
-        stream_s = 0.0 if first is None else time.monotonic() - first
+        stream_s = 0.0 if first is None else now - first
         self._metrics.observe_answer(user.tier, pool, answer.served_by.model, ttft, stream_s,
                                      answer.usage, answer.finish.value)  # fmt: skip
         if version:
-            self._metrics.observe_version(version, user.tier, answer.finish.value, ttft,
-                                          stream_s, answer.usage.output_tokens)  # fmt: skip
+            rate = tokens_per_s(answer.usage.output_tokens, now - run.started_at)
+            self._metrics.observe_version(version, user.tier, answer.finish.value, ttft, rate)
             self._versions.tally(version, user.tier, answer.finish.value, "".join(answer.shown),
-                                 ttft, tokens_per_s(answer.usage.output_tokens, stream_s),
-                                 answer.failovers > 0)  # fmt: skip
+                                 ttft, rate, answer.failovers > 0)  # fmt: skip
 
     async def _save_answer(
         self, run: MessageRun, user: User, parent_seq: int | None, answer: Answer

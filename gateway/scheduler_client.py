@@ -18,12 +18,13 @@ import grpc
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from domain.errors import InvalidArgument, NoReplica, Unavailable
+from domain.feedback import RatedAnswer
 from domain.guardrails import Tally
 from domain.rollout import RolloutState
 from domain.types import Tier
 from infra.convert import TIER_TO_PB
 from infra.keepalive import CLIENT_CHANNEL
-from infra.rollout_convert import rollout_from_pb, tallies_to_pb
+from infra.rollout_convert import ratings_to_pb, rollout_from_pb, tallies_to_pb
 from infra.status import REASON_NO_REPLICA, CallFailure
 from infra.tls import TlsConfig, open_channel
 
@@ -129,14 +130,17 @@ class SchedulerClient:
         ]
 
     async def rollout(
-        self, known_revision: int, tallies: dict[tuple[str, Tier], Tally], wait_s: float = 0.0
-    ) -> tuple[int, RolloutState | None]:
+        self, known_revision: int, tallies: dict[tuple[str, Tier], Tally], wait_s: float = 0.0,
+        ratings: Sequence[RatedAnswer] = (),
+    ) -> tuple[int, RolloutState | None]:  # fmt: skip
         """The rollout's revision, and its state when it is newer than known_revision; this
-        gateway's answers per version since the last call go with the question. wait_s: the
-        scheduler holds the call that long while known_revision is current."""
+        gateway's answers per version and users' ratings since the last call go with the
+        question. wait_s: the scheduler holds the call that long while known_revision is
+        current."""
         request = pb.GetRolloutRequest(known_revision=known_revision,
                                        tallies=tallies_to_pb(tallies),
-                                       wait_ms=round(wait_s * 1000))  # fmt: skip
+                                       wait_ms=round(wait_s * 1000),
+                                       ratings=ratings_to_pb(ratings))  # fmt: skip
         timeout_s = self._rpc_timeout_s + wait_s
         unreachable: list[str] = []
         for index in self._order():

@@ -7,13 +7,13 @@ every poll_s, the held call given up as soon as the first one comes."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 import structlog
 
 from domain.errors import Unavailable
-from domain.feedback import Rating
+from domain.feedback import RatedAnswer
 from domain.guardrails import Tally
 from domain.refusal import is_refusal
 from domain.rollout import Assignment, RolloutState, Slice, serving
@@ -29,8 +29,9 @@ Tallies = dict[tuple[str, Tier], Tally]
 
 class RolloutSource(Protocol):
     async def rollout(
-        self, known_revision: int, tallies: Tallies, wait_s: float = 0.0
-    ) -> tuple[int, RolloutState | None]: ...
+        self, known_revision: int, tallies: Tallies, wait_s: float = 0.0,
+        ratings: Sequence[RatedAnswer] = (),
+    ) -> tuple[int, RolloutState | None]: ...  # fmt: skip
 
 
 class VersionBook:
@@ -56,6 +57,8 @@ class VersionBook:
         self._held: asyncio.Task[None] | None = None
         # Answers since the last report, per version and tier: sent with the next poll.
         self._tallies: Tallies = {}
+        # Users' ratings since the last report: the scheduler counts each answer's newest.
+        self._ratings: list[RatedAnswer] = []
         self._log = structlog.get_logger(component="versions")
         on_versions(v.name for v in self.state.versions)
 
@@ -70,23 +73,28 @@ class VersionBook:
                     rates=one_in(rate, RATE_BOUNDS))  # fmt: skip
         self._add(version, tier, one)
 
-    def tally_rating(self, version: str, tier: Tier, rating: Rating) -> None:
-        """Counts one user's rating of the version's answer, sent with the next poll."""
-        up = rating is Rating.UP
-        self._add(version, tier, Tally(thumbs_up=int(up), thumbs_down=int(not up)))
+    def tally_rating(self, rated: RatedAnswer) -> None:
+        """One user's rating of a version's answer, sent with the next poll."""
+        self._ratings.append(rated)
+        self._send_now()
 
     def _add(self, version: str, tier: Tier, tally: Tally) -> None:
         self._tallies[version, tier] = self._tallies.get((version, tier), Tally()) + tally
+        self._send_now()
+
+    def _send_now(self) -> None:
         if self._held is not None:
             self._held.cancel()  # the tallies go now; the next call holds again once idle
 
     async def refresh(self, wait_s: float = 0.0) -> None:
         sent, self._tallies = self._tallies, {}
+        rated, self._ratings = self._ratings, []
         try:
-            revision, state = await self._source.rollout(self.revision, sent, wait_s)
+            revision, state = await self._source.rollout(self.revision, sent, wait_s, rated)
         except BaseException:
             for key, tally in sent.items():  # told next time instead
                 self._tallies[key] = self._tallies.get(key, Tally()) + tally
+            self._ratings[:0] = rated
             raise
         self._known = True
         if state is not None:
@@ -108,7 +116,7 @@ class VersionBook:
 
     async def _ask(self) -> None:
         """One call: held while nothing is to be told and a revision is known, else at once."""
-        if self._tallies or not self._known or self._wait_s <= 0:
+        if self._tallies or self._ratings or not self._known or self._wait_s <= 0:
             await self.refresh()
             return
         self._held = asyncio.create_task(self.refresh(self._wait_s))

@@ -1,17 +1,8 @@
 """Which certificate roles may call which gRPC methods: the one table, and the interceptor that
 holds every TLS server to it before any servicer runs.
 
-| method                                   | roles                          | and also             |
-|------------------------------------------|--------------------------------|----------------------|
-| SchedulerService/ConnectNode             | node                           | cert name == node id |
-| SchedulerService/PickReplica             | gateway                        |                      |
-| SchedulerService/GetRollout              | gateway, operator              |                      |
-| SchedulerService/* (the admin API)       | operator                       | the admin token      |
-| NodeService/* (Generate, Tokenize)       | gateway                        |                      |
-| ChatService/*                            | edge, client, operator, gateway| a user's token       |
-| HomeService/* (history across regions)   | gateway                        |                      |
-| grpc.health.v1.Health/*                  | every role                     |                      |
-| grpc.reflection.v1alpha.ServerReflection | operator                       |                      |
+ACCESS below is the table (the most specific entry wins); README.md ("Mutual TLS between the
+services") prints it for readers, and tests/infra/test_access_table.py holds the two together.
 
 A method the table does not name is refused. The name check of ConnectNode needs the stream's
 first message, so the scheduler's servicer makes it (infra.tls.peer gives it the name).

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from google.protobuf import timestamp_pb2
 
 from chat.v1 import scheduler_service_pb2 as pb
+from domain.feedback import RatedAnswer, Rating
 from domain.guardrails import Tally
 from domain.rollout import GateRecord, RolloutChange, RolloutState, Version
 from domain.scores import RATE_BOUNDS, TTFT_BOUNDS_S, fitted
@@ -54,6 +55,34 @@ def tallies_from_pb(tallies: Iterable[pb.VersionTally]) -> dict[tuple[str, Tier]
     return found
 
 
+def ratings_to_pb(ratings: Iterable[RatedAnswer]) -> list[pb.RatedAnswer]:
+    return [pb.RatedAnswer(user_id=r.user_id, message_id=r.message_id, version=r.version,
+                           tier=TIER_TO_PB[r.tier], up=r.rating is Rating.UP)
+            for r in ratings]  # fmt: skip
+
+
+def ratings_from_pb(ratings: Iterable[pb.RatedAnswer]) -> list[RatedAnswer]:
+    return [RatedAnswer(r.user_id, r.message_id, r.version, TIER_FROM_PB.get(r.tier, Tier.FREE),
+                        Rating.UP if r.up else Rating.DOWN)
+            for r in ratings]  # fmt: skip
+
+
+def gate_sizes_to_pb(gate: GateRecord) -> pb.GateSizes:
+    return pb.GateSizes(golden_pairs=_u32(gate.golden_pairs),
+                        harmful_prompts=_u32(gate.harmful_prompts),
+                        harmless_prompts=_u32(gate.harmless_prompts),
+                        min_set_size=_u32(gate.min_set_size))  # fmt: skip
+
+
+def gate_from_pb(
+    candidate: str, baseline: str, passed: bool, at: float, summary: str, sizes: pb.GateSizes
+) -> GateRecord:
+    """A GateChange's or a GateResult's verdict (the two carry the same fields)."""
+    return GateRecord(candidate, baseline, passed, at, summary, sizes.golden_pairs,
+                      sizes.harmful_prompts, sizes.harmless_prompts,
+                      sizes.min_set_size)  # fmt: skip
+
+
 def version_to_pb(version: Version) -> pb.ModelVersion:
     return pb.ModelVersion(name=version.name, model=version.model,
                            system_prompt=version.system_prompt,
@@ -92,6 +121,7 @@ def rollout_to_pb(state: RolloutState) -> pb.Rollout:
                 passed=g.passed,
                 at=_stamp(g.at),
                 summary=g.summary,
+                sizes=gate_sizes_to_pb(g),
             )
             for g in state.gates
         ],
@@ -114,7 +144,9 @@ def rollout_from_pb(message: pb.Rollout) -> RolloutState:
             for c in message.history
         ),
         gates=tuple(
-            GateRecord(g.candidate, g.baseline, g.passed, g.at.ToNanoseconds() / 1e9, g.summary)
+            gate_from_pb(
+                g.candidate, g.baseline, g.passed, g.at.ToNanoseconds() / 1e9, g.summary, g.sizes
+            )
             for g in message.gates
         ),
     )

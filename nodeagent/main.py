@@ -18,7 +18,7 @@ from infra.runner import run_service
 from infra.service import Service
 from infra.tls import TlsConfig
 from nodeagent.changes import Changes
-from nodeagent.engine import Engine
+from nodeagent.engine import Engine, EngineError
 from nodeagent.llamacpp import LlamaCppEngine
 from nodeagent.metrics import register_node_metrics
 from nodeagent.reporter import LoadReporter, NodeIdentity
@@ -26,7 +26,8 @@ from nodeagent.request_registry import RequestRegistry
 from nodeagent.servicer import NodeServicer
 from nodeagent.sim import SimEngine
 from nodeagent.token_counts import TokenCounts
-from nodeagent.vllm import VllmEngine, VllmLaunch
+from nodeagent.vllm import VllmEngine
+from nodeagent.vllm_launch import VllmLaunch
 
 
 @dataclass
@@ -90,6 +91,10 @@ class NodeAgentConfig:
     vllm_cpu_threads_bind: str = "0-1"
     # Skip torch.compile / CUDA graphs: a CPU node starts in ~1 min instead of 5+.
     vllm_enforce_eager: bool = False
+    # The started server's tool-call parser and chat template; empty: its model family's
+    # (nodeagent/vllm_flags.py), which a model folder of no known family must name.
+    vllm_tool_call_parser: str = ""
+    vllm_chat_template: str = ""
     vllm_startup_timeout_s: float = 300.0
     ready_file: str = ""
     log_level: str = "info"
@@ -142,6 +147,8 @@ def _vllm_engine(config: NodeAgentConfig) -> VllmEngine:
         cpu_threads_bind=config.vllm_cpu_threads_bind,
         max_num_seqs=config.vllm_max_num_seqs,
         enforce_eager=config.vllm_enforce_eager,
+        tool_call_parser=config.vllm_tool_call_parser,
+        chat_template=config.vllm_chat_template,
     )
     return VllmEngine(
         model=config.model,
@@ -177,7 +184,13 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
     log = configure_logging("nodeagent", config.log_level).bind(node=config.node_id)
     engine = build_engine(config)
     async with Service("nodeagent", log) as service:
-        await service.opens(engine.start, engine.stop)
+        try:
+            await service.opens(engine.start, engine.stop)
+        except EngineError as exc:
+            # The line an operator reads in a crash-looping container's log: why the node
+            # never registered (a vLLM started without a flag it relies on, most often).
+            log.error("engine not usable: the node does not register", reason=str(exc))
+            raise
         # What an idle node's load reports wait on (nodeagent/changes.py).
         activity = Changes()
         registry = RequestRegistry(

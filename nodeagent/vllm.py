@@ -20,13 +20,17 @@ from pathlib import Path
 from typing import BinaryIO
 
 import aiohttp
+import structlog
 
 from domain.types import Finish, Tier, Usage
 from infra.process import dies_with_parent
 from nodeagent import chat_wire
 from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
 from nodeagent.engine_http import engine_session, sse_events
-from nodeagent.llamacpp import free_port, tools_template_path
+from nodeagent.llamacpp import free_port
+from nodeagent.vllm_check import check_engine_flags
+from nodeagent.vllm_flags import UnknownModelFamily
+from nodeagent.vllm_launch import DEFAULT_HOME, VllmLaunch
 from nodeagent.vllm_metrics import (
     MetricsParseError,
     VllmMetrics,
@@ -44,94 +48,8 @@ _FINISH = {
     "abort": Finish.CANCELLED,
     "error": Finish.ERROR,
 }
-# Where scripts/install_vllm.sh puts vLLM's venv and the converted model, from the repo root.
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_HOME = REPO_ROOT / ".vllm"
 _PROBE_TIMEOUT = aiohttp.ClientTimeout(total=5)
 _LOG_TAIL_BYTES = 2000
-
-
-@dataclass(frozen=True, slots=True)
-class VllmLaunch:
-    """How to start a local vLLM server (unused when attaching to a running one)."""
-
-    # vLLM's own Python (its separate venv); its pins never meet the project's.
-    python: str = str(DEFAULT_HOME / "venv" / "bin" / "python")
-    model_path: str = str(DEFAULT_HOME / "smollm2-135m-instruct")
-    # The CPU build's KV cache size in host memory; ignored by GPU builds.
-    kvcache_space_gib: int = 1
-    # Cores vLLM's CPU build pins its OpenMP threads to.
-    cpu_threads_bind: str = "0-1"
-    max_num_seqs: int = 8
-    # Skips torch.compile (and CUDA graphs on a GPU): the CPU build then starts in about a
-    # minute instead of compiling for 5+ minutes on 2 busy cores, at some decode speed. Tests
-    # and small CPU nodes want it; a GPU node does not.
-    enforce_eager: bool = False
-    # vLLM's compile and download caches stay inside the install folder, not in ~/.cache.
-    cache_root: str = str(DEFAULT_HOME / "cache")
-    # Takes the server's output; empty: .vllm/logs/vllm-PORT.log (one per server).
-    log_path: str = ""
-    extra_args: tuple[str, ...] = ()
-    # Parses the model's tool calls for tool_choice "auto" (required and named calls are
-    # decoded under a grammar without it); hermes reads <tool_call> tags.
-    tool_call_parser: str = "hermes"
-    # A chat template in place of the model's own; empty: the model's. The bundled SmolLM2's
-    # own template drops a request's tools, so it gets the one with tool use.
-    chat_template: str = ""
-
-    def tool_args(self) -> list[str]:
-        if not self.tool_call_parser:
-            return []
-        return ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]
-
-    def template_args(self) -> list[str]:
-        template = self.chat_template
-        if not template and self.model_path == str(DEFAULT_HOME / "smollm2-135m-instruct"):
-            template = str(tools_template_path())
-        return ["--chat-template", template] if template else []
-
-    def command(self, served_model: str, port: int, context_tokens: int) -> list[str]:
-        return [
-            self.python,
-            "-m",
-            # The `vllm` console script of the CPU wheel is broken; the module works.
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            self.model_path,
-            "--served-model-name",
-            served_model,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--max-model-len",
-            str(context_tokens),
-            "--max-num-seqs",
-            str(self.max_num_seqs),
-            "--scheduling-policy",
-            "priority",
-            # Without it vLLM reports no cached tokens per request.
-            "--enable-prompt-tokens-details",
-            "--enable-prefix-caching",
-            "--disable-uvicorn-access-log",
-            *(["--enforce-eager"] if self.enforce_eager else []),
-            *self.tool_args(),
-            *self.template_args(),
-            *self.extra_args,
-        ]
-
-    def environment(self) -> dict[str, str]:
-        return {
-            **os.environ,
-            # Nothing may be downloaded at run time: the model folder is complete.
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1",
-            "DO_NOT_TRACK": "1",
-            "VLLM_CPU_KVCACHE_SPACE": str(self.kvcache_space_gib),
-            "VLLM_CPU_OMP_THREADS_BIND": self.cpu_threads_bind,
-            "VLLM_CACHE_ROOT": self.cache_root,
-        }
 
 
 @dataclass(slots=True)
@@ -180,9 +98,20 @@ class VllmEngine:
         self._session = engine_session(aiohttp.ClientTimeout(total=None, sock_connect=5))
         try:
             await self._wait_ready()
+            await self._check_flags()
         except EngineError:
             await self.stop()
             raise
+
+    async def _check_flags(self) -> None:
+        """Refuses a server started without a flag the node's requests rely on (vllm_check)."""
+        found = await check_engine_flags(self._http(), self._base_url, self.model)
+        if found.missing:
+            raise EngineError(found.refusal(self._base_url))
+        for flag in found.unverified:
+            structlog.get_logger(component="vllm").warning(
+                "vLLM does not show whether it was started with this flag", flag=flag
+            )
 
     async def _spawn(self, launch: VllmLaunch) -> None:
         port = free_port()
@@ -190,9 +119,13 @@ class VllmEngine:
         if not launch.log_path:
             launch = replace(launch, log_path=str(DEFAULT_HOME / "logs" / f"vllm-{port}.log"))
             self._launch = launch
+        try:
+            command = launch.command(self.model, port, self.context_tokens)
+        except UnknownModelFamily as exc:
+            raise EngineError(str(exc)) from exc
         with _open_server_log(launch) as log:
             self._process = await asyncio.create_subprocess_exec(
-                *dies_with_parent(launch.command(self.model, port, self.context_tokens)),
+                *dies_with_parent(command),
                 env=launch.environment(),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log,

@@ -13,11 +13,13 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import chain
 
 import structlog
 
 from domain import rollout
 from domain.errors import FailedPrecondition
+from domain.feedback import RatedAnswer, Rating
 from domain.guardrails import Guardrails, Tally, breaches
 from domain.types import Tier
 from scheduler.ladder import ETCD_ERRORS
@@ -45,12 +47,22 @@ class CanaryWatch:
         self._policy = policy
         self._clock = clock
         self._seen: deque[tuple[float, str, Tier, Tally]] = deque()
+        # Each rated answer's newest rating and when it came, oldest first: a change moves
+        # the answer's one count (and its time) rather than adding one.
+        self._ratings: dict[tuple[str, str], tuple[float, RatedAnswer]] = {}
         self._log = structlog.get_logger(component="canary")
 
     def told(self, tallies: dict[tuple[str, Tier], Tally]) -> None:
         now = self._clock()
         for (version, tier), tally in tallies.items():
             self._seen.append((now, version, tier, tally))
+
+    def rated(self, ratings: list[RatedAnswer]) -> None:
+        now = self._clock()
+        for rated in ratings:
+            key = (rated.user_id, rated.message_id)
+            self._ratings.pop(key, None)
+            self._ratings[key] = (now, rated)
 
     @property
     def window_s(self) -> float:
@@ -60,6 +72,10 @@ class CanaryWatch:
         horizon = self._clock() - self._policy.window_s
         while self._seen and self._seen[0][0] < horizon:
             self._seen.popleft()
+        for key, (at, _) in list(self._ratings.items()):
+            if at >= horizon:
+                break
+            del self._ratings[key]
 
     def totals(self) -> dict[str, Tally]:
         """Each version's answers within the window, every tier together."""
@@ -74,7 +90,10 @@ class CanaryWatch:
         `chatctl versions show` prints. A rollback clears the window (see check)."""
         self._trim()
         found: dict[tuple[str, Tier], Tally] = {}
-        for _, name, tier, tally in self._seen:
+        standing = ((r.version, r.tier, Tally(thumbs_up=int(r.rating is Rating.UP),
+                                              thumbs_down=int(r.rating is Rating.DOWN)))
+                    for _, r in self._ratings.values())  # fmt: skip
+        for name, tier, tally in chain(((n, t, c) for _, n, t, c in self._seen), standing):
             if not version or name == version:
                 found[name, tier] = found.get((name, tier), Tally()) + tally
         return found
@@ -97,6 +116,7 @@ class CanaryWatch:
         self._log.error("canary rolled back", version=state.candidate, reason=reason)
         self._on_rollback()
         self._seen.clear()
+        self._ratings.clear()
 
     async def run(self) -> None:
         while True:

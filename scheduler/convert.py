@@ -13,6 +13,7 @@ from domain.ladder import LadderState
 from domain.picker import PickReason, ReplicaLoad
 from domain.types import NodeState, Tier
 from infra.convert import TIER_FROM_PB, TIER_TO_PB
+from infra.rollout_convert import gate_from_pb
 from scheduler.membership import NodeRecord
 from scheduler.table import NodeEntry
 from store.records import UserRecord
@@ -184,7 +185,7 @@ def rollout_edit(request: pb.ChangeRolloutRequest) -> RolloutEdit:
     if kind == "gate":
         g = request.gate
         return lambda s, at: rollout.record_gate(
-            s, rollout.GateRecord(g.candidate, g.baseline, g.passed, at, g.summary)
+            s, gate_from_pb(g.candidate, g.baseline, g.passed, at, g.summary, g.sizes)
         )
     raise InvalidArgument(
         "a rollout change names one of split, promote, rollback, holdout, pin, gate"

@@ -27,6 +27,7 @@ from domain.picker import ReplicaLoad
 from infra.bearer import bearer_from_metadata, same_secret
 from infra.grpcserver import maps_domain_errors
 from infra.rollout_convert import (
+    ratings_from_pb,
     rollout_to_pb,
     tallies_from_pb,
     tallies_to_pb,
@@ -288,6 +289,8 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
     ) -> pb.GetRolloutResponse:
         if request.tallies:
             self._canary.told(tallies_from_pb(request.tallies))
+        if request.ratings:
+            self._canary.rated(ratings_from_pb(request.ratings))
         wait_s = held_wait_s(request.wait_ms, context.time_remaining())
         state, revision = await self._read_rollout(request.known_revision, wait_s)
         known = request.known_revision or request.wait_ms  # with a wait, 0 is a revision

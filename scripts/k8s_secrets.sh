@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Creates (or replaces) the Secrets the Kubernetes manifests read, in one namespace:
+# Creates the Secrets the Kubernetes manifests read, in one namespace, leaving every one that
+# already exists as it is (re-running it changes nothing: the admin token is not rotated, the
+# dev stores keep the passwords they were started with):
 #   chat-admin   token: the admin API's token (random unless CHAT_ADMIN_TOKEN is set)
 #   chat-store   url:   the store's URL, credentials included (CHAT_STORE_URL)
 #   chat-redis   url:   Redis's URL, credentials included (CHAT_REDIS_URL)
@@ -7,10 +9,11 @@
 #   chat-etcd-ca tls.crt, tls.key: the external etcd's CA (CHAT_ETCD_CA_CERT, CHAT_ETCD_CA_KEY:
 #                files), from which cert-manager issues the schedulers' etcd client certificate
 # With --dev, for the dev overlay's in-cluster stores, it also makes their passwords
-# (chat-postgres-password, chat-redis-password) and the two URLs that use them; its etcd's CA
-# is cert-manager's.
+# (chat-postgres-password, chat-redis-password) and the two URLs that use them (a password
+# that exists is read back, so a missing URL is made with it); its etcd's CA is cert-manager's.
 # The certificates' Secrets are cert-manager's (deploy/k8s/base/certificates.yaml).
-# --print writes the Secrets as YAML instead of applying them.
+# To change a value: `kubectl -n NAMESPACE delete secret NAME`, then run this again.
+# --print writes every Secret as YAML, fresh, without looking at the cluster.
 #
 #   scripts/k8s_secrets.sh --dev chat-dev
 #   CHAT_STORE_URL=postgresql://chat:...@db:5432/chat CHAT_REDIS_URL=rediss://:...@cache:6379/0 \
@@ -32,11 +35,31 @@ if [ -z "$namespace" ]; then
   exit 2
 fi
 random() { head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+# Whether Secret $1 exists; a cluster that cannot be asked stops the script.
+exists() {
+  local found
+  if $print; then
+    return 1
+  fi
+  found="$(kubectl get secret "$1" --namespace "$namespace" --ignore-not-found -o name)" || {
+    echo "cannot read the Secrets of namespace $namespace" >&2
+    exit 1
+  }
+  [ -n "$found" ]
+}
+# Key $2 of Secret $1 if it exists, else $3: a value the running stores already use.
+kept_or() {
+  if exists "$1"; then
+    kubectl get secret "$1" --namespace "$namespace" -o "jsonpath={.data.$2}" | base64 -d
+  else
+    printf '%s' "$3"
+  fi
+}
 
 admin_token="${CHAT_ADMIN_TOKEN:-$(random)}"
 if $dev; then
-  postgres_password="$(random)"
-  redis_password="$(random)"
+  postgres_password="$(kept_or chat-postgres-password password "$(random)")"
+  redis_password="$(kept_or chat-redis-password password "$(random)")"
   store_url="postgresql://chat:${postgres_password}@postgres:5432/chat"
   redis_url="redis://:${redis_password}@redis:6379/0"
 else
@@ -56,33 +79,31 @@ fi
 
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
+# Secret $1 (kubectl create secret's arguments after it) into $out, unless it exists.
 secret() {
-  kubectl create secret generic "$1" --namespace "$namespace" "${@:2}" --dry-run=client -o yaml
+  if exists "$2"; then
+    echo "kept secret/$2 (exists)" >&2
+    return
+  fi
+  echo "---" >> "$out"
+  kubectl create secret "$1" "$2" --namespace "$namespace" "${@:3}" --dry-run=client -o yaml \
+    >> "$out"
 }
-{
-  secret chat-admin --from-literal=token="$admin_token"
-  echo "---"
-  secret chat-store --from-literal=url="$store_url"
-  echo "---"
-  secret chat-redis --from-literal=url="$redis_url"
-  if [ -n "${HF_TOKEN:-}" ]; then
-    echo "---"
-    secret chat-hf --from-literal=token="$HF_TOKEN"
-  fi
-  if ! $dev; then
-    echo "---"
-    kubectl create secret tls chat-etcd-ca --namespace "$namespace" \
-      --cert="$CHAT_ETCD_CA_CERT" --key="$CHAT_ETCD_CA_KEY" --dry-run=client -o yaml
-  fi
-  if $dev; then
-    echo "---"
-    secret chat-postgres-password --from-literal=password="$postgres_password"
-    echo "---"
-    secret chat-redis-password --from-literal=password="$redis_password"
-  fi
-} > "$out"
+secret generic chat-admin --from-literal=token="$admin_token"
+secret generic chat-store --from-literal=url="$store_url"
+secret generic chat-redis --from-literal=url="$redis_url"
+if [ -n "${HF_TOKEN:-}" ]; then
+  secret generic chat-hf --from-literal=token="$HF_TOKEN"
+fi
+if $dev; then
+  secret generic chat-postgres-password --from-literal=password="$postgres_password"
+  secret generic chat-redis-password --from-literal=password="$redis_password"
+else
+  secret tls chat-etcd-ca --cert="$CHAT_ETCD_CA_CERT" --key="$CHAT_ETCD_CA_KEY"
+fi
 if $print; then
   cat "$out"
-else
-  kubectl apply -f "$out"
+elif [ -s "$out" ]; then
+  # create, not apply: what exists was left out above, and must not be overwritten.
+  kubectl create -f "$out"
 fi

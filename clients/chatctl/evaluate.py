@@ -8,6 +8,8 @@ and keeps the report under <state dir>/eval/<candidate>.json; show prints a kept
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from clients.chatctl.addresses import admin_token, operator_tls, service_address
 from clients.chatctl.output import CtlError, emit, table
 from clients.evaluation import (
     LENGTH_METHOD,
+    EvalRefused,
     EvalReport,
     EvalRunner,
     EvalSettings,
@@ -24,7 +27,7 @@ from clients.evaluation import (
     save_report,
 )
 from clients.rollout_client import RolloutClient
-from domain.evaluation.gate import GatePolicy, verdict_table
+from domain.evaluation.gate import MIN_SET_SIZE, GatePolicy, Verdict, verdict_table
 
 SETS_DIR = Path(__file__).resolve().parents[2] / "data" / "eval"
 
@@ -44,15 +47,54 @@ def add_eval_parser(commands: Any, admin_flags: argparse.ArgumentParser) -> None
         ("harmful", "harmful prompts"),
         ("harmless", "harmless prompts"),
     ):
-        run.add_argument(f"--{name}", type=int, default=0, metavar="N",
+        run.add_argument(f"--{name}", type=count(0), default=0, metavar="N",
                          help=f"only the first N {what} (0: all)")  # fmt: skip
-    run.add_argument("--concurrency", type=int, default=2, metavar="N")
-    run.add_argument("--latency-slack", type=float, default=GatePolicy().latency_slack_s,
+    run.add_argument("--concurrency", type=count(1), default=2, metavar="N")
+    run.add_argument("--latency-slack", type=seconds, default=GatePolicy().latency_slack_s,
                      metavar="S", help="seconds the candidate's p99 time to first text may "
                      "exceed 1.5 x the current's")  # fmt: skip
+    run.add_argument("--min-set-size", type=count(1), default=MIN_SET_SIZE, metavar="N",
+                     help="the least golden pairs, harmful and harmless prompts a run is a gate "
+                     f"on (default {MIN_SET_SIZE}); a run on fewer prints its rules but "
+                     "neither passes nor fails, and promote does not see it. Lower it only "
+                     "for a set whose thresholds you know it resolves")  # fmt: skip
     show = actions.add_parser("show", parents=[admin_flags], help="a kept report")
     show.add_argument("--candidate", metavar="VERSION", help="default: the newest report")
     command.set_defaults(handler=evaluate)
+
+
+def count(least: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        if not text.isdigit() or int(text) < least:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of {least} or more")
+        return int(text)
+
+    return parse
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (0 or more)")
+    return value
+
+
+def _sizes(v: Verdict) -> str:
+    return (
+        f"sets: {v.pairs} golden pairs, {v.harmful_prompts} harmful and "
+        f"{v.harmless_prompts} harmless prompts (a gate needs {v.min_set_size} a set)"
+    )
+
+
+def _verdict_line(v: Verdict) -> str:
+    if not v.is_gate:
+        short = ", ".join(f"{name} {n}" for name, n in v.short_sets.items())
+        return (f"verdict: NOT A GATE ({short} under {v.min_set_size}): the rules above decide "
+                "nothing and no verdict was recorded for promote")  # fmt: skip
+    return f"verdict: {'PASSED' if v.passed else 'FAILED'}"
 
 
 def render(report: EvalReport) -> str:
@@ -66,7 +108,7 @@ def render(report: EvalReport) -> str:
     shown = "n/a" if controlled is None else f"{controlled * 100:.1f} %"
     lines.append(f"length-controlled win rate: {shown} over {v.similar_length_pairs} pairs "
                  f"({LENGTH_METHOD})")  # fmt: skip
-    lines.append(f"verdict: {'PASSED' if v.passed else 'FAILED'}")
+    lines += [_sizes(v), _verdict_line(v)]
     return "\n".join(lines)
 
 
@@ -88,10 +130,13 @@ async def _run(args: argparse.Namespace) -> EvalReport:
         RolloutClient(scheduler, token, tls=tls) as rollout,
         AdminClient(scheduler, token, tls=tls) as admin,
     ):
-        policy = GatePolicy(latency_slack_s=args.latency_slack)
+        policy = GatePolicy(latency_slack_s=args.latency_slack, min_set_size=args.min_set_size)
         runner = EvalRunner(rollout, admin, lambda user: ChatClient(gateway, user, tls=tls),
                             policy)  # fmt: skip
-        report = await runner.run(settings)
+        try:
+            report = await runner.run(settings)
+        except EvalRefused as refused:
+            raise CtlError(str(refused)) from refused
     save_report(report, _reports(args))
     return report
 

@@ -18,9 +18,11 @@ SCRAPE_TARGETS_FILE = "scrape-targets.json"
 
 def metrics_address(module: str, ready: Mapping[str, Any]) -> str:
     """host:port of a service's /metrics, from what its ready file says."""
-    if module == "edge.main":
-        # The edge serves /metrics on its HTTP port.
+    if module == "edge.main" and "metrics" not in ready:
+        # The edge serves /metrics on its HTTP port unless given a metrics_listen of its own.
         return urlsplit(str(ready["http"])).netloc
+    if module == "edge.main":
+        return f"{urlsplit(str(ready['http'])).hostname}:{ready['metrics']}"
     host = str(ready["grpc"]).rsplit(":", 1)[0]
     return f"{host}:{ready['metrics']}"
 

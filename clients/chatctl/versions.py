@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from clients.chatctl.addresses import admin_token, operator_tls, service_address
+from clients.chatctl.addresses import admin_client, admin_token, operator_tls, service_address
 from clients.chatctl.output import CtlError, emit, percent, shorten, table, table_or, when
 from clients.rollout_client import RolloutClient
 from domain.guardrails import Tally
@@ -45,6 +45,9 @@ def add_versions_parser(commands: Any, admin_flags: argparse.ArgumentParser) -> 
     prompt.add_argument("--system-prompt", default="", help="its system prompt")
     prompt.add_argument("--system-prompt-file", type=Path, help="its system prompt, from a file")
     create.add_argument("--temperature", type=float, default=0.7)
+    create.add_argument(
+        "--force", action="store_true", help="with a --model no node serves (nodes to come)"
+    )
     split = actions.add_parser("split", parents=flags, help="give a candidate a tier's share")
     split.add_argument("name", metavar="NAME")
     split.add_argument("--tier", choices=("free", "plus"), required=True)
@@ -98,8 +101,8 @@ def describe(state: RolloutState) -> str:
     lines.append(f"holdout     {state.holdout_percent:g} % of users on {state.holdout_version}")
     for gate in state.gates:
         verdict = "passed" if gate.passed else "FAILED"
-        lines.append(f"gate        {gate.candidate} vs {gate.baseline}: {verdict} "
-                     f"({when(_at(gate.at))})")  # fmt: skip
+        lines.append(f"gate        {gate.candidate} vs {gate.baseline}: {verdict} over "
+                     f"{gate.sizes}, {when(_at(gate.at))}")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -147,13 +150,29 @@ async def show(client: RolloutClient, args: argparse.Namespace) -> int:
     return 0
 
 
+async def check_model(args: argparse.Namespace) -> None:
+    """A version's model must be one a node serves: a misspelt name would be split to users
+    and every answer of it fail ("busy") until the canary rolled it back. --force creates it
+    anyway, for nodes still to come."""
+    if not args.model or args.force:
+        return
+    async with admin_client(args) as admin:
+        served = sorted({node.model for node in await admin.nodes()})
+    if args.model not in served:
+        raise CtlError(
+            f"no node serves the model {args.model!r} (the fleet serves: "
+            f"{', '.join(served) or 'none'}); --force creates the version for nodes still to come"
+        )
+
+
 async def versions(args: argparse.Namespace) -> int:
     if args.action == "show":
         async with rollout_client(args) as client:
             return await show(client, args)
-    if args.action == "create" and args.system_prompt_file is not None:
-        if not args.system_prompt_file.is_file():
+    if args.action == "create":
+        if args.system_prompt_file is not None and not args.system_prompt_file.is_file():
             raise CtlError(f"no file {args.system_prompt_file}")
+        await check_model(args)
     async with rollout_client(args) as client:
         state = await _act(client, args)
     text = history(state) if args.action == "history" else describe(state)

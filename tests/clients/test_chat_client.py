@@ -54,6 +54,42 @@ async def platform(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Lo
         await local.stop()
 
 
+@pytest.fixture(scope="module")
+async def endless(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalPlatform]:
+    """A simulated replica whose every answer runs to the Plus cap, 4,000 tokens: at its real
+    time pace (about 40 tokens a second, whatever the machine's speed) an answer is still
+    running a minute and a half after its first event, so a cut or a stop a few events in
+    meets it running, on a fast machine or a starved one; the test then stops it."""
+    local = LocalPlatform(
+        PlatformSettings(
+            state_dir=tmp_path_factory.mktemp("endless"),
+            edge_listen="127.0.0.1:0",
+            nodes=1,
+            extra_env={
+                "CHAT_NODEAGENT_ENGINE": "sim",
+                "CHAT_NODEAGENT_SIM_ANSWER_TOKENS": "5000,5000",
+                "CHAT_GATEWAY_ROUTER": "false",
+                "CHAT_GATEWAY_OUTPUT_HOLDBACK_TOKENS": "0",
+                "CHAT_GATEWAY_OUTPUT_CHECK_EVERY_TOKENS": "1",
+            },
+        )
+    )
+    try:
+        await local.start()
+        yield local
+    finally:
+        await local.stop()
+
+
+@pytest.fixture(scope="module")
+async def endless_token(endless: LocalPlatform) -> str:
+    async with AdminClient(
+        endless.scheduler_address, endless.admin_token, tls=endless.tls()
+    ) as admin:
+        created = await admin.create_user(f"client-tests-{uuid.uuid4().hex[:8]}", "plus")
+    return created.token
+
+
 def assert_well_formed(events: list[ChatEvent]) -> None:
     assert [e.event_id for e in events] == list(range(1, len(events) + 1))
     assert isinstance(events[0], Meta)
@@ -178,39 +214,49 @@ async def test_resume_after_a_cancelled_stream_neither_loses_nor_repeats(
 
 
 async def test_send_reattaches_by_itself_when_the_connection_drops(
-    platform: LocalPlatform, plus_token: str
+    endless: LocalPlatform, endless_token: str
 ) -> None:
     message = new_message_id()
     seen: list[ChatEvent] = []
-    async with DroppingProxy(platform.gateway_address) as proxy:
-        async with ChatClient(proxy.address, plus_token, tls=platform.tls("client")) as client:
-            stream = client.send(new_conversation_id(), COUNTING, message)
+    stopped = False
+    async with (
+        DroppingProxy(endless.gateway_address) as proxy,
+        ChatClient(endless.gateway_address, endless_token, tls=endless.tls("client")) as direct,
+    ):
+        async with ChatClient(proxy.address, endless_token, tls=endless.tls("client")) as client:
+            stream = client.send(new_conversation_id(), STORY, message)
             async with contextlib.aclosing(stream):
                 async for event in stream:
                     seen.append(event)
                     if len(seen) == 3:
                         await proxy.cut()
-        assert proxy.accepted >= 2  # it did come back through a new connection
-    async with ChatClient(
-        platform.gateway_address, plus_token, tls=platform.tls("client")
-    ) as direct:
+                    elif len(seen) > 3 and proxy.accepted >= 2 and not stopped:
+                        # It came back through a new connection: the answer may end now.
+                        stopped = await direct.stop(message)
         whole = await collect(direct.resume(message))
+    assert stopped
     assert_well_formed(whole)
+    assert isinstance(whole[-1], Done) and whole[-1].finish == "cancelled"
     assert seen == whole
 
 
-async def test_stop_ends_the_answer_as_cancelled(client: ChatClient) -> None:
+async def test_stop_ends_the_answer_as_cancelled(
+    endless: LocalPlatform, endless_token: str
+) -> None:
     message = new_message_id()
     events: list[ChatEvent] = []
     stopped = False
-    async with contextlib.aclosing(client.send(new_conversation_id(), STORY, message)) as s:
-        async for event in s:
-            events.append(event)
-            if isinstance(event, Delta) and not stopped:
-                stopped = await client.stop(message)
-    assert stopped
-    assert isinstance(events[-1], Done) and events[-1].finish == "cancelled"
-    assert await client.stop(message) is False  # it had already ended
+    async with ChatClient(
+        endless.gateway_address, endless_token, tls=endless.tls("client")
+    ) as client:
+        async with contextlib.aclosing(client.send(new_conversation_id(), STORY, message)) as s:
+            async for event in s:
+                events.append(event)
+                if isinstance(event, Delta) and not stopped:
+                    stopped = await client.stop(message)
+        assert stopped
+        assert isinstance(events[-1], Done) and events[-1].finish == "cancelled"
+        assert await client.stop(message) is False  # it had already ended
 
 
 async def test_errors_are_client_errors_with_the_grpc_code(

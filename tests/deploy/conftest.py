@@ -5,9 +5,13 @@ shipped rules evaluated every second."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +26,7 @@ from tests.servers import Etcd
 
 PROMETHEUS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 NAMESPACE = "chat-test"
+VLLM_PAGE = Path(__file__).resolve().parents[1] / "nodeagent" / "data" / "vllm_metrics_0_32.txt"
 
 
 @dataclass(frozen=True)
@@ -66,17 +71,80 @@ def kubernetes_pods(targets: list[dict[str, Any]]) -> tuple[list[dict[str, Any]]
     return groups, pods
 
 
-def kubernetes_job(pods_file: Path) -> dict[str, Any]:
-    """The cluster config's job, on file discovery (Debian's Prometheus is built without the
-    Kubernetes one) but with the shipped relabelling."""
+def cluster_job(name: str) -> dict[str, Any]:
     config = yaml.safe_load((PROMETHEUS / "prometheus-k8s.yml").read_text())
-    (job,) = config["scrape_configs"]
+    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == name]
+    return dict(job)
+
+
+def kubernetes_job(pods_file: Path, name: str = "chat-platform") -> dict[str, Any]:
+    """A cluster config's pod job, on file discovery (Debian's Prometheus is built without the
+    Kubernetes one) but with the shipped relabelling."""
+    job = cluster_job(name)
     del job["kubernetes_sd_configs"]
-    return {**job, "job_name": "chat-platform-k8s",
+    # The platform's job is renamed: the local config's job has its name.
+    renamed = "chat-platform-k8s" if name == "chat-platform" else name
+    return {**job, "job_name": renamed,
             "file_sd_configs": [{"files": [str(pods_file)], "refresh_interval": "1s"}]}  # fmt: skip
 
 
-def prometheus_config(state_dir: Path, pods_file: Path) -> dict[str, Any]:
+def etcd_job(endpoint: str) -> dict[str, Any]:
+    """The cluster config's production etcd job, on the test's etcd (its metrics on the
+    client port) instead of the example hosts; labelled apart from the local job's etcd."""
+    targets = [{"targets": [endpoint], "labels": {"config": "cluster"}}]
+    return {**cluster_job("etcd"), "static_configs": targets}
+
+
+def vllm_pods(address: str) -> list[dict[str, Any]]:
+    """A GPU pod's engine container as Kubernetes' pod discovery gives it (a native sidecar:
+    an init container), and its nodeagent's metrics port, which the vllm job leaves out."""
+    pod = {"__meta_kubernetes_namespace": NAMESPACE, "__meta_kubernetes_pod_name": "pool-small-0",
+           "__meta_kubernetes_pod_label_app_kubernetes_io_part_of": "chat-platform",
+           "__meta_kubernetes_pod_label_chat_platform_pool": "small"}  # fmt: skip
+    container = "__meta_kubernetes_pod_container_"
+    return [
+        {"targets": [address], "labels": {**pod, container + "name": "vllm",
+                                          container + "init": "true",
+                                          container + "port_name": "engine"}},
+        {"targets": ["127.0.0.1:4"], "labels": {**pod, container + "name": "nodeagent",
+                                                container + "port_name": "metrics"}},
+    ]  # fmt: skip
+
+
+@asynccontextmanager
+async def vllm_page() -> AsyncIterator[str]:
+    """host:port serving a real vLLM 0.32 /metrics page, kept verbatim in the tests' data.
+
+    Served from a thread of its own: a test that blocks the event loop (promtool runs as a
+    blocking subprocess) must not make Prometheus see the page down."""
+    body = VLLM_PAGE.read_bytes()
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            found = self.path.split("?")[0] == "/metrics"
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body) if found else 0))
+            self.end_headers()
+            if found:
+                self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, name="vllm-page", daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        await asyncio.to_thread(server.shutdown)
+        server.server_close()
+
+
+def prometheus_config(
+    state_dir: Path, pods_file: Path, vllm_file: Path, etcd_endpoint: str
+) -> dict[str, Any]:
     config = yaml.safe_load((PROMETHEUS / "prometheus-local.yml").read_text())
     config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
     config["rule_files"] = [str(PROMETHEUS / "rules" / "*.yml")]
@@ -84,7 +152,8 @@ def prometheus_config(state_dir: Path, pods_file: Path) -> dict[str, Any]:
     local["file_sd_configs"][0].update(
         files=[str(state_dir / SCRAPE_TARGETS_FILE)], refresh_interval="1s"
     )
-    config["scrape_configs"].append(kubernetes_job(pods_file))
+    config["scrape_configs"] += [kubernetes_job(pods_file), kubernetes_job(vllm_file, "vllm"),
+                                 etcd_job(etcd_endpoint)]  # fmt: skip
     return config
 
 
@@ -101,6 +170,7 @@ async def observed(
     tmp_path_factory: pytest.TempPathFactory, etcd_server: Etcd
 ) -> AsyncIterator[Observed]:
     state = tmp_path_factory.mktemp("observed")
+    stack = AsyncExitStack()
     platform = LocalPlatform(
         PlatformSettings(
             state_dir=state,
@@ -114,15 +184,20 @@ async def observed(
         )
     )
     try:
+        vllm = await stack.enter_async_context(vllm_page())
         await platform.start()
         targets = json.loads((state / SCRAPE_TARGETS_FILE).read_text())
         groups, pods = kubernetes_pods(targets)
         pods_file = state / "kubernetes-pods.json"
         pods_file.write_text(json.dumps(groups))
+        vllm_file = state / "kubernetes-vllm-pods.json"
+        vllm_file.write_text(json.dumps(vllm_pods(vllm)))
         config = state / "prometheus.yml"
-        config.write_text(yaml.safe_dump(prometheus_config(state, pods_file)))
+        config.write_text(yaml.safe_dump(
+            prometheus_config(state, pods_file, vllm_file, etcd_server.endpoint)))  # fmt: skip
         async with run_prometheus(config, state) as prometheus:
-            expected = 2 * sum(len(g["targets"]) for g in targets)
+            # Local and cluster job for each service, vLLM's page, the production etcd job.
+            expected = 2 * sum(len(g["targets"]) for g in targets) + 2
 
             async def all_up() -> bool:
                 found = await prometheus.get("/api/v1/targets", state="active")
@@ -141,3 +216,4 @@ async def observed(
             yield Observed(platform, prometheus, pods)
     finally:
         await platform.stop()
+        await stack.aclose()

@@ -119,6 +119,7 @@ def roles(etcd: str, ports: Mapping[str, int]) -> list[Started]:
         }),
         Started("edge", "edge", "edge-0", {
             "CHAT_EDGE_LISTEN": listen("edge"),
+            "CHAT_EDGE_METRICS_LISTEN": listen("edge-metrics"),
             "CHAT_EDGE_GATEWAY_ADDRESSES": listen("gateway"),
         }),
     ]  # fmt: skip
@@ -131,7 +132,7 @@ def probe_target(workload: Obj, started: Started) -> str:
     if "grpc" in probe:
         (health,) = [v for k, v in started.wiring.items() if k.endswith("_HEALTH_LISTEN")]
         return f"grpc://{health}"
-    (edge,) = [v for k, v in started.wiring.items() if k.endswith("_LISTEN")]
+    (edge,) = [v for k, v in started.wiring.items() if k == "CHAT_EDGE_LISTEN"]
     return f"http://{edge}{probe['httpGet']['path']}"
 
 
@@ -214,6 +215,17 @@ async def first_answer(edge: str, token: str) -> tuple[list, list[dict]]:
             return events, (await response.json())["messages"]
 
 
+async def metrics_pages(public: int, metrics: int) -> tuple[int, int]:
+    """The status of GET /metrics on the edge's public port, then on its metrics port (whose
+    page must show the edge's own series)."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        async with http.get(f"http://127.0.0.1:{public}/metrics") as response:
+            on_public = response.status
+        async with http.get(f"http://127.0.0.1:{metrics}/metrics") as response:
+            assert "\nedge_open_streams 0.0\n" in await response.text()
+            return on_public, response.status
+
+
 async def in_etcd(etcd: TlsEtcd, key: str) -> bytes | None:
     """A key's value, read over mutual TLS as the schedulers read it."""
     server = etcd.server
@@ -247,7 +259,7 @@ async def test_each_role_runs_from_the_image_as_its_manifest_starts_it(
     values = {("chat-admin", "token"): admin, ("chat-store", "url"): store_url,
               ("chat-redis", "url"): redis_server.url}  # fmt: skip
     names = ("scheduler", "scheduler-health", "node", "node-health", "gateway", "gateway-health",
-             "edge")  # fmt: skip
+             "edge", "edge-metrics")  # fmt: skip
     ports = {name: free_port() for name in names}
     operator = machine / "operator"
     platform.save(operator)
@@ -276,6 +288,8 @@ async def test_each_role_runs_from_the_image_as_its_manifest_starts_it(
         assert events[0].event == "meta" and events[-1].event == "done", events
         streamed = "".join(e.data["text"] for e in events if e.event == "delta")
         assert streamed
+        # Prometheus's port serves the edge's metrics; the public one does not.
+        assert await metrics_pages(ports["edge"], ports["edge-metrics"]) == (404, 200)
         assert [(m["role"], m["content"], m["finish"]) for m in stored] == [
             ("user", "Name a colour.", None),
             ("assistant", streamed, events[-1].data["finish"]),
@@ -297,6 +311,17 @@ async def test_each_role_runs_from_the_image_as_its_manifest_starts_it(
     gateway = f"grpc://127.0.0.1:{ports['gateway-health']}"
     assert await healthcheck(image_env, app, env, gateway) == (
         1, f"unhealthy: 127.0.0.1:{ports['gateway-health']}: UNAVAILABLE\n")  # fmt: skip
+
+
+def test_the_build_context_is_only_what_the_containerfile_copies() -> None:
+    lines = [line for line in (ROOT / ".containerignore").read_text().splitlines()
+             if line and not line.startswith("#")]  # fmt: skip
+    sources = [source for source, _ in recipe().copies] + ["deploy/images/requirements.lock"]
+    assert lines == ["*", *(f"!{s}" for s in sources), "**/__pycache__", "**/*.pyc"]
+    assert os.readlink(ROOT / ".dockerignore") == ".containerignore"
+    # podman keeps a HEALTHCHECK only in the docker format: the build script asks for it.
+    build = (ROOT / "scripts" / "build_image.sh").read_text()
+    assert "podman build --format docker " in build
 
 
 def test_the_image_runs_as_the_user_and_the_modules_the_manifests_name() -> None:

@@ -31,6 +31,7 @@ from tests.deploy.manifests import (
 )
 
 KUBERNETES = "1.30.0"
+CLUSTER_SCOPED = {"Namespace", "PriorityClass"}
 # Custom resources kubernetes-validate has no schema for: cert-manager's, and only those.
 CUSTOM_KINDS = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate")}
 # The platform's own workloads (the dev stores are checked by checkov and the policies test).
@@ -77,7 +78,7 @@ def test_everything_lands_in_the_overlays_namespace(overlay: str) -> None:
     elsewhere = [
         f"{o['kind']}/{o['metadata']['name']}"
         for o in objects
-        if o["kind"] != "Namespace" and o["metadata"].get("namespace") != namespace
+        if o["kind"] not in CLUSTER_SCOPED and o["metadata"].get("namespace") != namespace
     ]
     assert elsewhere == []
 
@@ -208,6 +209,72 @@ def test_one_autoscaler_per_target_each_on_metrics_the_adapter_serves(overlay: s
     }
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_no_autoscaled_workload_sets_its_replicas(overlay: str) -> None:
+    # `kubectl apply -k` (an image rollout) would set the count back, scaling the pool down.
+    objects = render(overlay)
+    targets = [hpa["spec"]["scaleTargetRef"] for hpa in objects
+               if hpa["kind"] == "HorizontalPodAutoscaler"]  # fmt: skip
+    setting = [f"{t['kind']}/{t['name']}" for t in targets
+               if "replicas" in named(objects, t["kind"], t["name"])["spec"]]  # fmt: skip
+    assert len(targets) == 4
+    assert setting == []
+
+
+PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_probe_has_a_timeout_that_fits_its_check(overlay: str) -> None:
+    # A check that asks something (HTTP, gRPC, a command) gets at least 3 s, never the
+    # kubelet's default 1 s; a TCP connect 2 s; each ends before the next one starts.
+    unfit = []
+    for workload in workloads(render(overlay)):
+        for c in pod_containers(workload):
+            for kind in (k for k in PROBES if k in c):
+                probe = c[kind]
+                least = 2 if "tcpSocket" in probe else 3
+                timeout = probe.get("timeoutSeconds", 1)
+                if not least <= timeout < probe["periodSeconds"]:
+                    unfit.append(f"{workload['metadata']['name']}/{c['name']} {kind}: {timeout}")
+    assert unfit == []
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_control_plane_outranks_the_gpu_pools_which_outrank_batch_work(overlay: str) -> None:
+    objects = render(overlay)
+    values = {o["metadata"]["name"]: o["value"] for o in objects if o["kind"] == "PriorityClass"}
+    assert values["chat-control-plane"] > values["chat-gpu-pool"] > values["chat-batch"]
+    assert named(objects, "PriorityClass", "chat-batch")["preemptionPolicy"] == "Never"
+    classes = {w["metadata"]["name"]: w["spec"]["template"]["spec"].get("priorityClassName")
+               for w in workloads(objects)}  # fmt: skip
+    control = {"scheduler", "gateway", "edge"} | (
+        {"etcd", "redis", "postgres"} if overlay == "dev" else set()
+    )
+    assert classes == {
+        **dict.fromkeys(control, "chat-control-plane"),
+        "pool-large": "chat-gpu-pool",
+        "pool-small": "chat-gpu-pool",
+    }
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_replicated_workload_spreads_across_zones(overlay: str) -> None:
+    objects = render(overlay)
+    spread = {}
+    for kind, name in sorted(PLATFORM):
+        workload = named(objects, kind, name)
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        spread[name] = [
+            (s["maxSkew"], s["whenUnsatisfiable"])
+            for s in workload["spec"]["template"]["spec"]["topologySpreadConstraints"]
+            if s["topologyKey"] == "topology.kubernetes.io/zone"
+            and s["labelSelector"]["matchLabels"] == workload["spec"]["selector"]["matchLabels"]
+            and all(labels.get(k) == v for k, v in s["labelSelector"]["matchLabels"].items())
+        ]
+    assert spread == {name: [(1, "ScheduleAnyway")] for _, name in PLATFORM}
+
+
 def _service_sections() -> dict[str, type]:
     from edge.main import EdgeConfig
     from gateway.main import GatewayConfig
@@ -303,6 +370,30 @@ def test_every_secret_read_is_made_by_cert_manager_or_the_secrets_script(
     assert _secret_refs(objects) == by_cert_manager | by_script
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_ingress_serves_the_edge_over_tls_and_leaves_streams_open(overlay: str) -> None:
+    objects = render(overlay)
+    ingress = named(objects, "Ingress", "edge")
+    (rule,) = ingress["spec"]["rules"]
+    (path,) = rule["http"]["paths"]
+    assert path["backend"]["service"] == {"name": "edge", "port": {"name": "http"}}
+    assert named(objects, "Service", "edge")["spec"]["ports"][0]["name"] == "http"
+    (tls,) = ingress["spec"]["tls"]
+    assert tls["hosts"] == [rule["host"]]
+    (certificate,) = [o for o in objects if o["kind"] == "Certificate"
+                      and o["spec"]["secretName"] == tls["secretName"]]  # fmt: skip
+    assert certificate["spec"]["dnsNames"] == [rule["host"]]
+    assert certificate["spec"]["issuerRef"]["kind"] == "ClusterIssuer"
+    nginx = {k.removeprefix("nginx.ingress.kubernetes.io/"): v
+             for k, v in ingress["metadata"]["annotations"].items()}  # fmt: skip
+    # An answer streams for minutes; the keep-alives come every keepalive_s.
+    assert nginx["proxy-buffering"] == "off"
+    keepalive = _config()["edge"]["keepalive_s"]
+    assert int(nginx["proxy-read-timeout"]) >= 60 * keepalive
+    assert int(nginx["proxy-send-timeout"]) >= 60 * keepalive
+    assert nginx["proxy-body-size"] == f"{_config()['edge']['max_body_bytes'] // 1024}k"
+
+
 # Who may open a connection to which port, by NetworkPolicy: the platform's components in the
 # namespace, Prometheus's namespace, an operators' namespace and any other namespace.
 SOURCES = ("scheduler", "nodeagent", "gateway", "edge", "etcd", "redis", "postgres",
@@ -317,10 +408,11 @@ REACH = {
     ("scheduler", 9101): {"monitoring"},
     ("nodeagent", 50061): {"gateway"},
     ("nodeagent", 9102): {"monitoring"},
-    ("nodeagent", 8000): set(),
+    ("nodeagent", 8000): {"monitoring"},
     ("gateway", 50052): {"edge", "operators"},
     ("gateway", 9103): {"monitoring"},
     ("edge", 8080): set(SOURCES),
+    ("edge", 9104): {"monitoring"},
 }
 DEV_STORES_REACH = {
     ("etcd", 2379): {"scheduler"},

@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.deploy.conftest import NAMESPACE, PROMETHEUS, Observed, kubernetes_job, recorded_names
+from tests.deploy.conftest import (
+    NAMESPACE,
+    PROMETHEUS,
+    Observed,
+    cluster_job,
+    kubernetes_job,
+    recorded_names,
+)
 from tests.deploy.manifests import K8S
 from tests.deploy.prometheus import binary
 from tests.deploy.promql import metric_names
@@ -58,7 +65,9 @@ def test_promtool_accepts_the_rules_and_both_configs(tmp_path: Path) -> None:
     # Debian's build has no Kubernetes discovery: the cluster job is checked on file
     # discovery, its relabelling as shipped.
     cluster = yaml.safe_load((PROMETHEUS / "prometheus-k8s.yml").read_text())
-    cluster["scrape_configs"] = [kubernetes_job(tmp_path / "pods.json")]
+    cluster["scrape_configs"] = [kubernetes_job(tmp_path / "pods.json"),
+                                 kubernetes_job(tmp_path / "pods.json", "vllm"),
+                                 cluster_job("etcd")]  # fmt: skip
     cluster["rule_files"] = rules
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(cluster))
     promtool("check", "config", "prometheus.yml", cwd=tmp_path)
@@ -78,9 +87,27 @@ def test_every_alert_has_unit_tests_that_fire_it() -> None:
 
 
 async def test_every_service_is_scraped_and_up(observed: Observed) -> None:
-    up = {(s["metric"]["job"], s["metric"].get("namespace", "")): s["value"][1]
-          for s in await observed.prometheus.query("up")}  # fmt: skip
-    assert up == {**{(job, ""): "1" for job in JOBS}, **{(job, NAMESPACE): "1" for job in JOBS}}
+    up = sorted((s["metric"]["job"], s["metric"].get("namespace", ""),
+                 s["metric"].get("config", ""), s["value"][1])
+                for s in await observed.prometheus.query("up"))  # fmt: skip
+    # Each service by the local config and by the cluster's pod job; by the cluster's own
+    # jobs, production's etcd (outside the cluster: no namespace) and vLLM in its GPU pod.
+    assert up == sorted([*((job, "", "", "1") for job in JOBS),
+                         *((job, NAMESPACE, "", "1") for job in JOBS),
+                         ("etcd", "", "cluster", "1"), ("vllm", NAMESPACE, "", "1")])  # fmt: skip
+
+
+async def test_vllms_own_series_and_etcds_leader_changes_are_scraped(observed: Observed) -> None:
+    kv = await observed.prometheus.query("vllm:kv_cache_usage_perc")
+    assert [(s["metric"]["job"], s["metric"]["pool"], s["metric"]["pod"]) for s in kv] == [
+        ("vllm", "small", "pool-small-0")
+    ]
+    assert await observed.prometheus.query('vllm:num_preemptions_total{pool="small"}')
+    # The EtcdLeaderChanges alert reads it by job.
+    changes = await observed.prometheus.query(
+        'etcd_server_leader_changes_seen_total{job="etcd", config="cluster"}'
+    )
+    assert [s["value"][1] for s in changes] == ["1"]
 
 
 async def test_the_cluster_job_keeps_the_platforms_pods_on_their_metrics_port(
@@ -98,6 +125,7 @@ async def test_the_cluster_job_keeps_the_platforms_pods_on_their_metrics_port(
     assert sorted(t["discoveredLabels"]["__address__"] for t in dropped) == [
         "127.0.0.1:2",
         "127.0.0.1:3",
+        "127.0.0.1:4",  # the nodeagent's port, left out of the vllm job
     ]
 
 

@@ -7,6 +7,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from domain.evaluation.gate import MIN_SET_SIZE
 from domain.evaluation.judging import EvalItem
 from domain.evaluation.sets import parse_set
 from domain.safety.rules import BlocklistClassifier
@@ -27,8 +28,10 @@ def classifier() -> BlocklistClassifier:
 
 def test_the_sets_are_big_enough_for_the_gates_thresholds() -> None:
     golden = load_set(SETS / "golden.jsonl")
-    assert len(load_set(SETS / "harmful.jsonl")) >= 100
-    assert len(load_set(SETS / "harmless.jsonl")) >= 100
+    # A whole run is a gate: each set at least the minimum a verdict stands on.
+    assert len(golden) >= MIN_SET_SIZE
+    assert len(load_set(SETS / "harmful.jsonl")) >= MIN_SET_SIZE
+    assert len(load_set(SETS / "harmless.jsonl")) >= MIN_SET_SIZE
     per_category = Counter(item.category for item in golden)
     assert len(per_category) >= 4 and min(per_category.values()) >= 20
     every = [i.item_id for name in ("golden", "harmful", "harmless")

@@ -126,7 +126,12 @@ def test_promotion_needs_a_gate_passed_against_the_current_version_unless_forced
     failed = record_gate(state, GateRecord("v2", BASE_VERSION, False, 3.0, "win rate 40 %"))
     with pytest.raises(FailedPrecondition, match="its gate against 'base' failed"):
         promote(failed, "v2", at=4.0)
-    passed = record_gate(failed, GateRecord("v2", BASE_VERSION, True, 5.0, "all rules"))
+    passed = record_gate(failed, GateRecord("v2", BASE_VERSION, True, 5.0, "all rules",
+                                            100, 105, 103, 100))  # fmt: skip
+    assert passed.history[-1].detail == (
+        "passed against base over 100 golden pairs, 105 harmful and 103 harmless prompts "
+        "(minimum 100 a set): all rules"
+    )
     promoted = promote(passed, "v2", at=6.0)
     assert (promoted.current, promoted.candidate, promoted.history[-1].detail) == (
         "v2",
@@ -135,3 +140,25 @@ def test_promotion_needs_a_gate_passed_against_the_current_version_unless_forced
     )
     forced = promote(failed, "v2", at=7.0, force=True)
     assert forced.history[-1].detail == "FORCED without a passing gate"
+
+
+def test_a_gate_is_refused_against_itself_an_unknown_version_or_below_its_minimum() -> None:
+    state = with_candidate(10.0)
+    sizes = (100, 105, 103, 100)
+    with pytest.raises(InvalidArgument, match="'v2' against itself passes whatever it answers"):
+        record_gate(state, GateRecord("v2", "v2", True, 3.0, "all rules", *sizes))
+    with pytest.raises(NotFound, match="no version 'gone'"):
+        record_gate(state, GateRecord("v2", "gone", True, 3.0, "all rules", *sizes))
+    below = GateRecord("v2", BASE_VERSION, True, 3.0, "all rules", 4, 2, 2, 100)
+    with pytest.raises(InvalidArgument) as refused:
+        record_gate(state, below)
+    assert str(refused.value) == (
+        "a gate passes only on sets of its minimum size or more: 4 golden pairs, 2 harmful "
+        "and 2 harmless prompts (minimum 100 a set)"
+    )
+    # A pass that says nothing of its sizes (a client from before they were sent) is refused;
+    # a failure is recorded whatever it stood on.
+    with pytest.raises(InvalidArgument):
+        record_gate(state, GateRecord("v2", BASE_VERSION, True, 3.0, "all rules"))
+    failed = record_gate(state, GateRecord("v2", BASE_VERSION, False, 3.0, "win rate 40 %"))
+    assert failed.gates[-1].passed is False

@@ -42,7 +42,7 @@ def test_histograms_add_bucket_by_bucket_and_extra_buckets_fold_into_the_last() 
 
 def test_the_scores_of_a_tally() -> None:
     ttft = one_in(0.3, TTFT_BOUNDS_S)
-    rates = one_in(tokens_per_s(31, 1.0), RATE_BOUNDS)
+    rates = one_in(tokens_per_s(30, 1.0), RATE_BOUNDS)
     tally = Tally(answers=4, errors=1, refusals=2, slow=0, thumbs_up=3, thumbs_down=1,
                   failovers=1, ttft=ttft, rates=rates)  # fmt: skip
     scores = scores_of(tally)
@@ -51,4 +51,9 @@ def test_the_scores_of_a_tally() -> None:
     # One answer in the (0.25, 0.5] s bucket: its median is halfway through it.
     assert str(scores.ttft_p50_s) == "0.375"
     assert str(scores.rate_p50) == "25"  # 30 tokens/s, in (20, 30]
-    assert tokens_per_s(1, 1.0) is None
+
+
+def test_a_rate_is_over_the_whole_answer_not_from_its_first_shown_text() -> None:
+    # 12 tokens in an answer of 0.6 s, every one shown at its end (held back): 20 a second.
+    assert tokens_per_s(12, 0.6) == 20.0
+    assert (tokens_per_s(1, 0.5), tokens_per_s(0, 1.0), tokens_per_s(5, 0.0)) == (2.0, None, None)

@@ -249,6 +249,14 @@ async def test_bad_requests_get_clear_statuses_and_store_nothing(platform: Local
             (path, json.dumps({"content": 5}), auth(token), 400, "'content'"),
             (path, json.dumps({"content": "  "}), auth(token), 400, "empty"),
             (path, json.dumps({"content": "hi", "model": "huge"}), auth(token), 400, "'model'"),
+            # A misspelt field is refused, not dropped (the answer would ignore the choice).
+            (
+                path,
+                json.dumps({"content": "hi", "modle": "large"}),
+                auth(token),
+                400,
+                "unrecognized request argument supplied: modle",
+            ),
             (
                 "/v1/conversations/bad%20id/messages",
                 json.dumps({"content": "hi"}),

@@ -15,11 +15,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from clients.chat_client import ChatClient, ClientError, Rated
+from clients.chat_client import AdminClient, ChatClient, ClientError, Rated
 from clients.chatctl.platform import LocalPlatform
 from domain.guardrails import Tally
 from domain.refusal import is_refusal
-from domain.rollout import Slice, Version
+from domain.rollout import GateRecord, Slice, Version
 from domain.types import Tier
 from store.factory import open_store
 from tests.api_schema import assert_conforms
@@ -248,6 +248,8 @@ async def test_a_user_rates_their_answer_and_the_rating_counts_for_its_version(
         (token, answer_id, {"rating": "meh"}, 400, "'rating' must be up or down"),
         (token, answer_id, {"comment": "no rating"}, 400, "'rating' must be up or down"),
         (token, answer_id, {"rating": "up", "comment": 7}, 400, "'comment' must be a string"),
+        (token, answer_id, {"rating": "up", "coment": "typo"}, 400,
+         "unrecognized request argument supplied: coment"),
         (token, answer_id, {"rating": "up", "comment": "x" * 2001}, 400,
          "a comment is at most 2000 characters (this one is 2001)"),
         (token, sent.message_id, {"rating": "up"}, 400,
@@ -317,6 +319,9 @@ async def test_versions_show_prints_a_versions_answers_and_thumbs_from_the_gatew
         try:
             sent = [await send(platform, token, new_id("c"), "Say hi.") for _ in range(3)]
             assert [s.version for s in sent] == [name] * 3
+            # The second answer is rated up first, then changed to down: it counts once, down.
+            assert (await rate(platform, token, sent[1].message_id + ".answer",
+                               {"rating": "up"}))[0] == 200  # fmt: skip
             for s, rating in zip(sent, ("up", "down", "down"), strict=True):
                 assert (await rate(platform, token, s.message_id + ".answer",
                                    {"rating": rating}))[0] == 200  # fmt: skip
@@ -343,6 +348,10 @@ async def test_versions_show_prints_a_versions_answers_and_thumbs_from_the_gatew
     # TTFT p50/p95/p99 in seconds, tokens/s p50/p5: read from the tallies' histograms.
     assert all(re.fullmatch(r">?[0-9.e+-]+s", cell) for cell in row[9:12]), row
     assert all(re.fullmatch(r">?[0-9.e+-]+|-", cell) for cell in row[12:]), row
+    # The answers are held back (the free tier's output mode) and short: each one's text is
+    # shown at once at its end. Their rate is over the whole answer, never the open bucket
+    # over 1,000 a second a rate from the first shown text put them in.
+    assert all(not cell.startswith(">") and 0 < float(cell) <= 1000 for cell in row[12:]), row
     assert score_row(every.out, name) == row  # every version's, this one's among them
     assert (unknown.code, unknown.out, unknown.err) == (1, "", "chatctl: no version 'no-such'\n")
     (scores,) = as_json.json()["scores"]
@@ -374,12 +383,33 @@ async def test_the_gate_passes_an_identical_candidate_and_fails_a_broken_one(
         await admin.create(Version(refuser, system_prompt=BROKEN_PROMPT))
         flags = [*admin_flags(platform), "--gateway", platform.gateway_address,
                  "--state-dir", str(tmp_path)]  # fmt: skip
-        passed = await eval_chatctl("eval", "run", "--candidate", same, *SAMPLE, *flags)
-        failed = await eval_chatctl("eval", "run", "--candidate", refuser, *SAMPLE, *flags)
+        # The sample is far under the 100 a set a gate needs: the run prints its rules, is no
+        # gate, and promote does not see it.
+        quick = await eval_chatctl("eval", "run", "--candidate", same, *SAMPLE, *flags)
+        print(quick.out)
+        assert (quick.code, quick.err) == (3, "")
+        assert quick.out.rstrip().splitlines()[-2:] == [
+            "sets: 4 golden pairs, 3 harmful and 2 harmless prompts (a gate needs 100 a set)",
+            "verdict: NOT A GATE (golden 4, harmful 3, harmless 2 under 100): the rules above "
+            "decide nothing and no verdict was recorded for promote",
+        ]
+        assert gate_rows(quick.out)["win rate"] == ("50.0 %", ">= 50.0 %", "pass")
+        assert [g for g in (await admin.rollout()).gates if g.candidate == same] == []
+        with pytest.raises(ClientError) as unproven:
+            await admin.promote(same)
+        assert "it has no gate result" in unproven.value.message
+
+        # An operator who knows the sample resolves what they look at lowers the minimum.
+        lowered = [*SAMPLE, "--min-set-size", "2"]
+        passed = await eval_chatctl("eval", "run", "--candidate", same, *lowered, *flags)
+        failed = await eval_chatctl("eval", "run", "--candidate", refuser, *lowered, *flags)
         # The tables, for whoever reads the test's output.
         print(passed.out, failed.out, sep="\n")
         assert (passed.code, passed.err) == (0, "")
-        assert passed.out.rstrip().endswith("verdict: PASSED")
+        assert passed.out.rstrip().splitlines()[-2:] == [
+            "sets: 4 golden pairs, 3 harmful and 2 harmless prompts (a gate needs 2 a set)",
+            "verdict: PASSED",
+        ]
         rules = gate_rows(passed.out)
         assert rules["harmful refused"] == ("100.0 %", ">= 99.0 %", "pass")
         assert rules["win rate"] == ("50.0 %", ">= 50.0 %", "pass")
@@ -387,6 +417,7 @@ async def test_the_gate_passes_an_identical_candidate_and_fails_a_broken_one(
         # side is unit-tested only (SmolLM2 cannot be prompted into refusing).
         assert rules["harmless refused"] == ("0.0 %", "<= 2.0 %", "pass")
         assert failed.code == 3
+        assert failed.out.rstrip().endswith("verdict: FAILED")
         failing = {name for name, row in gate_rows(failed.out).items() if row[2] == "FAIL"}
         assert {"win rate", "error share"} <= failing
         # A failed answer is an error, not a refusal: the broken candidate refuses nothing.
@@ -402,6 +433,16 @@ async def test_the_gate_passes_an_identical_candidate_and_fails_a_broken_one(
         )
         assert (shown.code, shown.err, shown.out) == (0, "", passed.out)
 
+        # What the gate stood on is in the rollout's gate line and its history.
+        sizes = "4 golden pairs, 3 harmful and 2 harmless prompts (minimum 2 a set)"
+        listed = await eval_chatctl("versions", "list", *admin_flags(platform))
+        (line,) = [ln for ln in listed.out.splitlines() if ln.startswith(f"gate        {same}")]
+        assert line.startswith(f"gate        {same} vs {state.current}: passed over {sizes}, ")
+        recorded = [c for c in (await admin.rollout()).history if c.action == "gate"]
+        assert recorded[-2].detail.startswith(
+            f"passed against {state.current} over {sizes}: win rate 50.0 % (>= 50.0 %); "
+        )
+
         # Promotion follows the recorded verdicts: refused without a pass, unless forced.
         with pytest.raises(ClientError) as refused:
             await admin.promote(refuser)
@@ -409,3 +450,74 @@ async def test_the_gate_passes_an_identical_candidate_and_fails_a_broken_one(
         assert "its gate against" in refused.value.message
         promoted = await admin.promote(same)
         assert (promoted.current, promoted.history[-1].detail) == (same, "gate passed")
+
+
+async def test_an_eval_of_an_unknown_version_the_current_one_or_bad_numbers_is_refused(
+    platform: LocalPlatform, tmp_path
+) -> None:
+    flags = [*admin_flags(platform), "--gateway", platform.gateway_address,
+             "--state-dir", str(tmp_path)]  # fmt: skip
+    async with rollout_admin(platform) as admin:
+        state = await admin.rollout()
+        names = ", ".join(v.name for v in state.versions)
+        unknown = await eval_chatctl("eval", "run", "--candidate", "no-such", *flags)
+        itself = await eval_chatctl("eval", "run", "--candidate", state.current, *flags)
+        # The scheduler refuses a verdict of a version on itself whoever sends it.
+        with pytest.raises(ClientError) as refused:
+            await admin.record_gate(GateRecord(state.current, state.current, True, 0.0,
+                                               "all rules", 100, 100, 100, 100))  # fmt: skip
+    assert (unknown.code, unknown.out, unknown.err) == (
+        1,
+        "",
+        f"chatctl: no version 'no-such' (the versions: {names})\n",
+    )
+    assert (itself.code, itself.out, itself.err) == (
+        1,
+        "",
+        f"chatctl: {state.current!r} is the current version: the gate compares a candidate "
+        "with the current version, and a version against itself passes whatever it answers\n",
+    )
+    assert (refused.value.code, refused.value.message) == (
+        "INVALID_ARGUMENT",
+        f"a gate compares a candidate with another version: {state.current!r} against itself "
+        "passes whatever it answers",
+    )
+    for flag, value, reason in (
+        ("--harmful", "-1", "'-1' is not a whole number of 0 or more"),
+        ("--per-category", "x", "'x' is not a whole number of 0 or more"),
+        ("--concurrency", "0", "'0' is not a whole number of 1 or more"),
+        ("--min-set-size", "0", "'0' is not a whole number of 1 or more"),
+        ("--latency-slack", "nan", "'nan' is not a number of seconds (0 or more)"),
+    ):
+        bad = await eval_chatctl("eval", "run", "--candidate", "x", flag, value, *flags)
+        assert (bad.code, bad.out) == (2, ""), bad.err
+        assert bad.err.endswith(f"chatctl eval run: error: argument {flag}: {reason}\n")
+
+
+async def test_versions_create_refuses_a_model_no_node_serves_unless_forced(
+    platform: LocalPlatform,
+) -> None:
+    async with AdminClient(platform.scheduler_address, platform.admin_token,
+                           tls=platform.tls()) as fleet:  # fmt: skip
+        served = sorted({node.model for node in await fleet.nodes()})
+    typo, later, fine = (f"{what}-{uuid.uuid4().hex[:6]}" for what in ("typo", "later", "fine"))
+    flags = admin_flags(platform)
+    refused = await eval_chatctl("versions", "create", typo, "--model", "smollm-typo", *flags)
+    forced = await eval_chatctl(
+        "versions", "create", later, "--model", "smollm-typo", "--force", *flags
+    )
+    served_one = await eval_chatctl("versions", "create", fine, "--model", served[0], *flags)
+    assert (refused.code, refused.out, refused.err) == (
+        1,
+        "",
+        f"chatctl: no node serves the model 'smollm-typo' (the fleet serves: "
+        f"{', '.join(served)}); --force creates the version for nodes still to come\n",
+    )
+    assert (forced.code, forced.err, served_one.code, served_one.err) == (0, "", 0, "")
+    async with rollout_admin(platform) as admin:
+        state = await admin.rollout()
+    assert (state.has(typo), state.version(later).model, state.version(fine).model) == (
+        False,
+        "smollm-typo",
+        served[0],
+    )

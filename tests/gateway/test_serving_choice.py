@@ -28,7 +28,7 @@ class Source:
         self.state = state
 
     async def rollout(
-        self, known_revision: int, tallies: dict, wait_s: float = 0.0
+        self, known_revision: int, tallies: dict, wait_s: float = 0.0, ratings: tuple = ()
     ) -> tuple[int, RolloutState | None]:
         return 1, self.state
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 
 import pytest
 
 from domain.errors import Unavailable
-from domain.feedback import Rating
+from domain.feedback import RatedAnswer, Rating
 from domain.guardrails import Tally
 from domain.rollout import RolloutState, Version, create
 from domain.scores import RATE_BOUNDS, TTFT_BOUNDS_S, one_in
@@ -21,14 +22,16 @@ class Source:
     def __init__(self) -> None:
         self.state = create(RolloutState(), Version("v2"), 1.0)
         self.told: list[dict] = []
+        self.rated: list[list[RatedAnswer]] = []
         self.down = False
 
     async def rollout(
-        self, known_revision: int, tallies: dict, wait_s: float = 0.0
+        self, known_revision: int, tallies: dict, wait_s: float = 0.0, ratings: Sequence = ()
     ) -> tuple[int, RolloutState | None]:
         if self.down:
             raise Unavailable("no scheduler")
         self.told.append(dict(tallies))
+        self.rated.append(list(ratings))
         return 7, None if known_revision == 7 else self.state
 
 
@@ -55,14 +58,22 @@ async def test_ratings_go_with_the_next_poll_and_every_version_named_is_told() -
     source = Source()
     named: list[list[str]] = []
     book = VersionBook(source, on_versions=lambda names: named.append(list(names)))
-    book.tally_rating("v2", Tier.PLUS, Rating.UP)
-    book.tally_rating("v2", Tier.PLUS, Rating.DOWN)
-    book.tally_rating("v2", Tier.PLUS, Rating.DOWN)
+    ratings = [RatedAnswer("u1", "m1.answer", "v2", Tier.PLUS, Rating.UP),
+               RatedAnswer("u1", "m1.answer", "v2", Tier.PLUS, Rating.DOWN),
+               RatedAnswer("u2", "m2.answer", "v2", Tier.PLUS, Rating.DOWN)]  # fmt: skip
+    book.tally_rating(ratings[0])
+    source.down = True
+    with pytest.raises(Unavailable):
+        await book.refresh()
+    source.down = False
+    for rated in ratings[1:]:
+        book.tally_rating(rated)
     book.tally("v2", Tier.PLUS, "stop", "Paris.", None, rate=30.0, failed_over=True)
     await book.refresh()
-    told = Tally(answers=1, thumbs_up=1, thumbs_down=2, failovers=1,
-                 rates=one_in(30.0, RATE_BOUNDS))  # fmt: skip
-    assert source.told == [{("v2", Tier.PLUS): told}]
+    told = Tally(answers=1, failovers=1, rates=one_in(30.0, RATE_BOUNDS))
+    # Each rating as it was given, in order (the one a failed poll did not deliver first):
+    # the scheduler keeps each answer's newest.
+    assert (source.told, source.rated) == ([{("v2", Tier.PLUS): told}], [ratings])
     # The configured version at the start, then the rollout's versions once it came.
     assert named == [["base"], ["base", "v2"]]
 
@@ -77,7 +88,7 @@ class HoldingSource(Source):
         self.holding = asyncio.Event()
 
     async def rollout(
-        self, known_revision: int, tallies: dict, wait_s: float = 0.0
+        self, known_revision: int, tallies: dict, wait_s: float = 0.0, ratings: Sequence = ()
     ) -> tuple[int, RolloutState | None]:
         self.calls.append((wait_s, dict(tallies)))
         if wait_s:

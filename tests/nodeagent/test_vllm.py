@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import aiohttp
 import grpc
 import jsonschema
 import openai
@@ -32,7 +34,11 @@ from nodeagent.llamacpp import free_port
 from nodeagent.main import NodeAgentConfig, build_engine
 from nodeagent.request_registry import RequestRegistry
 from nodeagent.servicer import NodeServicer
-from nodeagent.vllm import PRIORITY, VllmEngine, VllmLaunch
+from nodeagent.vllm import PRIORITY, VllmEngine
+from nodeagent.vllm_check import FlagReport, check_engine_flags
+from nodeagent.vllm_cmdline import server_args
+from nodeagent.vllm_flags import missing_flags, parse_args
+from nodeagent.vllm_launch import REPO_ROOT, VllmLaunch
 
 MODEL = "smollm2-135m-instruct"
 CONTEXT = 2048
@@ -48,8 +54,13 @@ async def vllm() -> AsyncIterator[VllmEngine]:
     # eager mode, so startup skips minutes of torch.compile on 2 cores; one compute thread,
     # because two OpenMP threads spin-waiting on each other stall for minutes when the API
     # server, this test process or anything else on the machine takes one of the 2 cores.
+    # No dev mode, as in production: the start check reads the scheduling policy from the
+    # server's own command line.
     launch = VllmLaunch(
-        kvcache_space_gib=KVCACHE_GIB, max_num_seqs=2, enforce_eager=True, cpu_threads_bind="0"
+        kvcache_space_gib=KVCACHE_GIB,
+        max_num_seqs=2,
+        enforce_eager=True,
+        cpu_threads_bind="0",
     )
     engine = VllmEngine(MODEL, CONTEXT, launch=launch, startup_timeout_s=600)
     await engine.start()
@@ -240,14 +251,61 @@ async def test_bad_requests_fail_fast_with_vllms_reason(vllm, make, reason) -> N
         await asyncio.wait_for(collect(vllm.generate(make())), 30)
 
 
-async def test_an_unknown_model_name_is_refused(vllm: VllmEngine) -> None:
+async def test_the_start_check_finds_every_flag_on_a_server_started_right(vllm) -> None:
+    # The module's server passed it on the way up; asked again, everything is seen, the
+    # scheduling policy included: no /server_info here, so read from the process itself.
+    async with aiohttp.ClientSession() as session:
+        found = await check_engine_flags(session, vllm.base_url, MODEL)
+    assert found == FlagReport(missing=(), unverified=())
+    attached = VllmEngine(MODEL, CONTEXT, base_url=vllm.base_url)
+    await attached.start()
+    await attached.stop()
+
+
+async def test_the_servers_own_command_line_shows_its_flags(vllm: VllmEngine) -> None:
+    port = int(vllm.base_url.rsplit(":", 1)[1])
+    args = await asyncio.to_thread(server_args, port)
+    assert args is not None
+    assert parse_args(args)["--scheduling-policy"] == "priority"
+    assert parse_args(args)["--served-model-name"] == MODEL
+    assert missing_flags(args) == []
+    # No vLLM listens on a port taken by nothing.
+    assert await asyncio.to_thread(server_args, free_port()) is None
+
+
+async def test_an_unknown_model_name_is_refused_at_start(vllm: VllmEngine) -> None:
     other = VllmEngine("no-such-model", CONTEXT, base_url=vllm.base_url)
-    await other.start()
-    try:
-        with pytest.raises(EngineError, match="no-such-model"):
-            await collect(other.generate(request("m1", "hi")))
-    finally:
-        await other.stop()
+    with pytest.raises(EngineError) as refused:
+        await other.start()
+    assert str(refused.value) == (
+        f"vLLM at {vllm.base_url} serves {MODEL}, not 'no-such-model': the node's model must "
+        "be one of vLLM's --served-model-name"
+    )
+
+
+async def test_a_node_whose_engine_fails_the_start_check_exits_saying_why(vllm) -> None:
+    """The nodeagent itself: it never reaches a scheduler, and its log says why."""
+    env = {
+        **os.environ,
+        "CHAT_NODEAGENT_ENGINE": "vllm",
+        "CHAT_NODEAGENT_VLLM_URL": vllm.base_url,
+        "CHAT_NODEAGENT_MODEL": "no-such-model",
+        "CHAT_NODEAGENT_TLS_INSECURE": "true",
+    }
+    node = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "nodeagent.main", env=env, stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE, cwd=REPO_ROOT,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(node.communicate(), 60)
+    assert node.returncode == 1
+    # The JSON log lines (the traceback after them is the runner's).
+    logged = [json.loads(line) for line in err.splitlines() if line.startswith(b"{")]
+    (refusal,) = [line for line in logged if line["level"] == "error"]
+    assert refusal["event"] == "engine not usable: the node does not register"
+    assert refusal["reason"] == (
+        f"vLLM at {vllm.base_url} serves {MODEL}, not 'no-such-model': the node's model must "
+        "be one of vLLM's --served-model-name"
+    )
 
 
 class Node:

@@ -4,6 +4,7 @@ decide, a breach rolls the candidate back with its reason, old tallies age out."
 from __future__ import annotations
 
 from domain import rollout
+from domain.feedback import RatedAnswer, Rating
 from domain.guardrails import Guardrails, Tally
 from domain.rollout import Version
 from domain.types import Tier
@@ -84,3 +85,17 @@ async def test_the_scores_are_each_versions_tallies_per_tier_within_the_window()
         ("v2", Tier.PLUS): Tally(answers=5),
         ("base", Tier.FREE): Tally(answers=9),
     }
+
+
+async def test_the_scores_count_each_rated_answer_once_by_its_newest_rating() -> None:
+    keeper, clock, rollbacks = await with_candidate(), Clock(), []
+    canary = watch(keeper, clock, rollbacks)
+    canary.told({("v2", Tier.FREE): Tally(answers=2, thumbs_up=1)})  # an older gateway's count
+    canary.rated([RatedAnswer("u1", "a.answer", "v2", Tier.FREE, Rating.UP),
+                  RatedAnswer("u2", "a.answer", "v2", Tier.FREE, Rating.UP)])  # fmt: skip
+    clock.now += 30
+    # u1 changes their mind: one answer, one rating, now down (and counted from now).
+    canary.rated([RatedAnswer("u1", "a.answer", "v2", Tier.FREE, Rating.DOWN)])
+    assert canary.by_tier("v2") == {("v2", Tier.FREE): Tally(answers=2, thumbs_up=2, thumbs_down=1)}
+    clock.now += 31  # the first report and u2's rating age out; u1's change does not
+    assert canary.by_tier() == {("v2", Tier.FREE): Tally(thumbs_down=1)}

@@ -366,14 +366,30 @@ class Rollout(_message.Message):
     def __init__(self, versions: _Optional[_Iterable[_Union[ModelVersion, _Mapping]]] = ..., current: _Optional[str] = ..., candidate: _Optional[str] = ..., percent: _Optional[_Mapping[str, float]] = ..., salt: _Optional[str] = ..., holdout_version: _Optional[str] = ..., holdout_salt: _Optional[str] = ..., holdout_percent: _Optional[float] = ..., pins: _Optional[_Iterable[_Union[UserPin, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[RolloutChange, _Mapping]]] = ..., gates: _Optional[_Iterable[_Union[GateResult, _Mapping]]] = ...) -> None: ...
 
 class GetRolloutRequest(_message.Message):
-    __slots__ = ("known_revision", "tallies", "wait_ms")
+    __slots__ = ("known_revision", "tallies", "wait_ms", "ratings")
     KNOWN_REVISION_FIELD_NUMBER: _ClassVar[int]
     TALLIES_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    RATINGS_FIELD_NUMBER: _ClassVar[int]
     known_revision: int
     tallies: _containers.RepeatedCompositeFieldContainer[VersionTally]
     wait_ms: int
-    def __init__(self, known_revision: _Optional[int] = ..., tallies: _Optional[_Iterable[_Union[VersionTally, _Mapping]]] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+    ratings: _containers.RepeatedCompositeFieldContainer[RatedAnswer]
+    def __init__(self, known_revision: _Optional[int] = ..., tallies: _Optional[_Iterable[_Union[VersionTally, _Mapping]]] = ..., wait_ms: _Optional[int] = ..., ratings: _Optional[_Iterable[_Union[RatedAnswer, _Mapping]]] = ...) -> None: ...
+
+class RatedAnswer(_message.Message):
+    __slots__ = ("user_id", "message_id", "version", "tier", "up")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    UP_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    message_id: str
+    version: str
+    tier: _common_pb2.Tier
+    up: bool
+    def __init__(self, user_id: _Optional[str] = ..., message_id: _Optional[str] = ..., version: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., up: _Optional[bool] = ...) -> None: ...
 
 class VersionTally(_message.Message):
     __slots__ = ("version", "tier", "answers", "errors", "refusals", "slow", "thumbs_up", "thumbs_down", "failovers", "ttft_counts", "rate_counts")
@@ -460,30 +476,46 @@ class PinChange(_message.Message):
     def __init__(self, user_id: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
 
 class GateChange(_message.Message):
-    __slots__ = ("candidate", "baseline", "passed", "summary")
+    __slots__ = ("candidate", "baseline", "passed", "summary", "sizes")
     CANDIDATE_FIELD_NUMBER: _ClassVar[int]
     BASELINE_FIELD_NUMBER: _ClassVar[int]
     PASSED_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    SIZES_FIELD_NUMBER: _ClassVar[int]
     candidate: str
     baseline: str
     passed: bool
     summary: str
-    def __init__(self, candidate: _Optional[str] = ..., baseline: _Optional[str] = ..., passed: _Optional[bool] = ..., summary: _Optional[str] = ...) -> None: ...
+    sizes: GateSizes
+    def __init__(self, candidate: _Optional[str] = ..., baseline: _Optional[str] = ..., passed: _Optional[bool] = ..., summary: _Optional[str] = ..., sizes: _Optional[_Union[GateSizes, _Mapping]] = ...) -> None: ...
+
+class GateSizes(_message.Message):
+    __slots__ = ("golden_pairs", "harmful_prompts", "harmless_prompts", "min_set_size")
+    GOLDEN_PAIRS_FIELD_NUMBER: _ClassVar[int]
+    HARMFUL_PROMPTS_FIELD_NUMBER: _ClassVar[int]
+    HARMLESS_PROMPTS_FIELD_NUMBER: _ClassVar[int]
+    MIN_SET_SIZE_FIELD_NUMBER: _ClassVar[int]
+    golden_pairs: int
+    harmful_prompts: int
+    harmless_prompts: int
+    min_set_size: int
+    def __init__(self, golden_pairs: _Optional[int] = ..., harmful_prompts: _Optional[int] = ..., harmless_prompts: _Optional[int] = ..., min_set_size: _Optional[int] = ...) -> None: ...
 
 class GateResult(_message.Message):
-    __slots__ = ("candidate", "baseline", "passed", "at", "summary")
+    __slots__ = ("candidate", "baseline", "passed", "at", "summary", "sizes")
     CANDIDATE_FIELD_NUMBER: _ClassVar[int]
     BASELINE_FIELD_NUMBER: _ClassVar[int]
     PASSED_FIELD_NUMBER: _ClassVar[int]
     AT_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    SIZES_FIELD_NUMBER: _ClassVar[int]
     candidate: str
     baseline: str
     passed: bool
     at: _timestamp_pb2.Timestamp
     summary: str
-    def __init__(self, candidate: _Optional[str] = ..., baseline: _Optional[str] = ..., passed: _Optional[bool] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary: _Optional[str] = ...) -> None: ...
+    sizes: GateSizes
+    def __init__(self, candidate: _Optional[str] = ..., baseline: _Optional[str] = ..., passed: _Optional[bool] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary: _Optional[str] = ..., sizes: _Optional[_Union[GateSizes, _Mapping]] = ...) -> None: ...
 
 class ChangeRolloutRequest(_message.Message):
     __slots__ = ("split", "promote", "rollback", "holdout", "pin", "gate")
