@@ -3,7 +3,10 @@ the simulated engine at about 40 tokens/s an answer, Plus messages through the e
 gateway settings in one run (a platform each, one after the other):
 
 - off: no safety check at all, the floor;
-- holdback: the shipped output check (text shows once a check read it with 50 tokens after it);
+- shipped: the gateway's defaults for Plus, whatever they are (retract mode since Plus's first
+  words are promised within 1 s);
+- holdback: the output check holding text back (text shows once a check read it with 50
+  tokens after it);
 - holdback-coarse: the hold-back with the node asked for chunks 0.25 s apart instead of its
   own interval (0.05 s);
 - retract: the same check in retract mode (text shows as it comes; a flag withdraws it).
@@ -60,6 +63,8 @@ BLOCKLIST = {
 }
 MODES: dict[str, dict[str, str]] = {
     "off": {"CHAT_GATEWAY_SAFETY": "false"},
+    # Nothing set: what a Plus user gets from a gateway left on its defaults.
+    "shipped": {},
     "holdback": {"CHAT_GATEWAY_PLUS_OUTPUT_MODE": "holdback"},
     # The hold-back with its node asked for chunks 0.25 s apart instead of at the node's own
     # interval (0.05 s): what the coarser chunks save and cost.
@@ -222,15 +227,17 @@ def summarize(mode: str, answers: list[Answer], cpu: dict[str, float], classifie
     }
     if mode == "off":
         return row
+    # Told by what came, not by the mode's name: "shipped" is whichever mode is the default.
+    retracted = any(a.first("retract") is not None for a in flagged)
     # What a flagged answer showed before the refusal (holdback: kept) or the retract.
-    before = [a.text_before("retract" if mode == "retract" else "done") for a in flagged]
-    if mode.startswith("holdback"):
+    before = [a.text_before("retract" if retracted else "done") for a in flagged]
+    if not retracted:
         refusal_tail = re.compile(r"(\n\n)?I can't continue this answer\..*$", re.DOTALL)
         before = [refusal_tail.sub("", text) for text in before]
     row["shown_before_chars"] = spread([len(t) for t in before])
     row["shown_before_tokens"] = spread([len(TOKEN.findall(t)) for t in before])
     row["flagged_text_shown"] = sum(not classifier.classify(t).allowed for t in before)
-    if mode == "retract":
+    if retracted:
         row["retracts"] = sum(a.first("retract") is not None for a in flagged)
         exposure = [s for a in flagged if (s := on_screen_s(a, classifier)) is not None]
         row["flagged_on_screen_ms"] = spread([s * 1000 for s in exposure])
@@ -256,9 +263,8 @@ def report(results: dict[str, dict], args: argparse.Namespace) -> str:
         )
     lines.append("flagged answers: text shown before the refusal (holdback, kept: never flagged "
                  "text) or before the retract (retract, withdrawn), p50 / p95 / max")  # fmt: skip
-    for mode in ("holdback", "holdback-coarse", "retract"):
-        row = results.get(mode)
-        if row is None:
+    for mode, row in results.items():
+        if "shown_before_chars" not in row:
             continue
         chars, tokens = row["shown_before_chars"], row["shown_before_tokens"]
         line = (
@@ -266,7 +272,7 @@ def report(results: dict[str, dict], args: argparse.Namespace) -> str:
             f"tokens {tokens['p50']:.0f} / {tokens['p95']:.0f} / {tokens['max']:.0f}; "
             f"answers whose flagged words were shown: {row['flagged_text_shown']}"
         )
-        if mode == "retract":
+        if "flagged_on_screen_ms" in row:
             shown = row["flagged_on_screen_ms"]
             line += (
                 f"; flagged words on screen before the retract "

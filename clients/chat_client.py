@@ -133,6 +133,10 @@ class Meta:
     downgraded: str = ""
     # The user's slice of the rollout: current, candidate, holdout, kept or pinned.
     slice: str = ""
+    # The pool serving the answer, and why it is not the one asked for: "tier" (picking a
+    # pool is Plus's), "allowance", "ladder", "fallback", "router" (auto); "" when it is.
+    pool: str = ""
+    pool_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +237,7 @@ def event_from_pb(event: chat_pb.ChatEvent) -> ChatEvent:
             m = event.meta
             return Meta(event.event_id, m.message_id, m.conversation_id, m.model, m.replica_id,
                         m.region, m.region_notice, m.version, m.downgraded,
-                        m.slice)  # fmt: skip
+                        m.slice, m.pool, m.pool_reason)  # fmt: skip
         case "delta":
             return Delta(event.event_id, event.delta.text)
         case "retract":

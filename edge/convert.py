@@ -36,6 +36,19 @@ OPENAI_ROLES = {
     "tool": common_pb2.ROLE_TOOL,
 }
 NO_OPTIONS = PLAIN
+# The pool that serves an answer, and why it is not the one asked for (absent when it is), on
+# every API's response: the meta event says the same, but OpenAI's clients never see it.
+POOL_HEADER = "X-Pool"
+POOL_REASON_HEADER = "X-Pool-Reason"
+
+
+def pool_headers(meta: pb.MetaEvent) -> dict[str, str]:
+    """None for an answer no model wrote (a refusal, "busy"): it ran on no pool."""
+    if not meta.pool:
+        return {}
+    if not meta.pool_reason:
+        return {POOL_HEADER: meta.pool}
+    return {POOL_HEADER: meta.pool, POOL_REASON_HEADER: meta.pool_reason}
 
 
 class CallerTurn(NamedTuple):

@@ -30,6 +30,7 @@ from edge.convert import (
     CallerTurn,
     completion_request,
     limits_request,
+    pool_headers,
 )
 from edge.failures import failure_of, user_message_of_code
 from edge.gateways import Gateways
@@ -259,7 +260,7 @@ class OpenAIApi:
         completion: Completion,
     ) -> web.StreamResponse:
         response = web.StreamResponse(
-            headers={**sse.STREAM_HEADERS, REPLICA_HEADER: meta.replica_id}
+            headers={**sse.STREAM_HEADERS, REPLICA_HEADER: meta.replica_id, **pool_headers(meta)}
         )
         await response.prepare(request)
         writer = ChunkWriter(response, meta, self._metrics)
@@ -332,7 +333,7 @@ class OpenAIApi:
                     raise OpenAIError(502, "the model failed while answering")
                 return web.json_response(
                     completion_body(meta, answer, event.done),
-                    headers={REPLICA_HEADER: meta.replica_id},
+                    headers={REPLICA_HEADER: meta.replica_id, **pool_headers(meta)},
                 )
         raise OpenAIError(502, "the gateway ended the completion without finishing it")
 

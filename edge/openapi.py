@@ -10,7 +10,7 @@ from aiohttp import web
 from domain.feedback import MAX_COMMENT_CHARS, Rating
 from domain.types import Finish, Role, Tier
 from edge.openai_schemas import OPENAI_REQUEST_SCHEMAS
-from edge.openapi_responses import RESPONSES_PATHS, RESPONSES_SCHEMAS
+from edge.openapi_responses import POOL_HEADERS, RESPONSES_PATHS, RESPONSES_SCHEMAS
 from infra.convert import MODEL_CHOICES
 
 JSON = "application/json"
@@ -67,10 +67,14 @@ STREAM_200 = {
         "count 1, 2, 3. retract {withdrawnChars} (a tier in retract mode): remove all of the "
         "answer's text shown so far; the refusal follows as a delta. meta also names the model "
         "version serving (version) and, as downgraded, why a smaller pool answers "
-        "(daily_budget: the day's allowance is spent; empty otherwise), and slice the user's "
-        "slice of the rollout (current, candidate, holdout, kept, pinned)"
+        "(daily_budget: the day's allowance is spent; empty otherwise), slice the user's "
+        "slice of the rollout (current, candidate, holdout, kept, pinned), pool the pool that "
+        "serves (empty for an answer no model wrote) and poolReason why it is not the one "
+        "model asked for, empty when it is (as the header X-Pool-Reason). A stream that starts "
+        "with meta has the headers X-Pool and X-Pool-Reason too"
     ),
     "content": {SSE: {"schema": {"type": "string"}}},
+    "headers": POOL_HEADERS,
 }
 CONVERSATION = _path_param("conversation_id", ID)
 MESSAGE = _path_param("message_id", PARENT_ID)
@@ -343,10 +347,15 @@ OPENAI_PATHS: dict[str, Any] = {
                 "200": {
                     "description": "a chat.completion, or chat.completion.chunk events when "
                     "stream is true, ending with `data: [DONE]`; header X-Replica names the "
-                    "replica that served",
+                    "replica that served, X-Pool the pool and X-Pool-Reason why it is not the "
+                    "one model asked for",
                     "content": {
                         JSON: {"schema": _ref("ChatCompletion")},
                         SSE: {"schema": {"type": "string"}},
+                    },
+                    "headers": {
+                        "X-Replica": {"schema": {"type": "string"}},
+                        **POOL_HEADERS,
                     },
                 },
                 **_openai_errors(400, 401, 404, 413, 429, 503),

@@ -19,6 +19,22 @@ REASONS = {
     429: "a limit or the shedding ladder: wait Retry-After seconds",
     503: "the platform cannot serve now",
 }
+# On every answer's response, from its meta event (a stream resumed after it has none).
+POOL_HEADERS = {
+    "X-Pool": {
+        "description": "the pool that served the answer; absent for one no model wrote (a "
+        "refusal of the input check, busy)",
+        "schema": {"enum": ["small", "large"]},
+    },
+    "X-Pool-Reason": {
+        "description": "why X-Pool is not the pool the request's model asked for; absent when "
+        "it is: router (auto: the router chose), tier (picking a pool is Plus's: a Free "
+        "request is routed as auto), allowance (the day's allowance is spent), ladder (Free is "
+        "shed to small while the fleet is busy), fallback (the pool had no replica or its "
+        "breaker was open). More may come",
+        "schema": {"type": "string"},
+    },
+}
 
 
 def _errors(*statuses: int) -> dict[str, Any]:
@@ -30,11 +46,17 @@ def _errors(*statuses: int) -> dict[str, Any]:
     return answers
 
 
-def _ok(description: str, schema: dict[str, Any], stream: bool = False) -> dict[str, Any]:
+def _ok(
+    description: str, schema: dict[str, Any], stream: bool = False, served: bool = False
+) -> dict[str, Any]:
+    """served: the response names the pool that served (POOL_HEADERS)."""
     content: dict[str, Any] = {JSON: {"schema": schema}}
     if stream:
         content[SSE] = {"schema": {"type": "string"}}
-    return {"200": {"description": description, "content": content}}
+    ok: dict[str, Any] = {"description": description, "content": content}
+    if served:
+        ok["headers"] = POOL_HEADERS
+    return {"200": ok}
 
 
 TEXT_PART = {
@@ -127,6 +149,7 @@ RESPONSES_PATHS: dict[str, Any] = {
                     "the response (in progress when background), or its events when stream",
                     {"$ref": "#/components/schemas/Response"},
                     stream=True,
+                    served=True,
                 ),
                 **_errors(400, 401, 404, 413, 429, 503),
             },
@@ -191,6 +214,7 @@ RESPONSES_PATHS: dict[str, Any] = {
                 "200": {
                     "description": "chat.completion.chunk events with SSE ids, then `data: [DONE]`",
                     "content": {SSE: {"schema": {"type": "string"}}},
+                    "headers": POOL_HEADERS,
                 },
                 **_errors(400, 401, 404),
             },

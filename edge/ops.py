@@ -15,8 +15,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 ALLOWED_METHODS = "GET, POST, DELETE, OPTIONS"
 ALLOWED_HEADERS = "Authorization, Content-Type, Idempotency-Key, Last-Event-ID, X-Session-Id"
-# Without this a browser script could not read why it must wait, nor which replica served.
-EXPOSED_HEADERS = "Retry-After, X-Replica"
+# Without this a browser script could not read why it must wait, nor which replica and pool
+# served.
+EXPOSED_HEADERS = "Retry-After, X-Replica, X-Pool, X-Pool-Reason"
 PREFLIGHT_MAX_AGE_S = "600"
 # Probes and scrapes are never refused: an edge full of streams is still alive and measurable.
 UNLIMITED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})

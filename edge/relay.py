@@ -17,6 +17,7 @@ from aiohttp import web
 from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import chat_service_pb2_grpc as pb_grpc
 from edge import sse
+from edge.convert import pool_headers
 from edge.errors import HttpError, from_rpc
 from edge.failures import failure_of
 from edge.gateways import Gateway, Gateways, gateway_lost
@@ -65,7 +66,10 @@ class Relay:
         """Relays a ChatEvent stream as SSE. Errors before the first event are HTTP statuses.
         start makes the call at a given gateway (Gateways.open_stream picks it)."""
         upstream = await self._open(start)
-        response = web.StreamResponse(headers=sse.STREAM_HEADERS)
+        first = upstream.first.event
+        # A resume starts after the meta event: its stream names no pool.
+        served = pool_headers(first.meta) if first.WhichOneof("kind") == "meta" else {}
+        response = web.StreamResponse(headers={**sse.STREAM_HEADERS, **served})
         await response.prepare(request)
         self._metrics.open_streams.inc()
         try:

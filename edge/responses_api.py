@@ -32,7 +32,7 @@ from aiohttp import web
 from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import chat_service_pb2_grpc as pb_grpc
 from edge import convert, responses_convert, responses_request, sse
-from edge.convert import completion_request
+from edge.convert import completion_request, pool_headers
 from edge.failures import failure_of
 from edge.gateways import Gateways, gateway_lost, never_sent
 from edge.metrics import EdgeMetrics
@@ -138,14 +138,15 @@ class ResponsesApi:
         if first is None or first.WhichOneof("kind") != "meta":
             await events.aclose()
             raise OpenAIError(502, "the gateway did not start the response")
+        served = pool_headers(first.meta)
         if ask.stream:
-            return await self._stream(request, state, _chain(first, events), -1)
+            return await self._stream(request, state, _chain(first, events), -1, served)
         if ask.background:
             # The answer runs on at the gateway, and its event log with it: read it with GET.
             await events.aclose()
             EventTranslator(state).feed(first)
-            return web.json_response(state.body())
-        return web.json_response(await _whole(state, _chain(first, events)))
+            return web.json_response(state.body(), headers=served)
+        return web.json_response(await _whole(state, _chain(first, events)), headers=served)
 
     @openai_errors
     async def retrieve(self, request: web.Request) -> web.StreamResponse:
@@ -280,9 +281,11 @@ class ResponsesApi:
         state: ResponseState,
         events: AsyncIterator[pb.ChatEvent],
         after: int,
+        served: dict[str, str] | None = None,
     ) -> web.StreamResponse:
-        """OpenAI's stream events of the answer, those numbered above `after` only."""
-        response = web.StreamResponse(headers=sse.STREAM_HEADERS)
+        """OpenAI's stream events of the answer, those numbered above `after` only; served:
+        the pool headers, where the answer's meta event was read before."""
+        response = web.StreamResponse(headers={**sse.STREAM_HEADERS, **(served or {})})
         await response.prepare(request)
         translator = EventTranslator(state)
         self._metrics.open_streams.inc()

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from chat.v1 import chat_service_pb2 as pb
 from edge import sse
-from edge.convert import attach_request
+from edge.convert import attach_request, pool_headers
 from edge.failures import failure_of
 from edge.gateways import Gateways
 from edge.metrics import EdgeMetrics
@@ -113,7 +113,11 @@ class ResumableCompletions:
             call.cancel()
             raise OpenAIError(502, "the gateway did not start the completion")
         response = web.StreamResponse(
-            headers={**sse.STREAM_HEADERS, REPLICA_HEADER: first.meta.replica_id}
+            headers={
+                **sse.STREAM_HEADERS,
+                REPLICA_HEADER: first.meta.replica_id,
+                **pool_headers(first.meta),
+            },
         )
         await response.prepare(request)
         writer = NumberedChunks(response, first.meta, self._metrics)

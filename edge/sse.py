@@ -30,6 +30,10 @@ def event_payload(event: pb.ChatEvent) -> tuple[str, dict[str, object]]:
             "version": m.version,
             "downgraded": m.downgraded,
             "slice": m.slice,
+            # The pool that serves, and why it is not the one asked for ("tier", "allowance",
+            # "ladder", "fallback", "router"), "" when it is (gateway: domain/pool_reason.py).
+            "pool": m.pool,
+            "poolReason": m.pool_reason,
         }
     if kind == "delta":
         return "delta", {"text": event.delta.text}

@@ -74,6 +74,9 @@ class AnswerPlan:
     version_model: str = ""
     # The user's slice of the rollout (the meta event says it).
     slice: str = ""
+    # Why `pool` is not the one the message asked for (domain/pool_reason.py), or ''. The
+    # planner sets its own move (fallback, ladder); the pipeline then the whole story's.
+    pool_reason: str = ""
     # The new message's count in the prompt is an upper bound (its bytes): the node counts it
     # while it answers (gateway/planner.py).
     message_bound: bool = False

@@ -87,6 +87,8 @@ def event_to_pb(event_id: int, event: Event) -> pb.ChatEvent:
                     version=event.version,
                     downgraded=event.downgraded,
                     slice=event.slice,
+                    pool=event.pool,
+                    pool_reason=event.pool_reason,
                 ),
             )
         case Delta():

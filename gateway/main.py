@@ -166,10 +166,12 @@ class GatewayConfig:
     output_holdback_chunk_interval_s: float = 0.25
     # How each tier's answers meet the output check: "holdback" (text shows once checked, as
     # above) or "retract" (text shows as it comes; text the check flags later is withdrawn
-    # with a `retract` event, then the refusal). Completions (the OpenAI-compatible API)
-    # always hold back. docs/decisions.md, "Retract mode".
+    # with a `retract` event, then the refusal). Plus retracts: its first words are promised
+    # within 1 s for 95 % of messages, which the hold-back (about 1.6 s) cannot keep. The
+    # OpenAI-compatible APIs (completions, Responses) always hold back, whatever the tier's:
+    # their clients cannot withdraw text. docs/decisions.md, "Retract mode".
     free_output_mode: str = "holdback"
-    plus_output_mode: str = "holdback"
+    plus_output_mode: str = "retract"
     # Where answers in flight live: "memory" (this gateway only) or "redis" (any gateway
     # resumes any answer, retries never run the model twice, a dead gateway's answers are
     # taken over by the others).

@@ -229,6 +229,7 @@ class ChatPipeline:
         except PoolsDown as down:
             return await self._busy_answer(user, request, fingerprint, down, version.name)
         plan = chosen.applied(dataclasses.replace(plan, region_notice=request.region_notice))
+        plan = chosen.explained(plan, request.pool, route)
         if not request.hold_back:
             plan = dataclasses.replace(plan, output_mode=self._policies.output_mode(user.tier))
         if request.max_tokens:
@@ -350,7 +351,7 @@ class ChatPipeline:
         except PoolsDown:
             self._count_failed(user, chosen.version.name)  # it counts against the version
             raise
-        plan = chosen.applied(plan)
+        plan = chosen.explained(chosen.applied(plan), request.pool, route)
         self._runs.add(run)
         self._start(run, self._drive_completion(run, user, plan, request.resumable))
         return run
@@ -476,10 +477,11 @@ class ChatPipeline:
             if resumed is None:
                 meta = Meta(run.message_id, run.conversation_id, pick.model, pick.node_id,
                             self._region, plan.region_notice, version=plan.version,
-                            downgraded=plan.downgraded, slice=plan.slice)  # fmt: skip
+                            downgraded=plan.downgraded, slice=plan.slice, pool=plan.pool,
+                            pool_reason=plan.pool_reason)  # fmt: skip
                 self._log.info("answer started", message_id=run.message_id, version=plan.version,
-                               pool=plan.pool, model=pick.model,
-                               downgraded=plan.downgraded)  # fmt: skip
+                               pool=plan.pool, model=pick.model, downgraded=plan.downgraded,
+                               pool_reason=plan.pool_reason)  # fmt: skip
                 await run.append(meta)
             await self._writer.write(run, plan, answer)
             ending = Done(answer.finish, answer.usage)

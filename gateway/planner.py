@@ -14,6 +14,7 @@ from domain import limiter
 from domain.breaker import BreakerPolicy, Breakers, fallback_chain
 from domain.context import ContextBuilder, Prompt
 from domain.errors import MessageTooLarge, NoReplica, ResourceExhausted, Unavailable
+from domain.pool_reason import PoolReason
 from domain.pools import SMALL_POOL
 from domain.shedding import SheddingPolicy, refuse_at_door, shed
 from domain.tiers import TierPolicy
@@ -137,14 +138,14 @@ class Planner:
         stable = [parts.summary] if parts.summary else []
         reusable = sum(turn.tokens for turn in [*stable, *parts.history])
         size = PromptSize(reusable + estimate_tokens(content), reusable)
-        pick, tier, pool = await self.shed(user, conversation_id, pool, size, model)
+        pick, tier, pool, moved = await self.shed(user, conversation_id, pool, size, model)
         known = self._system_tokens.get((pick.model, system)) if counted_once else None
         if known is not None:
             builder = ContextBuilder(Turn(Role.SYSTEM, system, known), tier.window_tokens,
                                      tier.max_answer_tokens)  # fmt: skip
             bounded = await self._plan_on_bound(user, pick, pool, tier, builder, parts, content)
             if bounded is not None:
-                return dataclasses.replace(bounded, version_model=model)
+                return dataclasses.replace(bounded, version_model=model, pool_reason=moved)
         if counted_once:
             system_tokens, message_tokens = await self._count(pick, content, system)
         else:
@@ -162,7 +163,7 @@ class Planner:
             )
         prompt = builder.build(parts.summary, parts.history, new, parts.pinned)
         plan = await self.admit(user, pick, pool, tier, prompt)
-        return dataclasses.replace(plan, version_model=model)
+        return dataclasses.replace(plan, version_model=model, pool_reason=moved)
 
     async def _plan_on_bound(
         self,
@@ -204,7 +205,7 @@ class Planner:
         history = sum(estimate_tokens(t.counted_text()) for t in request.turns[:-1])
         newest = estimate_tokens(request.turns[-1].counted_text())
         size = PromptSize(history + newest, history)
-        pick, tier, pool = await self.shed(user, affinity_key, pool, size, model)
+        pick, tier, pool, moved = await self.shed(user, affinity_key, pool, size, model)
         answer = completions.answer_cap(tier.max_answer_tokens, request.max_tokens)
         default_system = system_prompt or self._policy.system_prompt
         system, turns = completions.split_system(request, default_system)
@@ -220,27 +221,30 @@ class Planner:
         )
         capped = TierPolicy(tier.window_tokens, answer, tier.limit)
         plan = await self.admit(user, pick, pool, capped, prompt)
-        return replace(plan, options=request.options, version_model=model)
+        return replace(plan, options=request.options, version_model=model, pool_reason=moved)
 
     async def shed(
         self, user: User, conversation_id: str, pool: str, size: PromptSize, model: str = ""
-    ) -> tuple[ReplicaPick, TierPolicy, str]:
+    ) -> tuple[ReplicaPick, TierPolicy, str, PoolReason]:
         """Picks the replica, and the ladder's rung that came with it decides the pool and
         the answer cap; rung 3 may refuse at once. One pick serves the whole message: the
-        prompt's size is estimated before the serving model's tokenizer has counted it."""
-        pick, pool = await self._first_pick(conversation_id, pool, user.tier, size, model)
+        prompt's size is estimated before the serving model's tokenizer has counted it.
+        Also says why the pool is not the one given (fallback, ladder), or NONE."""
+        pick, picked = await self._first_pick(conversation_id, pool, user.tier, size, model)
+        moved = PoolReason.NONE if picked == pool else PoolReason.FALLBACK
         tier = self._policy.tiers[user.tier]
-        decided = shed(user.tier, pick.ladder_rung, pool, tier.max_answer_tokens,
+        decided = shed(user.tier, pick.ladder_rung, picked, tier.max_answer_tokens,
                        self._policy.shedding)  # fmt: skip
         self._refuse_if_busy(user, pick)
-        if decided.pool != pool:
+        if decided.pool != picked:
+            moved = PoolReason.LADDER
             self._metrics.sheds.labels(user.tier.value, "small_pool").inc()
             pick = await self._pick(conversation_id, decided.pool, user.tier, size, model)
             self._refuse_if_busy(user, pick)
         if decided.max_answer_tokens < tier.max_answer_tokens:
             self._metrics.sheds.labels(user.tier.value, "capped_answer").inc()
         capped = TierPolicy(tier.window_tokens, decided.max_answer_tokens, tier.limit)
-        return pick, _fitted(capped, pick.context_tokens), decided.pool
+        return pick, _fitted(capped, pick.context_tokens), decided.pool, moved
 
     async def _first_pick(
         self, conversation_id: str, pool: str, tier: Tier, size: PromptSize, model: str

@@ -31,6 +31,10 @@ class Meta:
     downgraded: str = ""
     # The user's slice of the rollout (domain/rollout.py's Slice), or ''.
     slice: str = ""
+    # The pool that serves ('' for composed answers), and why it is not the one the message
+    # asked for (domain/pool_reason.py), or ''.
+    pool: str = ""
+    pool_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)

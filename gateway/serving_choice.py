@@ -9,7 +9,9 @@ import dataclasses
 from dataclasses import dataclass
 
 from domain.budget import BudgetDecision
+from domain.pool_reason import PoolReason, route_reason, served_reason
 from domain.rollout import Assignment, Version
+from domain.router import RouteDecision
 from domain.types import User
 from gateway.answers import AnswerPlan
 from gateway.daily_budget import DailyBudget
@@ -47,6 +49,14 @@ class ServingChoice:
             budget=self.budget.outcome.value,
             downgraded=self.budget.downgraded,
         )
+
+    def explained(self, plan: AnswerPlan, asked: str | None, route: RouteDecision) -> AnswerPlan:
+        """The plan, marked with why the pool that serves it is not the one asked for (None:
+        auto): the router's move, the allowance's, then the planner's, which the plan holds."""
+        moves = [(route.pool, route_reason(asked, route)),
+                 (self.pool, PoolReason.ALLOWANCE),
+                 (plan.pool, PoolReason(plan.pool_reason))]  # fmt: skip
+        return dataclasses.replace(plan, pool_reason=served_reason(asked, moves))
 
 
 class ServingChooser:

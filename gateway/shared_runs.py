@@ -428,7 +428,8 @@ def encode_event(event: Event) -> str:
                     "conversation_id": event.conversation_id, "model": event.model,
                     "replica_id": event.replica_id, "region": event.region,
                     "region_notice": event.region_notice, "version": event.version,
-                    "downgraded": event.downgraded, "slice": event.slice}  # fmt: skip
+                    "downgraded": event.downgraded, "slice": event.slice,
+                    "pool": event.pool, "pool_reason": event.pool_reason}  # fmt: skip
         case Delta():
             body = {"k": "delta", "text": event.text}
         case Retract():
@@ -451,7 +452,8 @@ def decode_event(raw: bytes | str) -> Event:
                         body["replica_id"], body.get("region", ""),
                         body.get("region_notice", ""), version=body.get("version", ""),
                         downgraded=body.get("downgraded", ""),
-                        slice=body.get("slice", ""))  # fmt: skip
+                        slice=body.get("slice", ""), pool=body.get("pool", ""),
+                        pool_reason=body.get("pool_reason", ""))  # fmt: skip
         case "delta":
             return Delta(body["text"])
         case "retract":
@@ -481,6 +483,7 @@ def _encode_plan(plan: AnswerPlan, answer_parent_seq: int | None) -> str:
             "downgraded": plan.downgraded,
             "version_model": plan.version_model,
             "slice": plan.slice,
+            "pool_reason": plan.pool_reason,
             "parent_seq": answer_parent_seq,
         },
         separators=(",", ":"),
@@ -505,5 +508,6 @@ def _decode_plan(raw: bytes) -> tuple[AnswerPlan, int | None]:
                                temperature=body.get("temperature", ANSWER_TEMPERATURE),
                                downgraded=body.get("downgraded", ""),
                                version_model=body.get("version_model", ""),
-                               slice=body.get("slice", ""))  # fmt: skip
+                               slice=body.get("slice", ""),
+                               pool_reason=body.get("pool_reason", ""))  # fmt: skip
     return plan, body["parent_seq"]

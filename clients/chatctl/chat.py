@@ -186,7 +186,11 @@ class ChatSession:
                 self.failed = True
                 note(f"chatctl: {event.message} ({event.code})")
             case Meta():
-                note(f"[{event.model} on {event.replica_id}]")
+                # A pool other than the one asked for is said, with why ("tier": Free
+                # cannot pick one); "router" only says auto was asked for.
+                moved = event.pool_reason not in ("", "router")
+                why = f"; the {event.pool} pool: {event.pool_reason}" if moved else ""
+                note(f"[{event.model} on {event.replica_id}{why}]")
 
 
 async def chat(args: argparse.Namespace) -> int:

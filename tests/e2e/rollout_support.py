@@ -104,6 +104,10 @@ class Sent:
     input_tokens: int
     finish: str
     text: str
+    # The pool that served and why it is not the one asked for: the meta event's and the
+    # response's headers' (X-Pool, X-Pool-Reason), each as the pair.
+    pool: tuple[str, str] = ("", "")
+    headers: tuple[str, str] = ("", "")
 
 
 async def send(
@@ -121,13 +125,14 @@ async def send(
             body = await response.json()
             return Sent(message_id, response.status, "", "", "", 0, "", str(body))
         events = await read_events(response)
+        headers = (response.headers.get("X-Pool", ""), response.headers.get("X-Pool-Reason", ""))
     meta, last = events[0].data, events[-1]
     text = "".join(e.data["text"] for e in events if e.event == "delta")
     # An error event (the answer failed after it started) ends the stream instead of done.
     finish = last.data["finish"] if last.event == "done" else "error"
     used = last.data["usage"]["input"] if last.event == "done" else 0
     return Sent(message_id, response.status, meta["version"], meta["downgraded"], meta["model"],
-                used, finish, text)  # fmt: skip
+                used, finish, text, (meta["pool"], meta["poolReason"]), headers)  # fmt: skip
 
 
 @dataclass(frozen=True)

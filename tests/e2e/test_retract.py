@@ -1,6 +1,7 @@
-"""The output check's retract mode, on real processes and the simulated engine: Plus answers
-show as they come and a flagged one is withdrawn (a `retract` event, then the refusal, which
-is all that is stored); Free stays on the hold-back, and so do completions whatever the tier.
+"""The output check's modes as shipped, on real processes and the simulated engine: Plus
+answers show as they come and a flagged one is withdrawn (retract mode: a `retract` event,
+then the refusal, which is all that is stored); Free stays on the hold-back, and so do the
+OpenAI-compatible APIs (completions, Responses) whatever the tier.
 
 The simulator writes sentences of words from a fixed list, "the" among them, and the test
 blocklist flags "the", so an answer can be seen withdrawn without anyone writing harmful text.
@@ -61,7 +62,7 @@ async def platform(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Lo
                 "CHAT_NODEAGENT_ENGINE": "sim",
                 "CHAT_NODEAGENT_SIM_PRESET": "8b-1xh100",
                 "CHAT_GATEWAY_SAFETY_BLOCKLIST": str(BLOCKLIST),
-                "CHAT_GATEWAY_PLUS_OUTPUT_MODE": "retract",
+                # No output mode is set: each tier's shipped default is under test.
                 # The router would only add a classifier to load; the pool is not under test.
                 "CHAT_GATEWAY_ROUTER": "false",
             },

@@ -160,6 +160,9 @@ async def test_a_user_past_the_daily_allowance_is_served_by_the_small_pool(
     # platform has no large node), the second was sent there by the allowance.
     assert (first.routed_pool, first.budget, first.served_pool) == ("large", "within", "small")
     assert (second.routed_pool, second.budget, second.served_pool) == ("large", "over", "small")
+    # And the client is told so, in the meta event and the response's headers alike.
+    assert (within.pool, within.headers) == (("small", "fallback"), ("small", "fallback"))
+    assert (over.pool, over.headers) == (("small", "allowance"), ("small", "allowance"))
 
 
 async def test_a_completion_is_served_by_the_version_of_the_users_slice(

@@ -32,6 +32,7 @@ async def guarded(tmp_path_factory):
             extra_env={
                 "CHAT_GATEWAY_SAFETY_BLOCKLIST": str(BLOCKLIST),
                 "CHAT_GATEWAY_PLUS_MAX_ANSWER_TOKENS": "200",
+                "CHAT_GATEWAY_FREE_MAX_ANSWER_TOKENS": "200",
             },
         )
     )
@@ -64,13 +65,15 @@ async def test_a_blocked_message_is_refused_recorded_and_never_reaches_a_model(g
 
 
 async def test_a_flagged_answer_is_stopped_and_the_flagged_text_never_shown(guarded) -> None:
+    # Free, whose output check holds text back as shipped (Plus's shows it at once and
+    # withdraws a flagged answer: tests/e2e/test_retract.py).
     # The engine samples (temperature 0.7), so an answer may, rarely, hold no "the" at all and
     # end normally; another conversation is tried then. (The prompt cannot hold "the": the
     # input check would refuse it.) A flagged word that reaches the user fails at once.
     for _ in range(3):
         conversation = new_conversation_id()
         async with ChatClient(
-            guarded.gateway_address, guarded.tokens["plus"], tls=guarded.tls("client")
+            guarded.gateway_address, guarded.tokens["free"], tls=guarded.tls("client")
         ) as chat:
             events = [
                 e

@@ -314,8 +314,9 @@ async def test_a_429_says_when_to_try_again(short_answers: LocalPlatform, page: 
 
 @pytest.fixture(scope="module")
 async def retracting(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalPlatform]:
-    """Plus in retract mode on the simulated engine, whose answers hold the word the test
-    blocklist flags ("the"); slower than real time, so the text is on the page a while."""
+    """Plus in its shipped retract mode on the simulated engine, whose answers hold the word
+    the test blocklist flags ("the"); slower than real time, so the text is on the page a
+    while."""
     platform = LocalPlatform(
         PlatformSettings(
             state_dir=tmp_path_factory.mktemp("page-retract"),
@@ -325,7 +326,6 @@ async def retracting(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
                 "CHAT_NODEAGENT_SIM_PRESET": "8b-1xh100",
                 "CHAT_NODEAGENT_SIM_SPEED": "0.3",
                 "CHAT_GATEWAY_SAFETY_BLOCKLIST": str(RETRACT_BLOCKLIST),
-                "CHAT_GATEWAY_PLUS_OUTPUT_MODE": "retract",
                 "CHAT_GATEWAY_ROUTER": "false",
             },
         )

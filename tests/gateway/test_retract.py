@@ -137,13 +137,13 @@ def test_a_retract_drops_every_delta_before_it() -> None:
     assert shown_pieces([Delta("a")]) == (["a"], False)
 
 
-def test_each_tier_holds_back_unless_set_to_retract() -> None:
+def test_plus_retracts_and_free_holds_back_as_shipped_and_each_can_be_set() -> None:
     shipped = build_policies(GatewayConfig(router=False))
-    assert [shipped.output_mode(tier) for tier in Tier] == [OutputMode.HOLDBACK] * 2
-    plus = build_policies(GatewayConfig(router=False, plus_output_mode="retract"))
-    assert plus.output_mode(Tier.PLUS) is OutputMode.RETRACT
-    assert plus.output_mode(Tier.FREE) is OutputMode.HOLDBACK
-    assert plus.new_output_guard is not None
-    assert plus.new_output_guard(OutputMode.RETRACT).mode is OutputMode.RETRACT
+    assert shipped.output_mode(Tier.PLUS) is OutputMode.RETRACT
+    assert shipped.output_mode(Tier.FREE) is OutputMode.HOLDBACK
+    assert shipped.new_output_guard is not None
+    assert shipped.new_output_guard(OutputMode.RETRACT).mode is OutputMode.RETRACT
+    held = build_policies(GatewayConfig(router=False, plus_output_mode="holdback"))
+    assert [held.output_mode(tier) for tier in Tier] == [OutputMode.HOLDBACK] * 2
     with pytest.raises(ConfigError, match="holdback, retract"):
         build_policies(GatewayConfig(router=False, free_output_mode="later"))

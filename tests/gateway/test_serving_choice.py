@@ -3,11 +3,14 @@ slice) and the daily allowance's pool, and the plan is marked with both."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from prometheus_client import CollectorRegistry
 
 from domain.budget import DailyAllowance
 from domain.context import Prompt
 from domain.rollout import RolloutState, Version, create, pin_user
+from domain.router import RouteDecision, RouteReason
 from domain.types import Tier, Usage, User
 from gateway.answers import AnswerPlan
 from gateway.daily_budget import DailyBudget, InProcessDailySpend
@@ -65,3 +68,15 @@ async def test_a_user_past_the_allowance_is_sent_down_a_tier_on_the_current_vers
     marked = chosen.applied(plan())
     assert (chosen.pool, marked.version, marked.temperature, marked.budget,
             marked.downgraded) == ("small", "base", 0.7, "over", "daily_budget")  # fmt: skip
+
+
+async def test_the_plan_says_the_allowance_moved_a_plus_pick_of_large() -> None:
+    chosen = await (await chooser()).choose(HEAVY_USER, "large")
+    picked = RouteDecision("large", "large", RouteReason.USER_CHOICE)
+    small = dataclasses.replace(plan(), pool="small")
+    assert chosen.explained(small, "large", picked).pool_reason == "allowance"
+    # Where the planner moved it (the large pool had no replica), the planner's reason.
+    fell = dataclasses.replace(plan(), pool="small", pool_reason="fallback")
+    within = await (await chooser()).choose(EVAL_USER, "large")
+    assert within.explained(fell, "large", picked).pool_reason == "fallback"
+    assert within.explained(plan(), "large", picked).pool_reason == ""

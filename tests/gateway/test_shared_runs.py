@@ -97,6 +97,8 @@ def test_events_survive_the_codec() -> None:
     events = [
         Meta("m1", "c1", "model", "node-1"),
         Meta("m1", "c1", "model", "node-1", "b", "Your home region a is unavailable"),
+        # What a follower at another gateway tells its client of the pool, too.
+        Meta("m1", "c1", "model", "node-1", pool="small", pool_reason="tier"),
         Delta("héllo\n"),
         Retract(6),
         Done(Finish.STOP, Usage(10, 4, 7)),

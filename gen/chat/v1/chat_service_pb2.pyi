@@ -48,7 +48,7 @@ class ChatEvent(_message.Message):
     def __init__(self, event_id: _Optional[int] = ..., meta: _Optional[_Union[MetaEvent, _Mapping]] = ..., delta: _Optional[_Union[DeltaEvent, _Mapping]] = ..., done: _Optional[_Union[DoneEvent, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ..., retract: _Optional[_Union[RetractEvent, _Mapping]] = ...) -> None: ...
 
 class MetaEvent(_message.Message):
-    __slots__ = ("message_id", "conversation_id", "model", "replica_id", "region", "region_notice", "version", "downgraded", "slice")
+    __slots__ = ("message_id", "conversation_id", "model", "replica_id", "region", "region_notice", "version", "downgraded", "slice", "pool", "pool_reason")
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +58,8 @@ class MetaEvent(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     DOWNGRADED_FIELD_NUMBER: _ClassVar[int]
     SLICE_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    POOL_REASON_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     conversation_id: str
     model: str
@@ -67,7 +69,9 @@ class MetaEvent(_message.Message):
     version: str
     downgraded: str
     slice: str
-    def __init__(self, message_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., model: _Optional[str] = ..., replica_id: _Optional[str] = ..., region: _Optional[str] = ..., region_notice: _Optional[str] = ..., version: _Optional[str] = ..., downgraded: _Optional[str] = ..., slice: _Optional[str] = ...) -> None: ...
+    pool: str
+    pool_reason: str
+    def __init__(self, message_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., model: _Optional[str] = ..., replica_id: _Optional[str] = ..., region: _Optional[str] = ..., region_notice: _Optional[str] = ..., version: _Optional[str] = ..., downgraded: _Optional[str] = ..., slice: _Optional[str] = ..., pool: _Optional[str] = ..., pool_reason: _Optional[str] = ...) -> None: ...
 
 class DeltaEvent(_message.Message):
     __slots__ = ("text", "tool_calls", "refusal")
