@@ -1,0 +1,183 @@
+"""A TlsConfig's files as they are now: certificates renew without a restart.
+
+cert-manager (and kubelet, for a mounted Secret) renews a certificate by rewriting the files in
+place: a new `..data` directory, then a symlink swap. A service that read its files once at
+start goes on presenting the old certificate, and past its expiry every new connection to it,
+or from it, fails. CertificateFiles reads them again when they change: a stat of the three
+resolved files at most every CHECK_EVERY_S, the contents read only when a stat differs, and
+taken only when the key matches the certificate (a half-written renewal keeps the old pair
+until the next check finds the whole new one).
+
+Servers (grpc's dynamic server credentials) and client channels (RenewingChannel) ask it at
+each handshake or call; the expiry gauge (TlsExpiry) at each scrape. Nothing runs in the
+background: a service that is not called does not look.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import grpc
+import structlog
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from infra.config import ConfigError
+from infra.tls import TlsConfig
+
+# Well inside the hour cert-manager leaves between renewing and the old certificate's expiry
+# (a third of its lifetime by default), and a stat of three files this often costs nothing.
+CHECK_EVERY_S = 5.0
+_Stamp = tuple[tuple[int, int, int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Material:
+    """One consistent read of the files; version counts the changes seen since start."""
+
+    ca: bytes
+    key: bytes
+    cert: bytes
+    version: int
+    # Unix times: when this holder's certificate, and the first of the CA bundle's, expire.
+    cert_expiry: float
+    ca_expiry: float
+
+
+def _stamp(paths: Iterable[str]) -> _Stamp:
+    # stat follows the symlinks: a swapped `..data` is a new inode, an overwrite a new mtime.
+    stats = (os.stat(path) for path in paths)
+    return tuple((s.st_dev, s.st_ino, s.st_mtime_ns, s.st_size) for s in stats)
+
+
+def _expiry(cert: x509.Certificate) -> float:
+    return cert.not_valid_after_utc.timestamp()
+
+
+def _parse(tls: TlsConfig, version: int) -> Material:
+    """The files read and checked: ValueError when they do not make a usable pair."""
+    ca, key, cert = tls.read()
+    chain = x509.load_pem_x509_certificates(cert)
+    authorities = x509.load_pem_x509_certificates(ca)
+    private = serialization.load_pem_private_key(key, password=None)
+    raw = serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    if private.public_key().public_bytes(*raw) != chain[0].public_key().public_bytes(*raw):
+        raise ValueError(f"{tls.key_file} is not the key of {tls.cert_file}")
+    ca_expiry = min(_expiry(c) for c in authorities)
+    return Material(ca, key, cert, version, _expiry(chain[0]), ca_expiry)
+
+
+class CertificateFiles:
+    """The CA bundle, key and certificate of one TlsConfig (not insecure), re-read on change.
+
+    Safe from any thread: gRPC's core asks for a server's certificate from its own."""
+
+    def __init__(
+        self,
+        tls: TlsConfig,
+        check_every_s: float = CHECK_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        tls.check()
+        self.tls = tls
+        self._paths = (tls.ca_file, tls.key_file, tls.cert_file)
+        self._check_every_s = check_every_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        try:
+            self._stamp = _stamp(self._paths)
+            self._material = _parse(tls, 0)
+        except ValueError as error:
+            raise ConfigError(f"tls: {error}") from error
+        except OSError as error:
+            raise ConfigError(f"tls: cannot read {error.filename}: {error.strerror}") from error
+        self._next_check = clock() + check_every_s
+        self._log = structlog.get_logger(component="tls", cert_file=tls.cert_file)
+
+    def current(self) -> Material:
+        """The files as last read, read again first when the last check is CHECK_EVERY_S old."""
+        with self._lock:
+            now = self._clock()
+            if now >= self._next_check:
+                self._next_check = now + self._check_every_s
+                self._reload()
+            return self._material
+
+    def _reload(self) -> None:
+        try:
+            stamp = _stamp(self._paths)
+            if stamp == self._stamp:
+                return
+            material = _parse(self.tls, self._material.version + 1)
+        except (OSError, ValueError, ConfigError) as error:
+            # Mid-renewal, or broken: the old pair serves until a whole new one is there.
+            self._log.warning("tls files unusable, keeping the loaded ones", error=str(error))
+            return
+        self._stamp = stamp
+        old = self._material
+        if (material.ca, material.key, material.cert) != (old.ca, old.key, old.cert):
+            self._material = material
+            self._log.info("tls files reloaded", expires=material.cert_expiry)
+
+
+class ServerCertificates:
+    """grpc's certificate configuration fetcher: called by gRPC's core before each handshake,
+    it hands over a new configuration when the files changed (None: keep the one it has)."""
+
+    def __init__(self, files: CertificateFiles) -> None:
+        self._files = files
+        self._served = -1
+
+    def configuration(self) -> grpc.ServerCertificateConfiguration:
+        material = self._files.current()
+        self._served = material.version
+        return grpc.ssl_server_certificate_configuration(
+            [(material.key, material.cert)], root_certificates=material.ca
+        )
+
+    def __call__(self) -> grpc.ServerCertificateConfiguration | None:
+        if self._files.current().version == self._served:
+            return None
+        return self.configuration()
+
+
+def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
+    """This service's certificate as its files are now; callers must show one from the CA."""
+    fetcher = ServerCertificates(CertificateFiles(tls))
+    return grpc.dynamic_ssl_server_credentials(
+        fetcher.configuration(), fetcher, require_client_authentication=True
+    )
+
+
+class TlsExpiry(Collector):
+    """chat_tls_certificate_expiry_timestamp_seconds{service,file}: when each certificate this
+    service holds or trusts expires, as its files are now (read at scrape, CHECK_EVERY_S
+    apart). An insecure TlsConfig holds none."""
+
+    def __init__(self, service: str, configs: Iterable[TlsConfig]) -> None:
+        self._service = service
+        self._files = [CertificateFiles(tls) for tls in configs if not tls.insecure]
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "chat_tls_certificate_expiry_timestamp_seconds",
+            "when a certificate this service presents or trusts expires (Unix time)",
+            labels=["service", "file"],
+        )
+        seen: set[str] = set()
+        for files in self._files:
+            material = files.current()
+            for path, expiry in (
+                (files.tls.cert_file, material.cert_expiry),
+                (files.tls.ca_file, material.ca_expiry),
+            ):
+                if path not in seen:
+                    seen.add(path)
+                    family.add_metric([self._service, path], expiry)
+        yield family
