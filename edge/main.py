@@ -16,6 +16,7 @@ from infra.logs import configure_logging
 from infra.runner import run_service
 from infra.service import Service
 from infra.tls import TlsConfig
+from infra.tls_files import TlsExpiry
 
 
 @dataclass
@@ -86,8 +87,10 @@ async def serve_one(config: EdgeConfig, stop: asyncio.Event) -> None:
             max_requests_per_ip=config.max_requests_per_ip,
             reattach_timeout_s=config.reattach_timeout_s,
         )
+        registry = CollectorRegistry()
+        registry.register(TlsExpiry("edge", [config.tls]))
         runner = web.AppRunner(
-            build_app(gateways, settings, CollectorRegistry()),
+            build_app(gateways, settings, registry),
             access_log=None,
             shutdown_timeout=config.shutdown_grace_s,
             max_line_size=config.max_header_bytes,

@@ -47,6 +47,8 @@ class TlsConfig:
     cert_file: str = ""
     key_file: str = ""
     insecure: bool = False
+    # How often a running service looks whether its files were renewed (infra.tls_files).
+    reload_check_s: float = 5.0
 
     @classmethod
     def in_folder(cls, folder: str | Path, stem: str) -> TlsConfig:

@@ -4,9 +4,11 @@ cert-manager (and kubelet, for a mounted Secret) renews a certificate by rewriti
 place: a new `..data` directory, then a symlink swap. A service that read its files once at
 start goes on presenting the old certificate, and past its expiry every new connection to it,
 or from it, fails. CertificateFiles reads them again when they change: a stat of the three
-resolved files at most every CHECK_EVERY_S, the contents read only when a stat differs, and
-taken only when the key matches the certificate (a half-written renewal keeps the old pair
-until the next check finds the whole new one).
+resolved files at most every `reload_check_s` (5 s by default: well inside the third of a
+certificate's lifetime cert-manager leaves before its expiry, and a stat of three files this
+often costs nothing), the contents read only when a stat differs, and taken only when the key
+matches the certificate (a half-written renewal keeps the old pair until the next check finds
+the whole new one).
 
 Servers (grpc's dynamic server credentials) and client channels (RenewingChannel) ask it at
 each handshake or call; the expiry gauge (TlsExpiry) at each scrape. Nothing runs in the
@@ -31,9 +33,6 @@ from prometheus_client.registry import Collector
 from infra.config import ConfigError
 from infra.tls import TlsConfig
 
-# Well inside the hour cert-manager leaves between renewing and the old certificate's expiry
-# (a third of its lifetime by default), and a stat of three files this often costs nothing.
-CHECK_EVERY_S = 5.0
 _Stamp = tuple[tuple[int, int, int, int], ...]
 
 
@@ -78,16 +77,11 @@ class CertificateFiles:
 
     Safe from any thread: gRPC's core asks for a server's certificate from its own."""
 
-    def __init__(
-        self,
-        tls: TlsConfig,
-        check_every_s: float = CHECK_EVERY_S,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, tls: TlsConfig, clock: Callable[[], float] = time.monotonic) -> None:
         tls.check()
         self.tls = tls
         self._paths = (tls.ca_file, tls.key_file, tls.cert_file)
-        self._check_every_s = check_every_s
+        self._check_every_s = tls.reload_check_s
         self._clock = clock
         self._lock = threading.Lock()
         try:
@@ -97,11 +91,11 @@ class CertificateFiles:
             raise ConfigError(f"tls: {error}") from error
         except OSError as error:
             raise ConfigError(f"tls: cannot read {error.filename}: {error.strerror}") from error
-        self._next_check = clock() + check_every_s
+        self._next_check = clock() + tls.reload_check_s
         self._log = structlog.get_logger(component="tls", cert_file=tls.cert_file)
 
     def current(self) -> Material:
-        """The files as last read, read again first when the last check is CHECK_EVERY_S old."""
+        """The files as last read, read again first when the last check is reload_check_s old."""
         with self._lock:
             now = self._clock()
             if now >= self._next_check:
@@ -157,7 +151,7 @@ def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
 
 class TlsExpiry(Collector):
     """chat_tls_certificate_expiry_timestamp_seconds{service,file}: when each certificate this
-    service holds or trusts expires, as its files are now (read at scrape, CHECK_EVERY_S
+    service holds or trusts expires, as its files are now (read at scrape, reload_check_s
     apart). An insecure TlsConfig holds none."""
 
     def __init__(self, service: str, configs: Iterable[TlsConfig]) -> None:
