@@ -47,6 +47,9 @@ class Material:
     # Unix times: when this holder's certificate, and the first of the CA bundle's, expire.
     cert_expiry: float
     ca_expiry: float
+    # From valid-from to expiry: cert-manager renews a certificate with a third of it left.
+    cert_lifetime: float
+    ca_lifetime: float
 
 
 def _stamp(paths: Iterable[str]) -> _Stamp:
@@ -59,6 +62,10 @@ def _expiry(cert: x509.Certificate) -> float:
     return cert.not_valid_after_utc.timestamp()
 
 
+def _lifetime(cert: x509.Certificate) -> float:
+    return (cert.not_valid_after_utc - cert.not_valid_before_utc).total_seconds()
+
+
 def _parse(tls: TlsConfig, version: int) -> Material:
     """The files read and checked: ValueError when they do not make a usable pair."""
     ca, key, cert = tls.read()
@@ -68,8 +75,9 @@ def _parse(tls: TlsConfig, version: int) -> Material:
     raw = serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     if private.public_key().public_bytes(*raw) != chain[0].public_key().public_bytes(*raw):
         raise ValueError(f"{tls.key_file} is not the key of {tls.cert_file}")
-    ca_expiry = min(_expiry(c) for c in authorities)
-    return Material(ca, key, cert, version, _expiry(chain[0]), ca_expiry)
+    first_ca = min(authorities, key=_expiry)
+    return Material(ca, key, cert, version, _expiry(chain[0]), _expiry(first_ca),
+                    _lifetime(chain[0]), _lifetime(first_ca))  # fmt: skip
 
 
 class CertificateFiles:
@@ -150,28 +158,35 @@ def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
 
 
 class TlsExpiry(Collector):
-    """chat_tls_certificate_expiry_timestamp_seconds{service,file}: when each certificate this
-    service holds or trusts expires, as its files are now (read at scrape, reload_check_s
-    apart). An insecure TlsConfig holds none."""
+    """When each certificate this service presents or trusts expires, and its whole lifetime
+    (the alert's threshold is a share of it), by {service,file}, as its files are now (read at
+    scrape, reload_check_s apart). An insecure TlsConfig holds none."""
 
     def __init__(self, service: str, configs: Iterable[TlsConfig]) -> None:
         self._service = service
         self._files = [CertificateFiles(tls) for tls in configs if not tls.insecure]
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(
+        expiry = GaugeMetricFamily(
             "chat_tls_certificate_expiry_timestamp_seconds",
             "when a certificate this service presents or trusts expires (Unix time)",
             labels=["service", "file"],
         )
+        lifetime = GaugeMetricFamily(
+            "chat_tls_certificate_lifetime_seconds",
+            "how long a certificate this service presents or trusts is valid in all",
+            labels=["service", "file"],
+        )
         seen: set[str] = set()
         for files in self._files:
-            material = files.current()
-            for path, expiry in (
-                (files.tls.cert_file, material.cert_expiry),
-                (files.tls.ca_file, material.ca_expiry),
+            now = files.current()
+            for path, ends, lasts in (
+                (files.tls.cert_file, now.cert_expiry, now.cert_lifetime),
+                (files.tls.ca_file, now.ca_expiry, now.ca_lifetime),
             ):
                 if path not in seen:
                     seen.add(path)
-                    family.add_metric([self._service, path], expiry)
-        yield family
+                    expiry.add_metric([self._service, path], ends)
+                    lifetime.add_metric([self._service, path], lasts)
+        yield expiry
+        yield lifetime
