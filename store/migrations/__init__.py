@@ -48,8 +48,10 @@ def parse(name: str, script: str) -> Migration:
             f"{name}: the first line must be `-- kind: expand` or `-- kind: contract, needs NNN`"
         )
     floor = 0 if found.group(1) else int(found.group(2))
-    if floor > version:
-        raise ValueError(f"{name}: a contraction cannot need a migration after its own")
+    if floor >= version:
+        # The release before a contraction must still run after it: it is the one to roll
+        # back to, and it must have stopped using what the contraction removes.
+        raise ValueError(f"{name}: a contraction needs a migration before its own")
     return Migration(version, script, floor)
 
 

@@ -50,6 +50,9 @@ def test_a_migration_must_say_its_kind() -> None:
         "008_x.sql: the first line must be `-- kind: expand` or `-- kind: contract, needs NNN`"
     )
     assert parse("009_y.sql", "-- kind: contract, needs 8\nDROP TABLE t;").code_floor == 8
+    with pytest.raises(ValueError) as caught:
+        parse("009_y.sql", "-- kind: contract, needs 9\nDROP TABLE t;")
+    assert str(caught.value) == "009_y.sql: a contraction needs a migration before its own"
 
 
 def test_pending_lets_a_release_run_on_expansions_and_floors_it_knows() -> None:
