@@ -54,7 +54,8 @@ from infra.convert import (
     TIER_NAMES,
 )
 from infra.status import CallFailure
-from infra.tls import TlsConfig, open_channel
+from infra.tls import TlsConfig
+from infra.tls_channel import open_channel
 
 # Unary calls give up after this long, so a hung server never hangs a script.
 DEFAULT_TIMEOUT_S = 10.0

@@ -16,7 +16,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from chat.v1 import chat_service_pb2_grpc as pb_grpc
 from infra.keepalive import CLIENT_CHANNEL, never_connected
-from infra.tls import TlsConfig, open_channel
+from infra.tls import TlsConfig
+from infra.tls_channel import open_channel
 
 T = TypeVar("T")
 # A gateway's own errors carry a google.rpc.Status in this trailer (infra.status); errors made

@@ -16,6 +16,7 @@ from infra.logs import configure_logging
 from infra.runner import run_service
 from infra.service import Service
 from infra.tls import TlsConfig
+from infra.tls_files import TlsExpiry
 
 
 @dataclass
@@ -94,6 +95,7 @@ async def serve_one(config: EdgeConfig, stop: asyncio.Event) -> None:
             metrics_on_http=not config.metrics_listen,
         )
         registry = CollectorRegistry()
+        registry.register(TlsExpiry("edge", [config.tls]))
         runner = web.AppRunner(
             build_app(gateways, settings, registry),
             access_log=None,

@@ -20,7 +20,8 @@ from domain.types import Tier, User
 from gateway import home_convert
 from infra.convert import RATING_TO_PB, TIER_TO_PB
 from infra.keepalive import CLIENT_CHANNEL, never_connected
-from infra.tls import TlsConfig, open_channel
+from infra.tls import TlsConfig
+from infra.tls_channel import open_channel
 from store.records import (
     ConversationRecord,
     FeedbackRecord,

@@ -63,6 +63,7 @@ from infra.logs import configure_logging
 from infra.runner import run_service
 from infra.service import Service
 from infra.tls import TlsConfig
+from infra.tls_files import TlsExpiry
 from store.base import Store
 from store.factory import open_store
 
@@ -435,6 +436,7 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
                          registry=registry)  # fmt: skip
         revision.set_function(lambda: versions.revision)
         registry.register(CurrentVersion(lambda: versions.state))
+        registry.register(TlsExpiry("gateway", [config.tls]))
         metrics_server = await service.metrics(registry, config.metrics_listen)
         service_name = chat_service_pb2.DESCRIPTOR.services_by_name["ChatService"].full_name
         home_name = home_service_pb2.DESCRIPTOR.services_by_name["HomeService"].full_name

@@ -23,7 +23,8 @@ from infra.convert import (
     tool_call_to_pb,
 )
 from infra.keepalive import CLIENT_CHANNEL
-from infra.tls import TlsConfig, open_channel
+from infra.tls import TlsConfig
+from infra.tls_channel import open_channel
 
 # A node behind a silent link fails its streams within 3 s, and the answer fails over.
 CHANNEL_OPTIONS = CLIENT_CHANNEL

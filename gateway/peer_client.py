@@ -12,7 +12,8 @@ from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import chat_service_pb2_grpc as pb_grpc
 from gateway.regions import SERVE_FOR_HEADER, Forward
 from infra.keepalive import CLIENT_CHANNEL, never_connected
-from infra.tls import TlsConfig, open_channel
+from infra.tls import TlsConfig
+from infra.tls_channel import open_channel
 
 # A stop is one store read and a flag set where the answer runs.
 STOP_TIMEOUT_S = 5.0

@@ -26,7 +26,8 @@ from infra.convert import TIER_TO_PB
 from infra.keepalive import CLIENT_CHANNEL
 from infra.rollout_convert import ratings_to_pb, rollout_from_pb, tallies_to_pb
 from infra.status import REASON_NO_REPLICA, CallFailure
-from infra.tls import TlsConfig, open_channel
+from infra.tls import TlsConfig
+from infra.tls_channel import open_channel
 
 CHANNEL_OPTIONS = CLIENT_CHANNEL
 

@@ -89,6 +89,15 @@ class Authority:
         )
         return cls(cert, key)
 
+    @classmethod
+    def load(cls, folder: Path) -> Authority:
+        """The authority save() wrote, to issue more holders (or renew one) later."""
+        cert = x509.load_pem_x509_certificate((folder / "ca.crt").read_bytes())
+        key = serialization.load_pem_private_key((folder / "ca.key").read_bytes(), None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise ValueError(f"{folder / 'ca.key'} is not an EC key")
+        return cls(cert, key)
+
     @property
     def cert_pem(self) -> bytes:
         return self.cert.public_bytes(serialization.Encoding.PEM)

@@ -16,10 +16,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import aetcd
-import grpc
 from aetcd import rpc, watcher
 
 from infra.tls import TlsConfig
+from infra.tls_channel import RenewingChannel
+from infra.tls_files import CertificateFiles
 
 # etcd as it was reached before the platform had TLS settings for it.
 PLAINTEXT = TlsConfig(insecure=True)
@@ -29,16 +30,14 @@ class TlsEtcdClient(aetcd.Client):
     """An aetcd.Client whose channel is a secure one (mutual TLS)."""
 
     def __init__(self, host: str, port: int, tls: TlsConfig, **kwargs: Any) -> None:
-        ca, key, cert = tls.read()
-        self._credentials = grpc.ssl_channel_credentials(
-            ca, private_key=key, certificate_chain=cert
-        )
+        self._files = CertificateFiles(tls)
         super().__init__(host=host, port=port, **kwargs)
 
     async def connect(self) -> None:
         # aetcd's own connect() less its username and password login (unused here), with a
-        # secure channel where it opens an insecure one. Errors surface on the first call,
-        # as with aetcd's: opening a channel does not dial.
+        # secure channel where it opens an insecure one, its certificate following renewed
+        # files. Errors surface on the first call, as with aetcd's: opening a channel does not
+        # dial.
         if self._connected.is_set():
             return
         if self._is_connecting:
@@ -47,9 +46,7 @@ class TlsEtcdClient(aetcd.Client):
         try:
             self._is_connecting = True
             target = f"{self._host}:{self._port}"
-            self.channel = grpc.aio.secure_channel(
-                target, self._credentials, options=list(self._options.items())
-            )
+            self.channel = RenewingChannel(target, self._files, list(self._options.items()))
             self.kvstub = rpc.KVStub(self.channel)
             self.clusterstub = rpc.ClusterStub(self.channel)
             self.leasestub = rpc.LeaseStub(self.channel)

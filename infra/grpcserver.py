@@ -16,7 +16,8 @@ from infra.access import RoleCheck
 from infra.decoding import DecodeCheck
 from infra.keepalive import SERVER_KEEPALIVE
 from infra.status import to_rpc_status
-from infra.tls import TlsConfig, server_credentials
+from infra.tls import TlsConfig
+from infra.tls_files import server_credentials
 
 
 def maps_domain_errors(method: Callable[..., Any]) -> Callable[..., Any]:

@@ -20,10 +20,8 @@ plaintext, for debugging only.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import grpc
 
@@ -49,6 +47,8 @@ class TlsConfig:
     cert_file: str = ""
     key_file: str = ""
     insecure: bool = False
+    # How often a running service looks whether its files were renewed (infra.tls_files).
+    reload_check_s: float = 5.0
 
     @classmethod
     def in_folder(cls, folder: str | Path, stem: str) -> TlsConfig:
@@ -80,27 +80,6 @@ class TlsConfig:
         except OSError as error:
             raise ConfigError(f"tls: cannot read {error.filename}: {error.strerror}") from error
         return ca, key, cert
-
-
-def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
-    """This service's certificate, and callers must show one signed by the CA."""
-    ca, key, cert = tls.read()
-    return grpc.ssl_server_credentials(
-        [(key, cert)], root_certificates=ca, require_client_auth=True
-    )
-
-
-def open_channel(
-    address: str, tls: TlsConfig | None, options: Sequence[tuple[str, Any]] = ()
-) -> grpc.aio.Channel:
-    """Every client channel of the platform. None, or insecure, calls in plaintext."""
-    if tls is not None:
-        tls.check()
-    if tls is None or tls.insecure:
-        return grpc.aio.insecure_channel(address, list(options))
-    ca, key, cert = tls.read()
-    credentials = grpc.ssl_channel_credentials(ca, private_key=key, certificate_chain=cert)
-    return grpc.aio.secure_channel(address, credentials, list(options))
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from infra.logs import configure_logging
 from infra.runner import run_service
 from infra.service import Service
 from infra.tls import TlsConfig
+from infra.tls_files import TlsExpiry
 from nodeagent.changes import Changes
 from nodeagent.engine import Engine, EngineError
 from nodeagent.llamacpp import LlamaCppEngine
@@ -213,6 +214,7 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
             registry=metrics_registry,
         )
         kept.set_function(lambda: len(token_counts))
+        metrics_registry.register(TlsExpiry("nodeagent", [config.tls]))
         metrics = await service.metrics(metrics_registry, config.metrics_listen)
         server = GrpcServer(
             config.grpc_listen,

@@ -14,7 +14,8 @@ import structlog
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from infra.keepalive import CLIENT_CHANNEL
-from infra.tls import TlsConfig, open_channel
+from infra.tls import TlsConfig
+from infra.tls_channel import open_channel
 from nodeagent.changes import Changes
 from nodeagent.engine import Engine
 

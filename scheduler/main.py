@@ -26,6 +26,7 @@ from infra.logs import configure_logging
 from infra.runner import run_service
 from infra.service import Service
 from infra.tls import TlsConfig
+from infra.tls_files import TlsExpiry
 from scheduler.canary import CanaryPolicy, CanaryWatch
 from scheduler.ladder import EtcdLadderStore, InProcessLadderStore, LadderKeeper, LadderStore
 from scheduler.membership import (
@@ -249,6 +250,7 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
             config.pools,
             config.prefill_tokens_per_s * config.ladder_saturated_wait_s,
         )
+        registry.register(TlsExpiry("scheduler", [config.tls, config.etcd_tls]))
         metrics = await service.metrics(registry, config.metrics_listen)
         # Before the server: the view from etcd is in place when the first node connects.
         # Stopped after it: the node streams have ended and deregistered their nodes.

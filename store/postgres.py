@@ -161,17 +161,25 @@ class PostgresStore:
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK_KEY)
             await conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations "
-                "(version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
+                "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+                "applied_at DOUBLE PRECISION NOT NULL, code_floor INTEGER NOT NULL DEFAULT 0)"
             )
-            applied = {row[0] for row in await conn.fetch("SELECT version FROM schema_migrations")}
-            for version, script in migrations.load("postgres"):
-                if version in applied:
-                    continue
-                await conn.execute(script)
+            # A table from before code_floor: every migration until then was an expansion.
+            await conn.execute(
+                "ALTER TABLE schema_migrations "
+                "ADD COLUMN IF NOT EXISTS code_floor INTEGER NOT NULL DEFAULT 0"
+            )
+            rows = await conn.fetch("SELECT version, code_floor FROM schema_migrations")
+            known = migrations.load("postgres")
+            applied = {row[0]: row[1] for row in rows}
+            for migration in migrations.pending(known, applied):
+                await conn.execute(migration.script)
                 await conn.execute(
-                    "INSERT INTO schema_migrations VALUES ($1, $2)", version, time.time()
-                )
+                    "INSERT INTO schema_migrations (version, applied_at, code_floor) "
+                    "VALUES ($1, $2, $3)",
+                    migration.version, time.time(), migration.code_floor,
+                )  # fmt: skip
+        migrations.report_newer(known, applied)
 
     async def schema_version(self) -> int:
         version = await self.pool.fetchval("SELECT max(version) FROM schema_migrations")

@@ -98,24 +98,34 @@ class SqliteStore:
 
     async def _migrate(self) -> None:
         await self.db.execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations "
-            "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+            "applied_at REAL NOT NULL, code_floor INTEGER NOT NULL DEFAULT 0)"
         )
+        columns = {row[1] for row in await self._all("PRAGMA table_info(schema_migrations)")}
+        if "code_floor" not in columns:
+            # A table from before code_floor: every migration until then was an expansion.
+            try:
+                await self.db.execute(
+                    "ALTER TABLE schema_migrations ADD COLUMN code_floor INTEGER NOT NULL DEFAULT 0"
+                )
+            except sqlite3.OperationalError:
+                pass  # another process added it first
         await self.db.commit()
-        async with self.db.execute("SELECT version FROM schema_migrations") as cursor:
-            applied = {row[0] async for row in cursor}
-        for version, script in migrations.load("sqlite"):
-            if version in applied:
-                continue
+        rows = await self._all("SELECT version, code_floor FROM schema_migrations")
+        known = migrations.load("sqlite")
+        applied = {row[0]: row[1] for row in rows}
+        for migration in migrations.pending(known, applied):
             # executescript commits on its own, so the version row goes in the same script.
             try:
                 await self.db.executescript(
-                    f"BEGIN;\n{script}\nINSERT INTO schema_migrations VALUES ({version}, "
-                    f"{time.time()});\nCOMMIT;"
+                    f"BEGIN;\n{migration.script}\nINSERT INTO schema_migrations "
+                    f"(version, applied_at, code_floor) VALUES ({migration.version}, "
+                    f"{time.time()}, {migration.code_floor});\nCOMMIT;"
                 )
             except sqlite3.OperationalError:
                 # Another process migrated first; its rows are what we wanted.
                 await self.db.rollback()
+        migrations.report_newer(known, applied)
 
     async def schema_version(self) -> int:
         row = await self._one("SELECT max(version) FROM schema_migrations")

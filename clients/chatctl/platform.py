@@ -29,7 +29,8 @@ from clients.chatctl.scrape_targets import SCRAPE_TARGETS_FILE, scrape_targets, 
 from infra.bearer import new_token
 from infra.certs import LOCAL_HOSTS, Authority
 from infra.process import dies_with_parent
-from infra.tls import Role, TlsConfig, open_channel
+from infra.tls import Role, TlsConfig
+from infra.tls_channel import open_channel
 
 # Written into the state dir once the platform is up; removed when it stops.
 PLATFORM_FILE = "platform.json"

@@ -35,7 +35,7 @@ def test_every_alert_links_to_a_section_that_says_what_to_see_and_do() -> None:
         assert "**Means.**" in body and "**Sees.**" in body and "**Do.**" in body, anchor
         # The alert's own name is in its section (two alerts share the burn-rate one).
         assert alert["alert"].lower().startswith(anchor) or alert["alert"] in body, anchor
-    assert len(alerts) == 11
+    assert len(alerts) == 12
 
 
 def test_the_failure_table_has_a_row_for_each_failure_the_platform_rides_through() -> None:

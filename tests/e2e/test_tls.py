@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 import grpc
 import pytest
+from cryptography import x509
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -22,7 +23,10 @@ from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from clients.chat_client import AdminClient, ChatClient, ClientError, Done
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
-from tests.sse import read_events
+from infra.certs import Authority
+from infra.tls import Role
+from tests.renewal import peer_serial, replace, serial
+from tests.sse import iter_events, read_events
 
 pytestmark = pytest.mark.slow
 
@@ -50,6 +54,66 @@ async def test_a_message_goes_through_the_edge_of_a_tls_platform(platform: Local
         events = await read_events(response)
     assert events[0].event == "meta" and events[-1].event == "done"
     assert any(e.event == "delta" and e.data["text"] for e in events)
+
+
+async def gateway_expiry(http: aiohttp.ClientSession, port: int, cert_file: str) -> float:
+    async with http.get(f"http://127.0.0.1:{port}/metrics") as response:
+        families = text_string_to_metric_families(await response.text())
+    (value,) = [
+        sample.value
+        for family in families
+        for sample in family.samples
+        if sample.name == "chat_tls_certificate_expiry_timestamp_seconds"
+        and sample.labels == {"service": "gateway", "file": cert_file}
+    ]
+    return value
+
+
+async def test_a_renewed_gateway_certificate_is_used_without_a_restart(
+    platform: LocalPlatform,
+) -> None:
+    """The gateway's files renewed in place (same CA, a new serial and expiry): a new
+    connection gets the new certificate, the expiry metric follows, and an answer streaming
+    through the edge since before goes on to its end."""
+    assert platform.tls_dir is not None
+    gateway = platform.tls(Role.GATEWAY)
+    operator = platform.tls()
+    metrics_port = int(grpc_children(platform)["gateway"]["metrics"])
+    old = (platform.tls_dir / "gateway.crt").read_bytes()
+    assert await peer_serial(platform.gateway_address, operator) == serial(old)
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            f"{platform.edge_url}/v1/conversations/c_{uuid.uuid4().hex[:8]}/messages",
+            json={"content": "Say hello in three words."},
+            headers={
+                "Authorization": f"Bearer {platform.tokens['free']}",
+                "Accept": "text/event-stream",
+            },
+        ) as response,
+    ):
+        assert response.status == 200
+        events = aiter(iter_events(response))
+        assert (await anext(events)).event == "meta"
+        cert, key = Authority.load(platform.tls_dir).issue(Role.GATEWAY, Role.GATEWAY, days=30)
+        replace(gateway.cert_file, cert)
+        replace(gateway.key_file, key)
+        deadline = time.monotonic() + 3 * gateway.reload_check_s
+        while await peer_serial(platform.gateway_address, operator) != serial(cert):
+            assert time.monotonic() < deadline, "the gateway still shows its old certificate"
+            await asyncio.sleep(0.1)
+        rest = [event async for event in events]
+        expiry = x509.load_pem_x509_certificate(cert).not_valid_after_utc.timestamp()
+        while await gateway_expiry(http, metrics_port, gateway.cert_file) != expiry:
+            assert time.monotonic() < deadline, "the expiry metric still shows the old one"
+            await asyncio.sleep(0.1)
+    assert rest[-1].event == "done" and any(e.event == "delta" for e in rest)
+    assert expiry < x509.load_pem_x509_certificate(old).not_valid_after_utc.timestamp()
+    # A message after the renewal: the edge and the nodes take the new certificate.
+    async with ChatClient(platform.gateway_address, platform.tokens["free"],
+                          tls=platform.tls(Role.CLIENT)) as chat:  # fmt: skip
+        answer = [e async for e in chat.send(f"c_{uuid.uuid4().hex[:8]}", "Hello.")]
+    assert isinstance(answer[-1], Done)
 
 
 async def test_a_plaintext_client_reaches_no_service(platform: LocalPlatform) -> None:

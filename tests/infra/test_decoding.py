@@ -18,7 +18,8 @@ from chat.v1 import node_service_pb2 as node_pb
 from chat.v1 import node_service_pb2_grpc as node_grpc
 from infra.certs import Authority
 from infra.grpcserver import GrpcServer
-from infra.tls import Role, TlsConfig, open_channel
+from infra.tls import Role, TlsConfig
+from infra.tls_channel import open_channel
 from nodeagent.request_registry import RequestRegistry
 from nodeagent.servicer import NodeServicer
 from nodeagent.sim import SimEngine

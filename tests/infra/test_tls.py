@@ -21,7 +21,8 @@ from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from infra.certs import Authority
 from infra.config import ConfigError, load_config
 from infra.grpcserver import GrpcServer
-from infra.tls import Role, TlsConfig, open_channel
+from infra.tls import Role, TlsConfig
+from infra.tls_channel import open_channel
 from nodeagent.request_registry import RequestRegistry
 from nodeagent.servicer import NodeServicer
 from nodeagent.sim import SimEngine

@@ -1,3 +1,4 @@
+-- kind: expand
 -- The same tables as the SQLite schema. Integers are BIGINT, as wide as SQLite's INTEGER.
 -- Timestamps are epoch seconds in DOUBLE PRECISION, not timestamptz, so a record's float
 -- round-trips exactly (list cursors compare updated_at with the value a client was given).

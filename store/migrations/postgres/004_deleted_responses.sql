@@ -1,3 +1,4 @@
+-- kind: expand
 -- Responses (the OpenAI Responses API) deleted by their user. A response is a stored message
 -- and its answer; deleting it hides it from that API while its conversation keeps both turns,
 -- the history of the responses that continued from it. Gone with its conversation.

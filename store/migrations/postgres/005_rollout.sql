@@ -1,3 +1,4 @@
+-- kind: expand
 -- What served each turn (gateway/pipeline.py writes it with the user's message): the model
 -- version and the user's slice of the rollout, the pool the router chose, the daily budget's
 -- outcome and the pool that actually served after the budget and the fallback chain. A

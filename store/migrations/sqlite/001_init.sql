@@ -1,3 +1,4 @@
+-- kind: expand
 CREATE TABLE users (
   user_id     TEXT PRIMARY KEY,
   tier        TEXT NOT NULL,

@@ -1,3 +1,4 @@
+-- kind: expand
 -- Users' ratings of their answers (ChatService.RateMessage): one per assistant message, a
 -- new rating replacing the old, with the model version that served the answer (read from
 -- message_serving when rated) so the ratings can be counted per version.

@@ -1,0 +1,126 @@
+"""A release rolled back over a schema the newer release migrated: the platform of the commit
+before the newest migration was added (from git history) runs against a PostgreSQL database
+migrated by this code, serves a message, and this code reads it back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import uuid
+from collections.abc import AsyncIterator
+from io import BytesIO
+from pathlib import Path
+
+import pytest
+
+from clients.chat_client import ChatClient, ClientError, Delta, Done, Meta
+from store.migrations import load
+from store.postgres import PostgresStore
+from tests.servers import Postgres
+from tests.store.test_postgres import fresh_database
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+# What the services import, and the data they read.
+TREES = ["clients", "domain", "edge", "gateway", "infra", "nodeagent", "scheduler", "store",
+         "gen", "data"]  # fmt: skip
+# The previous release's own LocalPlatform, with its own code: the children it spawns inherit
+# its working directory and PYTHONPATH. It says where its gateway is, then runs until its
+# stdin closes.
+DRIVER = """
+import asyncio, json, sys
+from pathlib import Path
+from clients.chatctl.platform import LocalPlatform, PlatformSettings
+
+async def main():
+    platform = LocalPlatform(PlatformSettings(
+        state_dir=Path(sys.argv[1]), edge_listen="127.0.0.1:0", store_url=sys.argv[2],
+        insecure=True, extra_env={"CHAT_NODEAGENT_ENGINE": "sim",
+        "CHAT_NODEAGENT_SIM_SPEED": "20", "CHAT_NODEAGENT_SIM_ANSWER_TOKENS": "3,5"}))
+    try:
+        await platform.start()
+        print(json.dumps({"gateway": platform.gateway_address, "tokens": platform.tokens}),
+              flush=True)
+        await asyncio.to_thread(sys.stdin.read)
+    finally:
+        await platform.stop()
+
+asyncio.run(main())
+"""
+
+
+def git(*args: str) -> bytes:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, check=True).stdout
+
+
+def previous_release(into: Path) -> int:
+    """The tree of the commit before the one that added the newest migration, unpacked; the
+    newest migration's version."""
+    newest = max(load("postgres"), key=lambda m: m.version).version
+    (path,) = [p for p in git("ls-files", "store/migrations/postgres").decode().split()
+               if p.rsplit("/", 1)[-1].startswith(f"{newest:03d}_")]  # fmt: skip
+    try:
+        added = git("log", "--diff-filter=A", "--format=%H", "--", path).split()[-1].decode()
+        archive = git("archive", f"{added}^", *TREES)
+    except subprocess.CalledProcessError as error:
+        pytest.skip(f"no git history to take the previous release from: {error.stderr!r}")
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return newest
+
+
+@pytest.fixture
+async def migrated(postgres_server: Postgres) -> AsyncIterator[str]:
+    async with fresh_database(postgres_server) as dsn:
+        store = PostgresStore(dsn)
+        await store.open()
+        await store.close()
+        yield dsn
+
+
+async def test_the_previous_release_serves_on_the_schema_this_one_migrated(
+    migrated: str, tmp_path: Path
+) -> None:
+    old = tmp_path / "release"
+    newest = previous_release(old)
+    state = tmp_path / "state"
+    state.mkdir()
+    env = {**os.environ, "PYTHONPATH": f"{old}:{old / 'gen'}"}
+    driver = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", DRIVER, str(state), migrated, cwd=old, env=env,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert driver.stdin is not None and driver.stdout is not None
+    try:
+        line = await asyncio.wait_for(driver.stdout.readline(), 60)
+        assert line, "the previous release's platform did not start; see its logs in " + str(state)
+        started = json.loads(line)
+        conversation = f"c_{uuid.uuid4().hex[:8]}"
+        async with ChatClient(started["gateway"], started["tokens"]["free"]) as chat:
+            events = [e async for e in chat.send(conversation, "Hello from before.")]
+            # Ratings came with the newest migration: the release serving is the one before.
+            with pytest.raises(ClientError) as unknown:
+                await chat.rate(events[0].message_id, "up")
+    finally:
+        driver.stdin.close()
+        await asyncio.wait_for(driver.wait(), 30)
+    assert unknown.value.code == "UNIMPLEMENTED"
+    assert isinstance(events[0], Meta)
+    assert isinstance(events[-1], Done) and events[-1].finish == "stop"
+    answer = "".join(e.text for e in events if isinstance(e, Delta))
+    store = PostgresStore(migrated)
+    await store.open()
+    try:
+        stored = await store.list_messages("dev-free", conversation)
+        assert await store.schema_version() == newest
+    finally:
+        await store.close()
+    assert [(m.role.value, m.content) for m in stored] == [
+        ("user", "Hello from before."),
+        ("assistant", answer),
+    ]
