@@ -114,11 +114,14 @@ async def test_a_candidate_whose_answers_fail_is_rolled_back_automatically(
         for _ in range(4):
             failed = await send(platform, token, new_id("c"), "Say hi.")
             assert (failed.version, failed.model, failed.finish) == (name, "busy", "error")
-        for _ in range(100):  # the gateway reports within 0.5 s, the check runs every second
+        # The gateway reports within 0.5 s and the check runs every second: polled against a
+        # deadline, not a count of calls, which a fast machine made in well under a second.
+        deadline = time.monotonic() + 30.0
+        latest = await admin.rollout()
+        while latest.history[-1].action != "rollback" and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)  # a poll of the scheduler's state, not a wait for timing
             latest = await admin.rollout()
-            if latest.history[-1].action == "rollback":
-                break
-            await gateway_caught_up(platform, admin)
+        await gateway_caught_up(platform, admin)
         change = latest.history[-1]
         assert (change.action, change.version, dict(latest.percent)) == (
             "rollback",
