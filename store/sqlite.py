@@ -71,16 +71,23 @@ class SqliteStore:
         if self._path != ":memory:":
             Path(self._path).parent.mkdir(parents=True, exist_ok=True)
         self._db = await aiosqlite.connect(self._path, timeout=10)
-        self._db.row_factory = sqlite3.Row
-        await self._db.execute("PRAGMA journal_mode=WAL")
-        # WAL with NORMAL sync cannot corrupt; a power cut may lose the last commits.
-        await self._db.execute("PRAGMA synchronous=NORMAL")
-        await self._db.execute("PRAGMA foreign_keys=ON")
-        await self._migrate()
+        try:
+            self._db.row_factory = sqlite3.Row
+            await self._db.execute("PRAGMA journal_mode=WAL")
+            # WAL with NORMAL sync cannot corrupt; a power cut may lose the last commits.
+            await self._db.execute("PRAGMA synchronous=NORMAL")
+            await self._db.execute("PRAGMA foreign_keys=ON")
+            await self._migrate()
+        except BaseException:
+            # aiosqlite's connection runs on a thread that is not a daemon: a store that failed
+            # to open (a schema it refuses) and kept it would keep its process from exiting.
+            await self.close()
+            raise
 
     async def close(self) -> None:
         if self._db is not None:
-            await self._db.close()
+            db, self._db = self._db, None
+            await db.close()
 
     async def _all(self, sql: str, params: tuple[object, ...] = ()) -> list[sqlite3.Row]:
         # One trip to aiosqlite's thread; a cursor's execute, fetch and close are three.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import faulthandler
+import sys
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -17,6 +19,16 @@ from tests.servers import (
     run_redis,
     run_tls_etcd,
 )
+
+# After the summary, the process must end: a thread left running that is not a daemon (a
+# store's connection never closed) kept a CI run waiting, silent, until its time ran out.
+EXIT_WITHIN_S = 60
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Prints every thread's stack and exits with status 1 if the process is still there
+    EXIT_WITHIN_S after the tests ended."""
+    faulthandler.dump_traceback_later(EXIT_WITHIN_S, exit=True, file=sys.stderr)
 
 
 @pytest.fixture(scope="session")

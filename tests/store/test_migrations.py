@@ -4,8 +4,11 @@ upgrades a schema table from before the rule."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import threading
 import time
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -93,3 +96,18 @@ async def test_a_schema_table_from_before_the_rule_is_upgraded(url: str) -> None
     await applied_by_newer_release(url, 9, 8)
     with pytest.raises(IncompatibleSchema):
         await open_store(url)
+
+
+async def test_a_store_that_refuses_the_schema_leaves_no_thread_behind(tmp_path: Path) -> None:
+    """SQLite's connection has a thread of its own, not a daemon: had the refused store kept
+    it, the process that tried to open it could never exit."""
+    sqlite_url = f"sqlite:///{tmp_path / 'chat.db'}"
+    await applied_by_newer_release(sqlite_url, 8, 0)
+    await applied_by_newer_release(sqlite_url, 9, 8)
+    before = set(threading.enumerate())
+    with pytest.raises(IncompatibleSchema):
+        await open_store(sqlite_url)
+    started = [t for t in threading.enumerate() if t not in before and not t.daemon]
+    for thread in started:
+        await asyncio.to_thread(thread.join, 10)
+    assert [t.name for t in started if t.is_alive()] == []
