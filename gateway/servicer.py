@@ -28,7 +28,9 @@ from gateway.far_runs import FarRuns
 from gateway.feedback import RatingDesk
 from gateway.histories import Histories, History
 from gateway.peer_client import PeerGateways
-from gateway.pipeline import ANSWER_SUFFIX, ChatPipeline, SendRequest, check_id
+from gateway.ids import ANSWER_SUFFIX, check_id
+from gateway.pipeline import ChatPipeline
+from gateway.send_request import SendRequest
 from gateway.regions import SERVE_FOR_HEADER, Forward, NoRegions, RegionRouter
 from gateway.runs import RunAbandoned
 from infra.bearer import bearer_from_metadata
