@@ -44,8 +44,8 @@ from gateway.policies import MessagePolicies
 from gateway.ports import Budget, ConversationStore, Nodes, ReplicaPicker
 from gateway.run_sharing import Claim, FollowedRun, LocalRuns, RunSharing
 from gateway.runs import Delta, Done, Failed, FailureCode, MessageRun, Meta, RunRegistry
-from gateway.serving_choice import ServingChooser
 from gateway.send_request import SendRequest, validate
+from gateway.serving_choice import ServingChooser
 from gateway.stored_context import read_context, read_parent
 from gateway.versions import VersionBook
 from store.records import ConversationRecord, MessageRecord, NewMessage, ServingRecord
@@ -157,8 +157,9 @@ class ChatPipeline:
     ) -> MessageRun:
         arrived = time.monotonic()
         self._check_open_streams(user)
-        conversation, parent = await read_parent(self._store, user.user_id,
-                                                 request.conversation_id, request.parent_id)  # fmt: skip
+        conversation, parent = await read_parent(
+            self._store, user.user_id, request.conversation_id, request.parent_id
+        )
         unsafe = self._policies.check_input(request.content)
         if unsafe is None and request.instructions:
             # The caller's own system prompt reaches the model too: blocked text must not.

@@ -1,5 +1,6 @@
 """The layering, checked on the sources: policies are pure, and the gateway's pipeline reaches
-the scheduler and the nodes only through its typed clients (no gRPC, no generated protobuf)."""
+the scheduler and the nodes only through its typed clients (no gRPC, no generated protobuf);
+and on what importing the pipeline's core actually loads, at any depth."""
 
 from __future__ import annotations
 
