@@ -1,4 +1,4 @@
-"""Writes one answer from the engines into its run: the gRPC stream to a node, a user's stop
+"""Writes one answer from the engines into its run: the stream from a node, a user's stop
 passed on as a cancel, and failover to another replica when the serving one is lost."""
 
 from __future__ import annotations
@@ -19,9 +19,16 @@ from domain.safety import OutputGuard, OutputMode, Refusals
 from domain.safety.text import TOKEN
 from domain.types import Finish, Tier, Usage
 from gateway.metrics import GatewayMetrics
-from gateway.node_client import Chunk, GenerateSpec, Generation, NodeClient, StreamBroken
+from gateway.ports import (
+    Chunk,
+    GenerateSpec,
+    Generation,
+    Nodes,
+    ReplicaPick,
+    ReplicaPicker,
+    StreamBroken,
+)
 from gateway.runs import Delta, MessageRun, Retract
-from gateway.scheduler_client import ReplicaPick, SchedulerClient
 
 # Sampling for chat answers.
 ANSWER_TEMPERATURE = 0.7
@@ -125,8 +132,8 @@ class NodeLost(Exception):
 class AnswerWriter:
     def __init__(
         self,
-        scheduler: SchedulerClient,
-        nodes: NodeClient,
+        scheduler: ReplicaPicker,
+        nodes: Nodes,
         timeouts: StreamTimeouts,
         metrics: GatewayMetrics,
         breakers: Breakers,

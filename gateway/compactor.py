@@ -48,10 +48,17 @@ from domain.compaction import (
 )
 from domain.errors import NotFound, Unavailable
 from domain.types import Finish, Role, Tier, Turn
-from gateway.node_client import Chunk, GenerateSpec, Generation, NodeClient, StreamBroken
-from gateway.scheduler_client import ReplicaPick, SchedulerClient
+from gateway.ports import (
+    Chunk,
+    ConversationStore,
+    GenerateSpec,
+    Generation,
+    Nodes,
+    ReplicaPick,
+    ReplicaPicker,
+    StreamBroken,
+)
 from gateway.stored_context import as_turn, branch, folded_count
-from store.base import Store
 from store.records import ConversationRecord, MessageRecord
 
 # The ladder rung from which compaction waits: answers are being capped for users.
@@ -83,9 +90,9 @@ class _Deferred(Exception):
 class Compactor:
     def __init__(
         self,
-        store: Store,
-        scheduler: SchedulerClient,
-        nodes: NodeClient,
+        store: ConversationStore,
+        scheduler: ReplicaPicker,
+        nodes: Nodes,
         policy: CompactionPolicy | None = None,
         summary_pool: str = "small",
         max_concurrent: int = 2,

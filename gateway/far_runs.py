@@ -11,7 +11,8 @@ from typing import Protocol
 from domain.errors import NotFound, Unavailable
 from domain.types import User
 from gateway.histories import Histories
-from gateway.pipeline import ChatPipeline, check_id
+from gateway.ids import check_id
+from gateway.pipeline import ChatPipeline
 from gateway.regions import Forward
 from gateway.run_sharing import FollowedRun
 from gateway.runs import MessageRun

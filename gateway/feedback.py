@@ -8,8 +8,8 @@ import structlog
 from domain.errors import InvalidArgument, NotFound
 from domain.feedback import RatedAnswer, Rating, check_comment
 from domain.types import Role, User
+from gateway.ids import ANSWER_SUFFIX, check_id
 from gateway.metrics import GatewayMetrics
-from gateway.pipeline import ANSWER_SUFFIX, check_id
 from gateway.versions import VersionBook
 from store.base import Store
 from store.records import FeedbackRecord

@@ -13,7 +13,7 @@ from gateway import home_convert
 from gateway.buckets import Buckets
 from gateway.convert import rating_from_pb
 from gateway.feedback import RatingDesk
-from gateway.pipeline import check_id
+from gateway.ids import check_id
 from infra.convert import TIER_FROM_PB
 from infra.grpcserver import maps_domain_errors
 from store.base import Store

@@ -6,14 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import grpc
 
 from chat.v1 import common_pb2, node_service_pb2, node_service_pb2_grpc
-from domain.answer_options import PLAIN, AnswerOptions, ToolCall
 from domain.errors import Unavailable
-from domain.types import Finish, Tier, Turn, Usage
+from domain.types import Finish, Turn, Usage
+from gateway.ports import Chunk, Finished, GenerateSpec, StreamBroken
 from infra.convert import (
     FINISH_FROM_PB,
     ROLE_TO_PB,
@@ -32,53 +31,9 @@ CHANNEL_OPTIONS = CLIENT_CHANNEL
 CANCEL_TIMEOUT_S = 2.0
 
 
-class Chunk(NamedTuple):
-    """Text from the engine; index is its last token's (1, 2, 3... per request). pieces: the
-    same text as the tokens the node kept apart (several ready at once, sent in one message),
-    each shown as an event of its own; empty when the node sent the text as one piece."""
-
-    index: int
-    text: str
-    pieces: Sequence[str] = ()
-
-
-class Finished(NamedTuple):
-    finish: Finish
-    usage: Usage
-    # The calls the engine parsed from the answer (a request with tools).
-    tool_calls: tuple[ToolCall, ...] = ()
-    # The counts of the spec's count_texts, in order; empty when the node did not count them.
-    text_tokens: tuple[int, ...] = ()
-
-
-class StreamBroken(Exception):
-    """The node's stream ended without a finish, or failed on the way (code: why)."""
-
-    def __init__(self, code: grpc.StatusCode | None, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
-
-
 class NodeRefused(Unavailable):
     """The node read the request and refused it (INVALID_ARGUMENT): no other replica would
     take it either."""
-
-
-class GenerateSpec(NamedTuple):
-    request_id: str
-    turns: Sequence[Turn]
-    max_tokens: int
-    tier: Tier
-    temperature: float
-    prompt_tokens: int
-    # A partial answer to go on from (a failover or a takeover).
-    continue_from: str = ""
-    # The caller's sampling, JSON answer and tools (completions).
-    options: AnswerOptions = PLAIN
-    # Texts for the node to count while it answers (the counts come with the finish).
-    count_texts: tuple[str, ...] = ()
-    # The least time between two chunks after the first; 0: the node's own interval.
-    stream_interval_s: float = 0.0
 
 
 class Generation:
@@ -157,7 +112,7 @@ def _turn_pb(turn: Turn) -> common_pb2.Turn:
 def _broken(error: grpc.aio.AioRpcError) -> Exception:
     if error.code() == grpc.StatusCode.INVALID_ARGUMENT:
         return NodeRefused(f"the node refused the request: {error.details()}")
-    return StreamBroken(error.code(), error.code().name)
+    return StreamBroken(error.code().name, error.code().name)
 
 
 class NodeClient:

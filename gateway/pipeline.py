@@ -7,67 +7,47 @@ message answered; the input safety check; the context parts (summary, pinned con
 the branch's turns); the router; the planner (gateway/planner.py: the pick, whose ladder rung
 decides pool and answer cap, falling back large -> small; token counts from the picked node;
 the context that fits; the bucket's reservation); save the user turn; then generate in a task
-of its own that keeps writing the answer when the client has gone, saves it, settles the
-bucket, ends the run and asks the compactor to consider the conversation.
+of its own (gateway/drive.py) that keeps writing the answer when the client has gone, saves
+it, settles the bucket, ends the run and asks the compactor to consider the conversation.
+
+What it reaches outside the process (the schedulers, the nodes, the store, the daily spend,
+the buckets, other gateways' runs) it reaches through the protocols of gateway/ports.py,
+gateway/buckets.py and gateway/run_sharing.py; gateway/main.py hands in the real ones.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import hashlib
-import re
 import time
 import uuid
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
 
 import structlog
 from prometheus_client import CollectorRegistry
 
-from domain import limiter
 from domain.breaker import Breakers
-from domain.errors import (
-    Conflict,
-    InvalidArgument,
-    MessageTooLarge,
-    NotFound,
-    ResourceExhausted,
-    Unavailable,
-)
+from domain.errors import Conflict, NotFound, ResourceExhausted
 from domain.router import RouteDecision
 from domain.safety import Verdict
-from domain.scores import tokens_per_s
 from domain.types import Finish, Role, Usage, User
 from gateway import completions
 from gateway.answers import Answer, AnswerPlan, AnswerWriter
 from gateway.buckets import Buckets
 from gateway.compactor import Compactor
 from gateway.completions import CompleteRequest
-from gateway.daily_budget import DailyBudget
+from gateway.drive import Accounts, RunDriver
+from gateway.ids import ANSWER_SUFFIX, check_id
 from gateway.metrics import GatewayMetrics
-from gateway.node_client import NodeClient
 from gateway.planner import PipelinePolicy, Planner, PoolsDown
 from gateway.policies import MessagePolicies
+from gateway.ports import Budget, ConversationStore, Nodes, ReplicaPicker
 from gateway.run_sharing import Claim, FollowedRun, LocalRuns, RunSharing
-from gateway.runs import (
-    Delta,
-    Done,
-    Event,
-    Failed,
-    FailureCode,
-    MessageRun,
-    Meta,
-    RunRegistry,
-)
-from gateway.scheduler_client import SchedulerClient
+from gateway.runs import Delta, Done, Failed, FailureCode, MessageRun, Meta, RunRegistry
+from gateway.send_request import SendRequest, validate
 from gateway.serving_choice import ServingChooser
-from gateway.shared_runs import OwnershipLost
-from gateway.stored_context import ContextParts, branch, context_parts
+from gateway.stored_context import read_context, read_parent
 from gateway.versions import VersionBook
-from store.base import Store
 from store.records import ConversationRecord, MessageRecord, NewMessage, ServingRecord
 
 # The last hop of the fallback chain: what the user reads when no pool can answer.
@@ -78,40 +58,14 @@ BUSY_TEXT = (
     "Sorry, the assistant is overloaded right now and could not answer. "
     "Please send your message again in a minute."
 )
-ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-ANSWER_SUFFIX = ".answer"
-# A message may follow a user's message or an answer, whose id is the question's plus a suffix.
-PARENT_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}(\.answer)?$")
-
-
-@dataclass(frozen=True, slots=True)
-class SendRequest:
-    conversation_id: str
-    message_id: str
-    parent_id: str
-    content: str
-    pool: str | None  # None: the router decides
-    # The meta event's notice about the region serving (gateway/regions.py).
-    region_notice: str = ""
-    # This message's own system prompt (the Responses API's instructions); "": the platform's.
-    instructions: str = ""
-    # The client cannot withdraw shown text: hold-back whatever the tier's output mode.
-    hold_back: bool = False
-    # At most this many answer tokens, below the tier's cap; 0: the tier's cap.
-    max_tokens: int = 0
-
-
-def check_id(name: str, value: str) -> None:
-    if not ID_PATTERN.match(value):
-        raise InvalidArgument(f"{name} must be 1-64 characters of A-Z, a-z, 0-9, '_' or '-'")
 
 
 class ChatPipeline:
     def __init__(
         self,
-        store: Store,
-        scheduler: SchedulerClient,
-        nodes: NodeClient,
+        store: ConversationStore,
+        scheduler: ReplicaPicker,
+        nodes: Nodes,
         runs: RunRegistry,
         buckets: Buckets,
         policy: PipelinePolicy,
@@ -123,36 +77,34 @@ class ChatPipeline:
         region: str = "",
         *,
         versions: VersionBook,
-        budget: DailyBudget,
+        budget: Budget,
     ) -> None:
         self._versions = versions
-        self._budget = budget
         self._serving = ServingChooser(versions, budget)
-        # This gateway's region, named in each meta event and stored turn ('' with one).
+        # This gateway's region, named in each stored question ('' with one).
         self._region = region
-        # None: conversations are never compacted; the oldest turns simply drop out.
-        self._compactor = compactor
         self._metrics = metrics or GatewayMetrics(CollectorRegistry())
         self._policies = policies or MessagePolicies()
         self._store = store
         self._sharing = sharing or LocalRuns()
         breakers = Breakers(policy.breaker, clock)
         self._planner = Planner(scheduler, nodes, buckets, policy, breakers, self._metrics)
-        self._writer = AnswerWriter(scheduler, nodes, policy.streaming, self._metrics, breakers,
-                                    self._policies.new_output_guard)  # fmt: skip
-        self._breakers = breakers
+        writer = AnswerWriter(scheduler, nodes, policy.streaming, self._metrics, breakers,
+                              self._policies.new_output_guard)  # fmt: skip
+        accounts = Accounts(buckets, budget, self._metrics, versions)
+        self._driver = RunDriver(store, writer, accounts, breakers, runs, self._sharing, compactor,
+                                 region)  # fmt: skip
         self._runs = runs
         self._buckets = buckets
         self._policy = policy
-        self._tasks: set[asyncio.Task[None]] = set()
         self._starting: dict[tuple[str, str], asyncio.Future[MessageRun | FollowedRun]] = {}
         self._log = structlog.get_logger(component="pipeline")
 
     # Sending ------------------------------------------------------------------------------------
 
     async def send(self, user: User, request: SendRequest) -> MessageRun | FollowedRun:
-        self._validate(request)
-        fingerprint = _fingerprint(request)
+        validate(request, self._policy.max_message_chars)
+        fingerprint = request.fingerprint()
         key = (user.user_id, request.message_id)
         existing = self._runs.get(*key)
         if existing is None and key in self._starting:
@@ -205,14 +157,16 @@ class ChatPipeline:
     ) -> MessageRun:
         arrived = time.monotonic()
         self._check_open_streams(user)
-        conversation, parent = await self._parent_of(user, request)
+        conversation, parent = await read_parent(
+            self._store, user.user_id, request.conversation_id, request.parent_id
+        )
         unsafe = self._policies.check_input(request.content)
         if unsafe is None and request.instructions:
             # The caller's own system prompt reaches the model too: blocked text must not.
             unsafe = self._policies.check_input(request.instructions)
         if unsafe is not None:
             return await self._refuse_input(user, request, fingerprint, parent, *unsafe)
-        parts = await self._context_parts(user, conversation, parent)
+        parts = await read_context(self._store, user.user_id, conversation, parent)
         route = self._route(user, request, conversation)
         kept = (
             ""
@@ -262,7 +216,7 @@ class ChatPipeline:
             await self._buckets.settle(user.user_id, user.tier, plan.reserved, 0.0)
             raise
         await claim.publish(run, plan, user_turn.seq)
-        self._start(run, self._drive(run, user, plan, answer_parent_seq=user_turn.seq))
+        self._driver.start(run, self._driver.drive(run, user, plan, user_turn.seq))
         return run
 
     def _route(
@@ -305,24 +259,6 @@ class ChatPipeline:
         if self._runs.open_for(user.user_id) >= self._policy.max_open_streams_per_user:
             raise ResourceExhausted("too many answers streaming at once for this user", 1.0)
 
-    def _validate(self, request: SendRequest) -> None:
-        check_id("conversation id", request.conversation_id)
-        check_id("message id", request.message_id)
-        if request.parent_id and not PARENT_PATTERN.match(request.parent_id):
-            raise InvalidArgument("parent id must be a message id, or one followed by '.answer'")
-        if not request.content.strip():
-            raise InvalidArgument("content must not be empty")
-        if len(request.content) > self._policy.max_message_chars:
-            raise MessageTooLarge(
-                f"content has {len(request.content)} characters; "
-                f"at most {self._policy.max_message_chars} are accepted"
-            )
-        if len(request.instructions) > self._policy.max_message_chars:
-            raise MessageTooLarge(
-                f"instructions have {len(request.instructions)} characters; "
-                f"at most {self._policy.max_message_chars} are accepted"
-            )
-
     # Completing (stateless: the caller sends the history, nothing is stored) ---------------------
 
     async def complete(self, user: User, request: CompleteRequest) -> MessageRun:
@@ -353,7 +289,7 @@ class ChatPipeline:
             raise
         plan = chosen.explained(chosen.applied(plan), request.pool, route)
         self._runs.add(run)
-        self._start(run, self._drive_completion(run, user, plan, request.resumable))
+        self._driver.start(run, self._drive_completion(run, user, plan, request.resumable))
         return run
 
     async def _refused_completion(
@@ -370,7 +306,7 @@ class ChatPipeline:
         self, run: MessageRun, user: User, plan: AnswerPlan, resumable: bool
     ) -> None:
         try:
-            await self._drive(run, user, plan, answer_parent_seq=None, store_answer=False)
+            await self._driver.drive(run, user, plan, answer_parent_seq=None, store_answer=False)
         finally:
             if not resumable or not run.ended:
                 self._runs.discard(run)
@@ -403,35 +339,6 @@ class ChatPipeline:
         await run.append(Done(Finish(answer.finish or "stop"), Usage(output_tokens=answer.tokens)))
         return run
 
-    async def _parent_of(
-        self, user: User, request: SendRequest
-    ) -> tuple[ConversationRecord | None, MessageRecord | None]:
-        """The conversation (None when this message starts it) and the message answered."""
-        try:
-            conversation = await self._store.get_conversation(user.user_id, request.conversation_id)
-        except NotFound:
-            conversation = None
-        if request.parent_id:
-            parent = await self._store.get_message(user.user_id, request.parent_id)
-            if parent.conversation_id != request.conversation_id:
-                raise NotFound(f"no message {request.parent_id!r} in this conversation")
-            return conversation, parent
-        if conversation is None:
-            return None, None
-        newest = await self._store.newest_message(user.user_id, request.conversation_id)
-        return conversation, newest
-
-    async def _context_parts(
-        self, user: User, conversation: ConversationRecord | None, parent: MessageRecord | None
-    ) -> ContextParts:
-        """The conversation's summary, pinned constraints and the turns after the summary on
-        the branch that ends at parent (regenerations make other branches). Refused turns are
-        left out: blocked text must never reach a model."""
-        if conversation is None or parent is None:
-            return ContextParts(None, None, [])
-        messages = await self._store.list_messages(user.user_id, conversation.conversation_id)
-        return context_parts(conversation, branch(messages, parent))
-
     async def _busy_answer(
         self, user: User, request: SendRequest, fingerprint: str, down: PoolsDown, version: str
     ) -> MessageRun:
@@ -450,120 +357,6 @@ class ChatPipeline:
         self._metrics.answers.labels(user.tier.value, BUSY_MODEL, Finish.ERROR.value).inc()
         self._metrics.observe_version(version, user.tier, Finish.ERROR.value, None, None)
         self._versions.tally(version, user.tier, Finish.ERROR.value, BUSY_TEXT, None)
-
-    # Generating ---------------------------------------------------------------------------------
-
-    def _start(self, run: MessageRun, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(work, name=f"run-{run.message_id}")
-        run.task = task
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _drive(
-        self,
-        run: MessageRun,
-        user: User,
-        plan: AnswerPlan,
-        answer_parent_seq: int | None,
-        store_answer: bool = True,
-        resumed: Answer | None = None,
-    ) -> None:
-        """Writes the answer, saves it, settles the bucket, ends the run. A resumed answer
-        (taken over from a dead gateway) goes on from the text already in the log."""
-        pick = plan.pick
-        answer = resumed or Answer(served_by=pick)
-        ending: Event
-        try:
-            if resumed is None:
-                meta = Meta(run.message_id, run.conversation_id, pick.model, pick.node_id,
-                            self._region, plan.region_notice, version=plan.version,
-                            downgraded=plan.downgraded, slice=plan.slice, pool=plan.pool,
-                            pool_reason=plan.pool_reason)  # fmt: skip
-                self._log.info("answer started", message_id=run.message_id, version=plan.version,
-                               pool=plan.pool, model=pick.model, downgraded=plan.downgraded,
-                               pool_reason=plan.pool_reason)  # fmt: skip
-                await run.append(meta)
-            await self._writer.write(run, plan, answer)
-            ending = Done(answer.finish, answer.usage)
-        except Unavailable as error:
-            ending = Failed(FailureCode.UNAVAILABLE, error.reason)
-        except OwnershipLost as lost:
-            # Another gateway took this run over (this one was thought dead), or will: it
-            # saves, settles and ends the answer; writing more here would only repeat it.
-            # Whoever follows it here attaches there.
-            self._log.warning("run left to another gateway", message_id=run.message_id,
-                              reason=str(lost))  # fmt: skip
-            await run.abandon()
-            self._runs.discard(run)
-            return
-        if store_answer:
-            try:
-                await self._save_answer(run, user, answer_parent_seq, answer)
-            except Exception:
-                # Whatever the store did, the client's stream must still end; the answer it
-                # read is logged as unsaved for the operator.
-                self._log.exception("answer not saved", message_id=run.message_id)
-        await self._buckets.settle(
-            user.user_id, user.tier, plan.reserved, limiter.usage_cost(answer.usage)
-        )
-        await self._budget.charge(user, plan.pool, answer.usage)
-        self._observe(run, user, plan.pool, answer, plan.version)
-        if answer.finish is not Finish.ERROR:
-            self._breakers.of(plan.pool).record_success()
-        try:
-            await run.append(ending)
-        except OwnershipLost:
-            await run.abandon()
-            self._runs.discard(run)
-            return
-        except Unavailable as error:
-            # The shared log takes no more (Redis away): the run still ends, for the followers
-            # here at least, rather than staying open forever.
-            self._log.warning("answer ended here only", message_id=run.message_id,
-                              reason=error.reason)  # fmt: skip
-            await run.append_here(ending)
-        self._runs.mark_ended(run)
-        await self._sharing.end(run)
-        if store_answer and self._compactor is not None:
-            # After `done`: the user never waits for this; it reads one row when nothing is due.
-            system_tokens = plan.prompt.turns[0].tokens
-            await self._compactor.consider(user.user_id, run.conversation_id, plan.window_tokens,
-                                           plan.max_answer_tokens, system_tokens)  # fmt: skip
-
-    def _observe(
-        self, run: MessageRun, user: User, pool: str, answer: Answer, version: str
-    ) -> None:
-        first, now = run.first_text_at, time.monotonic()
-        ttft = None if first is None else first - run.started_at
-        stream_s = 0.0 if first is None else now - first
-        self._metrics.observe_answer(user.tier, pool, answer.served_by.model, ttft, stream_s,
-                                     answer.usage, answer.finish.value)  # fmt: skip
-        if version:
-            rate = tokens_per_s(answer.usage.output_tokens, now - run.started_at)
-            self._metrics.observe_version(version, user.tier, answer.finish.value, ttft, rate)
-            self._versions.tally(version, user.tier, answer.finish.value, "".join(answer.shown),
-                                 ttft, rate, answer.failovers > 0)  # fmt: skip
-
-    async def _save_answer(
-        self, run: MessageRun, user: User, parent_seq: int | None, answer: Answer
-    ) -> None:
-        await self._store.add_message(
-            user.user_id,
-            run.conversation_id,
-            NewMessage(
-                message_id=run.message_id + ANSWER_SUFFIX,
-                role=Role.ASSISTANT,
-                content="".join(answer.shown),
-                tokens=answer.usage.output_tokens,
-                parent_seq=parent_seq,
-                model=answer.served_by.model,
-                # The replica that finished the answer; a failover is in the gateway's log.
-                replica_id=answer.served_by.node_id,
-                finish=answer.finish.value,
-                region=self._region,
-                parent_tokens=answer.message_tokens,
-            ),
-        )
 
     # Reading ------------------------------------------------------------------------------------
 
@@ -599,18 +392,12 @@ class ChatPipeline:
         answer: Answer,
     ) -> None:
         """Goes on writing a run taken over from a dead gateway, from the answer so far."""
-        self._start(run, self._drive(run, user, plan, answer_parent_seq, resumed=answer))
+        self._driver.start(run, self._driver.drive(run, user, plan, answer_parent_seq,
+                                                   resumed=answer))  # fmt: skip
 
     async def close(self, grace_s: float) -> None:
         """Lets running answers finish (and be saved), then cancels what is left."""
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=grace_s)
-        for task in list(self._tasks):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if self._compactor is not None:
-            await self._compactor.close()
+        await self._driver.close(grace_s)
 
 
 async def _compose(
@@ -625,11 +412,3 @@ async def _compose(
     await run.append(Meta(run.message_id, run.conversation_id, model, "", version=version))
     await run.append(Delta(text, refusal=refusal))
     await run.append(Done(finish, Usage()))
-
-
-def _fingerprint(request: SendRequest) -> str:
-    parts = [request.conversation_id, request.parent_id, request.content, request.pool or ""]
-    if request.instructions or request.hold_back or request.max_tokens:
-        # Only then, so the fingerprints of messages sent before these fields existed hold.
-        parts += [request.instructions, str(request.hold_back), str(request.max_tokens)]
-    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()

@@ -24,8 +24,7 @@ from gateway.answers import AnswerPlan, StreamTimeouts
 from gateway.buckets import Buckets
 from gateway.completions import CompleteRequest
 from gateway.metrics import GatewayMetrics
-from gateway.node_client import NodeClient
-from gateway.scheduler_client import ReplicaPick, SchedulerClient
+from gateway.ports import Nodes, ReplicaPick, ReplicaPicker
 from gateway.stored_context import ContextParts
 
 
@@ -99,8 +98,8 @@ def estimate_tokens(text: str) -> int:
 class Planner:
     def __init__(
         self,
-        scheduler: SchedulerClient,
-        nodes: NodeClient,
+        scheduler: ReplicaPicker,
+        nodes: Nodes,
         buckets: Buckets,
         policy: PipelinePolicy,
         breakers: Breakers,

@@ -17,9 +17,9 @@ from domain.types import User
 from gateway.answers import Answer, AnswerPlan
 from gateway.metrics import GatewayMetrics
 from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
-from gateway.run_sharing import LOCAL_CLAIM, Claim, FollowedRun, Resume
+from gateway.run_sharing import LOCAL_CLAIM, Claim, FollowedRun, OwnershipLost, Resume
 from gateway.runs import Event, MessageRun, RunRegistry, shown_pieces
-from gateway.shared_runs import OwnershipLost, RemoteRun, SharedRuns
+from gateway.shared_runs import RemoteRun, SharedRuns
 
 # How soon a write to a run's log that could not reach Redis is tried again.
 LOG_RETRY_S = 0.1

@@ -17,6 +17,10 @@ from gateway.runs import Event, MessageRun
 Resume = Callable[[MessageRun, User, AnswerPlan, int | None, Answer], None]
 
 
+class OwnershipLost(Exception):
+    """Another gateway took this run over; this one must stop writing it."""
+
+
 class FollowedRun(Protocol):
     """A run another gateway writes, read through the shared log."""
 

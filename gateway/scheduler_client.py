@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
 
 import grpc
 
@@ -22,6 +20,7 @@ from domain.feedback import RatedAnswer
 from domain.guardrails import Tally
 from domain.rollout import RolloutState
 from domain.types import Tier
+from gateway.ports import ReplicaPick
 from infra.convert import TIER_TO_PB
 from infra.keepalive import CLIENT_CHANNEL
 from infra.rollout_convert import ratings_to_pb, rollout_from_pb, tallies_to_pb
@@ -30,26 +29,6 @@ from infra.tls import TlsConfig
 from infra.tls_channel import open_channel
 
 CHANNEL_OPTIONS = CLIENT_CHANNEL
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaPick:
-    """Where one answer runs, and what the scheduler knew when it chose."""
-
-    node_id: str
-    address: str
-    model: str
-    ladder_rung: int = 0
-    expected_wait_s: float = 0.0
-    # The replica's context window (0: not reported).
-    context_tokens: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, body: dict[str, Any]) -> ReplicaPick:
-        return cls(**body)
 
 
 def pick_from_wire(data: bytes) -> ReplicaPick:

@@ -27,10 +27,12 @@ from gateway.convert import (
 from gateway.far_runs import FarRuns
 from gateway.feedback import RatingDesk
 from gateway.histories import Histories, History
+from gateway.ids import ANSWER_SUFFIX, check_id
 from gateway.peer_client import PeerGateways
-from gateway.pipeline import ANSWER_SUFFIX, ChatPipeline, SendRequest, check_id
+from gateway.pipeline import ChatPipeline
 from gateway.regions import SERVE_FOR_HEADER, Forward, NoRegions, RegionRouter
 from gateway.runs import RunAbandoned
+from gateway.send_request import SendRequest
 from infra.bearer import bearer_from_metadata
 from infra.convert import RATING_TO_PB, TIER_TO_PB
 from infra.grpcserver import maps_domain_errors

@@ -14,7 +14,7 @@ from domain.rollout import Assignment, Version
 from domain.router import RouteDecision
 from domain.types import User
 from gateway.answers import AnswerPlan
-from gateway.daily_budget import DailyBudget
+from gateway.ports import Budget
 from gateway.versions import VersionBook, temperature_of
 
 
@@ -60,7 +60,7 @@ class ServingChoice:
 
 
 class ServingChooser:
-    def __init__(self, versions: VersionBook, budget: DailyBudget) -> None:
+    def __init__(self, versions: VersionBook, budget: Budget) -> None:
         self._versions = versions
         self._budget = budget
 

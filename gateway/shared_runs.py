@@ -42,6 +42,7 @@ from domain.safety import OutputMode
 from domain.types import Finish, Role, Tier, Turn, Usage
 from gateway.answers import ANSWER_TEMPERATURE, AnswerPlan
 from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
+from gateway.run_sharing import OwnershipLost
 from gateway.runs import Delta, Done, Event, Failed, Meta, Retract
 from gateway.scheduler_client import ReplicaPick, pick_from_wire
 
@@ -109,10 +110,6 @@ for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
 end
 return out
 """
-
-
-class OwnershipLost(Exception):
-    """Another gateway took this run over; this one must stop writing it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,13 +1,15 @@
-"""The parts of a prompt read from a stored conversation: the branch a message answers (its
-parent links back to the first message, without refused or empty turns), and the summary,
-pinned constraints and turns after the summary that fit on that branch."""
+"""The parts of a prompt read from a stored conversation: the message a new one answers, the
+branch it ends (its parent links back to the first message, without refused or empty turns),
+and the summary, pinned constraints and turns after the summary that fit on that branch."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from domain.errors import NotFound
 from domain.types import Finish, Role, Turn
+from gateway.ports import ConversationStore
 from store.records import ConversationRecord, MessageRecord
 
 
@@ -67,3 +69,37 @@ def context_parts(
         else None
     )
     return ContextParts(summary, pinned, [as_turn(m) for m in chain[folded:]])
+
+
+async def read_parent(
+    store: ConversationStore, user_id: str, conversation_id: str, parent_id: str
+) -> tuple[ConversationRecord | None, MessageRecord | None]:
+    """The conversation (None when this message starts it) and the message answered: the one
+    named, or ('') the conversation's newest."""
+    try:
+        conversation = await store.get_conversation(user_id, conversation_id)
+    except NotFound:
+        conversation = None
+    if parent_id:
+        parent = await store.get_message(user_id, parent_id)
+        if parent.conversation_id != conversation_id:
+            raise NotFound(f"no message {parent_id!r} in this conversation")
+        return conversation, parent
+    if conversation is None:
+        return None, None
+    return conversation, await store.newest_message(user_id, conversation_id)
+
+
+async def read_context(
+    store: ConversationStore,
+    user_id: str,
+    conversation: ConversationRecord | None,
+    parent: MessageRecord | None,
+) -> ContextParts:
+    """The conversation's summary, pinned constraints and the turns after the summary on
+    the branch that ends at parent (regenerations make other branches). Refused turns are
+    left out: blocked text must never reach a model."""
+    if conversation is None or parent is None:
+        return ContextParts(None, None, [])
+    messages = await store.list_messages(user_id, conversation.conversation_id)
+    return context_parts(conversation, branch(messages, parent))

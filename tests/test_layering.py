@@ -1,9 +1,11 @@
 """The layering, checked on the sources: policies are pure, and the gateway's pipeline reaches
-the scheduler and the nodes only through its typed clients (no gRPC, no generated protobuf)."""
+the scheduler and the nodes only through its typed clients (no gRPC, no generated protobuf);
+and on what importing the pipeline's core actually loads, at any depth."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from pathlib import Path
 
@@ -178,3 +180,38 @@ def test_the_pipeline_does_not_assert_which_implementations_it_has() -> None:
         n.lineno for n in ast.walk(ast.parse(source.read_text())) if isinstance(n, ast.Assert)
     ]
     assert asserts == []
+
+
+# What the chat pipeline's core may not load, at any depth of its imports: the wire (gRPC,
+# protobuf and the generated chat.v1 modules), Redis, HTTP, and the store's drivers. It
+# reaches them only through gateway/ports.py's protocols, which gateway/main.py fills.
+CORE_MODULES = ["gateway.pipeline", "gateway.planner", "gateway.answers"]
+CORE_FORBIDDEN = {"grpc", "google.protobuf", "redis", "aiohttp", "asyncpg", "aiosqlite", "chat"}
+
+
+def loaded_by(modules: list[str]) -> list[str]:
+    """Every module a fresh interpreter holds after importing these: the whole closure."""
+    code = f"import sys, {', '.join(modules)}; print(' '.join(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, check=True)  # fmt: skip
+    return done.stdout.split()
+
+
+def forbidden_in(loaded: list[str]) -> list[str]:
+    return sorted(
+        name
+        for name in loaded
+        if any(name == bad or name.startswith(bad + ".") for bad in CORE_FORBIDDEN)
+    )
+
+
+def test_importing_the_pipeline_core_loads_no_wire_redis_http_or_database_library() -> None:
+    loaded = loaded_by(CORE_MODULES)
+    assert set(CORE_MODULES) <= set(loaded)
+    assert forbidden_in(loaded) == []
+
+
+def test_the_closure_check_sees_a_library_a_module_loads_indirectly() -> None:
+    # The gateway's typed node client loads gRPC and chat.v1 through infra/ and itself.
+    found = forbidden_in(loaded_by(["gateway.node_client", "gateway.daily_budget"]))
+    assert {"grpc", "chat.v1", "google.protobuf", "redis"} <= set(found)
