@@ -1,6 +1,8 @@
 """Chooses the replica for a message: the one that still holds the conversation's KV cache
-(its rendezvous favourite), unless a request would wait there over a second to start and
-longer than re-reading the cached prefix on the idlest replica takes (`EscapeRule`)."""
+(its rendezvous favourite here; `domain.pool_index.PoolIndex` also remembers where each
+conversation last ran), unless a request would wait there over a second to start and longer
+than re-reading the cached prefix on the idlest replica takes (`EscapeRule`). Waits and the
+price of a move use each replica's measured prompt-reading speed where it reported one."""
 
 from __future__ import annotations
 
@@ -38,11 +40,13 @@ def rendezvous_score(conversation_hash: int, replica_hash: int) -> int:
 
 
 class PickReason(enum.StrEnum):
-    AFFINITY = "affinity"
+    AFFINITY = "affinity"  # stayed where the conversation's cache is (or presumably is)
     ESCAPED_QUEUE = "escaped-queue"
     ESCAPED_KV_ROOM = "escaped-kv-room"
     NO_REPLICA = "no-replica"
     MOVED = "moved"
+    # Nothing of the conversation is cached anywhere: placed where it starts soonest.
+    COLD = "cold"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +65,10 @@ class ReplicaLoad:
     # The most answers the engine batches at once (vLLM's max_num_seqs, llama.cpp's slots);
     # 0 when the node does not say.
     max_running_requests: int = 0
+    # What the node measured of its engine: uncached prompt tokens read per second, and the
+    # seconds of one decode step; 0 until it has measured them (the configured figure counts).
+    prefill_tokens_per_s: float = 0.0
+    decode_step_s: float = 0.0
 
     @property
     def batch_fill(self) -> float:
@@ -119,8 +127,33 @@ def pick_replica(
     favourite = max(
         candidates, key=lambda r: rendezvous_score(conversation_hash, fnv1a64(r.node_id))
     )
+    if is_cold(reusable_prefix_tokens, rule):
+        soonest = min(
+            candidates, key=lambda r: _cold_key(r, conversation_hash, prompt_tokens, rule)
+        )
+        return Pick(soonest, PickReason.COLD)
     idlest = min(candidates, key=lambda r: r.queued_prefill_tokens)
     return settle(favourite, idlest, prompt_tokens, reusable_prefix_tokens, rule=rule)
+
+
+def is_cold(reusable_prefix_tokens: int, rule: EscapeRule) -> bool:
+    """Whether a message with nothing known of its whereabouts is placed as a conversation's
+    first turn: nothing of it is cached anywhere, so no replica has a claim on it and it goes
+    where it starts soonest. Never under a rule that never escapes (pure rendezvous)."""
+    return reusable_prefix_tokens <= 0 and not math.isinf(rule.min_wait_s)
+
+
+def _cold_key(
+    replica: ReplicaLoad, conversation_hash: int, prompt_tokens: int, rule: EscapeRule
+) -> tuple[bool, float, int, int]:
+    # Room for the prompt first, then the soonest start; ties (an idle pool) go to the fewest
+    # answers under way, then to the rendezvous order, so that quiet arrivals spread too.
+    return (
+        replica.free_kv_tokens < prompt_tokens,
+        replica_start_wait_s(rule, replica, replica.queued_prefill_tokens, 0),
+        replica.running_requests + replica.waiting_requests,
+        -rendezvous_score(conversation_hash, fnv1a64(replica.node_id)),
+    )
 
 
 def settle(
@@ -143,20 +176,28 @@ def settle(
         return Pick(idlest, PickReason.ESCAPED_KV_ROOM)
     if favourite_queue is None:
         favourite_queue = favourite.queued_prefill_tokens
-    waiting_there = _start_wait_s(rule, favourite, favourite_queue, favourite_sent)
+    waiting_there = replica_start_wait_s(rule, favourite, favourite_queue, favourite_sent)
     if waiting_there <= rule.min_wait_s:
         return Pick(favourite, PickReason.AFFINITY)
     if idlest_queue is None:
         idlest_queue = idlest.queued_prefill_tokens
-    waiting_elsewhere = _start_wait_s(rule, idlest, idlest_queue, idlest_sent)
+    waiting_elsewhere = replica_start_wait_s(rule, idlest, idlest_queue, idlest_sent)
     # Leaving the favourite throws its cached prefix away: only worth it when the extra wait
-    # there is longer than reading that prefix again elsewhere.
-    if waiting_there - waiting_elsewhere > reusable_prefix_tokens / rule.wait.prefill_tokens_per_s:
+    # there is longer than reading that prefix again elsewhere, at that replica's speed.
+    if waiting_there - waiting_elsewhere > reusable_prefix_tokens / reading_speed(rule, idlest):
         return Pick(idlest, PickReason.ESCAPED_QUEUE)
     return Pick(favourite, PickReason.AFFINITY)
 
 
-def _start_wait_s(rule: EscapeRule, replica: ReplicaLoad, queue: int, sent: int) -> float:
+def reading_speed(rule: EscapeRule, replica: ReplicaLoad) -> float:
+    """The replica's measured prompt-reading speed, the rule's configured one until then."""
+    measured = replica.prefill_tokens_per_s
+    return measured if measured > 0 else rule.wait.prefill_tokens_per_s
+
+
+def replica_start_wait_s(rule: EscapeRule, replica: ReplicaLoad, queue: int, sent: int) -> float:
+    """A paid request's start wait on the replica (what the escape rule compares), with its
+    prompt queue and the requests sent to it since its report."""
     return start_wait_s(
         rule.wait,
         queue,
@@ -165,4 +206,5 @@ def _start_wait_s(rule: EscapeRule, replica: ReplicaLoad, queue: int, sent: int)
         replica.max_running_requests,
         replica.kv_usage,
         paid=True,
+        prefill_tokens_per_s=replica.prefill_tokens_per_s,
     )

@@ -1,22 +1,38 @@
 """One pool's replicas laid out as columns, so a pick scores them all in a few numpy calls
 instead of hashing every replica in a Python loop.
 
-A pick gives exactly what `domain.picker.pick_replica` gives for `index.replicas`: the same
-rendezvous favourite, the same idlest replica (the first one on ties, as `min()` takes), the
-same escape, and the very ReplicaLoad objects. Load reports update one row in place; only
-membership changes rebuild. Pure policy, no I/O. Not thread-safe: a pick reuses scratch
-buffers, and one event loop owns the index.
+An uncharged pick gives exactly what `domain.picker.pick_replica` gives for `index.replicas`:
+the same rendezvous favourite, the same idlest replica (the first one on ties, as `min()`
+takes), the same escape or cold placement, and the very ReplicaLoad objects. A charged pick
+(one that is sent) also counts itself against its replica until that replica's next report,
+and remembers where the conversation now runs (`domain.homes`): its next turn starts from
+there, where its cache is, rather than from its rendezvous favourite (docs/decisions.md,
+"Where a conversation's cache is"). Load reports update one row in place; only membership
+changes rebuild. Pure policy, no I/O. Not thread-safe: a pick reuses scratch buffers, and one
+event loop owns the index.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterable
 from typing import Final
 
 import numpy as np
 
-from domain.picker import DEFAULT_ESCAPE, EscapeRule, Pick, PickReason, ReplicaLoad, fnv1a64, settle
-from domain.start_wait import start_wait_s
+from domain.homes import Homes
+from domain.picker import (
+    DEFAULT_ESCAPE,
+    EscapeRule,
+    Pick,
+    PickReason,
+    ReplicaLoad,
+    fnv1a64,
+    is_cold,
+    replica_start_wait_s,
+    settle,
+)
+from domain.start_wait import FULL_KV_USAGE, start_wait_s
 
 
 def _constant(value: int) -> np.ndarray:
@@ -49,13 +65,16 @@ class PoolIndex:
         replicas: Iterable[ReplicaLoad] = (),
         rule: EscapeRule = DEFAULT_ESCAPE,
         remembered_favourites: int = 65_536,
+        remembered_homes: int = 262_144,
     ) -> None:
         """`remembered_favourites`: how many conversations' favourites to keep between picks
         (a conversation comes back every turn, and its favourite only changes with the pool's
-        membership or a replica's pickability); past it the memory starts again."""
+        membership or a replica's pickability); past it the memory starts again.
+        `remembered_homes`: how many conversations' last replicas to keep (`domain.homes`)."""
         self._rule = rule
         self._favourites: dict[int, int] = {}  # conversation hash -> row
         self._remembered_favourites = remembered_favourites
+        self._homes = Homes(remembered_homes)
         loads = list(replicas)
         self._build(loads, np.array([fnv1a64(r.node_id) for r in loads], dtype=np.uint64))
 
@@ -79,10 +98,20 @@ class PoolIndex:
         # Messages picked for each replica since its last report (which does not know them yet);
         # a membership change starts the count again.
         self._sent = np.zeros(len(loads), dtype=np.int64)
+        # What a cold placement's start waits read, besides the queues.
+        self._running = np.array([r.running_requests for r in loads], dtype=np.int64)
+        self._waiting = np.array([r.waiting_requests for r in loads], dtype=np.int64)
+        self._max_running = np.array([r.max_running_requests for r in loads], dtype=np.int64)
+        self._kv_usage = np.array([r.kv_usage for r in loads], dtype=np.float64)
+        self._speed = np.array([r.prefill_tokens_per_s for r in loads], dtype=np.float64)
         self._conversation = _constant(0)
         self._scores = np.empty(len(loads), dtype=np.uint64)
         self._scratch = np.empty(len(loads), dtype=np.uint64)
         self._favourites = {}
+        # A replica joined or left: rendezvous spreads conversations over the new membership,
+        # as it did before homes were remembered (a drained and returned replica gets its
+        # conversations back).
+        self._homes.clear()
 
     def __len__(self) -> int:
         return len(self._loads)
@@ -123,9 +152,17 @@ class PoolIndex:
         self._free_kv[i] = free_kv
         self._queued[i] = queued
         self._sent[i] = 0
+        self._running[i] = load.running_requests
+        self._waiting[i] = load.waiting_requests
+        self._max_running[i] = load.max_running_requests
+        self._kv_usage[i] = load.kv_usage
+        self._speed[i] = load.prefill_tokens_per_s
         self._queue_key[i] = queued if load.pickable else _NOT_PICKABLE
         if load.pickable != self._pickable[i]:
             self._favourites.clear()  # the rendezvous scores of every conversation changed
+            if load.pickable:
+                # Back from a drain or an outage: its conversations return to it, as before.
+                self._homes.clear()
         self._pickable_count += int(load.pickable) - int(self._pickable[i])
         self._pickable[i] = load.pickable
         self._score_mask[i] = load.pickable
@@ -161,10 +198,28 @@ class PoolIndex:
         find its own finished turn still queued on its favourite and leave. Either way a
         charged pick counts as sent to its replica until that replica's next report
         (`sent_since_report`), for the wait a message would have there. `rule` replaces the
-        index's escape rule for this pick."""
+        index's escape rule for this pick.
+
+        The pick starts from where the conversation's cache is: the replica its last charged
+        pick went to, while that replica stays pickable; else, with nothing of it cached
+        (`reusable_prefix_tokens` 0), where it starts soonest (`PickReason.COLD`, charged like
+        an escape so that a burst of new conversations spreads); else its rendezvous favourite
+        (unknown, as after a scheduler restart). A rule that never escapes keeps to the
+        favourite and remembers nothing."""
         if self._pickable_count == 0:
             return Pick(None, PickReason.NO_REPLICA)
-        f, i = self._favourite(fnv1a64(conversation_id)), self._idlest()
+        rule = rule or self._rule
+        conversation_hash = fnv1a64(conversation_id)
+        remembers = not math.isinf(rule.min_wait_s)
+        f = self._home(conversation_hash) if remembers else None
+        if f is None and is_cold(reusable_prefix_tokens, rule):
+            row = self._soonest(conversation_hash, prompt_tokens, rule)
+            if charge:
+                self._send(row, prompt_tokens, conversation_hash)
+            return Pick(self._loads[row], PickReason.COLD)
+        if f is None:
+            f = self._favourite(conversation_hash)
+        i = self._idlest()
         pick = settle(
             self._loads[f],
             self._loads[i],
@@ -172,25 +227,30 @@ class PoolIndex:
             reusable_prefix_tokens,
             int(self._queued[f]),
             int(self._queued[i]),
-            rule=rule or self._rule,
+            rule=rule,
             favourite_sent=int(self._sent[f]),
             idlest_sent=int(self._sent[i]),
         )
         if charge:
             if pick.reason is PickReason.AFFINITY:
                 self._sent[f] += 1
+                if remembers:
+                    self._homes.set(conversation_hash, self._loads[f].node_id)
             else:
-                self._charge(i, prompt_tokens)
-                self._sent[i] += 1
+                # The escape takes the conversation's cache with it: its next turn stays there.
+                self._send(i, prompt_tokens, conversation_hash if remembers else None)
         return pick
 
-    def pick_move(self, prompt_tokens: int, excluded: Collection[str] = ()) -> Pick:
+    def pick_move(
+        self, prompt_tokens: int, excluded: Collection[str] = (), conversation_id: str = ""
+    ) -> Pick:
         """The replica for an answer moved off failed ones (`excluded`). Its cache died with
         its replica, so nothing pulls it to its conversation's next favourite: it goes where a
         prompt starts soonest, the shortest prompt queue counting what was charged since the
         reports, and is charged there. A dead replica's answers all move at once; following
         their favourites, several landed on one survivor and waited behind each other's
-        re-read prompts (the fleet simulator's longest pause was 4.6 s against 2-3 s)."""
+        re-read prompts (the fleet simulator's longest pause was 4.6 s against 2-3 s). With a
+        `conversation_id`, its next turn stays where the answer moved (its cache is there)."""
         allowed = self._pickable.copy()
         allowed[[self._positions[n] for n in excluded if n in self._positions]] = False
         if not allowed.any():
@@ -198,8 +258,7 @@ class PoolIndex:
         row = int(np.where(allowed, self._queue_key, _NOT_PICKABLE).argmin())
         if not allowed[row]:  # every allowed queue is at the int64 limit too: the first one
             row = int(allowed.argmax())
-        self._charge(row, prompt_tokens)
-        self._sent[row] += 1
+        self._send(row, prompt_tokens, fnv1a64(conversation_id) if conversation_id else None)
         return Pick(self._loads[row], PickReason.MOVED)
 
     def favourite(self, conversation_id: str) -> ReplicaLoad | None:
@@ -243,12 +302,63 @@ class PoolIndex:
             load.max_running_requests,
             load.kv_usage,
             paid=paid,
+            prefill_tokens_per_s=load.prefill_tokens_per_s,
         )
+
+    def home(self, conversation_id: str) -> ReplicaLoad | None:
+        """The replica the conversation's last charged pick went to, while it is pickable;
+        None when not remembered (then its rendezvous favourite counts)."""
+        row = self._home(fnv1a64(conversation_id))
+        return None if row is None else self._loads[row]
 
     def sent_since_report(self, node_id: str) -> int:
         """Picks charged to the replica since its last report: requests on their way to it
         that its report does not count yet. Unknown nodes raise KeyError."""
         return int(self._sent[self._positions[node_id]])
+
+    def _send(self, row: int, prompt_tokens: int, conversation_hash: int | None) -> None:
+        """A pick away from the conversation's cache: its whole prompt joins the replica's
+        queue, it counts as sent there, and the conversation's cache is there from now on."""
+        self._charge(row, prompt_tokens)
+        self._sent[row] += 1
+        if conversation_hash is not None:
+            self._homes.set(conversation_hash, self._loads[row].node_id)
+
+    def _home(self, conversation_hash: int) -> int | None:
+        node_id = self._homes.get(conversation_hash)
+        if node_id is None:
+            return None
+        row = self._positions.get(node_id)
+        if row is None or not self._pickable[row]:
+            self._homes.forget(conversation_hash)  # its cache cannot be reached any more
+            return None
+        return row
+
+    def _soonest(self, conversation_hash: int, prompt_tokens: int, rule: EscapeRule) -> int:
+        """The row a cold message starts on soonest, counting what was charged and sent since
+        the reports: `domain.picker.pick_replica`'s cold order, vectorised."""
+        waits = self._queued / np.where(
+            self._speed > 0, self._speed, rule.wait.prefill_tokens_per_s
+        )
+        waiting = self._waiting + self._sent
+        behind = np.where(self._max_running > 0, self._running + waiting + 1 - self._max_running, 0)
+        full = (self._kv_usage >= FULL_KV_USAGE) & (waiting > 0)
+        batch_bound = ((behind > 0) | full) & (self._running > 0) & self._pickable
+        for row in np.flatnonzero(batch_bound).tolist():  # few: only where a batch is full
+            waits[row] = replica_start_wait_s(
+                rule, self._loads[row], int(self._queued[row]), int(self._sent[row])
+            )
+        scores = self._scores_of(conversation_hash)
+        order = np.lexsort(
+            (
+                ~scores,
+                waiting + self._running,
+                waits,
+                self._free_kv < prompt_tokens,
+                ~self._pickable,
+            )
+        )
+        return int(order[0])
 
     def _charge(self, row: int, tokens: int) -> None:
         # Saturates: a queue reported at the int64 limit stays there rather than wrapping.
@@ -264,11 +374,15 @@ class PoolIndex:
             row = self._favourites[conversation_hash] = self._score_favourite(conversation_hash)
         return row
 
-    def _score_favourite(self, conversation_hash: int) -> int:
+    def _scores_of(self, conversation_hash: int) -> np.ndarray:
+        """Every replica's rendezvous score for the conversation, in the scratch buffer."""
         self._conversation[()] = conversation_hash
         scores = np.bitwise_xor(self._hashes, self._conversation, self._scores)
         mix64_inplace(scores, self._scratch)
-        np.multiply(scores, self._score_mask, scores)  # a replica we cannot pick scores 0
+        return np.multiply(scores, self._score_mask, scores)  # one we cannot pick scores 0
+
+    def _score_favourite(self, conversation_hash: int) -> int:
+        scores = self._scores_of(conversation_hash)
         best = int(scores.argmax())
         # argmax takes the first highest, as max() does. Landing on an unpickable replica
         # means every pickable one scored 0 too, and then max() takes the first pickable.

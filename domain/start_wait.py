@@ -62,10 +62,14 @@ def start_wait_s(
     kv_usage: float = 0.0,
     *,
     paid: bool = False,
+    prefill_tokens_per_s: float = 0.0,
 ) -> float:
     """Seconds within which a request sent now starts, with the model's confidence;
-    `max_running_requests` is 0 when the engine's batch limit is not known."""
-    reading = queued_prefill_tokens / model.prefill_tokens_per_s
+    `max_running_requests` is 0 when the engine's batch limit is not known;
+    `prefill_tokens_per_s`, the replica's measured reading speed, replaces the model's when
+    above 0 (a node reports 0 until it has measured one)."""
+    rate = prefill_tokens_per_s if prefill_tokens_per_s > 0 else model.prefill_tokens_per_s
+    reading = queued_prefill_tokens / rate
     behind = 0  # requests (this one included) that must wait for a place to open
     if max_running_requests > 0:
         behind = running_requests + waiting_requests + 1 - max_running_requests

@@ -200,10 +200,14 @@ class Planner:
         system message of the caller's, the serving version's system prompt leads ('' for the
         configured one); the version's engine model is picked ('' for any)."""
         # The client resends its history each turn: all but the newest turn is what the
-        # favourite replica's prefix cache holds, exactly as for a stored conversation.
-        history = sum(estimate_tokens(t.counted_text()) for t in request.turns[:-1])
+        # replica that served the last one caches, exactly as for a stored conversation. The
+        # system prompt is not the conversation's (every replica caches it), as there: a
+        # first turn reuses nothing, and the scheduler places it where it starts soonest.
+        earlier = request.turns[:-1]
+        system = sum(estimate_tokens(t.counted_text()) for t in earlier if t.role is Role.SYSTEM)
+        history = sum(estimate_tokens(t.counted_text()) for t in earlier) - system
         newest = estimate_tokens(request.turns[-1].counted_text())
-        size = PromptSize(history + newest, history)
+        size = PromptSize(system + history + newest, history)
         pick, tier, pool, moved = await self.shed(user, affinity_key, pool, size, model)
         answer = completions.answer_cap(tier.max_answer_tokens, request.max_tokens)
         default_system = system_prompt or self._policy.system_prompt

@@ -55,6 +55,9 @@ class EngineLoad:
     running_requests: int
     waiting_requests: int
     prefix_hit_rate: float
+    # Measured from the engine's own requests (nodeagent/engine_speed.py); 0: not yet.
+    prefill_tokens_per_s: float = 0.0
+    decode_step_s: float = 0.0
 
 
 class EngineError(Exception):

@@ -8,6 +8,7 @@ request is not served ahead of a Free one here (the vLLM adapter does that).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import socket
 from collections.abc import AsyncIterator
@@ -21,6 +22,7 @@ from infra.process import dies_with_parent
 from nodeagent import chat_wire
 from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
 from nodeagent.engine_http import engine_session, sse_events
+from nodeagent.engine_speed import EngineSpeed
 
 _FINISH = {"stop": Finish.STOP, "length": Finish.LENGTH, "tool_calls": Finish.STOP}
 # The health check's bound: llama-server answers /health at once, even mid-generation.
@@ -63,6 +65,7 @@ class _Accounting:
     running_tokens: dict[str, int] = field(default_factory=dict)
     prompt_tokens_seen: int = 0
     cached_tokens_seen: int = 0
+    speed: EngineSpeed = field(default_factory=EngineSpeed)
 
 
 class LlamaCppEngine:
@@ -197,6 +200,8 @@ class LlamaCppEngine:
             prefix_hit_rate=(
                 acc.cached_tokens_seen / acc.prompt_tokens_seen if acc.prompt_tokens_seen else 0.0
             ),
+            prefill_tokens_per_s=acc.speed.prefill_tokens_per_s,
+            decode_step_s=acc.speed.decode_step_s,
         )
 
     def _body(self, request: GenerationRequest) -> dict[str, object]:
@@ -221,6 +226,7 @@ class LlamaCppEngine:
         finish = Finish.STOP
         usage = Usage()
         output_tokens = 0
+        timings: object = None
         calls = chat_wire.ToolCallAssembler()
         try:
             async with self._http().post(
@@ -249,6 +255,7 @@ class LlamaCppEngine:
                         finish = _FINISH.get(choice["finish_reason"], Finish.STOP)
                     if event.get("usage") or event.get("timings"):
                         usage = _usage_of(event, usage)
+                        timings = event.get("timings") or timings
         except aiohttp.ClientError as exc:
             raise EngineError(f"llama-server stream failed: {exc}") from exc
         finally:
@@ -256,6 +263,7 @@ class LlamaCppEngine:
             acc.running_tokens.pop(request.request_id, None)
         acc.prompt_tokens_seen += usage.input_tokens
         acc.cached_tokens_seen += usage.cached_tokens
+        _measure(acc.speed, timings)
         yield Finished(finish, usage, calls.calls(request.request_id))
 
 
@@ -268,6 +276,17 @@ def _strip_echo(text: str, echo: str) -> tuple[str, str]:
     if text.startswith(echo):
         return text[len(echo) :], ""
     return text, ""
+
+
+def _measure(speed: EngineSpeed, timings: object) -> None:
+    """llama-server's own timings of a request: the prompt tokens it read (prompt_n, not
+    those found cached) and how long, the tokens it generated and how long."""
+    if not isinstance(timings, dict):
+        return
+    with contextlib.suppress(TypeError, ValueError, KeyError):
+        speed.prompt_read(int(timings["prompt_n"]), float(timings["prompt_ms"]) / 1000)
+    with contextlib.suppress(TypeError, ValueError, KeyError):
+        speed.decoded(int(timings["predicted_n"]), float(timings["predicted_ms"]) / 1000)
 
 
 def _usage_of(event: dict[str, object], previous: Usage) -> Usage:

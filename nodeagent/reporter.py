@@ -156,4 +156,6 @@ class LoadReporter:
             waiting_requests=load.waiting_requests,
             prefix_hit_rate=load.prefix_hit_rate,
             state=state,
+            prefill_tokens_per_second=load.prefill_tokens_per_s,
+            decode_step_seconds=load.decode_step_s,
         )

@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from domain.answer_options import ToolCall
-from domain.replica_hardware import H100x4_70B, ReplicaPreset
+from domain.replica_hardware import H100x4_70B, ReplicaPreset, step_seconds
 from domain.replica_requests import StepResult
 from domain.replica_sim import ReplicaSim
 from domain.types import Finish, Role, Tier, Usage
@@ -208,7 +208,20 @@ class SimEngine:
             running_requests=load.running_requests,
             waiting_requests=load.waiting_requests,
             prefix_hit_rate=load.prefix_hit_rate,
+            prefill_tokens_per_s=self.prefill_tokens_per_s,
+            decode_step_s=self.decode_step_s,
         )
+
+    @property
+    def prefill_tokens_per_s(self) -> float:
+        """The simulator knows its own speed: full-budget prefill steps, in real time."""
+        preset = self.preset
+        return preset.step_tokens / step_seconds(preset, preset.step_tokens, 0) * self._speed
+
+    @property
+    def decode_step_s(self) -> float:
+        """One decode step of a lone answer, in real time."""
+        return step_seconds(self.preset, 1, 0) / self._speed
 
     # --- one answer ---
 

@@ -27,6 +27,7 @@ from infra.process import dies_with_parent
 from nodeagent import chat_wire
 from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
 from nodeagent.engine_http import engine_session, sse_events
+from nodeagent.engine_speed import EngineSpeed
 from nodeagent.llamacpp import free_port
 from nodeagent.vllm_check import check_engine_flags
 from nodeagent.vllm_flags import UnknownModelFamily
@@ -59,6 +60,7 @@ class _Accounting:
     waiting_prompt_tokens: dict[str, int] = field(default_factory=dict)
     last_metrics: VllmMetrics | None = None
     last_hit_rate: float = 0.0
+    speed: EngineSpeed = field(default_factory=EngineSpeed)
 
 
 class VllmEngine:
@@ -231,6 +233,8 @@ class VllmEngine:
             running_requests=current.running_requests,
             waiting_requests=current.waiting_requests,
             prefix_hit_rate=acc.last_hit_rate,
+            prefill_tokens_per_s=acc.speed.prefill_tokens_per_s,
+            decode_step_s=acc.speed.decode_step_s,
         )
 
     def _body(self, request: GenerationRequest) -> dict[str, object]:
@@ -259,6 +263,8 @@ class VllmEngine:
         finish: Finish | None = None
         usage = Usage()
         calls = chat_wire.ToolCallAssembler()
+        loop = asyncio.get_running_loop()
+        sent_at, first_at = loop.time(), 0.0
         try:
             # Leaving this block (a finished answer, or the caller closing this generator)
             # closes the HTTP stream, and vLLM aborts the request and frees its KV blocks.
@@ -274,6 +280,7 @@ class VllmEngine:
                     text = (choice.get("delta") or {}).get("content")
                     if text:
                         waiting.pop(request.request_id, None)
+                        first_at = first_at or loop.time()
                         yield Chunk(text)
                     if choice.get("finish_reason"):
                         finish = _FINISH.get(str(choice["finish_reason"]), Finish.STOP)
@@ -286,6 +293,12 @@ class VllmEngine:
         if finish is None:
             # A stream cut off cleanly (vLLM died between events) is not a finished answer.
             raise EngineError("vLLM ended the stream without a finish reason")
+        if first_at:
+            # vLLM reports no timings: the first token's wait over the uncached prompt tokens
+            # (a queue before it counts too, so the figure errs slow under load), then the rest.
+            speed = self._accounting.speed
+            speed.prompt_read(usage.input_tokens - usage.cached_tokens, first_at - sent_at)
+            speed.decoded(usage.output_tokens - 1, loop.time() - first_at)
         yield Finished(finish, usage, calls.calls(request.request_id))
 
 

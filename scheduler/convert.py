@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from google.protobuf import timestamp_pb2
@@ -33,6 +34,7 @@ REASON_TO_PB = {
     PickReason.ESCAPED_KV_ROOM: pb.PICK_REASON_ESCAPED_KV_ROOM,
     PickReason.NO_REPLICA: pb.PICK_REASON_NO_REPLICA,
     PickReason.MOVED: pb.PICK_REASON_MOVED,
+    PickReason.COLD: pb.PICK_REASON_COLD,
 }
 
 
@@ -46,7 +48,14 @@ def load_fields(report: pb.LoadReport) -> dict[str, object]:
         "waiting_requests": report.waiting_requests,
         "prefix_hit_rate": report.prefix_hit_rate,
         "state": STATE_FROM_PB.get(report.state, NodeState.STARTING),
+        # Not a number, or below 0, reads as not measured: the configured speed counts.
+        "prefill_tokens_per_s": _measured(report.prefill_tokens_per_second),
+        "decode_step_s": _measured(report.decode_step_seconds),
     }
+
+
+def _measured(value: float) -> float:
+    return value if math.isfinite(value) and value > 0 else 0.0
 
 
 def registration_to_load(reg: pb.NodeRegistration) -> ReplicaLoad:
@@ -141,6 +150,8 @@ def node_status_to_pb(node_id: str, entry: NodeEntry, last_report_at: float) -> 
             waiting_requests=load.waiting_requests,
             prefix_hit_rate=load.prefix_hit_rate,
             state=STATE_TO_PB[load.state],
+            prefill_tokens_per_second=load.prefill_tokens_per_s,
+            decode_step_seconds=load.decode_step_s,
         ),
         last_report_at=timestamp(last_report_at),
     )

@@ -4,7 +4,8 @@ Read from the load table and the ladder keeper at scrape time (a collector, not 
 things change), so a node that left has no series left behind and nothing is ever stale.
 Every configured pool has its series from the first scrape, zero while it has no node: an
 alert on "no ready replica" or a scaler reading a pool's queue finds the series at 0 rather
-than nothing. Labels are pool, node and state: bounded by the fleet, never by traffic.
+than nothing. Labels are pool, node, state and pick reason: bounded by the fleet, never by
+traffic.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from domain.ladder import busy_share
-from domain.picker import ReplicaLoad
+from domain.picker import PickReason, ReplicaLoad
 from domain.types import NodeState
 from scheduler.ladder import LadderKeeper
 from scheduler.table import LoadTable
@@ -31,6 +32,11 @@ NODE_SERIES = (
     ("scheduler_node_waiting_requests", "requests waiting for a place in the batch"),
     ("scheduler_node_prefix_hit_rate", "share of prompt tokens found in the prefix cache"),
     ("scheduler_node_report_age_seconds", "since the node's last load report"),
+    (
+        "scheduler_node_prefill_tokens_per_second",
+        "uncached prompt tokens the node's engine reads a second, as it measured (0: not yet)",
+    ),
+    ("scheduler_node_decode_step_seconds", "one decode step of the node's engine (0: not yet)"),
 )
 
 
@@ -65,10 +71,28 @@ class SchedulerCollector(Collector):
         self._pools = sorted(pools)
         self._saturated_queue_tokens = saturated_queue_tokens
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         yield from self._ladder_families()
         yield from self._pool_families()
         yield from self._node_families()
+        yield self._pick_family()
+
+    def _pick_family(self) -> CounterMetricFamily:
+        """Picks by pool and reason (docs/decisions.md, "Where a conversation's cache is"):
+        every reason of every configured pool from the first scrape, 0 until it happens."""
+        picks = CounterMetricFamily(
+            "scheduler_picks",
+            "replica picks by why: affinity (stayed with its cache), escaped-queue, "
+            "escaped-kv-room, cold (nothing cached: soonest start), moved (off failed replicas), "
+            "no-replica",
+            labels=["pool", "reason"],
+        )
+        counts = self._table.pick_counts
+        pools = sorted({*self._pools, *(pool for pool, _ in counts)})
+        for pool in pools:
+            for reason in PickReason:
+                picks.add_metric([pool, reason.value], counts[pool, reason.value])
+        return picks
 
     def _ladder_families(self) -> Iterator[GaugeMetricFamily]:
         state = self._ladder.state
@@ -127,7 +151,7 @@ class SchedulerCollector(Collector):
         yield from (replicas, busy, queued, waiting, running)
 
     def _node_families(self) -> Iterator[GaugeMetricFamily]:
-        kv, queued, waiting, hits, age = (
+        kv, queued, waiting, hits, age, speed, step = (
             GaugeMetricFamily(name, help_text, labels=["pool", "node"])
             for name, help_text in NODE_SERIES
         )
@@ -139,7 +163,9 @@ class SchedulerCollector(Collector):
             waiting.add_metric(values, load.waiting_requests)
             hits.add_metric(values, load.prefix_hit_rate)
             age.add_metric(values, self._table.report_age_s(entry))
-        yield from (kv, queued, waiting, hits, age)
+            speed.add_metric(values, load.prefill_tokens_per_s)
+            step.add_metric(values, load.decode_step_s)
+        yield from (kv, queued, waiting, hits, age, speed, step)
 
 
 def register_scheduler_metrics(

@@ -8,6 +8,7 @@ costs a few numpy calls instead of a loop over the pool.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 
@@ -39,6 +40,8 @@ class LoadTable:
         self._report_timeout_s = report_timeout_s
         self._nodes: dict[str, NodeEntry] = {}
         self._indexes: dict[str, PoolIndex] = {}
+        # Picks made so far by (pool, reason): how a race reads decision by decision.
+        self.pick_counts: Counter[tuple[str, str]] = Counter()
 
     def join(self, load: ReplicaLoad, context_tokens: int, kv_capacity_tokens: int) -> NodeEntry:
         previous = self._nodes.get(load.node_id)
@@ -70,9 +73,12 @@ class LoadTable:
     ) -> Pick:
         index = self._indexes.get(pool) or PoolIndex()
         if not excluded:
-            return index.pick(conversation_id, prompt_tokens, reusable_prefix_tokens, charge=True)
-        # A retry away from replicas that failed: the answer moves, and spreads (PoolIndex).
-        return index.pick_move(prompt_tokens, excluded)
+            pick = index.pick(conversation_id, prompt_tokens, reusable_prefix_tokens, charge=True)
+        else:
+            # A retry away from replicas that failed: the answer moves, and spreads (PoolIndex).
+            pick = index.pick_move(prompt_tokens, excluded, conversation_id)
+        self.pick_counts[pool, pick.reason.value] += 1
+        return pick
 
     def other_models(self, pool: str, model: str) -> frozenset[str]:
         """The pool's nodes that serve another model than `model` ('' : none)."""

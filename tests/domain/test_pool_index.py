@@ -153,8 +153,9 @@ def test_a_pickable_replica_scoring_zero_still_wins_alone() -> None:
         ReplicaLoad("b", "b", "p", "m", NodeState.DRAINING, 1000, 0),
         ReplicaLoad("c", "c", "p", "m", NodeState.READY, 1000, 9),
     ]
-    pick = PoolIndex(model).pick("c", 10, 0)
-    assert pick == pick_replica("c", 10, 0, model)
+    # A later turn (something cached): a first turn would be placed cold, not by score.
+    pick = PoolIndex(model).pick("c", 10, 5)
+    assert pick == pick_replica("c", 10, 5, model)
     assert pick.replica is model[2] and pick.reason is PickReason.AFFINITY
 
 
@@ -166,8 +167,8 @@ def test_a_queue_at_the_int64_limit_is_still_the_idlest() -> None:
         ReplicaLoad("b", "b", "p", "m", NodeState.READY, 0, top),
         ReplicaLoad("c", "c", "p", "m", NodeState.READY, 0, top),
     ]
-    pick = PoolIndex(model).pick("c1", 10, 0)
-    assert pick == pick_replica("c1", 10, 0, model)
+    pick = PoolIndex(model).pick("c1", 10, 5)  # a later turn: a first one is placed cold
+    assert pick == pick_replica("c1", 10, 5, model)
     assert pick.replica is model[1] and pick.reason is PickReason.ESCAPED_KV_ROOM
 
 

@@ -62,6 +62,32 @@ async def test_continue_from_a_partial_answer(engine: LlamaCppEngine) -> None:
     assert "one" not in text.split(",")[0].lower()  # it went on, it did not start again
 
 
+async def llama_metric(engine: LlamaCppEngine, name: str) -> float:
+    """One of llama-server's own /metrics figures."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"{engine.base_url}/metrics") as response,
+    ):
+        text = await response.text()
+    return next(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+
+async def test_the_load_carries_the_speeds_llama_server_measured() -> None:
+    fresh = LlamaCppEngine("smollm2-135m-instruct", slot_context_tokens=2048, parallel=1)
+    await fresh.start()
+    try:
+        assert (await fresh.load()).prefill_tokens_per_s == 0.0  # nothing measured yet
+        [_ async for _ in fresh.generate(request("s1", "Name three rivers of Europe.", 8))]
+        load = await fresh.load()
+        # Its only request: llama-server's own averages are that request's timings too.
+        prompt = await llama_metric(fresh, "llamacpp:prompt_tokens_seconds")
+        predicted = await llama_metric(fresh, "llamacpp:predicted_tokens_seconds")
+        assert load.prefill_tokens_per_s == pytest.approx(prompt, rel=1e-3)
+        assert 1 / load.decode_step_s == pytest.approx(predicted, rel=1e-3)
+    finally:
+        await fresh.stop()
+
+
 @pytest.fixture(scope="module")
 async def one_slot() -> AsyncIterator[LlamaCppEngine]:
     """llama-server with a single slot: a request left running there blocks every other."""

@@ -11,7 +11,8 @@ import pytest
 import structlog.testing
 
 from chat.v1 import scheduler_service_pb2 as pb
-from domain.replica_hardware import H100x4_70B
+from domain.replica_hardware import H100x4_70B, step_seconds
+from fleet.replicas import prefill_tokens_per_s
 from nodeagent.changes import Changes
 from nodeagent.reporter import LoadReporter, NodeIdentity
 from nodeagent.request_registry import RequestRegistry, RunningRequest
@@ -121,3 +122,12 @@ async def test_a_node_backs_off_while_a_scheduler_cannot_be_reached() -> None:
     # Five waits between six attempts: at least 0.5 x (0.1 + 0.2 + 0.4 + 0.8 + 1.6) s. Without
     # the backoff they were at most 5 x 0.15 s.
     assert time.monotonic() - began >= 1.55
+
+
+async def test_a_report_carries_the_engines_own_speeds() -> None:
+    async with started(SimEngine(H100x4_70B, speed=2.0)) as engine:
+        node, _ = reporter(engine)
+        load = await node.snapshot()
+        # The fleet simulator's figure for the same hardware, twice as fast in real time.
+        assert load.prefill_tokens_per_second == pytest.approx(2 * prefill_tokens_per_s(H100x4_70B))
+        assert load.decode_step_seconds == pytest.approx(step_seconds(H100x4_70B, 1, 0) / 2)

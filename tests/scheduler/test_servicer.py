@@ -175,6 +175,35 @@ async def test_picks_stick_to_a_conversation_and_avoid_drained_and_silent_nodes(
             await node.close()
 
 
+async def test_a_first_turn_is_placed_cold_and_a_nodes_measured_speeds_are_kept(scheduler) -> None:
+    measured = pb.LoadReport(
+        free_kv_tokens=90_000,
+        state=pb.NODE_STATE_READY,
+        prefill_tokens_per_second=120.5,
+        decode_step_seconds=0.031,
+    )
+    node = FakeNode(scheduler, "n0", load=measured)
+    try:
+
+        async def reported() -> bool:
+            nodes = (await scheduler.ListNodes(pb.ListNodesRequest(), metadata=AUTH)).nodes
+            return bool(nodes) and nodes[0].load.state == pb.NODE_STATE_READY
+
+        await eventually(reported)
+        listed = (await scheduler.ListNodes(pb.ListNodesRequest(), metadata=AUTH)).nodes[0].load
+        assert (listed.prefill_tokens_per_second, listed.decode_step_seconds) == (120.5, 0.031)
+        ask = pb.PickReplicaRequest(conversation_id="new", pool="large", prompt_tokens=241)
+        first = await scheduler.PickReplica(ask)
+        # Cold, and its 241 tokens are read at the node's own 120.5 tokens a second.
+        assert (first.node_id, first.reason, first.expected_wait_seconds) == (
+            "n0",
+            pb.PICK_REASON_COLD,
+            2.0,
+        )
+    finally:
+        await node.close()
+
+
 async def test_an_answer_moved_off_failed_replicas_goes_to_the_shortest_queue(scheduler) -> None:
     queues = {"m0": 0, "m1": 5_000, "m2": 9_000}
     nodes = [

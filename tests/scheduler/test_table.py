@@ -60,3 +60,29 @@ def test_picks_follow_reports_drains_and_departures() -> None:
     table.leave(favourite, entries[favourite])
     assert table.pick("large", "conv", 100, 100).replica.node_id == moved
     assert table.pick("small", "conv", 100, 100).replica is None
+
+
+def test_picks_are_counted_by_pool_and_reason() -> None:
+    table = LoadTable(lambda: 0.0)
+    for node_id in ("r0", "r1"):
+        table.join(load(node_id), 4096, 8192)
+        table.report(node_id, state=NodeState.READY, free_kv_tokens=10_000)
+    first = table.pick("large", "conv", 100, 0).replica.node_id  # nothing cached yet
+    table.pick("large", "conv", 200, 150)  # its next turn stays with its cache
+    table.pick("large", "conv", 200, 150, excluded={first})  # its replica failed it
+    table.pick("small", "conv", 100, 0)
+    assert dict(table.pick_counts) == {
+        ("large", "cold"): 1,
+        ("large", "affinity"): 1,
+        ("large", "moved"): 1,
+        ("small", "no-replica"): 1,
+    }
+
+
+def test_a_reports_measured_speeds_reach_the_pick() -> None:
+    table = LoadTable(lambda: 0.0)
+    table.join(load("a"), 4096, 8192)
+    table.report("a", state=NodeState.READY, queued_prefill_tokens=600, prefill_tokens_per_s=120.0,
+                 decode_step_s=0.02)  # fmt: skip
+    assert table.pool("large")[0].decode_step_s == 0.02
+    assert table.start_wait_s("large", "a", paid=True) == 5.0  # 600 tokens at 120 a second

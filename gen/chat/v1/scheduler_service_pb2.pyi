@@ -33,6 +33,7 @@ class PickReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PICK_REASON_ESCAPED_KV_ROOM: _ClassVar[PickReason]
     PICK_REASON_NO_REPLICA: _ClassVar[PickReason]
     PICK_REASON_MOVED: _ClassVar[PickReason]
+    PICK_REASON_COLD: _ClassVar[PickReason]
 NODE_STATE_UNSPECIFIED: NodeState
 NODE_STATE_STARTING: NodeState
 NODE_STATE_READY: NodeState
@@ -47,6 +48,7 @@ PICK_REASON_ESCAPED_QUEUE: PickReason
 PICK_REASON_ESCAPED_KV_ROOM: PickReason
 PICK_REASON_NO_REPLICA: PickReason
 PICK_REASON_MOVED: PickReason
+PICK_REASON_COLD: PickReason
 
 class NodeRegistration(_message.Message):
     __slots__ = ("node_id", "address", "model", "pool", "context_tokens", "kv_capacity_tokens", "max_running_requests")
@@ -67,7 +69,7 @@ class NodeRegistration(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., model: _Optional[str] = ..., pool: _Optional[str] = ..., context_tokens: _Optional[int] = ..., kv_capacity_tokens: _Optional[int] = ..., max_running_requests: _Optional[int] = ...) -> None: ...
 
 class LoadReport(_message.Message):
-    __slots__ = ("kv_usage", "free_kv_tokens", "queued_prefill_tokens", "running_requests", "waiting_requests", "prefix_hit_rate", "state")
+    __slots__ = ("kv_usage", "free_kv_tokens", "queued_prefill_tokens", "running_requests", "waiting_requests", "prefix_hit_rate", "state", "prefill_tokens_per_second", "decode_step_seconds")
     KV_USAGE_FIELD_NUMBER: _ClassVar[int]
     FREE_KV_TOKENS_FIELD_NUMBER: _ClassVar[int]
     QUEUED_PREFILL_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -75,6 +77,8 @@ class LoadReport(_message.Message):
     WAITING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     PREFIX_HIT_RATE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    DECODE_STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
     kv_usage: float
     free_kv_tokens: int
     queued_prefill_tokens: int
@@ -82,7 +86,9 @@ class LoadReport(_message.Message):
     waiting_requests: int
     prefix_hit_rate: float
     state: NodeState
-    def __init__(self, kv_usage: _Optional[float] = ..., free_kv_tokens: _Optional[int] = ..., queued_prefill_tokens: _Optional[int] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., prefix_hit_rate: _Optional[float] = ..., state: _Optional[_Union[NodeState, str]] = ...) -> None: ...
+    prefill_tokens_per_second: float
+    decode_step_seconds: float
+    def __init__(self, kv_usage: _Optional[float] = ..., free_kv_tokens: _Optional[int] = ..., queued_prefill_tokens: _Optional[int] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., prefix_hit_rate: _Optional[float] = ..., state: _Optional[_Union[NodeState, str]] = ..., prefill_tokens_per_second: _Optional[float] = ..., decode_step_seconds: _Optional[float] = ...) -> None: ...
 
 class ConnectNodeRequest(_message.Message):
     __slots__ = ("registration", "load")
