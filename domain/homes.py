@@ -31,6 +31,9 @@ class Homes:
             del nodes[next(iter(nodes))]
         nodes[conversation_hash] = node_id
 
+    def hashes(self) -> list[int]:
+        return list(self._nodes)
+
     def forget(self, conversation_hash: int) -> None:
         self._nodes.pop(conversation_hash, None)
 

@@ -108,10 +108,6 @@ class PoolIndex:
         self._scores = np.empty(len(loads), dtype=np.uint64)
         self._scratch = np.empty(len(loads), dtype=np.uint64)
         self._favourites = {}
-        # A replica joined or left: rendezvous spreads conversations over the new membership,
-        # as it did before homes were remembered (a drained and returned replica gets its
-        # conversations back).
-        self._homes.clear()
 
     def __len__(self) -> int:
         return len(self._loads)
@@ -158,15 +154,15 @@ class PoolIndex:
         self._kv_usage[i] = load.kv_usage
         self._speed[i] = load.prefill_tokens_per_s
         self._queue_key[i] = queued if load.pickable else _NOT_PICKABLE
+        returned = load.pickable and not self._pickable[i]
         if load.pickable != self._pickable[i]:
             self._favourites.clear()  # the rendezvous scores of every conversation changed
-            if load.pickable:
-                # Back from a drain or an outage: its conversations return to it, as before.
-                self._homes.clear()
         self._pickable_count += int(load.pickable) - int(self._pickable[i])
         self._pickable[i] = load.pickable
         self._score_mask[i] = load.pickable
         self._loads[i] = load
+        if returned:
+            self._return_homes_to(i)
 
     def add(self, load: ReplicaLoad) -> None:
         """A replica joins at the end; rebuilds the columns (membership changes are rare) but
@@ -175,6 +171,8 @@ class PoolIndex:
             raise ValueError(f"{load.node_id!r} is already in the pool")
         hashes = np.append(self._hashes, np.uint64(fnv1a64(load.node_id)))
         self._build([*self._loads, load], hashes)
+        if load.pickable:
+            self._return_homes_to(len(self._loads) - 1)
 
     def remove(self, node_id: str) -> None:
         """A replica leaves; the others keep their order, so ties still break the same way."""
@@ -323,6 +321,20 @@ class PoolIndex:
         self._sent[row] += 1
         if conversation_hash is not None:
             self._homes.set(conversation_hash, self._loads[row].node_id)
+
+    def _return_homes_to(self, row: int, chunk: int = 4096) -> None:
+        """A replica back from a drain or an outage, or new: the conversations whose rendezvous
+        favourite it is go back to it, as they did before homes were remembered; every other
+        conversation stays where its cache is. Forgetting every home instead sent the ones
+        placed cold or moved elsewhere away from their caches at each restart."""
+        hashes = np.array(self._homes.hashes(), dtype=np.uint64)
+        for start in range(0, len(hashes), chunk):
+            block = hashes[start : start + chunk]
+            scores = np.bitwise_xor(block[:, None], self._hashes[None, :])
+            mix64_inplace(scores, np.empty_like(scores))
+            np.multiply(scores, self._score_mask[None, :], scores)
+            for conversation_hash in block[scores.argmax(axis=1) == row].tolist():
+                self._homes.forget(conversation_hash)
 
     def _home(self, conversation_hash: int) -> int | None:
         node_id = self._homes.get(conversation_hash)
