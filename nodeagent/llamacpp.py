@@ -286,7 +286,10 @@ def _measure(speed: EngineSpeed, timings: object) -> None:
     with contextlib.suppress(TypeError, ValueError, KeyError):
         speed.prompt_read(int(timings["prompt_n"]), float(timings["prompt_ms"]) / 1000)
     with contextlib.suppress(TypeError, ValueError, KeyError):
-        speed.decoded(int(timings["predicted_n"]), float(timings["predicted_ms"]) / 1000)
+        # predicted_ms runs from the first token, which the prompt's pass made: n - 1 steps
+        # (llama-server's own predicted_tokens_seconds counts them so).
+        steps = int(timings["predicted_n"]) - 1
+        speed.decoded(steps, float(timings["predicted_ms"]) / 1000)
 
 
 def _usage_of(event: dict[str, object], previous: Usage) -> Usage:
