@@ -61,6 +61,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from benchkit import publish  # noqa: E402
+from race_pinning import Pinning  # noqa: E402
 from race_workloads import SYSTEM_PROMPT, WORKLOADS, Shape, UserScript, build, salted  # noqa: E402
 
 RACE_VENV = REPO / ".race" / "venv"
@@ -257,8 +258,11 @@ class Churn:
     fourth replica at a new address joining mid-run would need every peer's worker-add API
     (vllm-router's and sglang-router's differ) and a fourth engine on two cores."""
 
-    def __init__(self, nodeagent_pid: int, engine_url: str, log_dir: Path) -> None:
+    def __init__(
+        self, nodeagent_pid: int, engine_url: str, log_dir: Path, on_start=lambda: None
+    ) -> None:
         self._nodeagent_pid = nodeagent_pid
+        self._on_start = on_start  # told once the new process exists (the pinning's sweep)
         self.engine_url = engine_url
         self._log_dir = log_dir
         self._pid: int | None = None
@@ -295,6 +299,7 @@ class Churn:
             *dies_with_parent(self._argv), env=self._env, stdout=log, stderr=log
         )
         log.close()
+        self._on_start()
         started = time.perf_counter()
         async with aiohttp.ClientSession() as http:
             while time.perf_counter() - started < 60:
@@ -658,6 +663,9 @@ async def race(args: argparse.Namespace) -> dict:
     peers: list[asyncio.subprocess.Process] = []
     churn: Churn | None = None
     systems: dict[str, System] = {}
+    pinning = Pinning(args.pin_engines)
+    pinning.check()
+    pinning.pin_self()  # before anything starts: every child begins on the routers' core
     try:
         await platform.start()
         nodeagents = [c for c in platform.children if c.name.startswith("nodeagent")]
@@ -666,7 +674,9 @@ async def race(args: argparse.Namespace) -> dict:
         systems.update(await start_peers(engines, state, names, peers))
         if "oracle" in names:
             systems["oracle"] = System("oracle", "", replicas=engines)
-        churn = Churn(nodeagents[-1].process.pid, engines[-1], state)
+        churn = Churn(nodeagents[-1].process.pid, engines[-1], state, pinning.sweep)
+        pinning.sweep()
+        pinning.start()
         await warm_up(engines, args.max_tokens)
         await measure_idle(list(systems.values()), 5.0)
         print(f"up in {time.perf_counter() - started:.0f}s; engines {engines}", flush=True)
@@ -690,6 +700,7 @@ async def race(args: argparse.Namespace) -> dict:
                     print(f"  {workload:<7} r{r} {name:<12} {cost.wall_s:6.1f}s "
                           f"{len(got)} turns, {failed} failed", flush=True)  # fmt: skip
     finally:
+        await pinning.stop()
         if churn is not None:
             await churn.close()
         for process in peers:
@@ -707,6 +718,7 @@ async def race(args: argparse.Namespace) -> dict:
         "churn": churn_log,
         "idle": {n: s.idle_cpu_per_s for n, s in systems.items() if n != "oracle"},
         "total_s": time.perf_counter() - started,
+        "pinning": pinning.header(),
     }
 
 
@@ -978,6 +990,10 @@ def main() -> None:
         "--holdback-on", nargs="*", default=["plain"], choices=WORKLOADS,
         help="workloads the platform also runs with its default output hold-back",
     )  # fmt: skip
+    parser.add_argument(
+        "--pin-engines", action="store_true",
+        help="engines on core 0, every router process and the race's client on core 1",
+    )  # fmt: skip
     parser.add_argument("--name", default="race", help="results land in bench/results/<name>.*")
     parser.add_argument(
         "--serve-round-robin", nargs="+", metavar="PORT URL", help=argparse.SUPPRESS
@@ -1006,6 +1022,7 @@ def main() -> None:
         "3 llama-server replicas (SmolLM2-135M Q4_1, --parallel 2, "
         f"{args.engine_threads} thread(s) each) on this machine's {os.cpu_count()} cores, "
         f"shared by every system; total {result['total_s']:.0f} s",
+        result["pinning"],
         "CPU ms/req: every process of the router over the run / turns (platform: edge+gateway+"
         "scheduler+3 nodeagents); gw+sch: the platform's gateway+scheduler only; -idle: less "
         "what the same processes burn idle (measured 5 s before the race) over as long",
