@@ -61,7 +61,9 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from benchkit import publish  # noqa: E402
+from race_picks import describe, picks_between, scrape_picks  # noqa: E402
 from race_pinning import Pinning  # noqa: E402
+from race_warmup import warm_up_system  # noqa: E402
 from race_workloads import SYSTEM_PROMPT, WORKLOADS, Shape, UserScript, build, salted  # noqa: E402
 
 RACE_VENV = REPO / ".race" / "venv"
@@ -131,6 +133,8 @@ class RunCost:
     idle_cpu_s: float = 0.0  # what the same processes burn idle over as long
     idle_core_s: float = 0.0
     by_part: dict[str, float] = field(default_factory=dict)  # the platform's, per process kind
+    picks: dict[str, float] | None = None  # the platform's, by reason (race_picks.py)
+    warmup_turns: int = 0
 
 
 # --- the systems -----------------------------------------------------------------------------
@@ -149,6 +153,7 @@ class System:
     parts: dict[str, list[int]] = field(default_factory=dict)
     idle_cpu_per_s: float = 0.0  # what its processes burn with no request in flight
     idle_core_per_s: float = 0.0
+    scheduler_metrics: str = ""  # the platform's scheduler's /metrics URL: picks by reason
 
     def target(self, conversation: str, attempt: int) -> str:
         if self.name != "oracle":
@@ -342,6 +347,7 @@ async def run_round(
     max_tokens: int,
     engines: list[str],
     churn: Churn | None,
+    warmup_turns: int = 0,
 ) -> tuple[list[Sample], RunCost]:
     salt = hashlib.sha256(f"{system.name}/{workload}/{round_index}".encode()).hexdigest()[:8]
     total = sum(len(c.messages) for s in scripts for c in s.conversations)
@@ -350,6 +356,14 @@ async def run_round(
     timeout = aiohttp.ClientTimeout(total=300, sock_read=120)
     connector = aiohttp.TCPConnector(force_close=True, limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as http:
+
+        async def untimed(conversation: str, turn: int, messages: list[dict]) -> str:
+            _, text = await one_turn(http, system, workload, round_index, conversation, turn,
+                                     messages, max_tokens)  # fmt: skip
+            return text
+
+        warmed = await warm_up_system(system.name, workload, round_index, warmup_turns, untimed)
+        picks0 = await scrape_picks(http, system.scheduler_metrics)
         before_prefill = await prefilled_tokens(http, engines)
         cpu0 = sum(cpu_seconds(p) for p in system.cpu_pids)
         core0 = sum(cpu_seconds(p) for p in system.core_pids)
@@ -395,11 +409,12 @@ async def run_round(
             if chaos is not None and not chaos.done():
                 chaos.cancel()
         after_prefill = await prefilled_tokens(http, engines)
+        picks = picks_between(picks0, await scrape_picks(http, system.scheduler_metrics))
     # A restarted replica counts from zero again.
     prefilled = [a - b if a >= b else a for a, b in zip(after_prefill, before_prefill, strict=True)]
     cost = RunCost(wall, cpu, core, len(samples), prefilled,
                    system.idle_cpu_per_s * wall, system.idle_core_per_s * wall,
-                   by_part)  # fmt: skip
+                   by_part, picks, warmed)  # fmt: skip
     return samples, cost
 
 
@@ -577,6 +592,7 @@ async def platform_systems(platform, state: Path, names: list[str]) -> dict[str,
     by_name = {c.name: c for c in platform.children}
     nodeagents = [c for c in platform.children if c.name.startswith("nodeagent")]
     shared = [by_name["scheduler"].process.pid] + [c.process.pid for c in nodeagents]
+    scheduler_metrics = f"http://127.0.0.1:{by_name['scheduler'].ready['metrics']}/metrics"
 
     def parts(edge: int, gateway: int) -> dict[str, list[int]]:
         return {
@@ -593,6 +609,7 @@ async def platform_systems(platform, state: Path, names: list[str]) -> dict[str,
             cpu_pids=[by_name["edge"].process.pid, by_name["gateway"].process.pid, *shared],
             core_pids=[by_name["gateway"].process.pid, by_name["scheduler"].process.pid],
             parts=parts(by_name["edge"].process.pid, by_name["gateway"].process.pid),
+            scheduler_metrics=scheduler_metrics,
         )  # fmt: skip
     if "platform-h0" in names:
         store_url = f"sqlite:///{state / 'chat.db'}"
@@ -612,6 +629,7 @@ async def platform_systems(platform, state: Path, names: list[str]) -> dict[str,
             cpu_pids=[edge.process.pid, gateway.process.pid, *shared],
             core_pids=[gateway.process.pid, by_name["scheduler"].process.pid],
             parts=parts(edge.process.pid, gateway.process.pid),
+            scheduler_metrics=scheduler_metrics,
         )  # fmt: skip
     return systems
 
@@ -689,7 +707,7 @@ async def race(args: argparse.Namespace) -> dict:
                 for name in order_for(racing, r, w):
                     got, cost = await run_round(
                         systems[name], workload, r, scripts, args.max_tokens, engines,
-                        churn if workload == "churn" else None,
+                        churn if workload == "churn" else None, args.warmup_turns,
                     )  # fmt: skip
                     samples.extend(got)
                     costs.setdefault((workload, name), []).append(cost)
@@ -793,9 +811,19 @@ def summarise(samples: list[Sample], costs: dict, workloads: list[str], names: l
                 ),
                 "prefill_hot_spot": max(prefilled) / mean_prefill if mean_prefill else 0.0,
                 "stayed_share": stays / (stays + moves) if stays + moves else None,
+                "picks_by_reason": summed_picks(runs),
+                "warmup_turns": sum(c.warmup_turns for c in runs),
                 "wall_s": wall,
             }
     return rows
+
+
+def summed_picks(runs: list[RunCost]) -> dict[str, float] | None:
+    """The runs' picks by reason, added up; None when no run could read them."""
+    read = [c.picks for c in runs if c.picks is not None]
+    if not read:
+        return None
+    return {r: sum(p.get(r, 0.0) for p in read) for r in sorted({r for p in read for r in p})}
 
 
 # The latency figures whose spread across rounds is printed and read by the verdicts.
@@ -991,6 +1019,10 @@ def main() -> None:
         help="workloads the platform also runs with its default output hold-back",
     )  # fmt: skip
     parser.add_argument(
+        "--warmup-turns", type=int, default=4,
+        help="untimed turns each system serves before its timed ones in every round (0: none)",
+    )  # fmt: skip
+    parser.add_argument(
         "--pin-engines", action="store_true",
         help="engines on core 0, every router process and the race's client on core 1",
     )  # fmt: skip
@@ -1023,6 +1055,9 @@ def main() -> None:
         f"{args.engine_threads} thread(s) each) on this machine's {os.cpu_count()} cores, "
         f"shared by every system; total {result['total_s']:.0f} s",
         result["pinning"],
+        f"warm-up: each system served {args.warmup_turns} untimed turn(s) of its own "
+        "conversations (salted apart from the timed ones) before its timed turns in every "
+        "round, so the first system of a round does not meet cold processes",
         "CPU ms/req: every process of the router over the run / turns (platform: edge+gateway+"
         "scheduler+3 nodeagents); gw+sch: the platform's gateway+scheduler only; -idle: less "
         "what the same processes burn idle (measured 5 s before the race) over as long",
@@ -1066,6 +1101,16 @@ def main() -> None:
                 f"{workload} {name} CPU ms/req by process: "
                 + ", ".join(f"{part} {ms:.1f}" for part, ms in split.items())
             )
+    lines.append("stay share (turns on the replica of the turn before), by workload and system: "
+                 + "; ".join(f"{w} {n} {fmt(row['stayed_share'], '.0%')}"
+                             for (w, n), row in rows.items()))  # fmt: skip
+    lines.append(
+        "  (-: the system does not name the replica it chose: llama-server's answer "
+        "does not say which server wrote it, and the peers add no header that does)"
+    )
+    for (workload, name), row in rows.items():
+        if name.startswith("platform"):
+            lines.append(f"{workload} {name} picks by reason: {describe(row['picks_by_reason'])}")
     if result["churn"]:
         lines.append("churn: " + " | ".join(result["churn"]))
     lines.extend(verdicts(rows, args.workloads))
