@@ -19,6 +19,9 @@ llama-server processes (the URLs in the nodeagents' ready files):
 
     .venv/bin/python bench/race.py            # the full race, 120 turns a cell, ~30 min on 2 cores
     .venv/bin/python bench/race.py --quick    # a smoke run, ~3 min (race-quick.*)
+    --pin-engines       engines on core 0, every router process and the client on core 1
+                        (bench/race_pinning.py); --warmup-turns N (4): untimed turns each
+                        system serves before its timed ones in every round (race_warmup.py)
 
 Each workload (bench/race_workloads.py) runs in rounds; in each round every system serves the
 same users in turn, the order reversed every other round. Every system's run salts its
