@@ -5,15 +5,17 @@ multi-turn conversations with think times; plain, and skewed, where a third of t
 long documents).
 
     .venv/bin/python bench/sim_race.py            # 16 replicas, 128 conversations a cell, ~15 min
-    .venv/bin/python bench/sim_race.py --quick    # a smoke run, ~4 min (sim-race-quick.*)
+    .venv/bin/python bench/sim_race.py --quick    # a smoke run, ~8 min (sim-race-quick.*)
 
 Replicas: `nodeagent.sim.SimEngine` (domain/replica_sim.py's step loop on a 70B-on-4-H100s
 hardware model by default: batching, queueing, chunked prefill, a prefix cache). The peers
-route to --replicas of them served over HTTP by one process (bench/sim_server.py); the
+route to --replicas of them served over HTTP (bench/sim_server.py), one process each; the
 platform (a LocalPlatform) runs as many nodeagents on the `sim` engine, each holding the same
-engine in its own process. So both sides get identical replicas, fresh for each system's run
-(the peers run one after the other on the same replicas, each with conversations salted
-apart, so nothing one cached serves the other).
+engine in its own process. One process a replica on both sides, so that on a busy machine
+one process pacing sixteen replicas does not fall behind sixteen nodeagents that each get a
+share of the CPU. So both sides get identical replicas, fresh for each system's run (the peers
+run one after the other on the same replicas, each with conversations salted apart, so
+nothing one cached serves the other).
 
 Time: everything runs --slow times slower than on GPUs, so this machine's CPU, which the
 routers' processes share with the simulated replicas, does not decide the result. Replica
@@ -87,19 +89,21 @@ def platform_env(args: argparse.Namespace) -> dict[str, str]:
     }
 
 
-async def start_sim_server(args: argparse.Namespace, state: Path, processes: list) -> list[str]:
-    ready = state / "sim-server.ready.json"
-    argv = [sys.executable, str(REPO / "bench" / "sim_server.py"), "--replicas",
-            str(args.replicas), "--preset", args.preset, "--speed", str(1 / args.slow),
-            "--answer-tokens", args.answer_tokens, "--ready-file", str(ready)]  # fmt: skip
-    process = await spawn(argv, state / "sim-server.log")
-    processes.append(process)
-    deadline = time.monotonic() + 60
-    while not ready.exists():
-        if process.returncode is not None or time.monotonic() > deadline:
-            raise RuntimeError("sim_server did not start; see .race/sim-state/sim-server.log")
+async def start_sim_servers(args: argparse.Namespace, state: Path, processes: list) -> list[str]:
+    """The peers' replicas, one process each as the platform's nodeagents are, so that on a
+    busy machine each side's replicas get the same share of the CPU."""
+    ready = [state / f"sim-server-{i}.ready.json" for i in range(args.replicas)]
+    for i, path in enumerate(ready):
+        argv = [sys.executable, str(REPO / "bench" / "sim_server.py"), "--replicas", "1",
+                "--name-from", str(i), "--preset", args.preset, "--speed", str(1 / args.slow),
+                "--answer-tokens", args.answer_tokens, "--ready-file", str(path)]  # fmt: skip
+        processes.append(await spawn(argv, state / f"sim-server-{i}.log"))
+    deadline = time.monotonic() + 120
+    while not all(path.exists() for path in ready):
+        if any(p.returncode is not None for p in processes) or time.monotonic() > deadline:
+            raise RuntimeError("sim_server did not start; see .race/sim-state/sim-server-*.log")
         await asyncio.sleep(0.2)
-    return json.loads(ready.read_text())["urls"]
+    return [url for path in ready for url in json.loads(path.read_text())["urls"]]
 
 
 async def race(args: argparse.Namespace) -> dict:
@@ -131,7 +135,7 @@ async def race(args: argparse.Namespace) -> dict:
         timings["platform_up_s"] = time.perf_counter() - started
         peers = [n for n in names if n != "platform"]
         if peers:
-            urls = await start_sim_server(args, state, processes)
+            urls = await start_sim_servers(args, state, processes)
             routers: list[asyncio.subprocess.Process] = []
             try:
                 started_peers = await start_peers(urls, state, peers, routers)

@@ -231,13 +231,13 @@ class Replica:
 
 
 def make_replicas(
-    count: int, preset: str, speed: float, answer_tokens: tuple[int, int]
+    count: int, preset: str, speed: float, answer_tokens: tuple[int, int], first: int = 0
 ) -> list[Replica]:
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
     return [
         Replica(f"sim-{i}", SimEngine(PRESETS[preset], speed=speed, answer_lengths=answer_tokens))
-        for i in range(count)
+        for i in range(first, first + count)
     ]
 
 
@@ -245,7 +245,9 @@ async def serve(args: argparse.Namespace) -> None:
     lengths = tuple(int(n) for n in args.answer_tokens.split(","))
     if len(lengths) != 2 or not 1 <= lengths[0] <= lengths[1]:
         raise SystemExit("--answer-tokens is SHORTEST,LONGEST with 1 <= SHORTEST <= LONGEST")
-    replicas = make_replicas(args.replicas, args.preset, args.speed, (lengths[0], lengths[1]))
+    replicas = make_replicas(
+        args.replicas, args.preset, args.speed, (lengths[0], lengths[1]), args.name_from
+    )
     urls = [await r.start(args.host) for r in replicas]
     if args.ready_file:
         ready = Path(args.ready_file)
@@ -272,6 +274,7 @@ def main() -> None:
         help="simulated seconds per real second (below 1: slower than a GPU)",
     )  # fmt: skip
     parser.add_argument("--answer-tokens", default="100,700", help="SHORTEST,LONGEST")
+    parser.add_argument("--name-from", type=int, default=0, help="the first replica's number")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--ready-file", default="", help="where to write the replicas' URLs")
     asyncio.run(serve(parser.parse_args()))
