@@ -19,6 +19,9 @@ llama-server processes (the URLs in the nodeagents' ready files):
 
     .venv/bin/python bench/race.py            # the full race, 120 turns a cell, ~30 min on 2 cores
     .venv/bin/python bench/race.py --quick    # a smoke run, ~3 min (race-quick.*)
+    --pin-engines       engines on core 0, every router process and the client on core 1
+                        (bench/race_pinning.py); --warmup-turns N (4): untimed turns each
+                        system serves before its timed ones in every round (race_warmup.py)
 
 Each workload (bench/race_workloads.py) runs in rounds; in each round every system serves the
 same users in turn, the order reversed every other round. Every system's run salts its
@@ -61,6 +64,9 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from benchkit import publish  # noqa: E402
+from race_picks import describe, picks_between, scrape_picks  # noqa: E402
+from race_pinning import Pinning  # noqa: E402
+from race_warmup import warm_up_system  # noqa: E402
 from race_workloads import SYSTEM_PROMPT, WORKLOADS, Shape, UserScript, build, salted  # noqa: E402
 
 RACE_VENV = REPO / ".race" / "venv"
@@ -130,6 +136,8 @@ class RunCost:
     idle_cpu_s: float = 0.0  # what the same processes burn idle over as long
     idle_core_s: float = 0.0
     by_part: dict[str, float] = field(default_factory=dict)  # the platform's, per process kind
+    picks: dict[str, float] | None = None  # the platform's, by reason (race_picks.py)
+    warmup_turns: int = 0
 
 
 # --- the systems -----------------------------------------------------------------------------
@@ -148,6 +156,7 @@ class System:
     parts: dict[str, list[int]] = field(default_factory=dict)
     idle_cpu_per_s: float = 0.0  # what its processes burn with no request in flight
     idle_core_per_s: float = 0.0
+    scheduler_metrics: str = ""  # the platform's scheduler's /metrics URL: picks by reason
 
     def target(self, conversation: str, attempt: int) -> str:
         if self.name != "oracle":
@@ -257,8 +266,11 @@ class Churn:
     fourth replica at a new address joining mid-run would need every peer's worker-add API
     (vllm-router's and sglang-router's differ) and a fourth engine on two cores."""
 
-    def __init__(self, nodeagent_pid: int, engine_url: str, log_dir: Path) -> None:
+    def __init__(
+        self, nodeagent_pid: int, engine_url: str, log_dir: Path, on_start=lambda: None
+    ) -> None:
         self._nodeagent_pid = nodeagent_pid
+        self._on_start = on_start  # told once the new process exists (the pinning's sweep)
         self.engine_url = engine_url
         self._log_dir = log_dir
         self._pid: int | None = None
@@ -295,6 +307,7 @@ class Churn:
             *dies_with_parent(self._argv), env=self._env, stdout=log, stderr=log
         )
         log.close()
+        self._on_start()
         started = time.perf_counter()
         async with aiohttp.ClientSession() as http:
             while time.perf_counter() - started < 60:
@@ -337,6 +350,7 @@ async def run_round(
     max_tokens: int,
     engines: list[str],
     churn: Churn | None,
+    warmup_turns: int = 0,
 ) -> tuple[list[Sample], RunCost]:
     salt = hashlib.sha256(f"{system.name}/{workload}/{round_index}".encode()).hexdigest()[:8]
     total = sum(len(c.messages) for s in scripts for c in s.conversations)
@@ -345,6 +359,14 @@ async def run_round(
     timeout = aiohttp.ClientTimeout(total=300, sock_read=120)
     connector = aiohttp.TCPConnector(force_close=True, limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as http:
+
+        async def untimed(conversation: str, turn: int, messages: list[dict]) -> str:
+            _, text = await one_turn(http, system, workload, round_index, conversation, turn,
+                                     messages, max_tokens)  # fmt: skip
+            return text
+
+        warmed = await warm_up_system(system.name, workload, round_index, warmup_turns, untimed)
+        picks0 = await scrape_picks(http, system.scheduler_metrics)
         before_prefill = await prefilled_tokens(http, engines)
         cpu0 = sum(cpu_seconds(p) for p in system.cpu_pids)
         core0 = sum(cpu_seconds(p) for p in system.core_pids)
@@ -390,11 +412,12 @@ async def run_round(
             if chaos is not None and not chaos.done():
                 chaos.cancel()
         after_prefill = await prefilled_tokens(http, engines)
+        picks = picks_between(picks0, await scrape_picks(http, system.scheduler_metrics))
     # A restarted replica counts from zero again.
     prefilled = [a - b if a >= b else a for a, b in zip(after_prefill, before_prefill, strict=True)]
     cost = RunCost(wall, cpu, core, len(samples), prefilled,
                    system.idle_cpu_per_s * wall, system.idle_core_per_s * wall,
-                   by_part)  # fmt: skip
+                   by_part, picks, warmed)  # fmt: skip
     return samples, cost
 
 
@@ -572,6 +595,7 @@ async def platform_systems(platform, state: Path, names: list[str]) -> dict[str,
     by_name = {c.name: c for c in platform.children}
     nodeagents = [c for c in platform.children if c.name.startswith("nodeagent")]
     shared = [by_name["scheduler"].process.pid] + [c.process.pid for c in nodeagents]
+    scheduler_metrics = f"http://127.0.0.1:{by_name['scheduler'].ready['metrics']}/metrics"
 
     def parts(edge: int, gateway: int) -> dict[str, list[int]]:
         return {
@@ -588,6 +612,7 @@ async def platform_systems(platform, state: Path, names: list[str]) -> dict[str,
             cpu_pids=[by_name["edge"].process.pid, by_name["gateway"].process.pid, *shared],
             core_pids=[by_name["gateway"].process.pid, by_name["scheduler"].process.pid],
             parts=parts(by_name["edge"].process.pid, by_name["gateway"].process.pid),
+            scheduler_metrics=scheduler_metrics,
         )  # fmt: skip
     if "platform-h0" in names:
         store_url = f"sqlite:///{state / 'chat.db'}"
@@ -607,6 +632,7 @@ async def platform_systems(platform, state: Path, names: list[str]) -> dict[str,
             cpu_pids=[edge.process.pid, gateway.process.pid, *shared],
             core_pids=[gateway.process.pid, by_name["scheduler"].process.pid],
             parts=parts(edge.process.pid, gateway.process.pid),
+            scheduler_metrics=scheduler_metrics,
         )  # fmt: skip
     return systems
 
@@ -658,6 +684,9 @@ async def race(args: argparse.Namespace) -> dict:
     peers: list[asyncio.subprocess.Process] = []
     churn: Churn | None = None
     systems: dict[str, System] = {}
+    pinning = Pinning(args.pin_engines)
+    pinning.check()
+    pinning.pin_self()  # before anything starts: every child begins on the routers' core
     try:
         await platform.start()
         nodeagents = [c for c in platform.children if c.name.startswith("nodeagent")]
@@ -666,7 +695,9 @@ async def race(args: argparse.Namespace) -> dict:
         systems.update(await start_peers(engines, state, names, peers))
         if "oracle" in names:
             systems["oracle"] = System("oracle", "", replicas=engines)
-        churn = Churn(nodeagents[-1].process.pid, engines[-1], state)
+        churn = Churn(nodeagents[-1].process.pid, engines[-1], state, pinning.sweep)
+        pinning.sweep()
+        pinning.start()
         await warm_up(engines, args.max_tokens)
         await measure_idle(list(systems.values()), 5.0)
         print(f"up in {time.perf_counter() - started:.0f}s; engines {engines}", flush=True)
@@ -679,7 +710,7 @@ async def race(args: argparse.Namespace) -> dict:
                 for name in order_for(racing, r, w):
                     got, cost = await run_round(
                         systems[name], workload, r, scripts, args.max_tokens, engines,
-                        churn if workload == "churn" else None,
+                        churn if workload == "churn" else None, args.warmup_turns,
                     )  # fmt: skip
                     samples.extend(got)
                     costs.setdefault((workload, name), []).append(cost)
@@ -690,6 +721,7 @@ async def race(args: argparse.Namespace) -> dict:
                     print(f"  {workload:<7} r{r} {name:<12} {cost.wall_s:6.1f}s "
                           f"{len(got)} turns, {failed} failed", flush=True)  # fmt: skip
     finally:
+        await pinning.stop()
         if churn is not None:
             await churn.close()
         for process in peers:
@@ -707,6 +739,7 @@ async def race(args: argparse.Namespace) -> dict:
         "churn": churn_log,
         "idle": {n: s.idle_cpu_per_s for n, s in systems.items() if n != "oracle"},
         "total_s": time.perf_counter() - started,
+        "pinning": pinning.header(),
     }
 
 
@@ -781,9 +814,19 @@ def summarise(samples: list[Sample], costs: dict, workloads: list[str], names: l
                 ),
                 "prefill_hot_spot": max(prefilled) / mean_prefill if mean_prefill else 0.0,
                 "stayed_share": stays / (stays + moves) if stays + moves else None,
+                "picks_by_reason": summed_picks(runs),
+                "warmup_turns": sum(c.warmup_turns for c in runs),
                 "wall_s": wall,
             }
     return rows
+
+
+def summed_picks(runs: list[RunCost]) -> dict[str, float] | None:
+    """The runs' picks by reason, added up; None when no run could read them."""
+    read = [c.picks for c in runs if c.picks is not None]
+    if not read:
+        return None
+    return {r: sum(p.get(r, 0.0) for p in read) for r in sorted({r for p in read for r in p})}
 
 
 # The latency figures whose spread across rounds is printed and read by the verdicts.
@@ -978,6 +1021,14 @@ def main() -> None:
         "--holdback-on", nargs="*", default=["plain"], choices=WORKLOADS,
         help="workloads the platform also runs with its default output hold-back",
     )  # fmt: skip
+    parser.add_argument(
+        "--warmup-turns", type=int, default=4,
+        help="untimed turns each system serves before its timed ones in every round (0: none)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--pin-engines", action="store_true",
+        help="engines on core 0, every router process and the race's client on core 1",
+    )  # fmt: skip
     parser.add_argument("--name", default="race", help="results land in bench/results/<name>.*")
     parser.add_argument(
         "--serve-round-robin", nargs="+", metavar="PORT URL", help=argparse.SUPPRESS
@@ -1006,6 +1057,10 @@ def main() -> None:
         "3 llama-server replicas (SmolLM2-135M Q4_1, --parallel 2, "
         f"{args.engine_threads} thread(s) each) on this machine's {os.cpu_count()} cores, "
         f"shared by every system; total {result['total_s']:.0f} s",
+        result["pinning"],
+        f"warm-up: each system served {args.warmup_turns} untimed turn(s) of its own "
+        "conversations (salted apart from the timed ones) before its timed turns in every "
+        "round, so the first system of a round does not meet cold processes",
         "CPU ms/req: every process of the router over the run / turns (platform: edge+gateway+"
         "scheduler+3 nodeagents); gw+sch: the platform's gateway+scheduler only; -idle: less "
         "what the same processes burn idle (measured 5 s before the race) over as long",
@@ -1049,6 +1104,16 @@ def main() -> None:
                 f"{workload} {name} CPU ms/req by process: "
                 + ", ".join(f"{part} {ms:.1f}" for part, ms in split.items())
             )
+    lines.append("stay share (turns on the replica of the turn before), by workload and system: "
+                 + "; ".join(f"{w} {n} {fmt(row['stayed_share'], '.0%')}"
+                             for (w, n), row in rows.items()))  # fmt: skip
+    lines.append(
+        "  (-: the system does not name the replica it chose: llama-server's answer "
+        "does not say which server wrote it, and the peers add no header that does)"
+    )
+    for (workload, name), row in rows.items():
+        if name.startswith("platform"):
+            lines.append(f"{workload} {name} picks by reason: {describe(row['picks_by_reason'])}")
     if result["churn"]:
         lines.append("churn: " + " | ".join(result["churn"]))
     lines.extend(verdicts(rows, args.workloads))
