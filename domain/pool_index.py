@@ -14,8 +14,9 @@ event loop owns the index.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from typing import Final
 
 import numpy as np
@@ -75,6 +76,7 @@ class PoolIndex:
         self._favourites: dict[int, int] = {}  # conversation hash -> row
         self._remembered_favourites = remembered_favourites
         self._homes = Homes(remembered_homes)
+        self._aside: frozenset[int] = frozenset()  # rows set aside for the pick under way
         loads = list(replicas)
         self._build(loads, np.array([fnv1a64(r.node_id) for r in loads], dtype=np.uint64))
 
@@ -186,6 +188,21 @@ class PoolIndex:
         reusable_prefix_tokens: int,
         charge: bool = False,
         rule: EscapeRule | None = None,
+        set_aside: Collection[str] = (),
+    ) -> Pick:
+        """The replica for a message, among the pickable ones less `set_aside` (a version's
+        pick leaves out the nodes serving another model: the conversation keeps its cache and
+        the escape rule among the rest, where a failed node's retry moves, `pick_move`)."""
+        with self._setting_aside(set_aside):
+            return self._pick(conversation_id, prompt_tokens, reusable_prefix_tokens, charge, rule)
+
+    def _pick(
+        self,
+        conversation_id: str,
+        prompt_tokens: int,
+        reusable_prefix_tokens: int,
+        charge: bool,
+        rule: EscapeRule | None,
     ) -> Pick:
         """The replica for a message. With charge, an escape's prefill (the whole prompt,
         nothing is cached there) joins the idlest replica's queue until its next report,
@@ -336,11 +353,37 @@ class PoolIndex:
             for conversation_hash in block[scores.argmax(axis=1) == row].tolist():
                 self._homes.forget(conversation_hash)
 
+    @contextlib.contextmanager
+    def _setting_aside(self, node_ids: Collection[str]) -> Iterator[None]:
+        """For one pick, the pickable nodes named are not: no favourite, home or idlest there.
+        The remembered favourites are the whole pool's, so the pick scores afresh."""
+        rows = [self._positions[n] for n in node_ids if n in self._positions]
+        rows = [row for row in rows if self._pickable[row]]
+        if not rows:
+            yield
+            return
+        favourites, self._favourites = self._favourites, {}
+        self._aside = frozenset(rows)
+        self._pickable[rows] = False
+        self._score_mask[rows] = 0
+        self._queue_key[rows] = _NOT_PICKABLE
+        self._pickable_count -= len(rows)
+        try:
+            yield
+        finally:
+            self._pickable[rows] = True
+            self._score_mask[rows] = 1
+            self._queue_key[rows] = self._queued[rows]
+            self._pickable_count += len(rows)
+            self._favourites, self._aside = favourites, frozenset()
+
     def _home(self, conversation_hash: int) -> int | None:
         node_id = self._homes.get(conversation_hash)
         if node_id is None:
             return None
         row = self._positions.get(node_id)
+        if row in self._aside:
+            return None  # only for this pick: its cache is still there
         if row is None or not self._pickable[row]:
             self._homes.forget(conversation_hash)  # its cache cannot be reached any more
             return None

@@ -156,16 +156,14 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         if not request.conversation_id or len(request.conversation_id) > MAX_ID_CHARS:
             raise InvalidArgument(f"conversation_id must be 1..{MAX_ID_CHARS} characters")
         self._check_pool(request.pool)
-        # A version's own model: the pool's nodes serving another one are left out.
-        excluded = frozenset(request.exclude_node_ids) | self._table.other_models(
-            request.pool, request.model
-        )
         pick = self._table.pick(
             request.pool,
             request.conversation_id,
             request.prompt_tokens,
             request.reusable_prefix_tokens,
-            excluded,
+            excluded=frozenset(request.exclude_node_ids),
+            # A version's own model: the pool's nodes serving another one are left out.
+            set_aside=self._table.other_models(request.pool, request.model),
         )
         if pick.replica is None:
             serving = f" serving model {request.model!r}" if request.model else ""

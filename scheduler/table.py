@@ -70,13 +70,17 @@ class LoadTable:
         prompt_tokens: int,
         reusable_prefix_tokens: int,
         excluded: Collection[str] = (),
+        set_aside: Collection[str] = (),
     ) -> Pick:
+        """`excluded`: replicas that failed this answer; `set_aside`: replicas that may not
+        serve it (another model), among which the usual pick is made."""
         index = self._indexes.get(pool) or PoolIndex()
         if not excluded:
-            pick = index.pick(conversation_id, prompt_tokens, reusable_prefix_tokens, charge=True)
+            pick = index.pick(conversation_id, prompt_tokens, reusable_prefix_tokens,
+                              charge=True, set_aside=set_aside)  # fmt: skip
         else:
             # A retry away from replicas that failed: the answer moves, and spreads (PoolIndex).
-            pick = index.pick_move(prompt_tokens, excluded, conversation_id)
+            pick = index.pick_move(prompt_tokens, {*excluded, *set_aside}, conversation_id)
         self.pick_counts[pool, pick.reason.value] += 1
         return pick
 

@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 from domain.picker import ReplicaLoad
 from domain.types import NodeState
 from scheduler.table import LoadTable
@@ -88,3 +90,31 @@ def test_a_reports_measured_speeds_reach_the_pick() -> None:
                  decode_step_s=0.02)  # fmt: skip
     assert table.pool("large")[0].decode_step_s == 0.02
     assert table.start_wait_s("large", "a", paid=True) == 5.0  # 600 tokens at 120 a second
+
+
+def test_a_versions_picks_keep_their_cache_among_the_nodes_of_its_model() -> None:
+    """During a rollout the pool serves two models; a version's picks leave out the other's
+    nodes and still stay where the conversation's cache is, rather than move every turn."""
+    table = LoadTable(lambda: 0.0)
+    for i in range(6):
+        table.join(replace(load(f"r{i}"), model="new" if i < 3 else "old"), 4096, 8192)
+        table.report(f"r{i}", state=NodeState.READY, free_kv_tokens=10_000)
+    old = table.other_models("large", "new")
+    assert old == {"r3", "r4", "r5"}
+    first = table.pick("large", "conv", 100, 0, set_aside=old)
+    turns = [
+        table.pick("large", "conv", 300 + 100 * t, 200 + 100 * t, set_aside=old) for t in range(4)
+    ]
+    assert first.replica.node_id not in old
+    assert [(p.replica.node_id, p.reason.value) for p in turns] == [
+        (first.replica.node_id, "affinity")
+    ] * 4
+    # A failed node's retry still moves, and never to the other model's nodes.
+    retried = table.pick("large", "conv", 800, 700, excluded={first.replica.node_id}, set_aside=old)
+    assert retried.reason.value == "moved"
+    assert retried.replica.node_id not in old | {first.replica.node_id}
+    # Set aside for one pick only: the other model's picks still reach its nodes.
+    assert (
+        table.pick("large", "conv-old", 100, 50, set_aside={"r0", "r1", "r2"}).replica.node_id
+        in old
+    )
