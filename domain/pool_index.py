@@ -33,31 +33,11 @@ from domain.picker import (
     replica_start_wait_s,
     settle,
 )
+from domain.rendezvous_columns import favourite_rows, mix64_inplace, uint64_constant
 from domain.start_wait import FULL_KV_USAGE, start_wait_s
 
-
-def _constant(value: int) -> np.ndarray:
-    # 0-d arrays: numpy converts them faster per call than numpy scalars or Python ints.
-    return np.array(value, dtype=np.uint64)
-
-
-_K1, _K2 = _constant(0xBF58476D1CE4E5B9), _constant(0x94D049BB133111EB)
-_S30, _S27, _S31 = _constant(30), _constant(27), _constant(31)
 # The queue key of a replica that cannot be picked: above any queue a node reports (uint32).
 _NOT_PICKABLE: Final = np.iinfo(np.int64).max
-
-
-def mix64_inplace(x: np.ndarray, scratch: np.ndarray) -> np.ndarray:
-    """`domain.picker.mix64` over a uint64 array, in place. Array multiplies wrap modulo 2**64
-    silently (only numpy scalars warn), which is the & _MASK64 of the reference."""
-    np.right_shift(x, _S30, scratch)
-    np.bitwise_xor(x, scratch, x)
-    np.multiply(x, _K1, x)
-    np.right_shift(x, _S27, scratch)
-    np.bitwise_xor(x, scratch, x)
-    np.multiply(x, _K2, x)
-    np.right_shift(x, _S31, scratch)
-    return np.bitwise_xor(x, scratch, x)
 
 
 class PoolIndex:
@@ -106,7 +86,7 @@ class PoolIndex:
         self._max_running = np.array([r.max_running_requests for r in loads], dtype=np.int64)
         self._kv_usage = np.array([r.kv_usage for r in loads], dtype=np.float64)
         self._speed = np.array([r.prefill_tokens_per_s for r in loads], dtype=np.float64)
-        self._conversation = _constant(0)
+        self._conversation = uint64_constant(0)
         self._scores = np.empty(len(loads), dtype=np.uint64)
         self._scratch = np.empty(len(loads), dtype=np.uint64)
         self._favourites = {}
@@ -295,10 +275,7 @@ class PoolIndex:
             block = hashes[start : start + chunk]
             if len(self._favourites) + len(block) > self._remembered_favourites:
                 return  # the memory is full: later picks score their conversations one by one
-            scores = np.bitwise_xor(block[:, None], self._hashes[None, :])
-            mix64_inplace(scores, np.empty_like(scores))
-            np.multiply(scores, self._score_mask[None, :], scores)
-            best = scores.argmax(axis=1)
+            best = favourite_rows(block, self._hashes, self._score_mask)
             rows = np.where(self._pickable[best], best, first_pickable)
             self._favourites.update(zip(block.tolist(), rows.tolist(), strict=True))
 
@@ -347,10 +324,8 @@ class PoolIndex:
         hashes = np.array(self._homes.hashes(), dtype=np.uint64)
         for start in range(0, len(hashes), chunk):
             block = hashes[start : start + chunk]
-            scores = np.bitwise_xor(block[:, None], self._hashes[None, :])
-            mix64_inplace(scores, np.empty_like(scores))
-            np.multiply(scores, self._score_mask[None, :], scores)
-            for conversation_hash in block[scores.argmax(axis=1) == row].tolist():
+            favourites = favourite_rows(block, self._hashes, self._score_mask)
+            for conversation_hash in block[favourites == row].tolist():
                 self._homes.forget(conversation_hash)
 
     @contextlib.contextmanager

@@ -42,6 +42,7 @@ COMPILED = (
     "domain/pool_index.py",
     "domain/pools.py",
     "domain/prefix_cache.py",
+    "domain/rendezvous_columns.py",
     "domain/replica_hardware.py",
     "domain/replica_requests.py",
     "domain/replica_sim.py",
