@@ -341,10 +341,15 @@ async def read_all(call: grpc.aio.StreamStreamCall) -> list[pb.GenerateResponse]
 
 
 def start(rid: str, text: str, max_tokens: int, tier: int) -> pb.GenerateRequest:
-    turn = common_pb2.Turn(role=common_pb2.ROLE_USER, content=text)
+    # The system turn `request` sends too: without one, SmolLM2's greedy answer to the capital
+    # question on one machine's CPU kernels was "L'Étoile, la Marseillaise,".
+    turns = [
+        common_pb2.Turn(role=common_pb2.ROLE_SYSTEM, content="You are a helpful assistant."),
+        common_pb2.Turn(role=common_pb2.ROLE_USER, content=text),
+    ]
     return pb.GenerateRequest(
         start=pb.GenerateStart(
-            request_id=rid, max_tokens=max_tokens, prompt_tokens=20, turns=[turn], tier=tier
+            request_id=rid, max_tokens=max_tokens, prompt_tokens=30, turns=turns, tier=tier
         )
     )
 
