@@ -50,7 +50,6 @@ from domain.errors import NotFound, Unavailable
 from domain.types import Finish, Role, Tier, Turn
 from gateway.ports import (
     Chunk,
-    ConversationStore,
     GenerateSpec,
     Generation,
     Nodes,
@@ -59,6 +58,7 @@ from gateway.ports import (
     StreamBroken,
 )
 from gateway.stored_context import as_turn, branch, folded_count
+from store.base import ConversationStore
 from store.records import ConversationRecord, MessageRecord
 
 # The ladder rung from which compaction waits: answers are being capped for users.

@@ -24,10 +24,11 @@ from gateway.buckets import Buckets
 from gateway.compactor import Compactor
 from gateway.ids import ANSWER_SUFFIX
 from gateway.metrics import GatewayMetrics
-from gateway.ports import Budget, ConversationStore
+from gateway.ports import Budget
 from gateway.run_sharing import OwnershipLost, RunSharing
 from gateway.runs import Done, Event, Failed, FailureCode, MessageRun, Meta, RunRegistry
 from gateway.versions import VersionBook
+from store.base import ConversationStore
 from store.records import NewMessage
 
 

@@ -41,13 +41,14 @@ from gateway.ids import ANSWER_SUFFIX, check_id
 from gateway.metrics import GatewayMetrics
 from gateway.planner import PipelinePolicy, Planner, PoolsDown
 from gateway.policies import MessagePolicies
-from gateway.ports import Budget, ConversationStore, Nodes, ReplicaPicker
+from gateway.ports import Budget, Nodes, ReplicaPicker
 from gateway.run_sharing import Claim, FollowedRun, LocalRuns, RunSharing
 from gateway.runs import Delta, Done, Failed, FailureCode, MessageRun, Meta, RunRegistry
 from gateway.send_request import SendRequest, validate
 from gateway.serving_choice import ServingChooser
 from gateway.stored_context import read_context, read_parent
 from gateway.versions import VersionBook
+from store.base import ConversationStore
 from store.records import ConversationRecord, MessageRecord, NewMessage, ServingRecord
 
 # The last hop of the fallback chain: what the user reads when no pool can answer.

@@ -14,7 +14,6 @@ from typing import Any, NamedTuple, Protocol
 from domain.answer_options import PLAIN, AnswerOptions, ToolCall
 from domain.budget import BudgetDecision
 from domain.types import Finish, Tier, Turn, Usage, User
-from store.records import ConversationRecord, MessageRecord, NewMessage, ServingRecord
 
 # Picking a replica -------------------------------------------------------------------------------
 
@@ -133,38 +132,3 @@ class Budget(Protocol):
     async def decide(self, user: User, routed_pool: str) -> BudgetDecision: ...
 
     async def charge(self, user: User, pool: str, usage: Usage) -> None: ...
-
-
-# The store ---------------------------------------------------------------------------------------
-
-
-class ConversationStore(Protocol):
-    """The parts of store/base.py's Store that the pipeline and the compactor use."""
-
-    async def get_conversation(self, user_id: str, conversation_id: str) -> ConversationRecord: ...
-
-    async def get_message(self, user_id: str, message_id: str) -> MessageRecord: ...
-
-    async def list_messages(self, user_id: str, conversation_id: str) -> list[MessageRecord]: ...
-
-    async def newest_message(self, user_id: str, conversation_id: str) -> MessageRecord | None: ...
-
-    async def add_message(
-        self, user_id: str, conversation_id: str, message: NewMessage, title: str = ""
-    ) -> MessageRecord: ...
-
-    async def set_summary(
-        self,
-        user_id: str,
-        conversation_id: str,
-        summary: str,
-        summary_tokens: int,
-        upto_seq: int,
-        pinned: str,
-        pinned_tokens: int,
-        expected_upto_seq: int,
-    ) -> bool: ...
-
-    async def record_serving(self, user_id: str, serving: ServingRecord) -> None: ...
-
-    async def conversation_version(self, user_id: str, conversation_id: str) -> str: ...

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from domain.errors import NotFound
 from domain.types import Finish, Role, Turn
-from gateway.ports import ConversationStore
+from store.base import ConversationStore
 from store.records import ConversationRecord, MessageRecord
 
 
