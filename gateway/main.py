@@ -43,10 +43,12 @@ from gateway.feedback import RatingDesk
 from gateway.home_servicer import HomeServicer
 from gateway.metrics import CurrentVersion, GatewayMetrics
 from gateway.node_client import NodeClient
+from gateway.node_link import LinkedNodes
 from gateway.peer_client import PeerGateways
 from gateway.pipeline import ChatPipeline
 from gateway.planner import PipelinePolicy
 from gateway.policies import MessagePolicies
+from gateway.ports import Nodes
 from gateway.redis_buckets import REDIS_PREFIX, RedisBuckets, connect
 from gateway.redis_run_sharing import RedisRunSharing
 from gateway.regions import NoRegions, RegionRouter
@@ -125,6 +127,10 @@ class GatewayConfig:
     node_first_token_timeout_s: float = 120.0
     node_stall_timeout_s: float = 10.0
     max_failovers: int = 2
+    # Answers go over one NodeService.Link stream per node (gateway/node_link.py), each frame
+    # carrying every answer's new tokens; off: one Generate stream per answer, for nodes of a
+    # release before Link.
+    node_link: bool = True
     # A pool with this many failures (no replica, replica lost) within the window is skipped
     # for the cooldown: large falls to small, small to a composed "busy" answer.
     breaker_failures_to_open: int = _BREAKER.failures_to_open
@@ -283,7 +289,7 @@ def output_mode(name: str) -> OutputMode:
 
 
 def build_compactor(
-    config: GatewayConfig, store: Store, scheduler: SchedulerClient, nodes: NodeClient
+    config: GatewayConfig, store: Store, scheduler: SchedulerClient, nodes: Nodes
 ) -> Compactor | None:
     if not config.compaction:
         return None
@@ -379,7 +385,8 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
             config.scheduler_addresses or [config.scheduler_address], tls=config.tls
         )
         service.closes(scheduler.close)
-        nodes = NodeClient(tls=config.tls)
+        client = NodeClient(tls=config.tls)
+        nodes: LinkedNodes | NodeClient = LinkedNodes(client) if config.node_link else client
         service.closes(nodes.close)
         runs = RunRegistry(time.monotonic, config.keep_ended_runs_s)
         redis_client = connect_redis(config)

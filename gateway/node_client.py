@@ -47,20 +47,8 @@ class Generation:
         self._cancel: asyncio.Task[None] | None = None
 
     async def start(self, spec: GenerateSpec) -> None:
-        start = node_service_pb2.GenerateStart(
-            request_id=spec.request_id,
-            turns=[_turn_pb(t) for t in spec.turns],
-            max_tokens=max(1, spec.max_tokens),
-            tier=TIER_TO_PB[spec.tier],
-            continue_from=spec.continue_from,
-            prompt_tokens=spec.prompt_tokens,
-            temperature=spec.temperature,
-            options=options_to_pb(spec.options),
-            count_texts=spec.count_texts,
-            stream_interval_ms=round(spec.stream_interval_s * 1000),
-        )
         try:
-            await self._call.write(node_service_pb2.GenerateRequest(start=start))
+            await self._call.write(node_service_pb2.GenerateRequest(start=start_pb(spec)))
         except grpc.aio.AioRpcError as error:
             raise _broken(error) from error
 
@@ -74,14 +62,7 @@ class Generation:
         if response.HasField("chunk"):
             chunk = response.chunk
             return Chunk(chunk.index, chunk.text, chunk.pieces)
-        finish = response.finish
-        usage = finish.usage
-        return Finished(
-            FINISH_FROM_PB.get(finish.finish, Finish.ERROR),
-            Usage(usage.input_tokens, usage.cached_tokens, usage.output_tokens),
-            tuple(tool_call_from_pb(call) for call in finish.tool_calls),
-            tuple(finish.text_tokens),
-        )
+        return finished_from_pb(response.finish)
 
     def cancel(self) -> asyncio.Task[None]:
         """Sends the one cancel (a call takes one write at a time, so never two); the task
@@ -98,6 +79,31 @@ class Generation:
 
     def close(self) -> None:
         self._call.cancel()
+
+
+def start_pb(spec: GenerateSpec) -> node_service_pb2.GenerateStart:
+    return node_service_pb2.GenerateStart(
+        request_id=spec.request_id,
+        turns=[_turn_pb(t) for t in spec.turns],
+        max_tokens=max(1, spec.max_tokens),
+        tier=TIER_TO_PB[spec.tier],
+        continue_from=spec.continue_from,
+        prompt_tokens=spec.prompt_tokens,
+        temperature=spec.temperature,
+        options=options_to_pb(spec.options),
+        count_texts=spec.count_texts,
+        stream_interval_ms=round(spec.stream_interval_s * 1000),
+    )
+
+
+def finished_from_pb(finish: node_service_pb2.GenerateFinish) -> Finished:
+    usage = finish.usage
+    return Finished(
+        FINISH_FROM_PB.get(finish.finish, Finish.ERROR),
+        Usage(usage.input_tokens, usage.cached_tokens, usage.output_tokens),
+        tuple(tool_call_from_pb(call) for call in finish.tool_calls),
+        tuple(finish.text_tokens),
+    )
 
 
 def _turn_pb(turn: Turn) -> common_pb2.Turn:
@@ -127,7 +133,7 @@ class NodeClient:
         self._channels: list[grpc.aio.Channel] = []
         self._rpc_timeout_s = rpc_timeout_s
 
-    def _stub(self, address: str) -> node_service_pb2_grpc.NodeServiceStub:
+    def stub(self, address: str) -> node_service_pb2_grpc.NodeServiceStub:
         stub = self._stubs.get(address)
         if stub is None:
             channel = open_channel(address, self._tls, CHANNEL_OPTIONS)
@@ -138,7 +144,7 @@ class NodeClient:
     async def tokenize(self, address: str, texts: Sequence[str]) -> list[int]:
         """Each text's token count in the node's own tokenizer."""
         try:
-            answer = await self._stub(address).Tokenize(
+            answer = await self.stub(address).Tokenize(
                 node_service_pb2.TokenizeRequest(texts=list(texts)), timeout=self._rpc_timeout_s
             )
         except grpc.aio.AioRpcError as error:
@@ -147,7 +153,7 @@ class NodeClient:
 
     async def generate(self, address: str, spec: GenerateSpec) -> Generation:
         """A started answer stream; the caller reads it and closes it."""
-        generation = Generation(self._stub(address).Generate())
+        generation = Generation(self.stub(address).Generate())
         try:
             await generation.start(spec)
         except BaseException:

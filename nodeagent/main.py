@@ -222,17 +222,10 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
             tls=config.tls,
             health_listen=config.health_listen,
         )
-        node_service_pb2_grpc.add_NodeServiceServicer_to_server(
-            NodeServicer(
-                engine,
-                registry,
-                accepting,
-                engine_ok,
-                config.stream_interval_s,
-                token_counts,
-            ),
-            server.server,
+        servicer = NodeServicer(
+            engine, registry, accepting, engine_ok, config.stream_interval_s, token_counts
         )
+        node_service_pb2_grpc.add_NodeServiceServicer_to_server(servicer, server.server)
         await service.grpc(server)
         identity = NodeIdentity(
             config.node_id, config.advertise_address or server.address, config.pool
@@ -252,7 +245,9 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
         service.task(reporter.run(), "reporter")
         watch = _watch_engine(engine, engine_ok, config.health_interval_s, activity, log)
         service.task(watch, "engine health")
-        service.drains(lambda: _drain(accepting, activity, registry, config.shutdown_grace_s))
+        service.drains(
+            lambda: _drain(accepting, activity, registry, servicer, config.shutdown_grace_s)
+        )
         ready = {
             "metrics": metrics.port,
             "node_id": identity.node_id,
@@ -269,11 +264,16 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
 
 
 async def _drain(
-    accepting: asyncio.Event, activity: Changes, registry: RequestRegistry, grace_s: float
+    accepting: asyncio.Event,
+    activity: Changes,
+    registry: RequestRegistry,
+    servicer: NodeServicer,
+    grace_s: float,
 ) -> None:
     """Refuses new answers (the scheduler sees DRAINING at once) and lets running ones finish."""
     accepting.clear()
     activity.note()
+    servicer.drain_links()
     await registry.wait_idle(grace_s)
 
 

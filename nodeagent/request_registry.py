@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from domain.types import Finish, Usage
@@ -27,15 +27,22 @@ class RunningRequest:
     # answer's end (or their hold running out) wakes: tokens arriving during a hold do not.
     _token_waiters: Waiters = field(default_factory=Waiters)
     _finish_waiters: Waiters = field(default_factory=Waiters)
+    # Called on each token and at the end: a node link that carries many answers reads them
+    # in one pass per engine step instead of keeping a waiting task per answer.
+    listeners: list[Callable[[], None]] = field(default_factory=list)
 
     def add(self, text: str) -> None:
         self.chunks.append(text)
         self._token_waiters.wake()
+        for listener in self.listeners:
+            listener()
 
     def finish(self, finished: Finished) -> None:
         self.finished = finished
         self._token_waiters.wake()
         self._finish_waiters.wake()
+        for listener in self.listeners:
+            listener()
 
     async def follow(
         self, after_index: int = 0, interval_s: float = 0.0

@@ -17,6 +17,7 @@ from infra.convert import ROLE_FROM_PB, options_from_pb
 from infra.grpcserver import maps_domain_errors
 from nodeagent.convert import finish_to_pb, request_from_pb
 from nodeagent.engine import Engine, EngineError
+from nodeagent.link_servicer import NodeGates, NodeLink
 from nodeagent.request_registry import RequestRegistry, RunningRequest
 from nodeagent.token_counts import TokenCounts
 
@@ -65,6 +66,16 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
         self._accepting = accepting
         self._engine_ok = engine_ok or _set_event()
         self.token_counts = token_counts if token_counts is not None else TokenCounts()
+        self._gates = NodeGates(
+            registry=registry,
+            engine=engine,
+            validate=lambda start: _validate_start(start, engine.context_tokens),
+            accepting=accepting,
+            engine_ok=self._engine_ok,
+            stream_interval_s=stream_interval_s,
+            count=self._count,
+        )
+        self._links: set[NodeLink] = set()
 
     async def _open(
         self, first: node_service_pb2.GenerateRequest
@@ -120,6 +131,29 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
+
+    async def Link(
+        self,
+        request_iterator: AsyncIterator[node_service_pb2.LinkRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[node_service_pb2.LinkResponse]:
+        # Refusals concern one answer each and travel in its frames: nothing ends the link
+        # but either side closing it.
+        link = NodeLink(self._gates)
+        self._links.add(link)
+        if not self._accepting.is_set():
+            link.end_when_idle()
+        try:
+            async for frame in link.run(request_iterator):
+                yield frame
+        finally:
+            self._links.discard(link)
+
+    def drain_links(self) -> None:
+        """Ends each link once its answers are done: a draining node's server then stops
+        without waiting out its grace for links that carry nothing more."""
+        for link in self._links:
+            link.end_when_idle()
 
     def _count(self, texts: Sequence[str]) -> asyncio.Task[list[int]] | None:
         """Counts the texts the gateway asked for beside the answer, while the engine works on

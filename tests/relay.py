@@ -17,6 +17,8 @@ class SilentRelay:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._writers: list[asyncio.StreamWriter] = []
+        # Connections taken so far: a test sees a reconnect in it.
+        self.accepted = 0
 
     @property
     def address(self) -> str:
@@ -35,6 +37,15 @@ class SilentRelay:
     def thaw(self) -> None:
         self._flowing.set()
 
+    def cut(self) -> None:
+        """Closes every connection open now, both ways, as a middlebox that drops its flows
+        does; new ones are taken as before."""
+        for task in list(self._tasks):
+            task.cancel()
+        for writer in self._writers:
+            writer.transport.abort()
+        self._writers.clear()
+
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
@@ -49,6 +60,7 @@ class SilentRelay:
             await self._server.wait_closed()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
         self._writers.append(writer)
         task = asyncio.current_task()
         if task is not None:

@@ -28,6 +28,7 @@ GATEWAY_PROTOBUF_ALLOWED = {
     "gateway/convert.py",
     "gateway/scheduler_client.py",
     "gateway/node_client.py",
+    "gateway/node_link.py",  # the typed client of NodeService.Link
     "gateway/main.py",
     # Regions: the home region's store over HomeService (client, servicer, conversions), and
     # the typed client of other regions' gateways.
@@ -44,6 +45,7 @@ SERVICE_PROTOBUF_ALLOWED = {
     "scheduler": {"scheduler/servicer.py", "scheduler/convert.py", "scheduler/main.py"},
     "nodeagent": {
         "nodeagent/servicer.py",
+        "nodeagent/link_servicer.py",  # the servicer's Link
         "nodeagent/convert.py",
         "nodeagent/reporter.py",  # its typed client of the scheduler
         "nodeagent/main.py",

@@ -98,3 +98,55 @@ class TokenizeResponse(_message.Message):
     token_counts: _containers.RepeatedScalarFieldContainer[int]
     model: str
     def __init__(self, token_counts: _Optional[_Iterable[int]] = ..., model: _Optional[str] = ...) -> None: ...
+
+class LinkRequest(_message.Message):
+    __slots__ = ("start", "attach", "cancel", "detach")
+    START_FIELD_NUMBER: _ClassVar[int]
+    ATTACH_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    DETACH_FIELD_NUMBER: _ClassVar[int]
+    start: GenerateStart
+    attach: GenerateAttach
+    cancel: LinkCancel
+    detach: LinkDetach
+    def __init__(self, start: _Optional[_Union[GenerateStart, _Mapping]] = ..., attach: _Optional[_Union[GenerateAttach, _Mapping]] = ..., cancel: _Optional[_Union[LinkCancel, _Mapping]] = ..., detach: _Optional[_Union[LinkDetach, _Mapping]] = ...) -> None: ...
+
+class LinkCancel(_message.Message):
+    __slots__ = ("request_id",)
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ...) -> None: ...
+
+class LinkDetach(_message.Message):
+    __slots__ = ("request_id",)
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ...) -> None: ...
+
+class LinkResponse(_message.Message):
+    __slots__ = ("updates",)
+    UPDATES_FIELD_NUMBER: _ClassVar[int]
+    updates: _containers.RepeatedCompositeFieldContainer[AnswerUpdate]
+    def __init__(self, updates: _Optional[_Iterable[_Union[AnswerUpdate, _Mapping]]] = ...) -> None: ...
+
+class AnswerUpdate(_message.Message):
+    __slots__ = ("request_id", "chunk", "finish", "error")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    FINISH_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    chunk: TokenChunk
+    finish: GenerateFinish
+    error: AnswerError
+    def __init__(self, request_id: _Optional[str] = ..., chunk: _Optional[_Union[TokenChunk, _Mapping]] = ..., finish: _Optional[_Union[GenerateFinish, _Mapping]] = ..., error: _Optional[_Union[AnswerError, _Mapping]] = ...) -> None: ...
+
+class AnswerError(_message.Message):
+    __slots__ = ("code", "reason", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    reason: str
+    message: str
+    def __init__(self, code: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...

@@ -45,6 +45,11 @@ class NodeServiceStub:
                 request_serializer=chat_dot_v1_dot_node__service__pb2.TokenizeRequest.SerializeToString,
                 response_deserializer=chat_dot_v1_dot_node__service__pb2.TokenizeResponse.FromString,
                 _registered_method=True)
+        self.Link = channel.stream_stream(
+                '/chat.v1.NodeService/Link',
+                request_serializer=chat_dot_v1_dot_node__service__pb2.LinkRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_node__service__pb2.LinkResponse.FromString,
+                _registered_method=True)
 
 
 class NodeServiceServicer:
@@ -66,6 +71,18 @@ class NodeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Link(self, request_iterator, context):
+        """One link per gateway-node pair, carrying every answer that gateway runs on the node.
+        Starts, attaches, cancels and detaches go up, each naming its answer by request id.
+        Frames come down: the first at once and empty (the node took the link), then at most
+        one per engine step, each with the new text, finishes and refusals of every answer on
+        the link since the frame before. Answers on a link outlive it like Generate's: a
+        gateway whose link broke attaches them on a new one within the node's grace.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -78,6 +95,11 @@ def add_NodeServiceServicer_to_server(servicer, server):
                     servicer.Tokenize,
                     request_deserializer=chat_dot_v1_dot_node__service__pb2.TokenizeRequest.FromString,
                     response_serializer=chat_dot_v1_dot_node__service__pb2.TokenizeResponse.SerializeToString,
+            ),
+            'Link': grpc.stream_stream_rpc_method_handler(
+                    servicer.Link,
+                    request_deserializer=chat_dot_v1_dot_node__service__pb2.LinkRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_node__service__pb2.LinkResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -135,6 +157,33 @@ class NodeService:
             '/chat.v1.NodeService/Tokenize',
             chat_dot_v1_dot_node__service__pb2.TokenizeRequest.SerializeToString,
             chat_dot_v1_dot_node__service__pb2.TokenizeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Link(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/chat.v1.NodeService/Link',
+            chat_dot_v1_dot_node__service__pb2.LinkRequest.SerializeToString,
+            chat_dot_v1_dot_node__service__pb2.LinkResponse.FromString,
             options,
             channel_credentials,
             insecure,
