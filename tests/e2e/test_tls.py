@@ -196,6 +196,11 @@ async def test_wrong_roles_are_refused_and_reach_no_node(platform: LocalPlatform
                                                                timeout=CALL_S)  # fmt: skip
             code = await call.code()
             assert code == grpc.StatusCode.PERMISSION_DENIED, (code, await call.details())
+            # The same on the link that carries many answers.
+            link = node_pb.LinkRequest(start=start.start)
+            call = node_grpc.NodeServiceStub(channel).Link(after_refusal(link), timeout=CALL_S)
+            code = await call.code()
+            assert code == grpc.StatusCode.PERMISSION_DENIED, (code, await call.details())
         # The gateway's certificate trying to register itself as a node.
         async with platform.channel(platform.scheduler_address, "gateway") as channel:
             registration = pb.NodeRegistration(
