@@ -121,12 +121,6 @@ def engine_steps(probe: Path) -> dict[str, list[tuple[float, int]]]:
     return steps
 
 
-def forget_steps(probe: Path) -> None:
-    """The warm-up's steps are not measured."""
-    for path in probe.glob("*.steps"):
-        path.write_text("")
-
-
 def delays(answers: list[Answer], steps: dict[str, list[tuple[float, int]]]) -> list[float]:
     """For every token: its SSE read's time less its engine step's end."""
     by_message = {request_id.split("/")[1]: made for request_id, made in steps.items()}
@@ -177,7 +171,6 @@ async def load(
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
         warm = [Answer(f"w{i}{uuid.uuid4().hex[:8]}") for i in range(8)]
         await asyncio.gather(*(read_answer(http, platform, a, i) for i, a in enumerate(warm)))
-        await asyncio.to_thread(forget_steps, probe)
         answers = [Answer(f"m{i}{uuid.uuid4().hex[:8]}") for i in range(args.nodes * args.answers)]
         before = {group: sum(map(cpu_seconds, ps)) for group, ps in groups.items()}
         started = time.monotonic()

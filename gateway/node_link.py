@@ -23,6 +23,7 @@ import contextlib
 from collections.abc import Awaitable, Sequence
 
 import grpc
+import structlog
 
 from chat.v1 import node_service_pb2 as pb
 from gateway.node_client import NodeClient, NodeRefused, finished_from_pb, start_pb
@@ -179,6 +180,12 @@ class NodeLink:
                             del answers[update.request_id]
         except grpc.aio.AioRpcError as error:
             code = error.code().name
+        except Exception:  # a frame this gateway cannot read must not leave answers waiting
+            structlog.get_logger(component="node-link").exception(
+                "a frame from the node could not be read", address=self.address
+            )
+            code = grpc.StatusCode.INTERNAL.name
+            self._call.cancel()
         self.broken = True
         orphans, self._answers = self._answers, {}
         self._nodes.lost(self, list(orphans.values()), code)

@@ -104,10 +104,10 @@ class NodeLink:
                 frame = self._frame()
                 if frame.updates:
                     yield frame
-                # The gateway closed its side: every answer still here stays running for the
-                # grace, as after a Generate stream that closed without a cancel. A draining
-                # node ends a link once its answers are done, so its server stops at once.
-                if reader.done() or (self._ending and not self._answers):
+                # A caller that closed its side sends nothing more, but reads on: the link ends
+                # once its answers have, as a Generate stream does. A draining node ends its
+                # links the same way, so its server stops without waiting out its grace.
+                if (reader.done() or self._ending) and not self._answers:
                     return
         finally:
             reader.cancel()

@@ -76,7 +76,8 @@ class NodeServiceServicer:
         Starts, attaches, cancels and detaches go up, each naming its answer by request id.
         Frames come down: the first at once and empty (the node took the link), then at most
         one per engine step, each with the new text, finishes and refusals of every answer on
-        the link since the frame before. Answers on a link outlive it like Generate's: a
+        the link since the frame before. A caller that closes its side gets the rest of its
+        answers, then the end of the link. Answers on a link outlive it like Generate's: a
         gateway whose link broke attaches them on a new one within the node's grace.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
