@@ -82,6 +82,8 @@ def settings(
             "CHAT_GATEWAY_LOG_LEVEL": "warning",
             "CHAT_EDGE_LOG_LEVEL": "warning",
             "CHAT_NODEAGENT_LOG_LEVEL": "warning",
+            # This checkout's answers go over the node link; a checkout without it ignores this.
+            "CHAT_GATEWAY_NODE_LINK": "true",
         },
     )
 
