@@ -295,6 +295,7 @@ class PoolIndex:
             load.kv_usage,
             paid=paid,
             prefill_tokens_per_s=load.prefill_tokens_per_s,
+            answer_s=load.answer_s,
         )
 
     def home(self, conversation_id: str) -> ReplicaLoad | None:

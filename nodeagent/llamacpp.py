@@ -202,6 +202,7 @@ class LlamaCppEngine:
             ),
             prefill_tokens_per_s=acc.speed.prefill_tokens_per_s,
             decode_step_s=acc.speed.decode_step_s,
+            answer_s=acc.speed.answer_s,
         )
 
     def _body(self, request: GenerationRequest) -> dict[str, object]:
@@ -290,6 +291,9 @@ def _measure(speed: EngineSpeed, timings: object) -> None:
         # (llama-server's own predicted_tokens_seconds counts them so).
         steps = int(timings["predicted_n"]) - 1
         speed.decoded(steps, float(timings["predicted_ms"]) / 1000)
+    with contextlib.suppress(TypeError, ValueError, KeyError):
+        # The slot is held from the prompt's first token read to the answer's last.
+        speed.answered((float(timings["prompt_ms"]) + float(timings["predicted_ms"])) / 1000)
 
 
 def _usage_of(event: dict[str, object], previous: Usage) -> Usage:

@@ -235,6 +235,7 @@ class VllmEngine:
             prefix_hit_rate=acc.last_hit_rate,
             prefill_tokens_per_s=acc.speed.prefill_tokens_per_s,
             decode_step_s=acc.speed.decode_step_s,
+            answer_s=acc.speed.answer_s,
         )
 
     def _body(self, request: GenerationRequest) -> dict[str, object]:
@@ -299,6 +300,7 @@ class VllmEngine:
             speed = self._accounting.speed
             speed.prompt_read(usage.input_tokens - usage.cached_tokens, first_at - sent_at)
             speed.decoded(usage.output_tokens - 1, loop.time() - first_at)
+            speed.answered(loop.time() - sent_at)
         yield Finished(finish, usage, calls.calls(request.request_id))
 
 

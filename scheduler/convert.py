@@ -51,6 +51,7 @@ def load_fields(report: pb.LoadReport) -> dict[str, object]:
         # Not a number, or below 0, reads as not measured: the configured speed counts.
         "prefill_tokens_per_s": _measured(report.prefill_tokens_per_second),
         "decode_step_s": _measured(report.decode_step_seconds),
+        "answer_s": _measured(report.answer_seconds),
     }
 
 
@@ -152,6 +153,7 @@ def node_status_to_pb(node_id: str, entry: NodeEntry, last_report_at: float) -> 
             state=STATE_TO_PB[load.state],
             prefill_tokens_per_second=load.prefill_tokens_per_s,
             decode_step_seconds=load.decode_step_s,
+            answer_seconds=load.answer_s,
         ),
         last_report_at=timestamp(last_report_at),
     )

@@ -181,6 +181,7 @@ async def test_a_first_turn_is_placed_cold_and_a_nodes_measured_speeds_are_kept(
         state=pb.NODE_STATE_READY,
         prefill_tokens_per_second=120.5,
         decode_step_seconds=0.031,
+        answer_seconds=2.5,
     )
     node = FakeNode(scheduler, "n0", load=measured)
     try:
@@ -191,7 +192,11 @@ async def test_a_first_turn_is_placed_cold_and_a_nodes_measured_speeds_are_kept(
 
         await eventually(reported)
         listed = (await scheduler.ListNodes(pb.ListNodesRequest(), metadata=AUTH)).nodes[0].load
-        assert (listed.prefill_tokens_per_second, listed.decode_step_seconds) == (120.5, 0.031)
+        assert (
+            listed.prefill_tokens_per_second,
+            listed.decode_step_seconds,
+            listed.answer_seconds,
+        ) == (120.5, 0.031, 2.5)
         ask = pb.PickReplicaRequest(conversation_id="new", pool="large", prompt_tokens=241)
         first = await scheduler.PickReplica(ask)
         # Cold, and its 241 tokens are read at the node's own 120.5 tokens a second.

@@ -69,7 +69,7 @@ class NodeRegistration(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., model: _Optional[str] = ..., pool: _Optional[str] = ..., context_tokens: _Optional[int] = ..., kv_capacity_tokens: _Optional[int] = ..., max_running_requests: _Optional[int] = ...) -> None: ...
 
 class LoadReport(_message.Message):
-    __slots__ = ("kv_usage", "free_kv_tokens", "queued_prefill_tokens", "running_requests", "waiting_requests", "prefix_hit_rate", "state", "prefill_tokens_per_second", "decode_step_seconds")
+    __slots__ = ("kv_usage", "free_kv_tokens", "queued_prefill_tokens", "running_requests", "waiting_requests", "prefix_hit_rate", "state", "prefill_tokens_per_second", "decode_step_seconds", "answer_seconds")
     KV_USAGE_FIELD_NUMBER: _ClassVar[int]
     FREE_KV_TOKENS_FIELD_NUMBER: _ClassVar[int]
     QUEUED_PREFILL_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +79,7 @@ class LoadReport(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     PREFILL_TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     DECODE_STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_SECONDS_FIELD_NUMBER: _ClassVar[int]
     kv_usage: float
     free_kv_tokens: int
     queued_prefill_tokens: int
@@ -88,7 +89,8 @@ class LoadReport(_message.Message):
     state: NodeState
     prefill_tokens_per_second: float
     decode_step_seconds: float
-    def __init__(self, kv_usage: _Optional[float] = ..., free_kv_tokens: _Optional[int] = ..., queued_prefill_tokens: _Optional[int] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., prefix_hit_rate: _Optional[float] = ..., state: _Optional[_Union[NodeState, str]] = ..., prefill_tokens_per_second: _Optional[float] = ..., decode_step_seconds: _Optional[float] = ...) -> None: ...
+    answer_seconds: float
+    def __init__(self, kv_usage: _Optional[float] = ..., free_kv_tokens: _Optional[int] = ..., queued_prefill_tokens: _Optional[int] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., prefix_hit_rate: _Optional[float] = ..., state: _Optional[_Union[NodeState, str]] = ..., prefill_tokens_per_second: _Optional[float] = ..., decode_step_seconds: _Optional[float] = ..., answer_seconds: _Optional[float] = ...) -> None: ...
 
 class ConnectNodeRequest(_message.Message):
     __slots__ = ("registration", "load")
