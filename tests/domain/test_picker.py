@@ -118,7 +118,7 @@ def test_a_full_batch_of_short_answers_keeps_its_conversation() -> None:
     """Two places, both taken, one waiting: with the configured answers of 13 s the wait is
     worth re-reading 1,400 tokens elsewhere (0.7 s at 2,000 a second); with the answers the
     replica measured, 0.5 s each, it is not. The race's CPU engines answer in a few seconds,
-    and the configured figure sent a third of their conversations away from their cache."""
+    and the configured figure sent one turn in five away from its cache."""
     replicas = [replica(f"r{i}") for i in range(3)]
     favourite = pick_replica("c1", 1500, 1400, replicas).replica.node_id
 
