@@ -23,7 +23,7 @@ import asyncio
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -247,7 +247,7 @@ class ResponsesApi:
 
     async def _follow(
         self, start: StartCall, message_id: str | None, metadata: Metadata
-    ) -> AsyncIterator[pb.ChatEvent]:
+    ) -> AsyncGenerator[pb.ChatEvent]:
         """The answer's events one by one. When the gateway goes away mid-answer, the same
         answer is followed at another one after the last event read (message_id None: a
         completion, which died with its gateway)."""

@@ -271,7 +271,7 @@ class RegionsSeen(Collector):
         self._rules = rules
         self._clock = clock
 
-    def collect(self):  # type: ignore[no-untyped-def]
+    def collect(self):
         now = self._clock()
         regions = self._view.snapshot.regions
         seen = Regions(regions, now, self._rules)

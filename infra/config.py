@@ -85,7 +85,7 @@ def _build(
     coerced: dict[str, Any] = {}
     for name in known:
         kind = hints[name]
-        if dataclasses.is_dataclass(kind):
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
             inner_prefix = f"{prefix}{name.upper()}_"
             # Absent from the file and the environment: the field's own default stands.
             if name in values or any(key.startswith(inner_prefix) for key in env):

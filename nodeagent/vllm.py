@@ -17,7 +17,7 @@ import signal
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import aiohttp
 import structlog
@@ -318,7 +318,7 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
 
 
-def _first_choice(event: Mapping[str, object]) -> dict[str, object]:
+def _first_choice(event: Mapping[str, object]) -> dict[str, Any]:
     choices = event.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         return choices[0]
