@@ -1,6 +1,8 @@
-"""docs/ARCHITECTURE.md names what exists: every path it gives is a file or folder, and every
-symbol it puts in backticks is in a module the same paragraph, list item or table row names
-(or, where it names none, somewhere in the product, its protos or its example config)."""
+"""The design docs hold. docs/ARCHITECTURE.md names what exists: every path it gives is a file
+or folder, and every symbol it puts in backticks is in a module the same paragraph, list item or
+table row names (or, where it names none, somewhere in the product, its protos or its example
+config). docs/decisions.md lists its decisions in an index, each with its status (in force, or
+what replaced it), and the files both link to exist."""
 
 from __future__ import annotations
 
@@ -101,3 +103,34 @@ def test_the_check_sees_a_symbol_missing_from_the_module_named() -> None:
     block = "The pipeline (`gateway/pipeline.py`, `ChatPipeline.send` -> `_no_such_step`)."
     assert missing_symbols(block) == ["_no_such_step"]
     assert blocks("a\nb\n\n- c\n- d\n```\n`x`\n```\n| e |\n") == ["a b", "- c", "- d", "| e |"]
+
+
+DECISIONS = ROOT / "docs" / "decisions.md"
+STATUS = re.compile(r"in force|in force; .+|in force for .+|replaced by .+")
+
+
+def test_every_decision_is_in_the_index_with_its_status() -> None:
+    text = DECISIONS.read_text()
+    sections = re.split(r"^## ", text, flags=re.M)[1:]
+    index, decisions = sections[0], sections[1:]
+    assert index.startswith("Index\n")
+    listed = re.findall(r"^- \[(.+?)\]\(#([^)]+)\): (.+)$", index, re.M)
+    stated = []
+    for section in decisions:
+        title, _, body = section.partition("\n")
+        found = re.match(r"\s*Status: (.+?)\.\n", body)
+        assert found, f"{title!r} has no status line"
+        assert STATUS.fullmatch(found[1]), (title, found[1])
+        stated.append((title, anchor(title), found[1]))
+    assert listed == stated
+
+
+def anchor(title: str) -> str:
+    """The anchor a Markdown renderer gives a heading."""
+    return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+
+
+def test_every_file_the_design_docs_link_exists() -> None:
+    for doc in (DOC, DECISIONS):
+        links = re.findall(r"\]\(([^)#]+)\)", doc.read_text())
+        assert [link for link in links if not (doc.parent / link).exists()] == []
