@@ -78,6 +78,7 @@ def _build(
     if not isinstance(values, dict):
         raise ConfigError(f"{section} must be a mapping of fields")
     hints = typing.get_type_hints(cls)
+    # Every config class is a dataclass; T cannot be bound to one (no public protocol says so).
     known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = set(values) - known
     if unknown:

@@ -336,6 +336,8 @@ def _raise_on_error_event(event: Mapping[str, object]) -> None:
 def _usage_of(usage: Mapping[str, object]) -> Usage:
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else 0
+    # int() of a JSON value: a number as vLLM sends it, and an error (as wanted) for anything
+    # else; mypy cannot take an object there.
     return Usage(
         input_tokens=int(usage.get("prompt_tokens") or 0),  # type: ignore[call-overload]
         cached_tokens=int(cached or 0),
