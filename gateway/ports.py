@@ -57,7 +57,8 @@ class ReplicaPicker(Protocol):
 # Calling nodes -----------------------------------------------------------------------------------
 
 
-# Final, both: the answer loops tell them apart by exact type (cheaper than isinstance per chunk).
+# Final, both: the answer loops tell them apart by exact type (type(item) is Chunk), which a
+# subclass would defeat.
 @final
 class Chunk(NamedTuple):
     """Text from the engine; index is its last token's (1, 2, 3... per request). pieces: the

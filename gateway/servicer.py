@@ -299,7 +299,8 @@ async def _abort_as(context: grpc.aio.ServicerContext, error: grpc.aio.AioRpcErr
     if status is not None:
         await context.abort_with_status(rpc_status.to_status(status))
     await context.abort(error.code(), error.details() or "")
-    raise AssertionError("unreachable: abort() always raises")  # grpc ships no types to say so
+    # abort() always raises; grpc ships no types that could tell mypy so.
+    raise AssertionError("unreachable")
 
 
 def _bearer(context: grpc.aio.ServicerContext) -> str:
