@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -42,6 +42,7 @@ from google.protobuf import timestamp_pb2
 
 from chat.v1 import chat_service_pb2 as chat_pb
 from chat.v1 import chat_service_pb2_grpc as chat_grpc
+from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as sched_pb
 from chat.v1 import scheduler_service_pb2_grpc as sched_grpc
 from domain.feedback import Rating
@@ -354,7 +355,7 @@ class ChatClient(_Client):
         message_id: str | None = None,
         parent_id: str = "",
         model: str = AUTO_MODEL,
-    ) -> AsyncIterator[ChatEvent]:
+    ) -> AsyncGenerator[ChatEvent]:
         """Sends a message and yields its answer's events, meta first, done (or error) last."""
         if model not in MODELS:
             raise ClientError("INVALID_ARGUMENT", "model must be one of auto, small, large")
@@ -374,7 +375,7 @@ class ChatClient(_Client):
             attached=False,
         )
 
-    def resume(self, message_id: str, after_event_id: int = 0) -> AsyncIterator[ChatEvent]:
+    def resume(self, message_id: str, after_event_id: int = 0) -> AsyncGenerator[ChatEvent]:
         """Replays an answer's events after after_event_id, then follows it live."""
         return self._follow(
             message_id, lambda: self._attach(message_id, after_event_id), after_event_id
@@ -390,7 +391,7 @@ class ChatClient(_Client):
         open_call: Callable[[], grpc.aio.UnaryStreamCall],
         after_event_id: int,
         attached: bool = True,
-    ) -> AsyncIterator[ChatEvent]:
+    ) -> AsyncGenerator[ChatEvent]:
         """Yields each event once; re-attaches after the last one seen when the stream breaks."""
         last, breaks = after_event_id, 0
         while True:
@@ -568,7 +569,7 @@ def _user(u: sched_pb.User) -> User:
                 u.home_region, u.pinned)  # fmt: skip
 
 
-def _tier(tier: str) -> int:
+def _tier(tier: str) -> common_pb2.Tier:
     if tier not in TIERS:
         raise ClientError("INVALID_ARGUMENT", f"tier must be free or plus, not {tier!r}")
     return TIERS[tier]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import grpc
 
+from chat.v1 import common_pb2
 from chat.v1 import home_service_pb2 as pb
 from chat.v1 import home_service_pb2_grpc as pb_grpc
 from domain.errors import InvalidArgument
@@ -22,7 +23,7 @@ from store.base import Store
 MAX_PAGE = 100
 
 
-def _tier(value: int) -> Tier:
+def _tier(value: common_pb2.Tier) -> Tier:
     tier = TIER_FROM_PB.get(value)
     if tier is None:
         raise InvalidArgument("tier must be free or plus")

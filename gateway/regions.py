@@ -240,6 +240,8 @@ class RegionRouter:
         store = self._home_store(snapshot, home)
         pipeline = self._away.get(home)
         if pipeline is None:
+            # HomeStore is the pipeline's ConversationStore less set_summary, which only the
+            # compactor calls: an away pipeline has none (compaction is left to home).
             pipeline = self.away_pipeline(store, store.buckets(self.limits))  # type: ignore[arg-type]
             self._away[home] = pipeline
         return pipeline
@@ -271,7 +273,7 @@ class RegionsSeen(Collector):
         self._rules = rules
         self._clock = clock
 
-    def collect(self):  # type: ignore[no-untyped-def]
+    def collect(self):
         now = self._clock()
         regions = self._view.snapshot.regions
         seen = Regions(regions, now, self._rules)

@@ -17,7 +17,7 @@ import signal
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import aiohttp
 import structlog
@@ -320,7 +320,7 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
 
 
-def _first_choice(event: Mapping[str, object]) -> dict[str, object]:
+def _first_choice(event: Mapping[str, object]) -> dict[str, Any]:
     choices = event.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         return choices[0]
@@ -338,6 +338,8 @@ def _raise_on_error_event(event: Mapping[str, object]) -> None:
 def _usage_of(usage: Mapping[str, object]) -> Usage:
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else 0
+    # int() of a JSON value: a number as vLLM sends it, and an error (as wanted) for anything
+    # else; mypy cannot take an object there.
     return Usage(
         input_tokens=int(usage.get("prompt_tokens") or 0),  # type: ignore[call-overload]
         cached_tokens=int(cached or 0),

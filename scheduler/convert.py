@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from google.protobuf import timestamp_pb2
 
+from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as pb
 from domain import rollout
 from domain.errors import InvalidArgument
@@ -85,13 +86,13 @@ def command_to_pb(drain: bool) -> pb.ConnectNodeResponse:
     return pb.ConnectNodeResponse(command=command)
 
 
-def tier_from_pb(value: int) -> Tier:
+def tier_from_pb(value: common_pb2.Tier) -> Tier:
     if value not in TIER_FROM_PB:
         raise InvalidArgument("tier must be TIER_FREE or TIER_PLUS")
     return TIER_FROM_PB[value]
 
 
-def paid(tier: int) -> bool:
+def paid(tier: common_pb2.Tier) -> bool:
     """Whether a pick is for a paying user; unset counts as Free (the longer wait)."""
     return TIER_FROM_PB.get(tier) is Tier.PLUS
 

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import grpc
 import structlog
 
+from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from domain import rollout
@@ -176,7 +177,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
             self._table.context_tokens(pick.replica.node_id),
         )
 
-    def _start_wait_s(self, pool: str, replica: ReplicaLoad, tier: int) -> float:
+    def _start_wait_s(self, pool: str, replica: ReplicaLoad, tier: common_pb2.Tier) -> float:
         return self._table.start_wait_s(pool, replica.node_id, convert.paid(tier))
 
     # Admin: fleet -------------------------------------------------------------------------------
