@@ -218,3 +218,21 @@ async def test_a_choice_that_cannot_be_a_call_is_a_400_saying_why(
                 "code": None,
             }
         }
+
+
+async def test_a_forced_call_cut_by_max_tokens_finishes_length_with_no_call_and_no_text(
+    platform,
+) -> None:
+    """Half a document is no call, and it is not shown as text either."""
+    async with sdk(platform) as client:
+        completion = await client.chat.completions.create(
+            model="small",
+            messages=[{"role": "user", "content": "Weather in Rome for three days?"}],
+            tools=TOOLS,
+            tool_choice={"type": "function", "function": {"name": "get_forecast"}},
+            max_tokens=3,
+            temperature=0,
+        )
+    (choice,) = completion.choices
+    assert choice.finish_reason == "length"
+    assert (choice.message.content, choice.message.tool_calls) == ("", None)
