@@ -85,6 +85,7 @@ def call_of(text: str, options: AnswerOptions, call_id: str) -> ToolCall:
     except ValueError as error:
         raise NotACall(f"the answer under the tool's schema is not JSON: {text[:200]!r}") from error
     tools = _candidates(options)
+    name: Any
     if len(tools) == 1:
         name, arguments = tools[0].name, document
     else:

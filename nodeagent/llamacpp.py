@@ -229,7 +229,7 @@ class LlamaCppEngine:
         timings: object = None
         calls = chat_wire.ToolCallAssembler()
         # A forced call's document is kept, never streamed as text: it becomes the call.
-        document = [] if forced_calls.forces_call(request.options) else None
+        document: list[str] | None = [] if forced_calls.forces_call(request.options) else None
         try:
             async with self._http().post(
                 f"{self._base_url}/v1/chat/completions", json=self._body(request)

@@ -264,7 +264,7 @@ class VllmEngine:
         usage = Usage()
         calls = chat_wire.ToolCallAssembler()
         # A forced call's document is kept, never streamed as text: it becomes the call.
-        document = [] if forced_calls.forces_call(request.options) else None
+        document: list[str] | None = [] if forced_calls.forces_call(request.options) else None
         loop = asyncio.get_running_loop()
         sent_at, first_at = loop.time(), 0.0
         try:
