@@ -228,7 +228,9 @@ class LlamaCppEngine:
         output_tokens = 0
         timings: object = None
         calls = chat_wire.ToolCallAssembler()
-        # A forced call's document is kept, never streamed as text: it becomes the call.
+        # A forced call's document is kept, never streamed as text: it becomes the call. Each
+        # of its tokens still goes out as an empty chunk, so the node and the gateway see the
+        # engine at work (their stall timeouts) while nothing is shown.
         document: list[str] | None = [] if forced_calls.forces_call(request.options) else None
         try:
             async with self._http().post(
@@ -252,10 +254,10 @@ class LlamaCppEngine:
                         acc.running_tokens[request.request_id] = (
                             request.prompt_tokens + output_tokens
                         )
-                        if document is None:
-                            yield Chunk(text)
-                        else:
+                        if document is not None:
                             document.append(text)
+                            text = ""
+                        yield Chunk(text)
                     if choice.get("finish_reason"):
                         finish = _FINISH.get(choice["finish_reason"], Finish.STOP)
                     if event.get("usage") or event.get("timings"):

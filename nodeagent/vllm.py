@@ -263,7 +263,9 @@ class VllmEngine:
         finish: Finish | None = None
         usage = Usage()
         calls = chat_wire.ToolCallAssembler()
-        # A forced call's document is kept, never streamed as text: it becomes the call.
+        # A forced call's document is kept, never streamed as text: it becomes the call. Each
+        # of its tokens still goes out as an empty chunk, so the node and the gateway see the
+        # engine at work (their stall timeouts) while nothing is shown.
         document: list[str] | None = [] if forced_calls.forces_call(request.options) else None
         loop = asyncio.get_running_loop()
         sent_at, first_at = loop.time(), 0.0
@@ -283,10 +285,10 @@ class VllmEngine:
                     if text:
                         waiting.pop(request.request_id, None)
                         first_at = first_at or loop.time()
-                        if document is None:
-                            yield Chunk(text)
-                        else:
+                        if document is not None:
                             document.append(text)
+                            text = ""
+                        yield Chunk(text)
                     if choice.get("finish_reason"):
                         finish = _FINISH.get(str(choice["finish_reason"]), Finish.STOP)
                     if isinstance(event.get("usage"), dict):
