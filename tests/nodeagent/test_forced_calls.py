@@ -1,6 +1,6 @@
 """The schema a forced tool call is decoded under, the engine request that carries it, and
 the call read back from the engine's document (pure: no engine; the engines are in
-test_llamacpp_tools.py and test_vllm.py)."""
+tests/e2e/test_openai_engines.py and test_vllm.py)."""
 
 from __future__ import annotations
 
