@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from domain.answer_options import AnswerOptions, ToolCall, ToolChoice
-from nodeagent.engine import PromptTurn
+from domain.types import Finish
+from nodeagent import forced_calls
+from nodeagent.engine import EngineError, GenerationRequest, PromptTurn
 
 
 def _message(turn: PromptTurn) -> dict[str, Any]:
@@ -67,7 +69,8 @@ def _tools(options: AnswerOptions) -> dict[str, Any]:
 
 
 def option_fields(options: AnswerOptions) -> dict[str, Any]:
-    """The request's fields beyond the messages and the temperature; none when plain."""
+    """The request's fields beyond the messages and the temperature; none when plain. A call
+    the options force is decoded under its tools' schema (nodeagent/forced_calls.py)."""
     fields: dict[str, Any] = {
         name: value
         for name, value in (
@@ -84,16 +87,23 @@ def option_fields(options: AnswerOptions) -> dict[str, Any]:
     if response_format is not None:
         fields["response_format"] = response_format
     fields.update(_tools(options))
-    return fields
+    return forced_calls.request_fields(fields, options)
 
 
-def named_as_required(fields: dict[str, Any], options: AnswerOptions) -> dict[str, Any]:
-    """For an engine whose tool_choice is a string only (llama-server ignores an object, and
-    the model then may not call): a named tool becomes `required` with that tool alone."""
-    if options.tool_choice is not ToolChoice.NAMED:
-        return fields
-    named = [t for t in fields["tools"] if t["function"]["name"] == options.tool_choice_name]
-    return {**fields, "tools": named, "tool_choice": "required"}
+def call_id(request_id: str, index: int) -> str:
+    """An id for a call the engine named none for, unique to the request."""
+    return f"call_{index}_{request_id[-8:]}"
+
+
+def forced(document: list[str], finish: Finish, request: GenerationRequest) -> tuple[ToolCall, ...]:
+    """The call in a forced call's document (the text the engine streamed under its schema);
+    an engine that did not hold to the schema fails the request rather than answer in prose."""
+    try:
+        return forced_calls.finished_calls(
+            "".join(document), finish, request.options, call_id(request.request_id, 0)
+        )
+    except forced_calls.NotACall as error:
+        raise EngineError(str(error)) from error
 
 
 @dataclass(slots=True)
@@ -123,6 +133,6 @@ class ToolCallAssembler:
     def calls(self, request_id: str) -> tuple[ToolCall, ...]:
         """The whole calls; an engine that names no id gets one made from the request's."""
         return tuple(
-            ToolCall(p.call_id or f"call_{index}_{request_id[-8:]}", p.name, "".join(p.arguments))
+            ToolCall(p.call_id or call_id(request_id, index), p.name, "".join(p.arguments))
             for index, p in sorted(self.partials.items())
         )

@@ -19,7 +19,7 @@ import aiohttp
 
 from domain.types import Finish, Usage
 from infra.process import dies_with_parent
-from nodeagent import chat_wire
+from nodeagent import chat_wire, forced_calls
 from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
 from nodeagent.engine_http import engine_session, sse_events
 from nodeagent.engine_speed import EngineSpeed
@@ -218,7 +218,7 @@ class LlamaCppEngine:
             "stream": True,
             "stream_options": {"include_usage": True},
             "cache_prompt": True,
-            **chat_wire.named_as_required(chat_wire.option_fields(options), options),
+            **chat_wire.option_fields(options),
         }
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Chunk | Finished]:
@@ -229,6 +229,10 @@ class LlamaCppEngine:
         output_tokens = 0
         timings: object = None
         calls = chat_wire.ToolCallAssembler()
+        # A forced call's document is kept, never streamed as text: it becomes the call. Each
+        # of its tokens still goes out as an empty chunk, so the node and the gateway see the
+        # engine at work (their stall timeouts) while nothing is shown.
+        document: list[str] | None = [] if forced_calls.forces_call(request.options) else None
         try:
             async with self._http().post(
                 f"{self._base_url}/v1/chat/completions", json=self._body(request)
@@ -251,6 +255,9 @@ class LlamaCppEngine:
                         acc.running_tokens[request.request_id] = (
                             request.prompt_tokens + output_tokens
                         )
+                        if document is not None:
+                            document.append(text)
+                            text = ""
                         yield Chunk(text)
                     if choice.get("finish_reason"):
                         finish = _FINISH.get(choice["finish_reason"], Finish.STOP)
@@ -265,7 +272,10 @@ class LlamaCppEngine:
         acc.prompt_tokens_seen += usage.input_tokens
         acc.cached_tokens_seen += usage.cached_tokens
         _measure(acc.speed, timings)
-        yield Finished(finish, usage, calls.calls(request.request_id))
+        if document is None:
+            yield Finished(finish, usage, calls.calls(request.request_id))
+        else:
+            yield Finished(finish, usage, chat_wire.forced(document, finish, request))
 
 
 def _strip_echo(text: str, echo: str) -> tuple[str, str]:

@@ -24,7 +24,7 @@ import structlog
 
 from domain.types import Finish, Tier, Usage
 from infra.process import dies_with_parent
-from nodeagent import chat_wire
+from nodeagent import chat_wire, forced_calls
 from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
 from nodeagent.engine_http import engine_session, sse_events
 from nodeagent.engine_speed import EngineSpeed
@@ -264,6 +264,10 @@ class VllmEngine:
         finish: Finish | None = None
         usage = Usage()
         calls = chat_wire.ToolCallAssembler()
+        # A forced call's document is kept, never streamed as text: it becomes the call. Each
+        # of its tokens still goes out as an empty chunk, so the node and the gateway see the
+        # engine at work (their stall timeouts) while nothing is shown.
+        document: list[str] | None = [] if forced_calls.forces_call(request.options) else None
         loop = asyncio.get_running_loop()
         sent_at, first_at = loop.time(), 0.0
         try:
@@ -282,6 +286,9 @@ class VllmEngine:
                     if text:
                         waiting.pop(request.request_id, None)
                         first_at = first_at or loop.time()
+                        if document is not None:
+                            document.append(text)
+                            text = ""
                         yield Chunk(text)
                     if choice.get("finish_reason"):
                         finish = _FINISH.get(str(choice["finish_reason"]), Finish.STOP)
@@ -301,7 +308,10 @@ class VllmEngine:
             speed.prompt_read(usage.input_tokens - usage.cached_tokens, first_at - sent_at)
             speed.decoded(usage.output_tokens - 1, loop.time() - first_at)
             speed.answered(loop.time() - sent_at)
-        yield Finished(finish, usage, calls.calls(request.request_id))
+        if document is None:
+            yield Finished(finish, usage, calls.calls(request.request_id))
+        else:
+            yield Finished(finish, usage, chat_wire.forced(document, finish, request))
 
 
 def _open_server_log(launch: VllmLaunch) -> BinaryIO:
