@@ -41,7 +41,12 @@ GATEWAY_PROTOBUF_ALLOWED = {
 # read the gateway's events as they arrive: turning each into a plain value first would add
 # work per event on the hot path, so they read the generated types directly.
 SERVICE_PROTOBUF_ALLOWED = {
-    "scheduler": {"scheduler/servicer.py", "scheduler/convert.py", "scheduler/main.py"},
+    "scheduler": {
+        "scheduler/servicer.py",
+        "scheduler/users_servicer.py",
+        "scheduler/convert.py",
+        "scheduler/main.py",
+    },
     "nodeagent": {
         "nodeagent/servicer.py",
         "nodeagent/convert.py",
