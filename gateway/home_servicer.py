@@ -14,10 +14,10 @@ from gateway import home_convert
 from gateway.buckets import Buckets
 from gateway.convert import rating_from_pb
 from gateway.feedback import RatingDesk
+from gateway.histories import History
 from gateway.ids import check_id
 from infra.convert import TIER_FROM_PB
 from infra.grpcserver import maps_domain_errors
-from store.base import Store
 
 # A page of conversations, as ChatService.ListConversations gives at most.
 MAX_PAGE = 100
@@ -31,7 +31,7 @@ def _tier(value: common_pb2.Tier) -> Tier:
 
 
 class HomeServicer(pb_grpc.HomeServiceServicer):
-    def __init__(self, store: Store, buckets: Buckets, ratings: RatingDesk) -> None:
+    def __init__(self, store: History, buckets: Buckets, ratings: RatingDesk) -> None:
         self._store = store
         self._buckets = buckets
         self._ratings = ratings

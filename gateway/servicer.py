@@ -37,7 +37,6 @@ from infra.bearer import bearer_from_metadata
 from infra.convert import RATING_TO_PB, TIER_TO_PB
 from infra.grpcserver import maps_domain_errors
 from infra.tls import Role, TlsConfig, peer
-from store.base import Store
 from store.records import MessageRecord
 
 MAX_PAGE = 100
@@ -63,7 +62,7 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         self,
         auth: Authenticator,
         pipeline: ChatPipeline,
-        store: Store,
+        store: History,
         buckets: Buckets,
         ratings: RatingDesk,
         regions: RegionRouter | NoRegions | None = None,
@@ -72,7 +71,6 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
     ) -> None:
         self._auth = auth
         self._pipeline = pipeline
-        self._store = store
         self._buckets = buckets
         # After an answer's first text, at most one message per stream per interval, each
         # carrying every event that came meanwhile (MessageRun.follow_batches).

@@ -312,6 +312,72 @@ class RevokeUserTokensResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class UserServiceCreateUserRequest(_message.Message):
+    __slots__ = ("user_id", "tier", "home_region", "pinned")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    HOME_REGION_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    tier: _common_pb2.Tier
+    home_region: str
+    pinned: bool
+    def __init__(self, user_id: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., home_region: _Optional[str] = ..., pinned: _Optional[bool] = ...) -> None: ...
+
+class UserServiceCreateUserResponse(_message.Message):
+    __slots__ = ("user", "token")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    user: User
+    token: str
+    def __init__(self, user: _Optional[_Union[User, _Mapping]] = ..., token: _Optional[str] = ...) -> None: ...
+
+class UserServiceListUsersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class UserServiceListUsersResponse(_message.Message):
+    __slots__ = ("users",)
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    users: _containers.RepeatedCompositeFieldContainer[User]
+    def __init__(self, users: _Optional[_Iterable[_Union[User, _Mapping]]] = ...) -> None: ...
+
+class UserServiceSetUserTierRequest(_message.Message):
+    __slots__ = ("user_id", "tier")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    tier: _common_pb2.Tier
+    def __init__(self, user_id: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ...) -> None: ...
+
+class UserServiceSetUserTierResponse(_message.Message):
+    __slots__ = ("user",)
+    USER_FIELD_NUMBER: _ClassVar[int]
+    user: User
+    def __init__(self, user: _Optional[_Union[User, _Mapping]] = ...) -> None: ...
+
+class UserServiceRotateUserTokenRequest(_message.Message):
+    __slots__ = ("user_id",)
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    def __init__(self, user_id: _Optional[str] = ...) -> None: ...
+
+class UserServiceRotateUserTokenResponse(_message.Message):
+    __slots__ = ("token",)
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    def __init__(self, token: _Optional[str] = ...) -> None: ...
+
+class UserServiceRevokeUserTokensRequest(_message.Message):
+    __slots__ = ("user_id",)
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    def __init__(self, user_id: _Optional[str] = ...) -> None: ...
+
+class UserServiceRevokeUserTokensResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class ModelVersion(_message.Message):
     __slots__ = ("name", "model", "system_prompt", "temperature")
     NAME_FIELD_NUMBER: _ClassVar[int]
