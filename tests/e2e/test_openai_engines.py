@@ -17,6 +17,7 @@ import pytest
 from langchain_openai import ChatOpenAI
 
 from clients.chatctl.platform import LocalPlatform
+from tests.tool_schemas import FORECAST, SCHEMAS, ZONE
 
 pytestmark = pytest.mark.slow
 
@@ -105,29 +106,11 @@ async def test_tools_and_a_tool_result_reach_llama_cpp(platform) -> None:
     assert answer.usage.prompt_tokens > 150
 
 
-# Stricter than most callers write, so that only a decode held to it could satisfy it.
-FORECAST = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string"},
-        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-        "days": {"type": "integer", "minimum": 1, "maximum": 7},
-    },
-    "required": ["city", "unit", "days"],
-    "additionalProperties": False,
-}
-TIMEZONE = {
-    "type": "object",
-    "properties": {"zone": {"type": "string"}},
-    "required": ["zone"],
-    "additionalProperties": False,
-}
-SCHEMAS = {"get_forecast": FORECAST, "get_time": TIMEZONE}
 TOOLS = [
     {"type": "function", "function": {"name": "get_forecast", "description": "Weather forecast",
                                       "parameters": FORECAST}},
     {"type": "function", "function": {"name": "get_time", "description": "Time now in a zone",
-                                      "parameters": TIMEZONE}},
+                                      "parameters": ZONE}},
 ]  # fmt: skip
 NAMED_TIME = {"type": "function", "function": {"name": "get_time"}}
 

@@ -39,6 +39,7 @@ from nodeagent.vllm_check import FlagReport, check_engine_flags
 from nodeagent.vllm_cmdline import server_args
 from nodeagent.vllm_flags import missing_flags, parse_args
 from nodeagent.vllm_launch import REPO_ROOT, VllmLaunch
+from tests.tool_schemas import FORECAST, SCHEMAS, ZONE
 
 MODEL = "smollm2-135m-instruct"
 CONTEXT = 2048
@@ -519,22 +520,5 @@ CITY_SCHEMA = {
     "additionalProperties": False,
 }
 CITY_ONLY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-FORECAST = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string"},
-        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-        "days": {"type": "integer", "minimum": 1, "maximum": 7},
-    },
-    "required": ["city", "unit", "days"],
-    "additionalProperties": False,
-}
-ZONE = {
-    "type": "object",
-    "properties": {"zone": {"type": "string"}},
-    "required": ["zone"],
-    "additionalProperties": False,
-}
-SCHEMAS = {"get_forecast": FORECAST, "get_time": ZONE}
 FORECAST_TOOL = ToolDefinition("get_forecast", "Weather forecast", json.dumps(FORECAST))
 CLOCK_TOOL = ToolDefinition("get_time", "Time now in a zone", json.dumps(ZONE))
