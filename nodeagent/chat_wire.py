@@ -95,17 +95,6 @@ def call_id(request_id: str, index: int) -> str:
     return f"call_{index}_{request_id[-8:]}"
 
 
-def forced(document: list[str], finish: Finish, request: GenerationRequest) -> tuple[ToolCall, ...]:
-    """The call in a forced call's document (the text the engine streamed under its schema);
-    an engine that did not hold to the schema fails the request rather than answer in prose."""
-    try:
-        return forced_calls.finished_calls(
-            "".join(document), finish, request.options, call_id(request.request_id, 0)
-        )
-    except forced_calls.NotACall as error:
-        raise EngineError(str(error)) from error
-
-
 @dataclass(slots=True)
 class _Partial:
     call_id: str = ""
@@ -116,9 +105,27 @@ class _Partial:
 @dataclass(slots=True)
 class ToolCallAssembler:
     """Joins a stream's tool_calls deltas (by index: the id and name come once, the arguments
-    in pieces) into whole calls."""
+    in pieces) into whole calls; or, for a request that forces a call, keeps the text the
+    engine decoded under the tools' schema (nodeagent/forced_calls.py), which becomes the call.
+    """
 
+    request: GenerationRequest
     partials: dict[int, _Partial] = field(default_factory=dict)
+    # The forced call's document; None when the request forces no call.
+    document: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        if forced_calls.forces_call(self.request.options):
+            self.document = []
+
+    def shown(self, text: str) -> str:
+        """What of the engine's text goes out as the answer's: none of a forced call's
+        document. The caller still sends an empty chunk per token, so the node and the gateway
+        see the engine at work (their stall timeouts) while nothing is shown."""
+        if self.document is None:
+            return text
+        self.document.append(text)
+        return ""
 
     def feed(self, delta: Mapping[str, Any]) -> None:
         for piece in delta.get("tool_calls") or ():
@@ -130,8 +137,18 @@ class ToolCallAssembler:
             partial.name = function.get("name") or partial.name
             partial.arguments.append(function.get("arguments") or "")
 
-    def calls(self, request_id: str) -> tuple[ToolCall, ...]:
-        """The whole calls; an engine that names no id gets one made from the request's."""
+    def calls(self, finish: Finish) -> tuple[ToolCall, ...]:
+        """The whole calls; an engine that names no id gets one made from the request's. A
+        forced call's document that is not a call the schema allows fails the request rather
+        than answer in prose."""
+        request_id = self.request.request_id
+        if self.document is not None:
+            try:
+                return forced_calls.finished_calls(
+                    "".join(self.document), finish, self.request.options, call_id(request_id, 0)
+                )
+            except forced_calls.NotACall as error:
+                raise EngineError(str(error)) from error
         return tuple(
             ToolCall(p.call_id or call_id(request_id, index), p.name, "".join(p.arguments))
             for index, p in sorted(self.partials.items())

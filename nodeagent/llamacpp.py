@@ -19,7 +19,7 @@ import aiohttp
 
 from domain.types import Finish, Usage
 from infra.process import dies_with_parent
-from nodeagent import chat_wire, forced_calls
+from nodeagent import chat_wire
 from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
 from nodeagent.engine_http import engine_session, sse_events
 from nodeagent.engine_speed import EngineSpeed
@@ -228,11 +228,7 @@ class LlamaCppEngine:
         usage = Usage()
         output_tokens = 0
         timings: object = None
-        calls = chat_wire.ToolCallAssembler()
-        # A forced call's document is kept, never streamed as text: it becomes the call. Each
-        # of its tokens still goes out as an empty chunk, so the node and the gateway see the
-        # engine at work (their stall timeouts) while nothing is shown.
-        document: list[str] | None = [] if forced_calls.forces_call(request.options) else None
+        calls = chat_wire.ToolCallAssembler(request)
         try:
             async with self._http().post(
                 f"{self._base_url}/v1/chat/completions", json=self._body(request)
@@ -255,10 +251,7 @@ class LlamaCppEngine:
                         acc.running_tokens[request.request_id] = (
                             request.prompt_tokens + output_tokens
                         )
-                        if document is not None:
-                            document.append(text)
-                            text = ""
-                        yield Chunk(text)
+                        yield Chunk(calls.shown(text))
                     if choice.get("finish_reason"):
                         finish = _FINISH.get(choice["finish_reason"], Finish.STOP)
                     if event.get("usage") or event.get("timings"):
@@ -272,10 +265,7 @@ class LlamaCppEngine:
         acc.prompt_tokens_seen += usage.input_tokens
         acc.cached_tokens_seen += usage.cached_tokens
         _measure(acc.speed, timings)
-        if document is None:
-            yield Finished(finish, usage, calls.calls(request.request_id))
-        else:
-            yield Finished(finish, usage, chat_wire.forced(document, finish, request))
+        yield Finished(finish, usage, calls.calls(finish))
 
 
 def _strip_echo(text: str, echo: str) -> tuple[str, str]:

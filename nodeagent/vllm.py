@@ -24,7 +24,7 @@ import structlog
 
 from domain.types import Finish, Tier, Usage
 from infra.process import dies_with_parent
-from nodeagent import chat_wire, forced_calls
+from nodeagent import chat_wire
 from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
 from nodeagent.engine_http import engine_session, sse_events
 from nodeagent.engine_speed import EngineSpeed
@@ -263,11 +263,7 @@ class VllmEngine:
         waiting[request.request_id] = request.prompt_tokens
         finish: Finish | None = None
         usage = Usage()
-        calls = chat_wire.ToolCallAssembler()
-        # A forced call's document is kept, never streamed as text: it becomes the call. Each
-        # of its tokens still goes out as an empty chunk, so the node and the gateway see the
-        # engine at work (their stall timeouts) while nothing is shown.
-        document: list[str] | None = [] if forced_calls.forces_call(request.options) else None
+        calls = chat_wire.ToolCallAssembler(request)
         loop = asyncio.get_running_loop()
         sent_at, first_at = loop.time(), 0.0
         try:
@@ -286,10 +282,7 @@ class VllmEngine:
                     if text:
                         waiting.pop(request.request_id, None)
                         first_at = first_at or loop.time()
-                        if document is not None:
-                            document.append(text)
-                            text = ""
-                        yield Chunk(text)
+                        yield Chunk(calls.shown(text))
                     if choice.get("finish_reason"):
                         finish = _FINISH.get(str(choice["finish_reason"]), Finish.STOP)
                     if isinstance(event.get("usage"), dict):
@@ -308,10 +301,7 @@ class VllmEngine:
             speed.prompt_read(usage.input_tokens - usage.cached_tokens, first_at - sent_at)
             speed.decoded(usage.output_tokens - 1, loop.time() - first_at)
             speed.answered(loop.time() - sent_at)
-        if document is None:
-            yield Finished(finish, usage, calls.calls(request.request_id))
-        else:
-            yield Finished(finish, usage, chat_wire.forced(document, finish, request))
+        yield Finished(finish, usage, calls.calls(finish))
 
 
 def _open_server_log(launch: VllmLaunch) -> BinaryIO:

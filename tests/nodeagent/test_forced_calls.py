@@ -139,11 +139,18 @@ def request(choice: ToolChoice, name: str = "") -> GenerationRequest:
     )
 
 
+def forced(pieces: list[str], finish: Finish, request: GenerationRequest) -> tuple[ToolCall, ...]:
+    """The calls an engine's streamed pieces become, as an adapter feeds them."""
+    calls = chat_wire.ToolCallAssembler(request)
+    assert [calls.shown(piece) for piece in pieces] == [""] * len(pieces)  # none shown
+    return calls.calls(finish)
+
+
 def test_an_answer_cut_short_is_no_call_and_prose_is_an_engine_error() -> None:
     named = request(ToolChoice.NAMED, "get_weather")
-    assert chat_wire.forced(['{"ci'], Finish.LENGTH, named) == ()
-    assert chat_wire.forced(['{"city"', ': "Oslo"}'], Finish.STOP, named) == (
+    assert forced(['{"ci'], Finish.LENGTH, named) == ()
+    assert forced(['{"city"', ': "Oslo"}'], Finish.STOP, named) == (
         ToolCall("call_0_0123abcd", "get_weather", '{"city":"Oslo"}'),
     )
     with pytest.raises(EngineError, match="not JSON"):
-        chat_wire.forced(["Sunny, 18 degrees."], Finish.STOP, named)
+        forced(["Sunny, 18 degrees."], Finish.STOP, named)
