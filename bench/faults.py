@@ -50,7 +50,7 @@ from pathlib import Path
 import aiohttp
 from benchkit import publish
 
-from clients.chat_client import AdminClient
+from clients.admin_client import AdminClient
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from tests.faults import kill, restart_the_dead, serving_node, streaming_gateway
 from tests.servers import run_redis

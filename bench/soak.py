@@ -50,7 +50,7 @@ import aiohttp
 
 from bench.soak_samples import MARKS, Sampler, SlotFigures, figures
 from bench.soak_traffic import ANSWER_TOKENS, SYSTEM_PROMPT, Ledger, Mix, User
-from clients.chat_client import AdminClient
+from clients.admin_client import AdminClient
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from tests.faults import kill, restart_the_dead
 from tests.servers import run_etcd, run_redis

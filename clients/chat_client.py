@@ -1,9 +1,9 @@
-"""The Python client of the chat platform: how internal services call it.
+"""The Python chat client of the platform: how internal services call it.
 
-Services speak gRPC to a gateway (`chat.v1.ChatService`) with a user's bearer token, and
-operators' tools speak to a scheduler (`chat.v1.SchedulerService`) with an admin token. This
-module hides protobuf: every call takes and returns plain, typed dataclasses, and every failure
-is one exception type, `ClientError(code, message, retry_after_s)`.
+Services speak gRPC to a gateway (`chat.v1.ChatService`) with a user's bearer token; operators'
+tools have their own client (clients/admin_client.py). This module hides protobuf: every call
+takes and returns plain, typed dataclasses, and every failure is one exception type,
+`ClientError(code, message, retry_after_s)` (clients/base.py).
 
     tls = TlsConfig.in_folder(".chat/tls", "client")
     async with ChatClient("127.0.0.1:50052", token, tls=tls) as chat:
@@ -31,19 +31,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from types import TracebackType
-from typing import Any, Self
+from datetime import datetime
 
 import grpc
-from google.protobuf import timestamp_pb2
 
 from chat.v1 import chat_service_pb2 as chat_pb
 from chat.v1 import chat_service_pb2_grpc as chat_grpc
-from chat.v1 import scheduler_service_pb2 as sched_pb
-from chat.v1 import scheduler_service_pb2_grpc as sched_grpc
+from clients.base import DEFAULT_TIMEOUT_S, Client, ClientError, read_time
 from domain.feedback import Rating
 from infra.convert import (
     AUTO_MODEL,
@@ -53,28 +49,14 @@ from infra.convert import (
     ROLE_NAMES,
     TIER_NAMES,
 )
-from infra.status import CallFailure
 from infra.tls import TlsConfig
-from infra.tls_channel import open_channel
 
-# Unary calls give up after this long, so a hung server never hangs a script.
-DEFAULT_TIMEOUT_S = 10.0
 # Re-attaches in a row without a new event before send() gives up.
 DEFAULT_MAX_RESUMES = 5
 
 # The model names send() takes.
 MODELS = MODEL_CHOICES
-TIERS = {name: value for value, name in TIER_NAMES.items()}
 _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
-
-
-def _enum_name(value: int, enum: Any, prefix: str) -> str:
-    """NODE_STATE_READY -> 'ready': the readable name callers compare against."""
-    return enum.Name(value).removeprefix(prefix).lower()
-
-
-def _time(stamp: timestamp_pb2.Timestamp) -> datetime:
-    return stamp.ToDatetime(tzinfo=UTC)
 
 
 def new_message_id() -> str:
@@ -83,29 +65,6 @@ def new_message_id() -> str:
 
 def new_conversation_id() -> str:
     return f"c_{uuid.uuid4().hex[:16]}"
-
-
-# Errors -----------------------------------------------------------------------------------------
-
-
-class ClientError(Exception):
-    """A call failed. code is the gRPC status name ("NOT_FOUND", "RESOURCE_EXHAUSTED"...);
-    retry_after_s is set when the server said how long to wait (limits and shedding)."""
-
-    def __init__(self, code: str, message: str, retry_after_s: float | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.retry_after_s = retry_after_s
-
-    @classmethod
-    def from_rpc(cls, error: grpc.aio.AioRpcError) -> ClientError:
-        failure = CallFailure(error)
-        return cls(failure.code.name, failure.message, failure.retry_after_s)
-
-    def __str__(self) -> str:
-        wait = f", retry in {self.retry_after_s:.0f} s" if self.retry_after_s is not None else ""
-        return f"{self.message} ({self.code}{wait})"
 
 
 # Chat values ------------------------------------------------------------------------------------
@@ -259,8 +218,8 @@ def _conversation(c: chat_pb.Conversation) -> Conversation:
         c.title,
         c.model,
         c.total_tokens,
-        _time(c.created_at),
-        _time(c.updated_at),
+        read_time(c.created_at),
+        read_time(c.updated_at),
     )
 
 
@@ -276,62 +235,14 @@ def _message(m: chat_pb.Message) -> Message:
         model=m.model,
         replica_id=m.replica_id,
         finish=FINISH_NAMES.get(m.finish),
-        created_at=_time(m.created_at),
+        created_at=read_time(m.created_at),
     )
-
-
-# The shared plumbing ----------------------------------------------------------------------------
-
-
-class _Client:
-    """One channel and one bearer token; unary calls turn gRPC errors into ClientError."""
-
-    def __init__(self, address: str, token: str, timeout_s: float, tls: TlsConfig | None) -> None:
-        if not address:
-            raise ClientError("INVALID_ARGUMENT", "no address to call")
-        self.address = address
-        self._plaintext = tls is None or tls.insecure
-        self._channel = open_channel(address, tls)
-        self._metadata = (("authorization", f"Bearer {token}"),)
-        self._timeout_s = timeout_s
-
-    async def close(self) -> None:
-        await self._channel.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    async def _unary(self, method: Callable[..., Any], request: Any) -> Any:
-        try:
-            return await method(request, metadata=self._metadata, timeout=self._timeout_s)
-        except grpc.aio.AioRpcError as error:
-            raise self._failure(error) from None
-
-    def _failure(self, error: grpc.aio.AioRpcError) -> ClientError:
-        failure = ClientError.from_rpc(error)
-        if failure.code == "UNAVAILABLE" and "connect" in failure.message:
-            # grpc's text names no service; say which address was down.
-            failure.message = f"cannot reach {self.address}: {failure.message}"
-            if self._plaintext:
-                # A TLS server just closes the socket on a plaintext caller: say why it may.
-                failure.message += (
-                    " (called in plaintext, which a platform with mutual TLS refuses)"
-                )
-        return failure
 
 
 # ChatService ------------------------------------------------------------------------------------
 
 
-class ChatClient(_Client):
+class ChatClient(Client):
     """A user's view of the platform, through a gateway."""
 
     def __init__(
@@ -354,7 +265,7 @@ class ChatClient(_Client):
         message_id: str | None = None,
         parent_id: str = "",
         model: str = AUTO_MODEL,
-    ) -> AsyncIterator[ChatEvent]:
+    ) -> AsyncGenerator[ChatEvent]:
         """Sends a message and yields its answer's events, meta first, done (or error) last."""
         if model not in MODELS:
             raise ClientError("INVALID_ARGUMENT", "model must be one of auto, small, large")
@@ -374,7 +285,7 @@ class ChatClient(_Client):
             attached=False,
         )
 
-    def resume(self, message_id: str, after_event_id: int = 0) -> AsyncIterator[ChatEvent]:
+    def resume(self, message_id: str, after_event_id: int = 0) -> AsyncGenerator[ChatEvent]:
         """Replays an answer's events after after_event_id, then follows it live."""
         return self._follow(
             message_id, lambda: self._attach(message_id, after_event_id), after_event_id
@@ -390,7 +301,7 @@ class ChatClient(_Client):
         open_call: Callable[[], grpc.aio.UnaryStreamCall],
         after_event_id: int,
         attached: bool = True,
-    ) -> AsyncIterator[ChatEvent]:
+    ) -> AsyncGenerator[ChatEvent]:
         """Yields each event once; re-attaches after the last one seen when the stream breaks."""
         last, breaks = after_event_id, 0
         while True:
@@ -472,165 +383,3 @@ class ChatClient(_Client):
             refill_per_second=reply.refill_per_second,
             full_in_seconds=reply.full_in_seconds,
         )
-
-
-# SchedulerService (admin) -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Node:
-    node_id: str
-    address: str
-    model: str
-    pool: str
-    # starting | ready | draining | dead
-    state: str
-    context_tokens: int
-    kv_capacity_tokens: int
-    kv_usage: float
-    free_kv_tokens: int
-    queued_prefill_tokens: int
-    running_requests: int
-    waiting_requests: int
-    prefix_hit_rate: float
-    last_report_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class LadderChange:
-    at: datetime
-    from_rung: int
-    to_rung: int
-    busy_share: float
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Ladder:
-    # The rung gateways apply: the pinned one while pinned.
-    rung: int
-    busy_share: float
-    pinned: bool
-    # Whether this scheduler is the one that moves the ladder.
-    leading: bool
-    # The newest move last.
-    history: list[LadderChange]
-
-
-@dataclass(frozen=True, slots=True)
-class User:
-    user_id: str
-    tier: str
-    created_at: datetime
-    has_token: bool
-    # With regions: the home region and residency ('' and False without regions).
-    home_region: str = ""
-    pinned: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class CreatedUser:
-    user: User
-    # Shown once: the platform keeps only its hash.
-    token: str
-
-
-def _node(n: sched_pb.NodeStatus) -> Node:
-    reg, load = n.registration, n.load
-    return Node(
-        node_id=reg.node_id,
-        address=reg.address,
-        model=reg.model,
-        pool=reg.pool,
-        state=_enum_name(load.state, sched_pb.NodeState, "NODE_STATE_"),
-        context_tokens=reg.context_tokens,
-        kv_capacity_tokens=reg.kv_capacity_tokens,
-        kv_usage=load.kv_usage,
-        free_kv_tokens=load.free_kv_tokens,
-        queued_prefill_tokens=load.queued_prefill_tokens,
-        running_requests=load.running_requests,
-        waiting_requests=load.waiting_requests,
-        prefix_hit_rate=load.prefix_hit_rate,
-        last_report_at=_time(n.last_report_at),
-    )
-
-
-def _ladder(reply: sched_pb.GetLadderResponse) -> Ladder:
-    history = [
-        LadderChange(_time(c.at), c.from_rung, c.to_rung, c.busy_share, c.reason)
-        for c in reply.history
-    ]
-    return Ladder(reply.rung, reply.busy_share, reply.pinned, reply.leading, history)
-
-
-def _user(u: sched_pb.User) -> User:
-    return User(u.user_id, TIER_NAMES.get(u.tier, "unknown"), _time(u.created_at), u.has_token,
-                u.home_region, u.pinned)  # fmt: skip
-
-
-def _tier(tier: str) -> int:
-    if tier not in TIERS:
-        raise ClientError("INVALID_ARGUMENT", f"tier must be free or plus, not {tier!r}")
-    return TIERS[tier]
-
-
-class AdminClient(_Client):
-    """The operators' view, through a scheduler's admin API (needs an admin token)."""
-
-    def __init__(
-        self,
-        scheduler_address: str,
-        admin_token: str,
-        *,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        tls: TlsConfig | None = None,
-    ) -> None:
-        super().__init__(scheduler_address, admin_token, timeout_s, tls)
-        self._stub = sched_grpc.SchedulerServiceStub(self._channel)
-
-    async def nodes(self, pool: str = "") -> list[Node]:
-        reply = await self._unary(self._stub.ListNodes, sched_pb.ListNodesRequest(pool=pool))
-        return sorted((_node(n) for n in reply.nodes), key=lambda n: n.node_id)
-
-    async def drain(self, node_id: str) -> None:
-        await self._unary(self._stub.DrainNode, sched_pb.DrainNodeRequest(node_id=node_id))
-
-    async def undrain(self, node_id: str) -> None:
-        await self._unary(self._stub.UndrainNode, sched_pb.UndrainNodeRequest(node_id=node_id))
-
-    async def ladder(self) -> Ladder:
-        return _ladder(await self._unary(self._stub.GetLadder, sched_pb.GetLadderRequest()))
-
-    async def pin(self, rung: int | None) -> Ladder:
-        """Pins the ladder at rung, or unpins it with None; answers the ladder as it now is."""
-        request = (
-            sched_pb.PinLadderRequest() if rung is None else sched_pb.PinLadderRequest(rung=rung)
-        )
-        await self._unary(self._stub.PinLadder, request)
-        return await self.ladder()
-
-    async def create_user(
-        self, user_id: str, tier: str, home_region: str = "", pinned: bool = False
-    ) -> CreatedUser:
-        """With regions: home_region is the scheduler's own ('' says so), pinned keeps the
-        user's conversations there."""
-        request = sched_pb.CreateUserRequest(user_id=user_id, tier=_tier(tier),
-                                             home_region=home_region, pinned=pinned)  # fmt: skip
-        reply = await self._unary(self._stub.CreateUser, request)
-        return CreatedUser(_user(reply.user), reply.token)
-
-    async def users(self) -> list[User]:
-        reply = await self._unary(self._stub.ListUsers, sched_pb.ListUsersRequest())
-        return [_user(u) for u in reply.users]
-
-    async def set_tier(self, user_id: str, tier: str) -> User:
-        request = sched_pb.SetUserTierRequest(user_id=user_id, tier=_tier(tier))
-        return _user((await self._unary(self._stub.SetUserTier, request)).user)
-
-    async def rotate_token(self, user_id: str) -> str:
-        request = sched_pb.RotateUserTokenRequest(user_id=user_id)
-        return str((await self._unary(self._stub.RotateUserToken, request)).token)
-
-    async def revoke_tokens(self, user_id: str) -> None:
-        request = sched_pb.RevokeUserTokensRequest(user_id=user_id)
-        await self._unary(self._stub.RevokeUserTokens, request)

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clients.chat_client import AdminClient, ChatClient, ClientError, Delta, Done, Error, Meta
+from clients.admin_client import AdminClient
+from clients.base import ClientError
+from clients.chat_client import ChatClient, Delta, Done, Error, Meta
 from clients.rollout_client import RolloutClient
 from domain.evaluation.gate import (
     HARMFUL,

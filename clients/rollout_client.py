@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from chat.v1 import scheduler_service_pb2 as sched_pb
 from chat.v1 import scheduler_service_pb2_grpc as sched_grpc
-from clients.chat_client import DEFAULT_TIMEOUT_S, _Client
+from clients.base import DEFAULT_TIMEOUT_S, Client
 from domain.guardrails import Tally
 from domain.rollout import GateRecord, RolloutState, Version
 from domain.types import Tier
@@ -19,7 +19,7 @@ from infra.rollout_convert import (
 from infra.tls import TlsConfig
 
 
-class RolloutClient(_Client):
+class RolloutClient(Client):
     def __init__(
         self,
         scheduler_address: str,

@@ -69,6 +69,8 @@ class ReplicaLoad:
     # seconds of one decode step; 0 until it has measured them (the configured figure counts).
     prefill_tokens_per_s: float = 0.0
     decode_step_s: float = 0.0
+    # How long its recent answers held their places in the batch (0: not measured yet).
+    answer_s: float = 0.0
 
     @property
     def batch_fill(self) -> float:
@@ -207,4 +209,5 @@ def replica_start_wait_s(rule: EscapeRule, replica: ReplicaLoad, queue: int, sen
         replica.kv_usage,
         paid=True,
         prefill_tokens_per_s=replica.prefill_tokens_per_s,
+        answer_s=replica.answer_s,
     )

@@ -295,6 +295,7 @@ class PoolIndex:
             load.kv_usage,
             paid=paid,
             prefill_tokens_per_s=load.prefill_tokens_per_s,
+            answer_s=load.answer_s,
         )
 
     def home(self, conversation_id: str) -> ReplicaLoad | None:
@@ -409,7 +410,9 @@ class PoolIndex:
         self._conversation[()] = conversation_hash
         scores = np.bitwise_xor(self._hashes, self._conversation, self._scores)
         mix64_inplace(scores, self._scratch)
-        return np.multiply(scores, self._score_mask, scores)  # one we cannot pick scores 0
+        # One we cannot pick scores 0. (numpy's stubs type the result Any: it is scores.)
+        masked: np.ndarray = np.multiply(scores, self._score_mask, scores)
+        return masked
 
     def _score_favourite(self, conversation_hash: int) -> int:
         scores = self._scores_of(conversation_hash)

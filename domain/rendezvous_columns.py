@@ -25,7 +25,9 @@ def mix64_inplace(x: np.ndarray, scratch: np.ndarray) -> np.ndarray:
     np.bitwise_xor(x, scratch, x)
     np.multiply(x, _K2, x)
     np.right_shift(x, _S31, scratch)
-    return np.bitwise_xor(x, scratch, x)
+    # numpy's stubs type a ufunc's result as Any; with out= it is x itself.
+    mixed: np.ndarray = np.bitwise_xor(x, scratch, x)
+    return mixed
 
 
 def favourite_rows(
@@ -36,4 +38,5 @@ def favourite_rows(
     scores = np.bitwise_xor(conversation_hashes[:, None], replica_hashes[None, :])
     mix64_inplace(scores, np.empty_like(scores))
     np.multiply(scores, score_mask[None, :], scores)
-    return scores.argmax(axis=1)
+    rows: np.ndarray = scores.argmax(axis=1)
+    return rows

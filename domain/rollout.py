@@ -154,6 +154,7 @@ def _logged(state: RolloutState, at: float, action: str, version: str, detail: s
             **changes: object) -> RolloutState:  # fmt: skip
     entry = RolloutChange(at, action, version, detail)
     history = (*state.history, entry)[-MAX_HISTORY:]
+    # Each caller names RolloutState's fields with their own types; **changes cannot say so.
     return dataclasses.replace(state, history=history, **changes)  # type: ignore[arg-type]
 
 

@@ -63,11 +63,13 @@ def start_wait_s(
     *,
     paid: bool = False,
     prefill_tokens_per_s: float = 0.0,
+    answer_s: float = 0.0,
 ) -> float:
     """Seconds within which a request sent now starts, with the model's confidence;
     `max_running_requests` is 0 when the engine's batch limit is not known;
-    `prefill_tokens_per_s`, the replica's measured reading speed, replaces the model's when
-    above 0 (a node reports 0 until it has measured one)."""
+    `prefill_tokens_per_s` and `answer_s`, what the replica measured of its reading speed
+    and of how long its answers hold their places, replace the model's when above 0 (a node
+    reports 0 until it has measured them)."""
     rate = prefill_tokens_per_s if prefill_tokens_per_s > 0 else model.prefill_tokens_per_s
     reading = queued_prefill_tokens / rate
     behind = 0  # requests (this one included) that must wait for a place to open
@@ -77,7 +79,7 @@ def start_wait_s(
         behind = max(behind, waiting_requests + 1)
     if behind <= 0 or not running_requests:
         return reading
-    openings_per_s = running_requests / model.answer_s
+    openings_per_s = running_requests / (answer_s if answer_s > 0 else model.answer_s)
     if not paid:
         openings_per_s *= 1.0 - model.paid_share
     return max(reading, _wilson_hilferty(behind, model._z) / openings_per_s)

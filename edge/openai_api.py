@@ -53,7 +53,11 @@ MAX_BODY_KEY = web.AppKey("max_body_bytes", int)
 RESUMABLE_HEADER = "X-Resumable"
 ResumableStart = Callable[[web.Request, "Completion", tuple[tuple[str, str], ...]],
                           Awaitable[web.StreamResponse]]  # fmt: skip
-RESUMABLE_KEY = web.AppKey("resumable_completions", ResumableStart)
+# The key's second argument names its value's type in its repr; mypy takes only a class there.
+RESUMABLE_KEY: web.AppKey[ResumableStart] = web.AppKey(
+    "resumable_completions",
+    ResumableStart,  # type: ignore[arg-type]
+)
 
 
 def from_rpc(error: grpc.aio.AioRpcError) -> OpenAIError:

@@ -148,6 +148,11 @@ OPENAI_REQUEST_SCHEMAS: dict[str, Any] = {
             "response_format": _ref("ResponseFormat"),
             "tools": {"type": "array", "maxItems": 128, "items": _ref("Tool")},
             "tool_choice": {
+                "description": "required, or a function named: the answer is a call to "
+                "that function (to one of the tools, when required; one call on llama.cpp "
+                "and vLLM), decoded under its parameters' schema, never prose, and "
+                "finish_reason is tool_calls (length, with no call, when max_tokens cut it); "
+                "a name not among the tools, or required with no tools, is a 400 that says so",
                 "oneOf": [
                     {"enum": ["auto", "none", "required"]},
                     {
@@ -162,7 +167,7 @@ OPENAI_REQUEST_SCHEMAS: dict[str, Any] = {
                             },
                         },
                     },
-                ]
+                ],
             },
             "parallel_tool_calls": {"type": "boolean"},
             "prompt_cache_key": {

@@ -98,7 +98,9 @@ def _call(call: Any, param: str) -> ToolCall:
     if not isinstance(function, dict) or call.get("type", "function") != "function":
         raise _refuse(f"'{param}' must be a function call", param)
     call_id, name, arguments = call.get("id"), function.get("name"), function.get("arguments")
-    if not all(isinstance(v, str) and v for v in (call_id, name)) or not isinstance(arguments, str):
+    if not (isinstance(call_id, str) and call_id and isinstance(name, str) and name) or not (
+        isinstance(arguments, str)
+    ):
         raise _refuse(f"'{param}' needs a string id, function.name and function.arguments", param)
     return ToolCall(call_id, name, arguments)
 

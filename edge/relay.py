@@ -66,7 +66,7 @@ class Relay:
         """Relays a ChatEvent stream as SSE. Errors before the first event are HTTP statuses.
         start makes the call at a given gateway (Gateways.open_stream picks it)."""
         upstream = await self._open(start)
-        first = upstream.first.event
+        first = upstream.first.event  # type: ignore[union-attr]  # _open's has its first message
         # A resume starts after the meta event: its stream names no pool.
         served = pool_headers(first.meta) if first.WhichOneof("kind") == "meta" else {}
         response = web.StreamResponse(headers={**sse.STREAM_HEADERS, **served})

@@ -23,7 +23,7 @@ import asyncio
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import grpc
@@ -247,7 +247,7 @@ class ResponsesApi:
 
     async def _follow(
         self, start: StartCall, message_id: str | None, metadata: Metadata
-    ) -> AsyncIterator[pb.ChatEvent]:
+    ) -> AsyncGenerator[pb.ChatEvent]:
         """The answer's events one by one. When the gateway goes away mid-answer, the same
         answer is followed at another one after the last event read (message_id None: a
         completion, which died with its gateway)."""
@@ -279,7 +279,7 @@ class ResponsesApi:
         self,
         request: web.Request,
         state: ResponseState,
-        events: AsyncIterator[pb.ChatEvent],
+        events: AsyncGenerator[pb.ChatEvent],
         after: int,
         served: dict[str, str] | None = None,
     ) -> web.StreamResponse:
@@ -308,7 +308,7 @@ class ResponsesApi:
         except ConnectionResetError:
             pass  # the client went away; the answer runs on for a resume
         finally:
-            await events.aclose()  # type: ignore[attr-defined]
+            await events.aclose()
             self._metrics.open_streams.dec()
         return response
 
@@ -324,22 +324,22 @@ def _previous_not_found(previous: str) -> OpenAIError:
 
 
 async def _chain(
-    first: pb.ChatEvent, rest: AsyncIterator[pb.ChatEvent]
-) -> AsyncIterator[pb.ChatEvent]:
+    first: pb.ChatEvent, rest: AsyncGenerator[pb.ChatEvent]
+) -> AsyncGenerator[pb.ChatEvent]:
     try:
         yield first
         async for event in rest:
             yield event
     finally:
-        await rest.aclose()  # type: ignore[attr-defined]
+        await rest.aclose()
 
 
-async def _whole(state: ResponseState, events: AsyncIterator[pb.ChatEvent]) -> dict[str, Any]:
+async def _whole(state: ResponseState, events: AsyncGenerator[pb.ChatEvent]) -> dict[str, Any]:
     """The response once its answer has ended."""
     translator = EventTranslator(state)
     try:
         async for event in events:
             translator.feed(event)
     finally:
-        await events.aclose()  # type: ignore[attr-defined]
+        await events.aclose()
     return state.body()

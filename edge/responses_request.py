@@ -121,7 +121,7 @@ def _item(item: Any, index: int) -> tuple[str, str]:
 
 def _turns(raw: Any) -> tuple[tuple[str, str], ...]:
     if isinstance(raw, str):
-        turns = (("user", raw),)
+        turns: tuple[tuple[str, str], ...] = (("user", raw),)
     elif isinstance(raw, list) and raw:
         turns = tuple(_item(item, index) for index, item in enumerate(raw))
     else:

@@ -99,11 +99,13 @@ class _Rows:
         )
 
     def __getitem__(self, name: str) -> np.ndarray:
-        return self.columns[name]
+        column: np.ndarray = self.columns[name]
+        return column
 
     def within(self, start_s: float, end_s: float) -> np.ndarray:
         arrival = self.columns["arrival_s"]
-        return (arrival >= start_s) & (arrival < end_s)
+        inside: np.ndarray = (arrival >= start_s) & (arrival < end_s)
+        return inside
 
 
 def _share(mask: np.ndarray, of: np.ndarray) -> float:

@@ -54,7 +54,8 @@ class TokenLengths:
         # mu such that the (unclipped) mean is `mean`: E = exp(mu + sigma^2 / 2).
         mu = math.log(self.mean) - self.sigma * self.sigma / 2
         lengths = np.rint(generator.lognormal(mu, self.sigma, count))
-        return np.clip(lengths, self.low, self.high).astype(np.int64).tolist()
+        draws: list[int] = np.clip(lengths, self.low, self.high).astype(np.int64).tolist()
+        return draws
 
 
 class _Drawn:

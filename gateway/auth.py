@@ -9,7 +9,7 @@ import grpc
 from domain.errors import Unauthenticated
 from domain.types import User
 from infra.bearer import bearer_from_metadata, token_hash
-from store.base import Store
+from store.base import UserStore
 
 
 async def _nobody(digest: str) -> User | None:
@@ -18,7 +18,7 @@ async def _nobody(digest: str) -> User | None:
 
 class Authenticator:
     def __init__(
-        self, store: Store, elsewhere: Callable[[str], Awaitable[User | None]] = _nobody
+        self, store: UserStore, elsewhere: Callable[[str], Awaitable[User | None]] = _nobody
     ) -> None:
         self._store = store
         # Users this region's store does not hold (with regions: the global directory's).

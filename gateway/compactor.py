@@ -58,7 +58,7 @@ from gateway.ports import (
     StreamBroken,
 )
 from gateway.stored_context import as_turn, branch, folded_count
-from store.base import ConversationStore
+from store.base import SummaryStore
 from store.records import ConversationRecord, MessageRecord
 
 # The ladder rung from which compaction waits: answers are being capped for users.
@@ -90,7 +90,7 @@ class _Deferred(Exception):
 class Compactor:
     def __init__(
         self,
-        store: ConversationStore,
+        store: SummaryStore,
         scheduler: ReplicaPicker,
         nodes: Nodes,
         policy: CompactionPolicy | None = None,

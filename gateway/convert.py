@@ -34,14 +34,14 @@ POOL_OF_CHOICE = {choice: name for name, choice in MODEL_CHOICES.items() if name
 ROUTED_CHOICES = (pb.MODEL_CHOICE_UNSPECIFIED, MODEL_CHOICES[AUTO_MODEL])
 
 
-def pool_of(choice: int) -> str | None:
+def pool_of(choice: pb.ModelChoice) -> str | None:
     """The pool a caller asked for; None lets the router decide."""
     if choice not in ROUTED_CHOICES and choice not in POOL_OF_CHOICE:
         raise InvalidArgument("model must be auto, small or large")
     return POOL_OF_CHOICE.get(choice)
 
 
-def rating_from_pb(rating: int) -> Rating:
+def rating_from_pb(rating: pb.Rating) -> Rating:
     found = RATING_FROM_PB.get(rating)
     if found is None:
         raise InvalidArgument("rating must be up or down")
@@ -156,7 +156,11 @@ def message_to_pb(record: MessageRecord, parent_id: str) -> pb.Message:
         tokens=record.tokens,
         model=record.model,
         replica_id=record.replica_id,
-        finish=FINISH_TO_PB.get(Finish(record.finish), 0) if record.finish else 0,
+        finish=(
+            FINISH_TO_PB.get(Finish(record.finish), common_pb2.FINISH_REASON_UNSPECIFIED)
+            if record.finish
+            else common_pb2.FINISH_REASON_UNSPECIFIED
+        ),
         created_at=_timestamp(record.created_at),
         region=record.region,
     )

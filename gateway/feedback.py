@@ -11,12 +11,14 @@ from domain.types import Role, User
 from gateway.ids import ANSWER_SUFFIX, check_id
 from gateway.metrics import GatewayMetrics
 from gateway.versions import VersionBook
-from store.base import Store
+from store.base import FeedbackStore
 from store.records import FeedbackRecord
 
 
 class RatingDesk:
-    def __init__(self, store: Store, versions: VersionBook, metrics: GatewayMetrics) -> None:
+    def __init__(
+        self, store: FeedbackStore, versions: VersionBook, metrics: GatewayMetrics
+    ) -> None:
         self._store = store
         self._versions = versions
         self._metrics = metrics

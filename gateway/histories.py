@@ -13,8 +13,8 @@ from domain.feedback import Rating
 from domain.types import User
 from gateway.feedback import RatingDesk
 from gateway.home_client import HomeStore
-from store.base import Store
-from store.records import ConversationRecord, FeedbackRecord, MessageRecord
+from store.base import ConversationStore, ResponseStore
+from store.records import FeedbackRecord
 
 
 class Homes(Protocol):
@@ -24,29 +24,13 @@ class Homes(Protocol):
     async def home_of(self, user: User) -> HomeStore | None: ...
 
 
-class History(Protocol):
-    """A user's conversations as the API reads (and deletes) them: this region's Store, or a
-    HomeStore."""
-
-    async def list_conversations(
-        self, user_id: str, limit: int, updated_before: float | None = None
-    ) -> list[ConversationRecord]: ...
-
-    async def get_conversation(self, user_id: str, conversation_id: str) -> ConversationRecord: ...
-
-    async def list_messages(self, user_id: str, conversation_id: str) -> list[MessageRecord]: ...
-
-    async def get_message(self, user_id: str, message_id: str) -> MessageRecord: ...
-
-    async def delete_conversation(self, user_id: str, conversation_id: str) -> None: ...
-
-    async def response_deleted(self, user_id: str, response_id: str) -> bool: ...
-
-    async def delete_response(self, user_id: str, response_id: str) -> None: ...
+class History(ConversationStore, ResponseStore, Protocol):
+    """A user's conversations as the API reads (and deletes) them, responses included: this
+    region's store, or the home region's (HomeStore implements exactly this)."""
 
 
 class Histories:
-    def __init__(self, store: Store, ratings: RatingDesk, homes: Homes) -> None:
+    def __init__(self, store: History, ratings: RatingDesk, homes: Homes) -> None:
         self._store = store
         self._ratings = ratings
         self._homes = homes

@@ -1,8 +1,10 @@
 """The home region's store and token buckets, as a conversation running away from home sees
 them: each read, write, reservation and settlement is a HomeService call to a gateway of the
 user's home region (never a database connection across regions). HomeStore implements the
-part of the store a message's pipeline uses; compaction stays at home (an away pipeline has no
-compactor)."""
+parts of the store a pipeline and the API use away from home, store/base.py's ConversationStore
+and ResponseStore, and no other: users stay in their region, compaction at home (an away
+pipeline has no compactor), and a rating is passed home whole (rate_answer), where the version
+that served the answer is read."""
 
 from __future__ import annotations
 
@@ -199,10 +201,6 @@ class HomeStore:
         request = pb.RecordServingRequest(user_id=user_id,
                                           serving=home_convert.serving_to_pb(serving))  # fmt: skip
         await self._change(lambda stub: stub.RecordServing(request, timeout=CALL_TIMEOUT_S))
-
-    async def serving_of(self, user_id: str, message_id: str) -> ServingRecord:
-        # Read only by ratings, which are made at home (rate_answer).
-        raise NotFound(f"no serving record of message {message_id!r} away from home")
 
     async def conversation_version(self, user_id: str, conversation_id: str) -> str:
         request = pb.ReadConversationRequest(user_id=user_id, conversation_id=conversation_id,

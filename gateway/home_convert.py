@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from chat.v1 import common_pb2
 from chat.v1 import home_service_pb2 as pb
 from domain.errors import InvalidArgument
 from domain.feedback import Rating
@@ -94,7 +95,7 @@ def feedback_from_pb(reply: pb.RateAnswerResponse) -> FeedbackRecord:
                           reply.version)  # fmt: skip
 
 
-def _role(value: int) -> Role:
+def _role(value: common_pb2.Role) -> Role:
     role = ROLE_FROM_PB.get(value)
     if role is None:
         raise InvalidArgument("a stored message's role must be system, user or assistant")

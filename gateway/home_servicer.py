@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import grpc
 
+from chat.v1 import common_pb2
 from chat.v1 import home_service_pb2 as pb
 from chat.v1 import home_service_pb2_grpc as pb_grpc
 from domain.errors import InvalidArgument
@@ -13,16 +14,16 @@ from gateway import home_convert
 from gateway.buckets import Buckets
 from gateway.convert import rating_from_pb
 from gateway.feedback import RatingDesk
+from gateway.histories import History
 from gateway.ids import check_id
 from infra.convert import TIER_FROM_PB
 from infra.grpcserver import maps_domain_errors
-from store.base import Store
 
 # A page of conversations, as ChatService.ListConversations gives at most.
 MAX_PAGE = 100
 
 
-def _tier(value: int) -> Tier:
+def _tier(value: common_pb2.Tier) -> Tier:
     tier = TIER_FROM_PB.get(value)
     if tier is None:
         raise InvalidArgument("tier must be free or plus")
@@ -30,7 +31,7 @@ def _tier(value: int) -> Tier:
 
 
 class HomeServicer(pb_grpc.HomeServiceServicer):
-    def __init__(self, store: Store, buckets: Buckets, ratings: RatingDesk) -> None:
+    def __init__(self, store: History, buckets: Buckets, ratings: RatingDesk) -> None:
         self._store = store
         self._buckets = buckets
         self._ratings = ratings

@@ -66,7 +66,7 @@ from infra.runner import run_service
 from infra.service import Service
 from infra.tls import TlsConfig
 from infra.tls_files import TlsExpiry
-from store.base import Store
+from store.base import ConversationStore, SummaryStore
 from store.factory import open_store
 
 # What the project ships, package data of domain/: the difficulty classifier trained by
@@ -290,7 +290,7 @@ def output_mode(name: str) -> OutputMode:
 
 
 def build_compactor(
-    config: GatewayConfig, store: Store, scheduler: SchedulerClient, nodes: Nodes
+    config: GatewayConfig, store: SummaryStore, scheduler: SchedulerClient, nodes: Nodes
 ) -> Compactor | None:
     if not config.compaction:
         return None
@@ -355,9 +355,9 @@ def build_run_sharing(
 async def build_regions(
     config: GatewayConfig,
     service: Service,
-    store: Store,
+    store: ConversationStore,
     pipeline: ChatPipeline,
-    away_pipeline: Callable[[Store, Buckets], ChatPipeline],
+    away_pipeline: Callable[[ConversationStore, Buckets], ChatPipeline],
     registry: CollectorRegistry,
     limits: Callable[[Tier], Limit],
 ) -> RegionRouter | NoRegions:
@@ -422,7 +422,7 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
             region=config.region,
         )
 
-        def away_pipeline(home_store: Store, home_buckets: Buckets) -> ChatPipeline:
+        def away_pipeline(home_store: ConversationStore, home_buckets: Buckets) -> ChatPipeline:
             # A conversation of another region's user: history read from and written to its
             # home (the store given), its bucket home's; compaction is left to home; its run
             # is this gateway's.

@@ -14,8 +14,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from domain.feedback import Rating
+from domain.pools import POOLS
 from domain.rollout import RolloutState
-from domain.router import POOLS, RouteReason
+from domain.router import RouteReason
 from domain.types import Tier, Usage
 
 _SECONDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0)

@@ -107,7 +107,7 @@ class ChatPipeline:
         validate(request, self._policy.max_message_chars)
         fingerprint = request.fingerprint()
         key = (user.user_id, request.message_id)
-        existing = self._runs.get(*key)
+        existing: MessageRun | FollowedRun | None = self._runs.get(*key)
         if existing is None and key in self._starting:
             # A retry raced the first attempt: share its outcome, run or error alike.
             existing = await asyncio.shield(self._starting[key])

@@ -204,10 +204,10 @@ class Planner:
         # system prompt is not the conversation's (every replica caches it), as there: a
         # first turn reuses nothing, and the scheduler places it where it starts soonest.
         earlier = request.turns[:-1]
-        system = sum(estimate_tokens(t.counted_text()) for t in earlier if t.role is Role.SYSTEM)
-        history = sum(estimate_tokens(t.counted_text()) for t in earlier) - system
+        system_n = sum(estimate_tokens(t.counted_text()) for t in earlier if t.role is Role.SYSTEM)
+        history = sum(estimate_tokens(t.counted_text()) for t in earlier) - system_n
         newest = estimate_tokens(request.turns[-1].counted_text())
-        size = PromptSize(system + history + newest, history)
+        size = PromptSize(system_n + history + newest, history)
         pick, tier, pool, moved = await self.shed(user, affinity_key, pool, size, model)
         answer = completions.answer_cap(tier.max_answer_tokens, request.max_tokens)
         default_system = system_prompt or self._policy.system_prompt

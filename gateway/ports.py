@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, final
 
 from domain.answer_options import PLAIN, AnswerOptions, ToolCall
 from domain.budget import BudgetDecision
@@ -57,16 +57,21 @@ class ReplicaPicker(Protocol):
 # Calling nodes -----------------------------------------------------------------------------------
 
 
+# Final, both: the answer loops tell them apart by exact type (type(item) is Chunk), which a
+# subclass would defeat.
+@final
 class Chunk(NamedTuple):
     """Text from the engine; index is its last token's (1, 2, 3... per request). pieces: the
     same text as the tokens the node kept apart (several ready at once, sent in one message),
     each shown as an event of its own; empty when the node sent the text as one piece."""
 
-    index: int
+    # Shadows tuple.index(), which nothing calls on a chunk; the wire's field has this name.
+    index: int  # type: ignore[assignment]
     text: str
     pieces: Sequence[str] = ()
 
 
+@final
 class Finished(NamedTuple):
     finish: Finish
     usage: Usage

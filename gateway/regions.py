@@ -33,7 +33,7 @@ from gateway.home_client import HomeStore
 from gateway.pipeline import ChatPipeline
 from infra.directory import Directory, DirectorySnapshot, DirectoryView, publish_forever
 from infra.tls import TlsConfig
-from store.base import Store
+from store.base import ConversationStore
 
 # Metadata a gateway adds when it passes a message on to run away from the user's home.
 SERVE_FOR_HEADER = "x-chat-serve-for"
@@ -105,11 +105,11 @@ class NoRegions:
 class RegionRouter:
     region: str
     view: DirectoryView
-    store: Store
+    store: ConversationStore
     pipeline: ChatPipeline
     # Builds the pipeline of a conversation running here for another region's user, on its
     # home region's store and buckets.
-    away_pipeline: Callable[[Store, Buckets], ChatPipeline]
+    away_pipeline: Callable[[ConversationStore, Buckets], ChatPipeline]
     tls: TlsConfig
     rules: RegionRules
     registry: CollectorRegistry
@@ -240,7 +240,7 @@ class RegionRouter:
         store = self._home_store(snapshot, home)
         pipeline = self._away.get(home)
         if pipeline is None:
-            pipeline = self.away_pipeline(store, store.buckets(self.limits))  # type: ignore[arg-type]
+            pipeline = self.away_pipeline(store, store.buckets(self.limits))
             self._away[home] = pipeline
         return pipeline
 
@@ -271,7 +271,7 @@ class RegionsSeen(Collector):
         self._rules = rules
         self._clock = clock
 
-    def collect(self):  # type: ignore[no-untyped-def]
+    def collect(self):
         now = self._clock()
         regions = self._view.snapshot.regions
         seen = Regions(regions, now, self._rules)

@@ -24,7 +24,8 @@ class OwnershipLost(Exception):
 class FollowedRun(Protocol):
     """A run another gateway writes, read through the shared log."""
 
-    fingerprint: str
+    @property
+    def fingerprint(self) -> str: ...
 
     def follow_batches(
         self, after_event_id: int = 0, most: int = 64, interval_s: float = 0.0

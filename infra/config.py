@@ -78,6 +78,7 @@ def _build(
     if not isinstance(values, dict):
         raise ConfigError(f"{section} must be a mapping of fields")
     hints = typing.get_type_hints(cls)
+    # Every config class is a dataclass; T cannot be bound to one (no public protocol says so).
     known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = set(values) - known
     if unknown:
@@ -85,7 +86,7 @@ def _build(
     coerced: dict[str, Any] = {}
     for name in known:
         kind = hints[name]
-        if dataclasses.is_dataclass(kind):
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
             inner_prefix = f"{prefix}{name.upper()}_"
             # Absent from the file and the environment: the field's own default stands.
             if name in values or any(key.startswith(inner_prefix) for key in env):

@@ -29,6 +29,9 @@ PLAINTEXT = TlsConfig(insecure=True)
 class TlsEtcdClient(aetcd.Client):
     """An aetcd.Client whose channel is a secure one (mutual TLS)."""
 
+    # aetcd's own attribute, declared for the type checker: the library ships no types.
+    _is_connecting: bool
+
     def __init__(self, host: str, port: int, tls: TlsConfig, **kwargs: Any) -> None:
         self._files = CertificateFiles(tls)
         super().__init__(host=host, port=port, **kwargs)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 
-def metrics_handler(registry: CollectorRegistry) -> web.RequestHandler:  # type: ignore[type-arg]
+def metrics_handler(
+    registry: CollectorRegistry,
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def handle(_: web.Request) -> web.Response:
         body = generate_latest(registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

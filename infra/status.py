@@ -105,7 +105,7 @@ class CallFailure:
         self.message = error.details() or self.code.name
         self.retry_after_s: float | None = None
         self.reason: str | None = None
-        status = rpc_status.from_call(error)  # type: ignore[arg-type]
+        status = rpc_status.from_call(error)
         for detail in status.details if status else ():
             if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
                 info = error_details_pb2.RetryInfo()

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from domain.answer_options import AnswerOptions, ToolCall, ToolChoice
-from nodeagent.engine import PromptTurn
+from domain.types import Finish
+from nodeagent import forced_calls
+from nodeagent.engine import EngineError, GenerationRequest, PromptTurn
 
 
 def _message(turn: PromptTurn) -> dict[str, Any]:
@@ -67,7 +69,8 @@ def _tools(options: AnswerOptions) -> dict[str, Any]:
 
 
 def option_fields(options: AnswerOptions) -> dict[str, Any]:
-    """The request's fields beyond the messages and the temperature; none when plain."""
+    """The request's fields beyond the messages and the temperature; none when plain. A call
+    the options force is decoded under its tools' schema (nodeagent/forced_calls.py)."""
     fields: dict[str, Any] = {
         name: value
         for name, value in (
@@ -84,16 +87,12 @@ def option_fields(options: AnswerOptions) -> dict[str, Any]:
     if response_format is not None:
         fields["response_format"] = response_format
     fields.update(_tools(options))
-    return fields
+    return forced_calls.request_fields(fields, options)
 
 
-def named_as_required(fields: dict[str, Any], options: AnswerOptions) -> dict[str, Any]:
-    """For an engine whose tool_choice is a string only (llama-server ignores an object, and
-    the model then may not call): a named tool becomes `required` with that tool alone."""
-    if options.tool_choice is not ToolChoice.NAMED:
-        return fields
-    named = [t for t in fields["tools"] if t["function"]["name"] == options.tool_choice_name]
-    return {**fields, "tools": named, "tool_choice": "required"}
+def call_id(request_id: str, index: int) -> str:
+    """An id for a call the engine named none for, unique to the request."""
+    return f"call_{index}_{request_id[-8:]}"
 
 
 @dataclass(slots=True)
@@ -106,9 +105,27 @@ class _Partial:
 @dataclass(slots=True)
 class ToolCallAssembler:
     """Joins a stream's tool_calls deltas (by index: the id and name come once, the arguments
-    in pieces) into whole calls."""
+    in pieces) into whole calls; or, for a request that forces a call, keeps the text the
+    engine decoded under the tools' schema (nodeagent/forced_calls.py), which becomes the call.
+    """
 
+    request: GenerationRequest
     partials: dict[int, _Partial] = field(default_factory=dict)
+    # The forced call's document; None when the request forces no call.
+    document: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        if forced_calls.forces_call(self.request.options):
+            self.document = []
+
+    def shown(self, text: str) -> str:
+        """What of the engine's text goes out as the answer's: none of a forced call's
+        document. The caller still sends an empty chunk per token, so the node and the gateway
+        see the engine at work (their stall timeouts) while nothing is shown."""
+        if self.document is None:
+            return text
+        self.document.append(text)
+        return ""
 
     def feed(self, delta: Mapping[str, Any]) -> None:
         for piece in delta.get("tool_calls") or ():
@@ -120,9 +137,19 @@ class ToolCallAssembler:
             partial.name = function.get("name") or partial.name
             partial.arguments.append(function.get("arguments") or "")
 
-    def calls(self, request_id: str) -> tuple[ToolCall, ...]:
-        """The whole calls; an engine that names no id gets one made from the request's."""
+    def calls(self, finish: Finish) -> tuple[ToolCall, ...]:
+        """The whole calls; an engine that names no id gets one made from the request's. A
+        forced call's document that is not a call the schema allows fails the request rather
+        than answer in prose."""
+        request_id = self.request.request_id
+        if self.document is not None:
+            try:
+                return forced_calls.finished_calls(
+                    "".join(self.document), finish, self.request.options, call_id(request_id, 0)
+                )
+            except forced_calls.NotACall as error:
+                raise EngineError(str(error)) from error
         return tuple(
-            ToolCall(p.call_id or f"call_{index}_{request_id[-8:]}", p.name, "".join(p.arguments))
+            ToolCall(p.call_id or call_id(request_id, index), p.name, "".join(p.arguments))
             for index, p in sorted(self.partials.items())
         )

@@ -58,6 +58,7 @@ class EngineLoad:
     # Measured from the engine's own requests (nodeagent/engine_speed.py); 0: not yet.
     prefill_tokens_per_s: float = 0.0
     decode_step_s: float = 0.0
+    answer_s: float = 0.0
 
 
 class EngineError(Exception):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 
@@ -31,7 +32,9 @@ def engine_session(
     return aiohttp.ClientSession(timeout=timeout, connector=connector)
 
 
-async def sse_events(stream: aiohttp.StreamReader) -> AsyncIterator[dict[str, object]]:
+# Each event's values are as json.loads gives them (Any): the engine's own shapes, which each
+# adapter reads defensively.
+async def sse_events(stream: aiohttp.StreamReader) -> AsyncIterator[dict[str, Any]]:
     """The JSON objects of an event stream's `data:` lines, until `[DONE]` or its end. Reads
     whatever arrived at once rather than a line at a time: an engine sends each token as
     one small write, so this is one wake-up a token instead of one a line. After `[DONE]` it

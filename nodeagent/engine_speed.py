@@ -1,5 +1,6 @@
 """How fast this node's engine reads prompts and takes decode steps, measured from its own
-requests: what the scheduler prices waits and moves with (docs/decisions.md, "Where a
+requests (and how long its answers hold their place in the batch): what the scheduler prices
+waits and moves with (docs/decisions.md, "Where a
 conversation's cache is"), instead of a speed set by hand.
 
 A window of the last requests, summed: tokens over seconds, so a few-token prompt (whose fixed
@@ -41,6 +42,7 @@ class EngineSpeed:
             raise ValueError("window must be 1 or more")
         self._prompt = _Window(window)
         self._decode = _Window(window)
+        self._answers = _Window(window)
 
     def prompt_read(self, uncached_tokens: int, seconds: float) -> None:
         """A request's prefill: the tokens it read (not those found cached) and how long."""
@@ -50,6 +52,10 @@ class EngineSpeed:
         """A request's decode: the steps after its first token and how long they took."""
         self._decode.add(steps, seconds)
 
+    def answered(self, seconds: float) -> None:
+        """A finished answer: how long it held its place in the batch, prompt and decode."""
+        self._answers.add(1, seconds)
+
     @property
     def prefill_tokens_per_s(self) -> float:
         return self._prompt.per_second()
@@ -57,3 +63,8 @@ class EngineSpeed:
     @property
     def decode_step_s(self) -> float:
         return self._decode.seconds_each()
+
+    @property
+    def answer_s(self) -> float:
+        """The mean time an answer held its place: how often places open in a full batch."""
+        return self._answers.seconds_each()

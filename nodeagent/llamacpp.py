@@ -202,6 +202,7 @@ class LlamaCppEngine:
             ),
             prefill_tokens_per_s=acc.speed.prefill_tokens_per_s,
             decode_step_s=acc.speed.decode_step_s,
+            answer_s=acc.speed.answer_s,
         )
 
     def _body(self, request: GenerationRequest) -> dict[str, object]:
@@ -217,7 +218,7 @@ class LlamaCppEngine:
             "stream": True,
             "stream_options": {"include_usage": True},
             "cache_prompt": True,
-            **chat_wire.named_as_required(chat_wire.option_fields(options), options),
+            **chat_wire.option_fields(options),
         }
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Chunk | Finished]:
@@ -227,7 +228,7 @@ class LlamaCppEngine:
         usage = Usage()
         output_tokens = 0
         timings: object = None
-        calls = chat_wire.ToolCallAssembler()
+        calls = chat_wire.ToolCallAssembler(request)
         try:
             async with self._http().post(
                 f"{self._base_url}/v1/chat/completions", json=self._body(request)
@@ -250,7 +251,7 @@ class LlamaCppEngine:
                         acc.running_tokens[request.request_id] = (
                             request.prompt_tokens + output_tokens
                         )
-                        yield Chunk(text)
+                        yield Chunk(calls.shown(text))
                     if choice.get("finish_reason"):
                         finish = _FINISH.get(choice["finish_reason"], Finish.STOP)
                     if event.get("usage") or event.get("timings"):
@@ -264,7 +265,7 @@ class LlamaCppEngine:
         acc.prompt_tokens_seen += usage.input_tokens
         acc.cached_tokens_seen += usage.cached_tokens
         _measure(acc.speed, timings)
-        yield Finished(finish, usage, calls.calls(request.request_id))
+        yield Finished(finish, usage, calls.calls(finish))
 
 
 def _strip_echo(text: str, echo: str) -> tuple[str, str]:
@@ -290,6 +291,9 @@ def _measure(speed: EngineSpeed, timings: object) -> None:
         # (llama-server's own predicted_tokens_seconds counts them so).
         steps = int(timings["predicted_n"]) - 1
         speed.decoded(steps, float(timings["predicted_ms"]) / 1000)
+    with contextlib.suppress(TypeError, ValueError, KeyError):
+        # The slot is held from the prompt's first token read to the answer's last.
+        speed.answered((float(timings["prompt_ms"]) + float(timings["predicted_ms"])) / 1000)
 
 
 def _usage_of(event: dict[str, object], previous: Usage) -> Usage:

@@ -165,7 +165,7 @@ async def _watch_engine(
     engine_ok: asyncio.Event,
     interval_s: float,
     activity: Changes,
-    log: structlog.BoundLogger,
+    log: structlog.stdlib.BoundLogger,
 ) -> None:
     """Keeps engine_ok true while the engine answers its health check."""
     while True:

@@ -158,4 +158,5 @@ class LoadReporter:
             state=state,
             prefill_tokens_per_second=load.prefill_tokens_per_s,
             decode_step_seconds=load.decode_step_s,
+            answer_seconds=load.answer_s,
         )

@@ -42,6 +42,7 @@ from nodeagent.engine import (
     GenerationRequest,
     PromptTurn,
 )
+from nodeagent.engine_speed import EngineSpeed
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _ASSISTANT_HEADER = f"<|{Role.ASSISTANT}|>"
@@ -174,6 +175,9 @@ class SimEngine:
         self._remembered = remembered_conversations
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # Its answers' lengths vary by request, so how long they hold their places is measured
+        # (from submission: a queue before admission counts too, as on vLLM's side).
+        self._answers = EngineSpeed()
 
     @property
     def simulated_s(self) -> float:
@@ -210,6 +214,7 @@ class SimEngine:
             prefix_hit_rate=load.prefix_hit_rate,
             prefill_tokens_per_s=self.prefill_tokens_per_s,
             decode_step_s=self.decode_step_s,
+            answer_s=self._answers.answer_s,
         )
 
     @property
@@ -341,3 +346,5 @@ class SimEngine:
                 stream.finished = True
                 stream.cached_tokens = record.cached_tokens
                 stream.changed.set()
+            if not record.cancelled:
+                self._answers.answered((record.finished_s - record.submitted_s) / self._speed)

@@ -17,7 +17,7 @@ import signal
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import aiohttp
 import structlog
@@ -235,6 +235,7 @@ class VllmEngine:
             prefix_hit_rate=acc.last_hit_rate,
             prefill_tokens_per_s=acc.speed.prefill_tokens_per_s,
             decode_step_s=acc.speed.decode_step_s,
+            answer_s=acc.speed.answer_s,
         )
 
     def _body(self, request: GenerationRequest) -> dict[str, object]:
@@ -262,7 +263,7 @@ class VllmEngine:
         waiting[request.request_id] = request.prompt_tokens
         finish: Finish | None = None
         usage = Usage()
-        calls = chat_wire.ToolCallAssembler()
+        calls = chat_wire.ToolCallAssembler(request)
         loop = asyncio.get_running_loop()
         sent_at, first_at = loop.time(), 0.0
         try:
@@ -281,7 +282,7 @@ class VllmEngine:
                     if text:
                         waiting.pop(request.request_id, None)
                         first_at = first_at or loop.time()
-                        yield Chunk(text)
+                        yield Chunk(calls.shown(text))
                     if choice.get("finish_reason"):
                         finish = _FINISH.get(str(choice["finish_reason"]), Finish.STOP)
                     if isinstance(event.get("usage"), dict):
@@ -299,7 +300,8 @@ class VllmEngine:
             speed = self._accounting.speed
             speed.prompt_read(usage.input_tokens - usage.cached_tokens, first_at - sent_at)
             speed.decoded(usage.output_tokens - 1, loop.time() - first_at)
-        yield Finished(finish, usage, calls.calls(request.request_id))
+            speed.answered(loop.time() - sent_at)
+        yield Finished(finish, usage, calls.calls(finish))
 
 
 def _open_server_log(launch: VllmLaunch) -> BinaryIO:
@@ -318,7 +320,7 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
 
 
-def _first_choice(event: Mapping[str, object]) -> dict[str, object]:
+def _first_choice(event: Mapping[str, object]) -> dict[str, Any]:
     choices = event.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         return choices[0]
@@ -336,6 +338,8 @@ def _raise_on_error_event(event: Mapping[str, object]) -> None:
 def _usage_of(usage: Mapping[str, object]) -> Usage:
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else 0
+    # int() of a JSON value: a number as vLLM sends it, and an error (as wanted) for anything
+    # else; mypy cannot take an object there.
     return Usage(
         input_tokens=int(usage.get("prompt_tokens") or 0),  # type: ignore[call-overload]
         cached_tokens=int(cached or 0),

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from google.protobuf import timestamp_pb2
 
+from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as pb
 from domain import rollout
 from domain.errors import InvalidArgument
@@ -51,6 +52,7 @@ def load_fields(report: pb.LoadReport) -> dict[str, object]:
         # Not a number, or below 0, reads as not measured: the configured speed counts.
         "prefill_tokens_per_s": _measured(report.prefill_tokens_per_second),
         "decode_step_s": _measured(report.decode_step_seconds),
+        "answer_s": _measured(report.answer_seconds),
     }
 
 
@@ -84,13 +86,13 @@ def command_to_pb(drain: bool) -> pb.ConnectNodeResponse:
     return pb.ConnectNodeResponse(command=command)
 
 
-def tier_from_pb(value: int) -> Tier:
+def tier_from_pb(value: common_pb2.Tier) -> Tier:
     if value not in TIER_FROM_PB:
         raise InvalidArgument("tier must be TIER_FREE or TIER_PLUS")
     return TIER_FROM_PB[value]
 
 
-def paid(tier: int) -> bool:
+def paid(tier: common_pb2.Tier) -> bool:
     """Whether a pick is for a paying user; unset counts as Free (the longer wait)."""
     return TIER_FROM_PB.get(tier) is Tier.PLUS
 
@@ -152,6 +154,7 @@ def node_status_to_pb(node_id: str, entry: NodeEntry, last_report_at: float) -> 
             state=STATE_TO_PB[load.state],
             prefill_tokens_per_second=load.prefill_tokens_per_s,
             decode_step_seconds=load.decode_step_s,
+            answer_seconds=load.answer_s,
         ),
         last_report_at=timestamp(last_report_at),
     )

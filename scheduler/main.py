@@ -41,6 +41,7 @@ from scheduler.rollout import EtcdRolloutStore, InProcessRolloutStore, RolloutKe
 from scheduler.servicer import SchedulerServicer
 from scheduler.table import LoadTable
 from scheduler.users import UserAdmin
+from scheduler.users_servicer import UsersServicer
 from store.factory import open_store
 
 
@@ -255,18 +256,20 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
         # Before the server: the view from etcd is in place when the first node connects.
         # Stopped after it: the node streams have ended and deregistered their nodes.
         await service.opens(membership.start, membership.stop)
-        service_name = scheduler_service_pb2.DESCRIPTOR.services_by_name["SchedulerService"]
+        services = scheduler_service_pb2.DESCRIPTOR.services_by_name
         server = GrpcServer(
             config.grpc_listen,
-            [service_name.full_name],
+            [services["SchedulerService"].full_name, services["UserService"].full_name],
             tls=config.tls,
             health_listen=config.health_listen,
         )
+        users = UsersServicer(UserAdmin(store, directory, config.region), config.admin_token)
+        scheduler_service_pb2_grpc.add_UserServiceServicer_to_server(users, server.server)
         scheduler_service_pb2_grpc.add_SchedulerServiceServicer_to_server(
             SchedulerServicer(
                 table,
                 membership,
-                UserAdmin(store, directory, config.region),
+                users,
                 config.admin_token,
                 ladder,
                 frozenset(config.pools),

@@ -37,6 +37,10 @@ NODE_SERIES = (
         "uncached prompt tokens the node's engine reads a second, as it measured (0: not yet)",
     ),
     ("scheduler_node_decode_step_seconds", "one decode step of the node's engine (0: not yet)"),
+    (
+        "scheduler_node_answer_seconds",
+        "how long the node's answers hold their places in its batch, a mean (0: not yet)",
+    ),
 )
 
 
@@ -151,7 +155,7 @@ class SchedulerCollector(Collector):
         yield from (replicas, busy, queued, waiting, running)
 
     def _node_families(self) -> Iterator[GaugeMetricFamily]:
-        kv, queued, waiting, hits, age, speed, step = (
+        kv, queued, waiting, hits, age, speed, step, answer = (
             GaugeMetricFamily(name, help_text, labels=["pool", "node"])
             for name, help_text in NODE_SERIES
         )
@@ -165,7 +169,8 @@ class SchedulerCollector(Collector):
             age.add_metric(values, self._table.report_age_s(entry))
             speed.add_metric(values, load.prefill_tokens_per_s)
             step.add_metric(values, load.decode_step_s)
-        yield from (kv, queued, waiting, hits, age, speed, step)
+            answer.add_metric(values, load.answer_s)
+        yield from (kv, queued, waiting, hits, age, speed, step, answer)
 
 
 def register_scheduler_metrics(

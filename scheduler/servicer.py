@@ -1,5 +1,6 @@
-"""SchedulerService: node streams in, picks and admin calls out. Translates and delegates:
-users to scheduler/users.py, protobuf to scheduler/convert.py."""
+"""SchedulerService: node streams in, picks and admin calls out. Translates and delegates,
+protobuf to scheduler/convert.py; users are UserService's (scheduler/users_servicer.py), which
+answers the user calls this service keeps for older clients."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import AsyncIterator
 import grpc
 import structlog
 
+from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from domain import rollout
@@ -19,12 +21,10 @@ from domain.errors import (
     NoReplica,
     NotFound,
     PermissionDenied,
-    Unauthenticated,
     Unavailable,
 )
 from domain.ladder import MAX_RUNG
 from domain.picker import ReplicaLoad
-from infra.bearer import bearer_from_metadata, same_secret
 from infra.grpcserver import maps_domain_errors
 from infra.rollout_convert import (
     ratings_from_pb,
@@ -35,12 +35,13 @@ from infra.rollout_convert import (
 )
 from infra.tls import peer
 from scheduler import convert
+from scheduler.admin_token import check_admin
 from scheduler.canary import CanaryWatch
 from scheduler.ladder import ETCD_ERRORS, LadderKeeper
 from scheduler.membership import Membership
 from scheduler.rollout import RolloutKeeper
 from scheduler.table import LoadTable, NodeEntry
-from scheduler.users import UserAdmin
+from scheduler.users_servicer import UsersServicer, relay
 
 MAX_ID_CHARS = 128
 # A gateway's held rollout read is answered by then, changed or not.
@@ -63,7 +64,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         self,
         table: LoadTable,
         membership: Membership,
-        users: UserAdmin,
+        users: UsersServicer,
         admin_token: str,
         ladder: LadderKeeper,
         pools: frozenset[str],
@@ -82,13 +83,6 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         self._ladder = ladder
         self._pools = pools
         self._log = structlog.get_logger(component="scheduler")
-
-    def _check_admin(self, context: grpc.aio.ServicerContext) -> None:
-        token = bearer_from_metadata(context.invocation_metadata())
-        if token is None:
-            raise Unauthenticated("admin calls need 'authorization: Bearer <admin token>'")
-        if not self._admin_token or not same_secret(token, self._admin_token):
-            raise PermissionDenied("this token may not use the admin API")
 
     # The node stream ----------------------------------------------------------------------------
 
@@ -176,7 +170,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
             self._table.context_tokens(pick.replica.node_id),
         )
 
-    def _start_wait_s(self, pool: str, replica: ReplicaLoad, tier: int) -> float:
+    def _start_wait_s(self, pool: str, replica: ReplicaLoad, tier: common_pb2.Tier) -> float:
         return self._table.start_wait_s(pool, replica.node_id, convert.paid(tier))
 
     # Admin: fleet -------------------------------------------------------------------------------
@@ -185,7 +179,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
     async def ListNodes(
         self, request: pb.ListNodesRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListNodesResponse:
-        self._check_admin(context)
+        check_admin(context, self._admin_token)
         nodes = [
             # The table's clock is monotonic; operators read wall-clock times.
             convert.node_status_to_pb(node_id, entry, time.time() - self._table.report_age_s(entry))
@@ -195,7 +189,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
         return pb.ListNodesResponse(nodes=nodes)
 
     async def _drain(self, node_id: str, drained: bool, context: grpc.aio.ServicerContext) -> None:
-        self._check_admin(context)
+        check_admin(context, self._admin_token)
         entry = self._table.set_drained(node_id, drained)
         if entry is None:
             raise NotFound(f"no node {node_id!r}")
@@ -219,14 +213,14 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
     async def GetLadder(
         self, request: pb.GetLadderRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetLadderResponse:
-        self._check_admin(context)
+        check_admin(context, self._admin_token)
         return convert.ladder_to_pb(self._ladder.state, self._ladder.leading)
 
     @maps_domain_errors
     async def PinLadder(
         self, request: pb.PinLadderRequest, context: grpc.aio.ServicerContext
     ) -> pb.PinLadderResponse:
-        self._check_admin(context)
+        check_admin(context, self._admin_token)
         rung = request.rung if request.HasField("rung") else None
         if rung is not None and rung > MAX_RUNG:
             raise InvalidArgument(f"rung must be 0..{MAX_RUNG}")
@@ -236,51 +230,37 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
             raise Unavailable(f"the ladder store is unreachable: {error}") from error
         return pb.PinLadderResponse(rung=state.effective_rung, pinned=state.pinned is not None)
 
-    # Admin: users -------------------------------------------------------------------------------
+    # Users, for clients made before UserService: answered there ------------------------------
 
-    @maps_domain_errors
     async def CreateUser(
         self, request: pb.CreateUserRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateUserResponse:
-        self._check_admin(context)
-        tier = convert.tier_from_pb(request.tier)
-        user, token = await self._users.create(
-            request.user_id, tier, request.home_region, request.pinned
-        )
-        return pb.CreateUserResponse(user=convert.user_to_pb(user), token=token)
+        new = pb.UserServiceCreateUserRequest
+        return await relay(self._users.CreateUser, new, request, context, pb.CreateUserResponse)
 
-    @maps_domain_errors
     async def ListUsers(
         self, request: pb.ListUsersRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListUsersResponse:
-        self._check_admin(context)
-        listed = await self._users.all()
-        return pb.ListUsersResponse(
-            users=[convert.user_to_pb(u.record, u.home, u.pinned) for u in listed]
-        )
+        new = pb.UserServiceListUsersRequest
+        return await relay(self._users.ListUsers, new, request, context, pb.ListUsersResponse)
 
-    @maps_domain_errors
     async def SetUserTier(
         self, request: pb.SetUserTierRequest, context: grpc.aio.ServicerContext
     ) -> pb.SetUserTierResponse:
-        self._check_admin(context)
-        user = await self._users.set_tier(request.user_id, convert.tier_from_pb(request.tier))
-        return pb.SetUserTierResponse(user=convert.user_to_pb(user))
+        new = pb.UserServiceSetUserTierRequest
+        return await relay(self._users.SetUserTier, new, request, context, pb.SetUserTierResponse)
 
-    @maps_domain_errors
     async def RotateUserToken(
         self, request: pb.RotateUserTokenRequest, context: grpc.aio.ServicerContext
     ) -> pb.RotateUserTokenResponse:
-        self._check_admin(context)
-        return pb.RotateUserTokenResponse(token=await self._users.rotate_token(request.user_id))
+        new, old = pb.UserServiceRotateUserTokenRequest, pb.RotateUserTokenResponse
+        return await relay(self._users.RotateUserToken, new, request, context, old)
 
-    @maps_domain_errors
     async def RevokeUserTokens(
         self, request: pb.RevokeUserTokensRequest, context: grpc.aio.ServicerContext
     ) -> pb.RevokeUserTokensResponse:
-        self._check_admin(context)
-        await self._users.revoke_tokens(request.user_id)
-        return pb.RevokeUserTokensResponse()
+        new, old = pb.UserServiceRevokeUserTokensRequest, pb.RevokeUserTokensResponse
+        return await relay(self._users.RevokeUserTokens, new, request, context, old)
 
     # Admin: model versions and their rollout --------------------------------------------------
 
@@ -303,7 +283,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
     async def CreateVersion(
         self, request: pb.CreateVersionRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateVersionResponse:
-        self._check_admin(context)
+        check_admin(context, self._admin_token)
         version = version_from_pb(request.version)
         state = await self._change_rollout(lambda s, at: rollout.create(s, version, at))
         self._log.info("version created", version=version.name, model=version.model)
@@ -313,7 +293,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
     async def ChangeRollout(
         self, request: pb.ChangeRolloutRequest, context: grpc.aio.ServicerContext
     ) -> pb.ChangeRolloutResponse:
-        self._check_admin(context)
+        check_admin(context, self._admin_token)
         edit = convert.rollout_edit(request)
         state = await self._change_rollout(edit)
         change = state.history[-1]
@@ -325,7 +305,7 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
     async def GetVersionScores(
         self, request: pb.GetVersionScoresRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetVersionScoresResponse:
-        self._check_admin(context)
+        check_admin(context, self._admin_token)
         tallies = self._canary.by_tier(request.version)
         return pb.GetVersionScoresResponse(tallies=tallies_to_pb(tallies),
                                            window_seconds=self._canary.window_s)  # fmt: skip

@@ -100,6 +100,7 @@ class LoadTable:
         entry = self._nodes.get(node_id)
         if entry is None:
             return
+        # The reporter names ReplicaLoad's fields with their own types; **fields cannot say so.
         load = replace(entry.load, **fields)  # type: ignore[arg-type]
         if entry.drained_by_operator and load.state is NodeState.READY:
             load = replace(load, state=NodeState.DRAINING)

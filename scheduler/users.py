@@ -11,7 +11,7 @@ from domain.errors import InvalidArgument
 from domain.types import Tier
 from infra.bearer import new_token, token_hash
 from infra.directory import Directory, DirectoryUser
-from store.base import Store
+from store.base import UserStore
 from store.records import UserRecord
 
 MAX_USER_ID_CHARS = 128
@@ -52,7 +52,7 @@ class ListedUser:
 
 class UserAdmin:
     def __init__(
-        self, store: Store, directory: Directory | UserDirectory | None = None, region: str = ""
+        self, store: UserStore, directory: Directory | UserDirectory | None = None, region: str = ""
     ) -> None:
         self._store = store
         self._directory = directory or NoDirectory()

@@ -1,4 +1,10 @@
-"""The one store interface every backend (SQLite, PostgreSQL) implements."""
+"""The store, in the parts its callers need; every backend (SQLite, PostgreSQL) implements
+them all, as `Store`.
+
+A caller asks for the narrowest part it uses, so that what it may touch is read from its
+signature, and so that a store that is not a whole one can stand in for the part it has: the
+home region's conversations reached over HomeService (gateway/home_client.py) are a
+`ConversationStore` and a `ResponseStore`, with no users, summaries or ratings."""
 
 from __future__ import annotations
 
@@ -15,11 +21,36 @@ from store.records import (
 )
 
 
+class UserStore(Protocol):
+    """Users and their tokens' hashes: the admin API's (scheduler/users.py) and the gateway's
+    token check (gateway/auth.py). A region's own: users never cross to another region's store
+    (the global directory lists them)."""
+
+    async def create_user(self, user_id: str, tier: Tier, token_hash: str) -> UserRecord: ...
+
+    async def user_by_token_hash(self, token_hash: str) -> UserRecord | None: ...
+
+    async def get_user(self, user_id: str) -> UserRecord: ...
+
+    async def list_users(self) -> list[UserRecord]: ...
+
+    async def set_user_tier(self, user_id: str, tier: Tier) -> UserRecord: ...
+
+    async def set_user_token_hash(self, user_id: str, token_hash: str | None) -> None: ...
+
+
 class ConversationStore(Protocol):
-    """The part of the store that the gateway's pipeline and compactor use: conversations,
-    their messages and what served them."""
+    """Conversations and their messages, with what served each turn: what a message's pipeline
+    reads and writes, and what the API lists and deletes. Every place a user's history is kept
+    implements it, this region's database and another region's reached over HomeService."""
 
     async def get_conversation(self, user_id: str, conversation_id: str) -> ConversationRecord: ...
+
+    async def list_conversations(
+        self, user_id: str, limit: int, updated_before: float | None = None
+    ) -> list[ConversationRecord]: ...
+
+    async def delete_conversation(self, user_id: str, conversation_id: str) -> None: ...
 
     async def get_message(self, user_id: str, message_id: str) -> MessageRecord: ...
 
@@ -30,6 +61,20 @@ class ConversationStore(Protocol):
     async def add_message(
         self, user_id: str, conversation_id: str, message: NewMessage, title: str = ""
     ) -> MessageRecord: ...
+
+    async def record_serving(self, user_id: str, serving: ServingRecord) -> None:
+        """What served a stored turn (its message must exist); once per message."""
+        ...
+
+    async def conversation_version(self, user_id: str, conversation_id: str) -> str:
+        """The version of the conversation's first recorded turn; '' when none."""
+        ...
+
+
+class SummaryStore(ConversationStore, Protocol):
+    """Conversations with the summaries compaction writes (gateway/compactor.py). Only the
+    region that keeps a conversation compacts it, so only its own database implements this:
+    a pipeline running away from home has no compactor."""
 
     async def set_summary(
         self,
@@ -47,41 +92,11 @@ class ConversationStore(Protocol):
         one wins). False when another got there first; NotFound for no such conversation."""
         ...
 
-    async def record_serving(self, user_id: str, serving: ServingRecord) -> None:
-        """What served a stored turn (its message must exist); once per message."""
-        ...
 
-    async def conversation_version(self, user_id: str, conversation_id: str) -> str:
-        """The version of the conversation's first recorded turn; '' when none."""
-        ...
-
-
-class Store(ConversationStore, Protocol):
-    """The one store interface every backend implements."""
-
-    async def open(self) -> None: ...
-
-    async def close(self) -> None: ...
-
-    async def schema_version(self) -> int: ...
-
-    async def create_user(self, user_id: str, tier: Tier, token_hash: str) -> UserRecord: ...
-
-    async def user_by_token_hash(self, token_hash: str) -> UserRecord | None: ...
-
-    async def get_user(self, user_id: str) -> UserRecord: ...
-
-    async def list_users(self) -> list[UserRecord]: ...
-
-    async def set_user_tier(self, user_id: str, tier: Tier) -> UserRecord: ...
-
-    async def set_user_token_hash(self, user_id: str, token_hash: str | None) -> None: ...
-
-    async def list_conversations(
-        self, user_id: str, limit: int, updated_before: float | None = None
-    ) -> list[ConversationRecord]: ...
-
-    async def delete_conversation(self, user_id: str, conversation_id: str) -> None: ...
+class ResponseStore(Protocol):
+    """The OpenAI Responses API's deletions: a response's id is its message's, and a deleted
+    response stays in its conversation, marked. Read and written wherever the conversation is
+    reached, beside a ConversationStore."""
 
     async def delete_response(self, user_id: str, response_id: str) -> None:
         """Marks a message deleted as a response of the OpenAI Responses API (its id is the
@@ -90,6 +105,12 @@ class Store(ConversationStore, Protocol):
         ...
 
     async def response_deleted(self, user_id: str, response_id: str) -> bool: ...
+
+
+class FeedbackStore(ConversationStore, Protocol):
+    """Users' ratings of their answers, with the version that served each (gateway/feedback.py).
+    Kept with the answer, in the region that keeps the conversation: a rating given elsewhere
+    is passed there (HomeService's RateAnswer)."""
 
     async def serving_of(self, user_id: str, message_id: str) -> ServingRecord:
         """NotFound when the turn has no record (refused at the door, or older)."""
@@ -103,3 +124,14 @@ class Store(ConversationStore, Protocol):
     async def feedback_of(self, user_id: str, message_id: str) -> FeedbackRecord:
         """NotFound when the message has no rating."""
         ...
+
+
+class Store(UserStore, SummaryStore, ResponseStore, FeedbackStore, Protocol):
+    """A whole store, as a backend implements it: every part, opened (migrated) and closed by
+    the service that owns it (store/factory.py)."""
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def schema_version(self) -> int: ...

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import asyncpg
 
@@ -97,7 +97,7 @@ class PostgresStore:
         self._max_size = max_size
         self._pool: asyncpg.Pool | None = None
         # Calls past CALL_TIMEOUT_S, cancelled and ending in the background.
-        self._abandoned: set[asyncio.Future[object]] = set()
+        self._abandoned: set[asyncio.Future[Any]] = set()
 
     async def open(self) -> None:
         pool = await asyncpg.create_pool(
@@ -143,7 +143,7 @@ class PostgresStore:
         with _driver_errors():
             return task.result()
 
-    def _forget(self, task: asyncio.Future[object]) -> None:
+    def _forget(self, task: asyncio.Future[Any]) -> None:
         self._abandoned.discard(task)
         if not task.cancelled():
             task.exception()  # its caller was told already

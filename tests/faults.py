@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import aetcd
 import aiohttp
 
-from clients.chat_client import AdminClient
+from clients.admin_client import AdminClient
 from clients.chatctl.platform import Child, LocalPlatform
 from tests.servers import Etcd
 

@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from clients.chat_client import AdminClient
+from clients.admin_client import AdminClient
 from clients.chatctl.platform import LocalPlatform
 from domain.limiter import usage_cost
 from domain.types import Usage

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from clients.chat_client import AdminClient, ChatClient
+from clients.admin_client import AdminClient
+from clients.chat_client import ChatClient
 from clients.chatctl.contexts import read_token_file, selected
 from clients.chatctl.output import CtlError
 from clients.chatctl.platform import ADMIN_TOKEN_FILE, DEV_TOKENS_FILE, PLATFORM_FILE

@@ -9,10 +9,10 @@ import signal
 import sys
 import threading
 
+from clients.base import ClientError
 from clients.chat_client import (
     ChatClient,
     ChatEvent,
-    ClientError,
     Delta,
     Done,
     Error,

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from clients.chat_client import AdminClient, ChatClient
+from clients.admin_client import AdminClient
+from clients.chat_client import ChatClient
 from clients.chatctl.addresses import admin_token, operator_tls, service_address, state_dir
 from clients.chatctl.output import CtlError, emit, table
 from clients.evaluation import (

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from clients.chat_client import AdminClient, Ladder, Node
+from clients.admin_client import AdminClient, Ladder, Node
 from clients.chatctl.addresses import admin_client
 from clients.chatctl.output import (
     duration,

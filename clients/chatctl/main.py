@@ -19,7 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from clients.chat_client import MODELS, TIERS, ClientError
+from clients.admin_client import TIERS
+from clients.base import ClientError
+from clients.chat_client import MODELS
 from clients.chatctl.chat import chat, conversations, feedback, limits
 from clients.chatctl.contexts import CONTEXT_ENV, CONTEXTS_ENV, DEFAULT_FILE, add_context_parser
 from clients.chatctl.evaluate import add_eval_parser

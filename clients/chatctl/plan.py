@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 from dataclasses import Field, asdict, fields
+from typing import cast
 
 from domain.capacity.inputs import MessageInputs, PlanInputError, SessionInputs, flag
 from domain.capacity.messages import MessagePlan, plan_messages
@@ -91,7 +92,8 @@ def _field(preset: str, name: str) -> Field:
 
 
 def _field_default(preset: str, name: str) -> float:
-    return _field(preset, name).default
+    # Every input of a preset has a number for its default (never MISSING).
+    return cast(float, _field(preset, name).default)
 
 
 def _is_integer(name: str) -> bool:
@@ -186,7 +188,7 @@ def render(inputs: MessageInputs | SessionInputs) -> tuple[str, dict[str, object
         steps = explain(SESSION_STEPS, inputs, plan)
         lines = _table("sizing 002: fleet from KV-cache bytes", steps)
         lines += _lever_lines(plan.levers)
-    document = {
+    document: dict[str, object] = {
         "preset": "000" if isinstance(inputs, MessageInputs) else "002",
         "inputs": asdict(inputs),
         "results": asdict(plan),

@@ -417,21 +417,23 @@ class LocalPlatform:
 
     async def _provision_dev_users(self) -> None:
         async with self.channel(self.scheduler_address) as channel:
-            stub = pb_grpc.SchedulerServiceStub(channel)
+            stub = pb_grpc.UserServiceStub(channel)
             for name, tier in (("free", common_pb2.TIER_FREE), ("plus", common_pb2.TIER_PLUS)):
                 # A user id is global with regions: each region's dev users are its own.
                 region = self.settings.region
                 user_id = f"dev-{name}-{region}" if region else f"dev-{name}"
                 try:
                     created = await stub.CreateUser(
-                        pb.CreateUserRequest(user_id=user_id, tier=tier), metadata=self._admin()
+                        pb.UserServiceCreateUserRequest(user_id=user_id, tier=tier),
+                        metadata=self._admin(),
                     )
                     self.tokens[name] = created.token
                 except grpc.aio.AioRpcError as error:
                     if error.code() != grpc.StatusCode.ALREADY_EXISTS:
                         raise
                     rotated = await stub.RotateUserToken(
-                        pb.RotateUserTokenRequest(user_id=user_id), metadata=self._admin()
+                        pb.UserServiceRotateUserTokenRequest(user_id=user_id),
+                        metadata=self._admin(),
                     )
                     self.tokens[name] = rotated.token
         tokens_file = self.settings.state_dir / DEV_TOKENS_FILE

@@ -37,7 +37,7 @@ def control_path(state: Path) -> Path:
 
 @contextlib.asynccontextmanager
 async def control_server(
-    state: Path, platforms: dict[str, LocalPlatform], restarted: Callable[[], None]
+    state: Path, platforms: dict[str, LocalPlatform], restarted: Callable[[], object]
 ) -> AsyncIterator[str]:
     """Serves restarts while open; yields '' or why restarts cannot be asked for."""
     path = control_path(state)
@@ -69,7 +69,7 @@ async def control_server(
 
 
 async def _restart(
-    line: bytes, platforms: dict[str, LocalPlatform], restarted: Callable[[], None]
+    line: bytes, platforms: dict[str, LocalPlatform], restarted: Callable[[], object]
 ) -> dict[str, Any]:
     try:
         name = json.loads(line)["restart"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from clients.chat_client import AdminClient
+from clients.admin_client import AdminClient
 from clients.chatctl.addresses import admin_client
 from clients.chatctl.output import emit, note, print_json, table_or, when, yes_no
 

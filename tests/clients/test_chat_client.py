@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from clients.admin_client import AdminClient
+from clients.base import ClientError
 from clients.chat_client import (
-    AdminClient,
     ChatClient,
     ChatEvent,
-    ClientError,
     Delta,
     Done,
     Meta,

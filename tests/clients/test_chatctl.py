@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from clients.chat_client import AdminClient
+from clients.admin_client import AdminClient
 from clients.chatctl.platform import LocalPlatform
 
 pytestmark = pytest.mark.slow

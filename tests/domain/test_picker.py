@@ -114,6 +114,29 @@ def test_a_full_batch_is_a_wait_the_prompt_queue_does_not_show() -> None:
     assert pick_replica("c1", 3000, 2600, [full(r) for r in replicas]).replica.node_id == favourite
 
 
+def test_a_full_batch_of_short_answers_keeps_its_conversation() -> None:
+    """Two places, both taken, one waiting: with the configured answers of 13 s the wait is
+    worth re-reading 1,400 tokens elsewhere (0.7 s at 2,000 a second); with the answers the
+    replica measured, 0.5 s each, it is not. The race's CPU engines answer in a few seconds,
+    and the configured figure sent one turn in five away from its cache."""
+    replicas = [replica(f"r{i}") for i in range(3)]
+    favourite = pick_replica("c1", 1500, 1400, replicas).replica.node_id
+
+    def busy(answer_s: float) -> list[ReplicaLoad]:
+        return [
+            dataclasses.replace(
+                r, running_requests=2, waiting_requests=1, max_running_requests=2, answer_s=answer_s
+            )
+            if r.node_id == favourite
+            else r
+            for r in replicas
+        ]
+
+    assert pick_replica("c1", 1500, 1400, busy(0.0)).reason is PickReason.ESCAPED_QUEUE
+    kept = pick_replica("c1", 1500, 1400, busy(0.5))
+    assert (kept.reason, kept.replica.node_id) == (PickReason.AFFINITY, favourite)
+
+
 def test_never_escape_keeps_the_favourite_unless_the_prompt_cannot_fit() -> None:
     replicas = [replica(f"r{i}") for i in range(4)]
     favourite = pick_replica("c1", 100, 0, replicas).replica.node_id

@@ -58,6 +58,16 @@ def test_a_full_batch_waits_for_places_and_free_waits_longer() -> None:
     assert start_wait_s(MODEL, 50_000, 100, 10, max_running_requests=100, paid=True) == 5.0
 
 
+def test_a_replicas_measured_answer_time_replaces_the_configured_one() -> None:
+    # 100 answers that hold their places 2 s each open 50 places a second, not 10.
+    measured = start_wait_s(MODEL, 0, 100, 10, max_running_requests=100, paid=True, answer_s=2.0)
+    assert measured == pytest.approx(gamma_quantile(11, 0.9) / 50)
+    # 0 is "not measured yet": the model's 10 s count.
+    assert start_wait_s(
+        MODEL, 0, 100, 10, max_running_requests=100, paid=True, answer_s=0.0
+    ) == pytest.approx(gamma_quantile(11, 0.9) / 10)
+
+
 def test_a_full_kv_cache_is_a_full_batch_when_the_limit_is_unknown() -> None:
     assert start_wait_s(MODEL, 0, 80, 3, kv_usage=0.97, paid=True) == pytest.approx(
         gamma_quantile(4, 0.9) / 8

@@ -32,8 +32,8 @@ def admin(platform: LocalPlatform) -> tuple[tuple[str, str]]:
 async def create_user(platform: LocalPlatform, pinned: bool = False, user_id: str = "") -> str:
     """A Plus user homed in the platform's region (user_id: a new one when ''); their token."""
     async with platform.channel(platform.scheduler_address) as channel:
-        created = await pb_grpc.SchedulerServiceStub(channel).CreateUser(
-            pb.CreateUserRequest(
+        created = await pb_grpc.UserServiceStub(channel).CreateUser(
+            pb.UserServiceCreateUserRequest(
                 user_id=user_id or f"u-{uuid.uuid4().hex[:8]}",
                 tier=common_pb2.TIER_PLUS,
                 pinned=pinned,

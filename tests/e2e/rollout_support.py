@@ -15,7 +15,7 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from clients.chat_client import AdminClient
+from clients.admin_client import AdminClient
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from clients.rollout_client import RolloutClient
 from domain.rollout import RolloutState, Slice, assign

@@ -19,7 +19,7 @@ import aiohttp
 import openai
 import pytest
 
-from clients.chat_client import AdminClient
+from clients.admin_client import AdminClient
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from tests.faults import kill, restart_the_dead, serving_node, streaming_gateway
 from tests.servers import Redis

@@ -9,7 +9,9 @@ import signal
 
 import pytest
 
-from clients.chat_client import AdminClient, ChatClient, ClientError, Delta, Done, Meta
+from clients.admin_client import AdminClient
+from clients.base import ClientError
+from clients.chat_client import ChatClient, Delta, Done, Meta
 from clients.chat_client import new_conversation_id as new_id
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from gateway.pipeline import BUSY_MODEL, BUSY_TEXT

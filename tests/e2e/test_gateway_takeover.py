@@ -12,7 +12,8 @@ import uuid
 
 import pytest
 
-from clients.chat_client import ChatClient, ClientError, Delta, Done, Meta
+from clients.base import ClientError
+from clients.chat_client import ChatClient, Delta, Done, Meta
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 
 pytestmark = pytest.mark.slow

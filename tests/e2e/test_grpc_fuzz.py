@@ -31,7 +31,7 @@ from chat.v1 import chat_service_pb2 as chat_pb
 from chat.v1 import common_pb2 as common_pb
 from chat.v1 import node_service_pb2 as node_pb
 from chat.v1 import scheduler_service_pb2 as scheduler_pb
-from clients.chat_client import AdminClient
+from clients.admin_client import AdminClient
 from clients.chatctl.platform import LocalPlatform
 from infra.access import allowed_roles
 from infra.tls import Role

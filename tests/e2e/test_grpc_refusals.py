@@ -14,7 +14,9 @@ import pytest
 
 from chat.v1 import chat_service_pb2 as chat_pb
 from chat.v1 import chat_service_pb2_grpc as chat_grpc
-from clients.chat_client import AdminClient, ChatClient, ClientError, Done, answer_text
+from clients.admin_client import AdminClient
+from clients.base import ClientError
+from clients.chat_client import ChatClient, Done, answer_text
 from infra.tls import Role
 from tests.grpcfuzz import CALL_S, message_row, rows
 from tests.seeded import Seeded, bearer, seeded_platform

@@ -58,8 +58,10 @@ async def platform(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Lo
 
 async def new_user(platform: LocalPlatform) -> str:
     async with platform.channel(platform.scheduler_address) as channel:
-        created = await spb_grpc.SchedulerServiceStub(channel).CreateUser(
-            spb.CreateUserRequest(user_id=f"u-{uuid.uuid4().hex[:10]}", tier=common_pb2.TIER_PLUS),
+        created = await spb_grpc.UserServiceStub(channel).CreateUser(
+            spb.UserServiceCreateUserRequest(
+                user_id=f"u-{uuid.uuid4().hex[:10]}", tier=common_pb2.TIER_PLUS
+            ),
             metadata=(("authorization", f"Bearer {platform.admin_token}"),),
         )
     return created.token

@@ -240,8 +240,8 @@ async def fleet(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Local
 async def new_user(platform: LocalPlatform, tier: int) -> str:
     """A user of its own, so each test starts with a full bucket."""
     async with platform.channel(platform.scheduler_address) as channel:
-        created = await spb_grpc.SchedulerServiceStub(channel).CreateUser(
-            spb.CreateUserRequest(user_id=f"u-{uuid.uuid4().hex[:10]}", tier=tier),
+        created = await spb_grpc.UserServiceStub(channel).CreateUser(
+            spb.UserServiceCreateUserRequest(user_id=f"u-{uuid.uuid4().hex[:10]}", tier=tier),
             metadata=(("authorization", f"Bearer {platform.admin_token}"),),
         )
     return created.token

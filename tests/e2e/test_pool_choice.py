@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from multidict import CIMultiDictProxy
 
-from clients.chat_client import AdminClient
+from clients.admin_client import AdminClient
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from tests.sse import read_events
 

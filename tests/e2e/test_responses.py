@@ -70,8 +70,10 @@ def sdk(platform: LocalPlatform, token: str) -> openai.AsyncOpenAI:
 async def new_user(platform: LocalPlatform) -> str:
     """A Plus user of its own: a full bucket, and no other test's streams open."""
     async with platform.channel(platform.scheduler_address) as channel:
-        created = await spb_grpc.SchedulerServiceStub(channel).CreateUser(
-            spb.CreateUserRequest(user_id=f"u-{uuid.uuid4().hex[:10]}", tier=common_pb2.TIER_PLUS),
+        created = await spb_grpc.UserServiceStub(channel).CreateUser(
+            spb.UserServiceCreateUserRequest(
+                user_id=f"u-{uuid.uuid4().hex[:10]}", tier=common_pb2.TIER_PLUS
+            ),
             metadata=(("authorization", f"Bearer {platform.admin_token}"),),
         )
     return created.token

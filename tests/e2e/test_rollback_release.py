@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from clients.chat_client import ChatClient, ClientError, Delta, Done, Meta
+from clients.base import ClientError
+from clients.chat_client import ChatClient, Delta, Done, Meta
 from store.migrations import load
 from store.postgres import PostgresStore
 from tests.servers import Postgres

@@ -15,7 +15,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from clients.chat_client import AdminClient, ChatClient, ClientError, Rated
+from clients.admin_client import AdminClient
+from clients.base import ClientError
+from clients.chat_client import ChatClient, Rated
 from clients.chatctl.platform import LocalPlatform
 from domain.guardrails import Tally
 from domain.refusal import is_refusal

@@ -21,7 +21,9 @@ from chat.v1 import node_service_pb2 as node_pb
 from chat.v1 import node_service_pb2_grpc as node_grpc
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
-from clients.chat_client import AdminClient, ChatClient, ClientError, Done
+from clients.admin_client import AdminClient
+from clients.base import ClientError
+from clients.chat_client import ChatClient, Done
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from infra.certs import Authority
 from infra.tls import Role

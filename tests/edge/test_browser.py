@@ -17,7 +17,7 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 from prometheus_client import CollectorRegistry
 
-from clients.chat_client import AdminClient
+from clients.admin_client import AdminClient
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from domain.safety import Refusals
 from edge.app import EdgeSettings, build_app

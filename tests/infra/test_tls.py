@@ -291,10 +291,14 @@ async def test_only_the_gateway_picks_and_only_the_operator_administers(
         (Role.OPERATOR, (), grpc.StatusCode.UNAUTHENTICATED),
     ):
         async with open_channel(scheduler["grpc"], pki.holder(role)) as channel:
-            call = pb_grpc.SchedulerServiceStub(channel).ListUsers(
+            old = pb_grpc.SchedulerServiceStub(channel).ListUsers(
                 pb.ListUsersRequest(), metadata=metadata, timeout=CALL_S
             )
-            assert await refusal(call) == code
+            assert await refusal(old) == code
+            new = pb_grpc.UserServiceStub(channel).ListUsers(
+                pb.UserServiceListUsersRequest(), metadata=metadata, timeout=CALL_S
+            )
+            assert await refusal(new) == code
 
 
 # Health for probes, and the config ---------------------------------------------------------------

@@ -62,10 +62,11 @@ async def test_continue_from_a_partial_answer(engine: LlamaCppEngine) -> None:
     assert "one" not in text.split(",")[0].lower()  # it went on, it did not start again
 
 
-async def llama_speeds(engine: LlamaCppEngine) -> tuple[float, float]:
-    """llama-server's own prompt and decode speeds from one scrape of its /metrics, once it
-    has counted a request: it books a request's timings after the answer's last chunk is
-    sent, so a scrape right after the answer can still read 0."""
+async def llama_speeds(engine: LlamaCppEngine) -> tuple[float, float, float]:
+    """llama-server's own prompt and decode speeds, and the seconds its slots spent on
+    prompts and answers in all, from one scrape of its /metrics, once it has counted a
+    request: it books a request's timings after the answer's last chunk is sent, so a scrape
+    right after the answer can still read 0."""
     async with aiohttp.ClientSession() as http:
         async with asyncio.timeout(30):
             while True:
@@ -78,8 +79,12 @@ async def llama_speeds(engine: LlamaCppEngine) -> tuple[float, float]:
                 }
                 prompt = figures["llamacpp:prompt_tokens_seconds"]
                 predicted = figures["llamacpp:predicted_tokens_seconds"]
+                busy = (
+                    figures["llamacpp:prompt_seconds_total"]
+                    + figures["llamacpp:tokens_predicted_seconds_total"]
+                )
                 if prompt > 0 and predicted > 0:
-                    return prompt, predicted
+                    return prompt, predicted, busy
                 await asyncio.sleep(0.05)
 
 
@@ -87,15 +92,18 @@ async def test_the_load_carries_the_speeds_llama_server_measured() -> None:
     fresh = LlamaCppEngine("smollm2-135m-instruct", slot_context_tokens=2048, parallel=1)
     await fresh.start()
     try:
-        assert (await fresh.load()).prefill_tokens_per_s == 0.0  # nothing measured yet
+        unmeasured = await fresh.load()
+        assert (unmeasured.prefill_tokens_per_s, unmeasured.answer_s) == (0.0, 0.0)
         [_ async for _ in fresh.generate(request("s1", "Name three rivers of Europe.", 8))]
         load = await fresh.load()
         # Its only request: llama-server's own averages are that request's timings too.
-        prompt, predicted = await llama_speeds(fresh)
+        prompt, predicted, busy = await llama_speeds(fresh)
         # Within 2 %: the metric is llama-server's running total, the timings its per-answer
         # report of the same request; the two were seen 0.5 % apart (208.0 against 209.1).
         assert load.prefill_tokens_per_s == pytest.approx(prompt, rel=0.02)
         assert 1 / load.decode_step_s == pytest.approx(predicted, rel=0.02)
+        # The slot was held for the prompt and the answer: one request, so the totals are its.
+        assert load.answer_s == pytest.approx(busy, rel=0.02)
     finally:
         await fresh.stop()
 

@@ -276,3 +276,15 @@ async def test_cancel_over_grpc_frees_the_slot(sim_node: NodeUnderTest, grpc_eng
 async def test_tokenize_over_grpc(sim_node: NodeUnderTest) -> None:
     answer = await sim_node.stub.Tokenize(pb.TokenizeRequest(texts=["hello world", "Hi, you!"]))
     assert list(answer.token_counts) == [2, 4] and answer.model == "llama-70b-sim"
+
+
+async def test_the_load_carries_how_long_its_answers_held_their_places() -> None:
+    async with started(SimEngine(H100x4_70B, speed=FAST, answer_lengths=(40, 40))) as engine:
+        assert (await engine.load()).answer_s == 0.0  # nothing answered yet
+        began = time.monotonic()
+        _, finished = await answer(engine, ask("held", "Why is the sea salty?"))
+        took = time.monotonic() - began
+        held = (await engine.load()).answer_s
+    # Alone in its batch, its answer took at least its decode steps of one answer each, and
+    # the simulator never runs ahead of the clock, so no longer than the request took here.
+    assert (finished.usage.output_tokens - 1) * engine.decode_step_s <= held <= took

@@ -39,6 +39,7 @@ from nodeagent.vllm_check import FlagReport, check_engine_flags
 from nodeagent.vllm_cmdline import server_args
 from nodeagent.vllm_flags import missing_flags, parse_args
 from nodeagent.vllm_launch import REPO_ROOT, VllmLaunch
+from tests.tool_schemas import FORECAST, SCHEMAS, ZONE
 
 MODEL = "smollm2-135m-instruct"
 CONTEXT = 2048
@@ -403,17 +404,22 @@ async def test_a_json_schema_answer_is_a_document_the_schema_accepts(vllm: VllmE
     jsonschema.validate(json.loads(text), CITY_SCHEMA)
 
 
-async def test_a_required_tool_call_is_parsed_into_whole_calls(vllm: VllmEngine) -> None:
-    options = AnswerOptions(tools=(WEATHER_TOOL,), tool_choice=ToolChoice.REQUIRED)
-    _, finished = await collect(
-        vllm.generate(request("t1", "What is the weather in Paris?", 60, options=options))
-    )
-    (call,) = finished.tool_calls
-    assert call.name == "get_weather" and call.call_id
-    # The arguments are whatever JSON object the model wrote: vLLM's CPU build does not hold
-    # them to the tool's schema, and SmolLM2 at temperature 0 wrote {"city": ...} on one
-    # machine and a copy of the schema itself on another (same pins, different CPUs).
-    assert isinstance(json.loads(call.arguments), dict)
+async def test_required_and_named_choices_are_calls_the_tools_schema_accepts(vllm) -> None:
+    """Decoded under the tool's schema through vLLM's structured outputs: the arguments hold
+    to it (an enum and a bounded integer only a constrained decode keeps), never prose."""
+    tools = (FORECAST_TOOL, CLOCK_TOOL)
+    required = AnswerOptions(tools=tools, tool_choice=ToolChoice.REQUIRED)
+    named = AnswerOptions(tools=tools, tool_choice=ToolChoice.NAMED, tool_choice_name="get_time")
+    for rid, options in (("t1", required), ("t2", named)):
+        text, finished = await collect(
+            vllm.generate(request(rid, "What will the weather be in Paris?", 120, options=options))
+        )
+        assert (text, finished.finish) == ("", Finish.STOP)
+        (call,) = finished.tool_calls
+        assert call.call_id == f"call_0_{rid}"
+        if options is named:
+            assert call.name == "get_time"
+        jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
 
 
 class Capital(pydantic.BaseModel):
@@ -427,7 +433,7 @@ async def test_the_sdk_and_langchain_get_structured_answers_and_tool_calls_from_
     """The whole path on vLLM: a platform whose node attaches to this module's server (as a
     sidecar in a vLLM pod does), reached through the edge by the OpenAI SDK and LangChain:
     parse() and structured output (vLLM's guided decoding keeps the answer to the schema), and
-    a required tool call (SmolLM2 writes one under vLLM's grammar, not on llama.cpp)."""
+    a required tool call (decoded under the tool's schema)."""
     platform = LocalPlatform(
         PlatformSettings(
             state_dir=tmp_path,
@@ -464,7 +470,7 @@ async def test_the_sdk_and_langchain_get_structured_answers_and_tool_calls_from_
                 "Name the capital of Italy."
             )
             assert isinstance(capital, Capital)
-            # A required tool call: vLLM's tool parsing under a grammar, as OpenAI's tool_calls.
+            # A required tool call, decoded under its schema, as OpenAI's tool_calls.
             weather = {"type": "function", "function": {
                 "name": "get_weather", "description": "Weather now in a city",
                 "parameters": CITY_ONLY}}  # fmt: skip
@@ -480,15 +486,13 @@ async def test_the_sdk_and_langchain_get_structured_answers_and_tool_calls_from_
         assert choice.finish_reason == "tool_calls", choice.message
         (call,) = choice.message.tool_calls
         assert call.function.name == "get_weather" and call.id
-        # The arguments are the model's: behind the platform's system prompt SmolLM2 writes
-        # the parameters' schema back ({"type": ..., "properties": ...}) where, behind the
-        # adapter test's, it writes {"city": "Paris"}. What the platform owes is a whole call
-        # whose arguments are a JSON object.
-        assert isinstance(json.loads(call.function.arguments), dict)
+        # Decoded under the tool's schema: behind the platform's system prompt SmolLM2 once
+        # wrote the schema itself back as the arguments, which the schema does not accept.
+        jsonschema.validate(json.loads(call.function.arguments), CITY_ONLY)
         bound = chat.bind_tools([weather], tool_choice="required")
         (langchain_call,) = (await bound.ainvoke("What is the weather in Rome?")).tool_calls
         assert langchain_call["name"] == "get_weather"
-        assert isinstance(langchain_call["args"], dict)
+        jsonschema.validate(langchain_call["args"], CITY_ONLY)
     finally:
         await platform.stop()
 
@@ -516,4 +520,5 @@ CITY_SCHEMA = {
     "additionalProperties": False,
 }
 CITY_ONLY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-WEATHER_TOOL = ToolDefinition("get_weather", "Weather now in a city", json.dumps(CITY_ONLY))
+FORECAST_TOOL = ToolDefinition("get_forecast", "Weather forecast", json.dumps(FORECAST))
+CLOCK_TOOL = ToolDefinition("get_time", "Time now in a zone", json.dumps(ZONE))

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 import pytest
+from google.protobuf import descriptor_pb2
 
 from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as pb
@@ -22,7 +23,7 @@ AUTH = (("authorization", f"Bearer {ADMIN}"),)
 
 
 @pytest.fixture(scope="module")
-async def scheduler(tmp_path_factory) -> AsyncIterator[pb_grpc.SchedulerServiceStub]:
+async def channel(tmp_path_factory) -> AsyncIterator[grpc.aio.Channel]:
     folder = tmp_path_factory.mktemp("scheduler")
     ready = folder / "ready.json"
     config = SchedulerConfig(
@@ -41,10 +42,20 @@ async def scheduler(tmp_path_factory) -> AsyncIterator[pb_grpc.SchedulerServiceS
             break
         await asyncio.sleep(0.02)
     address = json.loads(ready.read_text())["grpc"]
-    async with grpc.aio.insecure_channel(address) as channel:
-        yield pb_grpc.SchedulerServiceStub(channel)
+    async with grpc.aio.insecure_channel(address) as opened:
+        yield opened
     stop.set()
     await task
+
+
+@pytest.fixture
+def scheduler(channel: grpc.aio.Channel) -> pb_grpc.SchedulerServiceStub:
+    return pb_grpc.SchedulerServiceStub(channel)
+
+
+@pytest.fixture
+def users(channel: grpc.aio.Channel) -> pb_grpc.UserServiceStub:
+    return pb_grpc.UserServiceStub(channel)
 
 
 class FakeNode:
@@ -181,6 +192,7 @@ async def test_a_first_turn_is_placed_cold_and_a_nodes_measured_speeds_are_kept(
         state=pb.NODE_STATE_READY,
         prefill_tokens_per_second=120.5,
         decode_step_seconds=0.031,
+        answer_seconds=2.5,
     )
     node = FakeNode(scheduler, "n0", load=measured)
     try:
@@ -191,7 +203,11 @@ async def test_a_first_turn_is_placed_cold_and_a_nodes_measured_speeds_are_kept(
 
         await eventually(reported)
         listed = (await scheduler.ListNodes(pb.ListNodesRequest(), metadata=AUTH)).nodes[0].load
-        assert (listed.prefill_tokens_per_second, listed.decode_step_seconds) == (120.5, 0.031)
+        assert (
+            listed.prefill_tokens_per_second,
+            listed.decode_step_seconds,
+            listed.answer_seconds,
+        ) == (120.5, 0.031, 2.5)
         ask = pb.PickReplicaRequest(conversation_id="new", pool="large", prompt_tokens=241)
         first = await scheduler.PickReplica(ask)
         # Cold, and its 241 tokens are read at the node's own 120.5 tokens a second.
@@ -283,47 +299,112 @@ async def test_a_node_stream_must_start_with_its_registration(scheduler) -> None
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-async def test_admin_user_calls(scheduler) -> None:
-    made = await scheduler.CreateUser(
-        pb.CreateUserRequest(user_id="ops-test", tier=common_pb2.TIER_FREE), metadata=AUTH
+async def test_admin_user_calls(users, scheduler) -> None:
+    made = await users.CreateUser(
+        pb.UserServiceCreateUserRequest(user_id="ops-test", tier=common_pb2.TIER_FREE),
+        metadata=AUTH,
     )
     assert made.token.startswith("u_") and len(made.token) > 40
-    listed = (await scheduler.ListUsers(pb.ListUsersRequest(), metadata=AUTH)).users
+    listed = (await users.ListUsers(pb.UserServiceListUsersRequest(), metadata=AUTH)).users
     assert [u.user_id for u in listed] == ["ops-test"] and listed[0].has_token
-    upgraded = await scheduler.SetUserTier(
-        pb.SetUserTierRequest(user_id="ops-test", tier=common_pb2.TIER_PLUS), metadata=AUTH
+    upgraded = await users.SetUserTier(
+        pb.UserServiceSetUserTierRequest(user_id="ops-test", tier=common_pb2.TIER_PLUS),
+        metadata=AUTH,
     )
     assert upgraded.user.tier == common_pb2.TIER_PLUS
-    rotated = await scheduler.RotateUserToken(
-        pb.RotateUserTokenRequest(user_id="ops-test"), metadata=AUTH
+    rotated = await users.RotateUserToken(
+        pb.UserServiceRotateUserTokenRequest(user_id="ops-test"), metadata=AUTH
     )
     assert rotated.token != made.token
-    await scheduler.RevokeUserTokens(pb.RevokeUserTokensRequest(user_id="ops-test"), metadata=AUTH)
-    listed = (await scheduler.ListUsers(pb.ListUsersRequest(), metadata=AUTH)).users
+    await users.RevokeUserTokens(
+        pb.UserServiceRevokeUserTokensRequest(user_id="ops-test"), metadata=AUTH
+    )
+    listed = (await users.ListUsers(pb.UserServiceListUsersRequest(), metadata=AUTH)).users
     assert not listed[0].has_token
     for call, request, code in [
         (
-            scheduler.CreateUser,
-            pb.CreateUserRequest(user_id="ops-test", tier=1),
+            users.CreateUser,
+            pb.UserServiceCreateUserRequest(user_id="ops-test", tier=1),
             grpc.StatusCode.ALREADY_EXISTS,
         ),
+        (
+            users.CreateUser,
+            pb.UserServiceCreateUserRequest(user_id="x"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
+        (
+            users.SetUserTier,
+            pb.UserServiceSetUserTierRequest(user_id="nobody", tier=1),
+            grpc.StatusCode.NOT_FOUND,
+        ),
+        (
+            users.RotateUserToken,
+            pb.UserServiceRotateUserTokenRequest(user_id="nobody"),
+            grpc.StatusCode.NOT_FOUND,
+        ),
+        (users.ListUsers, pb.UserServiceListUsersRequest(), grpc.StatusCode.PERMISSION_DENIED),
+        (scheduler.DrainNode, pb.DrainNodeRequest(node_id="nobody"), grpc.StatusCode.NOT_FOUND),
+        (scheduler.PinLadder, pb.PinLadderRequest(rung=9), grpc.StatusCode.INVALID_ARGUMENT),
+    ]:
+        metadata = (("authorization", "Bearer not-the-admin"),) if call is users.ListUsers else AUTH
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await call(request, metadata=metadata)
+        assert caught.value.code() == code, request
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await users.ListUsers(pb.UserServiceListUsersRequest())
+    assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_clients_from_before_user_service_still_manage_users(scheduler, users) -> None:
+    made = await scheduler.CreateUser(
+        pb.CreateUserRequest(user_id="old-client", tier=common_pb2.TIER_FREE, pinned=True),
+        metadata=AUTH,
+    )
+    assert made.user.user_id == "old-client" and made.token.startswith("u_")
+    listed = (await scheduler.ListUsers(pb.ListUsersRequest(), metadata=AUTH)).users
+    assert "old-client" in [u.user_id for u in listed]
+    upgraded = await scheduler.SetUserTier(
+        pb.SetUserTierRequest(user_id="old-client", tier=common_pb2.TIER_PLUS), metadata=AUTH
+    )
+    assert upgraded.user.tier == common_pb2.TIER_PLUS
+    rotated = await scheduler.RotateUserToken(
+        pb.RotateUserTokenRequest(user_id="old-client"), metadata=AUTH
+    )
+    assert rotated.token.startswith("u_") and rotated.token != made.token
+    await scheduler.RevokeUserTokens(
+        pb.RevokeUserTokensRequest(user_id="old-client"), metadata=AUTH
+    )
+    seen = (await users.ListUsers(pb.UserServiceListUsersRequest(), metadata=AUTH)).users
+    assert [u.has_token for u in seen if u.user_id == "old-client"] == [False]
+    for call, request, code in [
         (scheduler.CreateUser, pb.CreateUserRequest(user_id="x"), grpc.StatusCode.INVALID_ARGUMENT),
         (
             scheduler.SetUserTier,
             pb.SetUserTierRequest(user_id="nobody", tier=1),
             grpc.StatusCode.NOT_FOUND,
         ),
-        (
-            scheduler.RotateUserToken,
-            pb.RotateUserTokenRequest(user_id="nobody"),
-            grpc.StatusCode.NOT_FOUND,
-        ),
-        (scheduler.DrainNode, pb.DrainNodeRequest(node_id="nobody"), grpc.StatusCode.NOT_FOUND),
-        (scheduler.PinLadder, pb.PinLadderRequest(rung=9), grpc.StatusCode.INVALID_ARGUMENT),
     ]:
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await call(request, metadata=AUTH)
         assert caught.value.code() == code, request
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await scheduler.ListUsers(pb.ListUsersRequest())
+    assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_the_old_user_calls_messages_are_the_new_ones_field_for_field() -> None:
+    """What lets the scheduler answer an old call by reading its bytes as the new message."""
+    old = pb.DESCRIPTOR.services_by_name["SchedulerService"].methods_by_name
+    new = pb.DESCRIPTOR.services_by_name["UserService"].methods_by_name
+    assert set(new) <= set(old)
+    for name, method in new.items():
+        for kind in ("input_type", "output_type"):
+            fields = []
+            for message in (getattr(method, kind), getattr(old[name], kind)):
+                shape = descriptor_pb2.DescriptorProto()
+                message.CopyToProto(shape)
+                fields.append(list(shape.field))
+            assert fields[0] == fields[1], (name, kind)
 
 
 async def test_an_operator_can_pin_the_ladder_and_picks_carry_the_rung(scheduler) -> None:

@@ -69,7 +69,7 @@ class NodeRegistration(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., model: _Optional[str] = ..., pool: _Optional[str] = ..., context_tokens: _Optional[int] = ..., kv_capacity_tokens: _Optional[int] = ..., max_running_requests: _Optional[int] = ...) -> None: ...
 
 class LoadReport(_message.Message):
-    __slots__ = ("kv_usage", "free_kv_tokens", "queued_prefill_tokens", "running_requests", "waiting_requests", "prefix_hit_rate", "state", "prefill_tokens_per_second", "decode_step_seconds")
+    __slots__ = ("kv_usage", "free_kv_tokens", "queued_prefill_tokens", "running_requests", "waiting_requests", "prefix_hit_rate", "state", "prefill_tokens_per_second", "decode_step_seconds", "answer_seconds")
     KV_USAGE_FIELD_NUMBER: _ClassVar[int]
     FREE_KV_TOKENS_FIELD_NUMBER: _ClassVar[int]
     QUEUED_PREFILL_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +79,7 @@ class LoadReport(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     PREFILL_TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     DECODE_STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_SECONDS_FIELD_NUMBER: _ClassVar[int]
     kv_usage: float
     free_kv_tokens: int
     queued_prefill_tokens: int
@@ -88,7 +89,8 @@ class LoadReport(_message.Message):
     state: NodeState
     prefill_tokens_per_second: float
     decode_step_seconds: float
-    def __init__(self, kv_usage: _Optional[float] = ..., free_kv_tokens: _Optional[int] = ..., queued_prefill_tokens: _Optional[int] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., prefix_hit_rate: _Optional[float] = ..., state: _Optional[_Union[NodeState, str]] = ..., prefill_tokens_per_second: _Optional[float] = ..., decode_step_seconds: _Optional[float] = ...) -> None: ...
+    answer_seconds: float
+    def __init__(self, kv_usage: _Optional[float] = ..., free_kv_tokens: _Optional[int] = ..., queued_prefill_tokens: _Optional[int] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., prefix_hit_rate: _Optional[float] = ..., state: _Optional[_Union[NodeState, str]] = ..., prefill_tokens_per_second: _Optional[float] = ..., decode_step_seconds: _Optional[float] = ..., answer_seconds: _Optional[float] = ...) -> None: ...
 
 class ConnectNodeRequest(_message.Message):
     __slots__ = ("registration", "load")
@@ -307,6 +309,72 @@ class RevokeUserTokensRequest(_message.Message):
     def __init__(self, user_id: _Optional[str] = ...) -> None: ...
 
 class RevokeUserTokensResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class UserServiceCreateUserRequest(_message.Message):
+    __slots__ = ("user_id", "tier", "home_region", "pinned")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    HOME_REGION_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    tier: _common_pb2.Tier
+    home_region: str
+    pinned: bool
+    def __init__(self, user_id: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., home_region: _Optional[str] = ..., pinned: _Optional[bool] = ...) -> None: ...
+
+class UserServiceCreateUserResponse(_message.Message):
+    __slots__ = ("user", "token")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    user: User
+    token: str
+    def __init__(self, user: _Optional[_Union[User, _Mapping]] = ..., token: _Optional[str] = ...) -> None: ...
+
+class UserServiceListUsersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class UserServiceListUsersResponse(_message.Message):
+    __slots__ = ("users",)
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    users: _containers.RepeatedCompositeFieldContainer[User]
+    def __init__(self, users: _Optional[_Iterable[_Union[User, _Mapping]]] = ...) -> None: ...
+
+class UserServiceSetUserTierRequest(_message.Message):
+    __slots__ = ("user_id", "tier")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    tier: _common_pb2.Tier
+    def __init__(self, user_id: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ...) -> None: ...
+
+class UserServiceSetUserTierResponse(_message.Message):
+    __slots__ = ("user",)
+    USER_FIELD_NUMBER: _ClassVar[int]
+    user: User
+    def __init__(self, user: _Optional[_Union[User, _Mapping]] = ...) -> None: ...
+
+class UserServiceRotateUserTokenRequest(_message.Message):
+    __slots__ = ("user_id",)
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    def __init__(self, user_id: _Optional[str] = ...) -> None: ...
+
+class UserServiceRotateUserTokenResponse(_message.Message):
+    __slots__ = ("token",)
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    def __init__(self, token: _Optional[str] = ...) -> None: ...
+
+class UserServiceRevokeUserTokensRequest(_message.Message):
+    __slots__ = ("user_id",)
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    def __init__(self, user_id: _Optional[str] = ...) -> None: ...
+
+class UserServiceRevokeUserTokensResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 

@@ -166,7 +166,9 @@ class SchedulerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CreateUser(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Users, as clients made before UserService call them: answered as UserService's calls of
+        the same names are (their messages have the same fields).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -740,6 +742,256 @@ class SchedulerService:
             '/chat.v1.SchedulerService/GetVersionScores',
             chat_dot_v1_dot_scheduler__service__pb2.GetVersionScoresRequest.SerializeToString,
             chat_dot_v1_dot_scheduler__service__pb2.GetVersionScoresResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class UserServiceStub:
+    """Users and their bearer tokens, for operators (chatctl users); every call needs the admin
+    token. Served by the scheduler, beside SchedulerService.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.CreateUser = channel.unary_unary(
+                '/chat.v1.UserService/CreateUser',
+                request_serializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceCreateUserRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceCreateUserResponse.FromString,
+                _registered_method=True)
+        self.ListUsers = channel.unary_unary(
+                '/chat.v1.UserService/ListUsers',
+                request_serializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceListUsersRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceListUsersResponse.FromString,
+                _registered_method=True)
+        self.SetUserTier = channel.unary_unary(
+                '/chat.v1.UserService/SetUserTier',
+                request_serializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceSetUserTierRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceSetUserTierResponse.FromString,
+                _registered_method=True)
+        self.RotateUserToken = channel.unary_unary(
+                '/chat.v1.UserService/RotateUserToken',
+                request_serializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceRotateUserTokenRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceRotateUserTokenResponse.FromString,
+                _registered_method=True)
+        self.RevokeUserTokens = channel.unary_unary(
+                '/chat.v1.UserService/RevokeUserTokens',
+                request_serializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceRevokeUserTokensRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceRevokeUserTokensResponse.FromString,
+                _registered_method=True)
+
+
+class UserServiceServicer:
+    """Users and their bearer tokens, for operators (chatctl users); every call needs the admin
+    token. Served by the scheduler, beside SchedulerService.
+    """
+
+    def CreateUser(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListUsers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetUserTier(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RotateUserToken(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeUserTokens(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_UserServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'CreateUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateUser,
+                    request_deserializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceCreateUserRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceCreateUserResponse.SerializeToString,
+            ),
+            'ListUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUsers,
+                    request_deserializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceListUsersRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceListUsersResponse.SerializeToString,
+            ),
+            'SetUserTier': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetUserTier,
+                    request_deserializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceSetUserTierRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceSetUserTierResponse.SerializeToString,
+            ),
+            'RotateUserToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.RotateUserToken,
+                    request_deserializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceRotateUserTokenRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceRotateUserTokenResponse.SerializeToString,
+            ),
+            'RevokeUserTokens': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeUserTokens,
+                    request_deserializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceRevokeUserTokensRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceRevokeUserTokensResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'chat.v1.UserService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('chat.v1.UserService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class UserService:
+    """Users and their bearer tokens, for operators (chatctl users); every call needs the admin
+    token. Served by the scheduler, beside SchedulerService.
+    """
+
+    @staticmethod
+    def CreateUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.UserService/CreateUser',
+            chat_dot_v1_dot_scheduler__service__pb2.UserServiceCreateUserRequest.SerializeToString,
+            chat_dot_v1_dot_scheduler__service__pb2.UserServiceCreateUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.UserService/ListUsers',
+            chat_dot_v1_dot_scheduler__service__pb2.UserServiceListUsersRequest.SerializeToString,
+            chat_dot_v1_dot_scheduler__service__pb2.UserServiceListUsersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetUserTier(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.UserService/SetUserTier',
+            chat_dot_v1_dot_scheduler__service__pb2.UserServiceSetUserTierRequest.SerializeToString,
+            chat_dot_v1_dot_scheduler__service__pb2.UserServiceSetUserTierResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RotateUserToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.UserService/RotateUserToken',
+            chat_dot_v1_dot_scheduler__service__pb2.UserServiceRotateUserTokenRequest.SerializeToString,
+            chat_dot_v1_dot_scheduler__service__pb2.UserServiceRotateUserTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeUserTokens(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.UserService/RevokeUserTokens',
+            chat_dot_v1_dot_scheduler__service__pb2.UserServiceRevokeUserTokensRequest.SerializeToString,
+            chat_dot_v1_dot_scheduler__service__pb2.UserServiceRevokeUserTokensResponse.FromString,
             options,
             channel_credentials,
             insecure,
