@@ -128,10 +128,9 @@ class GatewayConfig:
     node_stall_timeout_s: float = 10.0
     max_failovers: int = 2
     # Answers go over one NodeService.Link stream per node (gateway/node_link.py), each frame
-    # carrying every answer's new tokens; off: one Generate stream per answer. Off by default
-    # until the node API's fuzz test passes on Link (docs/decisions.md, "One link per
-    # gateway-node pair").
-    node_link: bool = False
+    # carrying every answer's new tokens: a third of the nodes' CPU per token (docs/decisions.md,
+    # "One link per gateway-node pair"). Off: one Generate stream per answer.
+    node_link: bool = True
     # A pool with this many failures (no replica, replica lost) within the window is skipped
     # for the cooldown: large falls to small, small to a composed "busy" answer.
     breaker_failures_to_open: int = _BREAKER.failures_to_open

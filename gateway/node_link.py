@@ -27,7 +27,7 @@ import structlog
 
 from chat.v1 import node_service_pb2 as pb
 from gateway.node_client import NodeClient, NodeRefused, finished_from_pb, start_pb
-from gateway.ports import Chunk, Finished, GenerateSpec, StreamBroken
+from gateway.ports import Chunk, Finished, GenerateSpec, Generation, StreamBroken
 
 # Chunks an answer's buffer holds before new text joins the newest one.
 MAX_BUFFERED = 64
@@ -36,6 +36,7 @@ MAX_BUFFERED = 64
 # connection attempt's whole timeout before they fail over.
 REOPEN_TIMEOUT_S = 1.0
 _INVALID_ARGUMENT = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+_UNIMPLEMENTED = grpc.StatusCode.UNIMPLEMENTED.name
 _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 
 
@@ -203,18 +204,25 @@ class NodeLink:
 
 
 class LinkedNodes:
-    """The `Nodes` port over one link per node address; token counts stay unary calls."""
+    """The `Nodes` port over one link per node address; token counts stay unary calls.
+
+    A node of an older release has no Link and answers UNIMPLEMENTED: the answers started on
+    that link fail over (the node never ran them), and every later answer for that address
+    takes a Generate stream, so gateways may be rolled out before their nodes."""
 
     def __init__(self, client: NodeClient) -> None:
         self.client = client
         self._links: dict[str, NodeLink] = {}
+        self._without_link: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
 
     async def tokenize(self, address: str, texts: Sequence[str]) -> list[int]:
         return await self.client.tokenize(address, texts)
 
-    async def generate(self, address: str, spec: GenerateSpec) -> LinkGeneration:
+    async def generate(self, address: str, spec: GenerateSpec) -> Generation:
+        if address in self._without_link:
+            return await self.client.generate(address, spec)
         return self._link(address).start(spec)
 
     def _link(self, address: str) -> NodeLink:
@@ -228,11 +236,17 @@ class LinkedNodes:
         without news since (the node is gone), which fail and are failed over."""
         if self._links.get(link.address) is link:
             del self._links[link.address]
+        if code == _UNIMPLEMENTED and link.address not in self._without_link:
+            self._without_link.add(link.address)
+            structlog.get_logger(component="node-link").warning(
+                "the node has no Link (an older release): its answers go over Generate",
+                address=link.address,
+            )
         again: list[LinkGeneration] = []
         for generation in orphans:
             if generation.ended:
                 continue
-            if generation.reopened:
+            if generation.reopened or code == _UNIMPLEMENTED:
                 generation.fail(StreamBroken(code, f"the link to the node broke ({code})"))
             else:
                 again.append(generation)

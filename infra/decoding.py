@@ -48,16 +48,20 @@ async def _refuse(context: grpc.aio.ServicerContext, request: Undecodable) -> No
 class _CheckedStream:
     """A call's stream of request messages, cut at the first that does not parse.
 
-    A servicer may read its requests in a task of its own (a node's cancel watcher, the
-    scheduler's report reader), where an abort's exception would never reach gRPC. There the
-    stream ends and the call's own task is cancelled; the guard around the behavior turns that
-    cancellation into the refusal (`refusal`)."""
+    A servicer may read its requests in a task of its own (a node's cancel watcher, a link's
+    reader, the scheduler's report reader), where an abort's exception would never reach gRPC.
+    There the stream ends and the call's own task is cancelled; the guard around the behavior
+    turns that cancellation into the refusal (`refusal`). The call's task is cancelled only
+    while it runs the behavior (`inside`): cancelled while gRPC writes a response the behavior
+    yielded, it would end in gRPC's own code, and the caller would hear nothing until its
+    deadline. Outside, the guard finds the refusal when gRPC asks for the next response."""
 
     def __init__(self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> None:
         self._requests = requests
         self._context = context
         self._call_task = asyncio.current_task()
         self.refusal: Undecodable | None = None
+        self.inside = True
 
     async def __aiter__(self) -> AsyncIterator[Any]:
         async for request in self._requests:
@@ -65,7 +69,7 @@ class _CheckedStream:
                 if asyncio.current_task() is self._call_task:
                     await _refuse(self._context, request)
                 self.refusal = request
-                if self._call_task is not None:
+                if self._call_task is not None and self.inside:
                     self._call_task.cancel()
                 return
             yield request
@@ -95,8 +99,22 @@ def _guard(behavior: Callable[..., Any], streaming_requests: bool) -> Any:
 
         async def streaming(request: Any, context: grpc.aio.ServicerContext) -> Any:
             request = await checked(request, context)
+            stream = request if isinstance(request, _CheckedStream) else None
+            items = aiter(behavior(request, context))
             try:
-                async for item in behavior(request, context):
+                while True:
+                    if stream is not None:
+                        if stream.refusal is not None:
+                            await items.aclose()
+                            await _refuse(context, stream.refusal)
+                        stream.inside = True
+                    try:
+                        item = await anext(items)
+                    except StopAsyncIteration:
+                        return
+                    finally:
+                        if stream is not None:
+                            stream.inside = False
                     yield item
             except asyncio.CancelledError:
                 if (refusal := refusal_of(request)) is None:

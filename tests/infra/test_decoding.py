@@ -28,6 +28,7 @@ CALL_S = 5.0
 NODE_ID = "node-d"
 TOKENIZE = "/chat.v1.NodeService/Tokenize"
 GENERATE = "/chat.v1.NodeService/Generate"
+LINK = "/chat.v1.NodeService/Link"
 # A string field that is not UTF-8: TokenizeRequest.texts, and GenerateRequest.start's
 # request_id (field 1 of a message in field 1).
 NOT_UTF8 = b"\x0a\x02\xff\xfe"
@@ -176,6 +177,23 @@ async def test_an_undecodable_stream_message_is_invalid_argument(plain_node: Nod
         "'chat.v1.GenerateRequest': String field had bad UTF-8",
     )
     assert plain_node.engine.generated == ["r-later"]
+
+
+async def test_an_undecodable_message_right_after_a_frame_is_invalid_argument(
+    plain_node: Node,
+) -> None:
+    """A link answers a cancel of an unknown answer with a frame at once, so the bytes that
+    follow are read while the node writes that frame: the call still ends refused, at once,
+    not at the caller's deadline (found by the fuzz test: 11 of 100 link calls hung)."""
+    unknown = node_pb.LinkRequest(cancel=node_pb.LinkCancel(request_id="r-unknown"))
+    async with grpc.aio.insecure_channel(plain_node.address) as channel:
+        outcome = await raw_stream(channel, LINK, [unknown.SerializeToString(), CORRUPT])
+    assert outcome == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "the request is not valid protobuf: Error parsing message with type "
+        "'chat.v1.LinkRequest': Wire format was corrupt",
+        2,
+    )
 
 
 async def test_requests_that_parse_still_reach_the_servicer(plain_node: Node) -> None:

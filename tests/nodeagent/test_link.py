@@ -17,7 +17,7 @@ from domain.replica_hardware import H100x4_70B
 from domain.types import Finish, Role, Tier, Turn
 from gateway.node_client import NodeClient, NodeRefused
 from gateway.node_link import MAX_BUFFERED, LinkedNodes
-from gateway.ports import Chunk, Finished, GenerateSpec, Generation
+from gateway.ports import Chunk, Finished, GenerateSpec, Generation, StreamBroken
 from infra.grpcserver import GrpcServer
 from infra.tls import TlsConfig
 from nodeagent.request_registry import RequestRegistry
@@ -243,3 +243,47 @@ async def test_the_adapter_maps_refusals_like_generate(
     chunks, finished = await read_all(await linked.generate(address, spec("ok", "Hi.")))
     assert finished.finish in (Finish.LENGTH, Finish.STOP) and chunks
     assert len(fast_node.servicer._links) == 1
+
+
+class NodeWithoutLink(node_service_pb2_grpc.NodeServiceServicer):
+    """A node of a release before Link: Generate and Tokenize only (gRPC's generated base
+    answers Link with UNIMPLEMENTED)."""
+
+    def __init__(self, servicer: NodeServicer) -> None:
+        self.Generate = servicer.Generate
+        self.Tokenize = servicer.Tokenize
+
+
+async def test_a_node_without_link_is_served_over_generate(linked: LinkedNodes) -> None:
+    """A gateway rolled out before its nodes: the first answer fails over (the node never ran
+    it), every later one to that node goes over Generate with the same text."""
+    node = SimNode(speed=200.0, length=60)
+    older = GrpcServer("127.0.0.1:0", ["chat.v1.NodeService"], tls=TlsConfig(insecure=True))
+    node_service_pb2_grpc.add_NodeServiceServicer_to_server(
+        NodeWithoutLink(node.servicer), older.server
+    )
+    await node.engine.start()
+    await older.start()
+    try:
+        first = await linked.generate(older.address, spec("o1", "Name a lake."))
+        with pytest.raises(StreamBroken) as broken:
+            await first.read()
+        first.close()
+        chunks, finished = await read_all(
+            await linked.generate(older.address, spec("o2", "Name a lake."))
+        )
+        direct = NodeClient()
+        try:
+            expected, _ = await read_all(
+                await direct.generate(older.address, spec("o3", "Name a lake."))
+            )
+        finally:
+            await direct.close()
+    finally:
+        await older.stop(0)
+        await node.registry.close()
+        await node.engine.stop()
+    assert broken.value.code == "UNIMPLEMENTED"
+    assert node.registry.get("o1") is None
+    assert text(chunks) == text(expected) and text(chunks)
+    assert finished.finish in (Finish.LENGTH, Finish.STOP)
