@@ -26,9 +26,14 @@ from infra.tls import TlsConfig
 from infra.tls_channel import open_channel
 
 # A node behind a silent link fails its streams within 3 s, and the answer fails over.
-CHANNEL_OPTIONS = CLIENT_CHANNEL
+# A subchannel of its own per channel: gRPC shares subchannels between channels to one target
+# by default, so a channel opened anew (`NodeClient.forget`) would take over the old one's
+# reconnect backoff and fail its calls all the same.
+CHANNEL_OPTIONS = (*CLIENT_CHANNEL, ("grpc.use_local_subchannel_pool", 1))
 # A node that cannot take a cancel this fast is gone, and its work with it.
 CANCEL_TIMEOUT_S = 2.0
+# How long calls still open on a forgotten channel (a token count) may finish.
+FORGET_GRACE_S = 5.0
 
 
 class NodeRefused(Unavailable):
@@ -130,14 +135,14 @@ class NodeClient:
         # The gateway's certificate (None: plaintext), for every node alike.
         self._tls = tls
         self._stubs: dict[str, node_service_pb2_grpc.NodeServiceStub] = {}
-        self._channels: list[grpc.aio.Channel] = []
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._closing: set[asyncio.Task[None]] = set()
         self._rpc_timeout_s = rpc_timeout_s
 
     def stub(self, address: str) -> node_service_pb2_grpc.NodeServiceStub:
         stub = self._stubs.get(address)
         if stub is None:
-            channel = open_channel(address, self._tls, CHANNEL_OPTIONS)
-            self._channels.append(channel)
+            channel = self._channels[address] = open_channel(address, self._tls, CHANNEL_OPTIONS)
             stub = self._stubs[address] = node_service_pb2_grpc.NodeServiceStub(channel)
         return stub
 
@@ -161,6 +166,20 @@ class NodeClient:
             raise
         return generation
 
+    def forget(self, address: str) -> None:
+        """Drops the channel to a node found unreachable. A channel that failed to connect
+        waits out its reconnect backoff (up to 2.4 s) and fails every call meanwhile, even
+        once the node is back; a new one connects on its first call, as an idle one does."""
+        self._stubs.pop(address, None)
+        channel = self._channels.pop(address, None)
+        if channel is not None:
+            closing = asyncio.create_task(channel.close(FORGET_GRACE_S))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+
     async def close(self) -> None:
-        for channel in self._channels:
+        await asyncio.gather(*self._closing, return_exceptions=True)
+        for channel in self._channels.values():
             await channel.close()
+        self._channels.clear()
+        self._stubs.clear()

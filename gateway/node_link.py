@@ -37,6 +37,8 @@ MAX_BUFFERED = 64
 REOPEN_TIMEOUT_S = 1.0
 _INVALID_ARGUMENT = grpc.StatusCode.INVALID_ARGUMENT.value[0]
 _UNIMPLEMENTED = grpc.StatusCode.UNIMPLEMENTED.name
+# The codes of a link the node never took because it could not be reached.
+_UNREACHABLE = (grpc.StatusCode.UNAVAILABLE.name, grpc.StatusCode.DEADLINE_EXCEEDED.name)
 _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 
 
@@ -135,6 +137,7 @@ class NodeLink:
         self._call = nodes.client.stub(address).Link(self._outbox)
         self._reader = asyncio.create_task(self._read(), name=f"node-link-{address}")
         self.broken = False
+        self._given_up = False
 
     def start(self, spec: GenerateSpec) -> LinkGeneration:
         generation = LinkGeneration(spec.request_id, self)
@@ -158,7 +161,13 @@ class NodeLink:
             async with asyncio.timeout(timeout_s):
                 await self._taken.wait()
         except TimeoutError:
+            self._given_up = True
             self._call.cancel()
+
+    @property
+    def taken(self) -> bool:
+        """Whether the node took this link (sent its first frame)."""
+        return self._taken.is_set()
 
     def send(self, request: pb.LinkRequest) -> None:
         self._outbox.queue.put_nowait(request)
@@ -181,6 +190,14 @@ class NodeLink:
                             del answers[update.request_id]
         except grpc.aio.AioRpcError as error:
             code = error.code().name
+        except asyncio.CancelledError:
+            # A call cancelled on this side ends its reads with CancelledError, not an
+            # AioRpcError: when must_be_taken gave up, the answers must still fail over (they
+            # waited for the gateway's stall timeout, 10 s, in a partition). Only close()
+            # cancels this task itself, and it fails the answers on its own.
+            if not self._given_up:
+                raise
+            code = grpc.StatusCode.DEADLINE_EXCEEDED.name
         except Exception:  # a frame this gateway cannot read must not leave answers waiting
             structlog.get_logger(component="node-link").exception(
                 "a frame from the node could not be read", address=self.address
@@ -188,12 +205,14 @@ class NodeLink:
             code = grpc.StatusCode.INTERNAL.name
             self._call.cancel()
         self.broken = True
+        self._outbox.end()
         orphans, self._answers = self._answers, {}
         self._nodes.lost(self, list(orphans.values()), code)
 
     async def close(self) -> None:
         """Ends the link for good (the gateway stops): its answers fail, and are not moved."""
         self.broken = True
+        self._outbox.end()
         self._reader.cancel()
         self._call.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -236,6 +255,8 @@ class LinkedNodes:
         without news since (the node is gone), which fail and are failed over."""
         if self._links.get(link.address) is link:
             del self._links[link.address]
+        if code in _UNREACHABLE and not link.taken and not self._closed:
+            self.client.forget(link.address)
         if code == _UNIMPLEMENTED and link.address not in self._without_link:
             self._without_link.add(link.address)
             structlog.get_logger(component="node-link").warning(
@@ -279,13 +300,22 @@ class _Outbox:
     __slots__ = ("queue",)
 
     def __init__(self) -> None:
-        self.queue: asyncio.Queue[pb.LinkRequest] = asyncio.Queue()
+        self.queue: asyncio.Queue[pb.LinkRequest | None] = asyncio.Queue()
+
+    def end(self) -> None:
+        """Ends the iteration, so gRPC's reading task ends with the link (a gateway that
+        stopped with it still waiting logged "Task was destroyed but it is pending")."""
+        self.queue.put_nowait(None)
 
     def __aiter__(self) -> _Outbox:
         return self
 
     async def __anext__(self) -> pb.LinkRequest:
-        return await self.queue.get()
+        request = await self.queue.get()
+        if request is None:
+            self.queue.put_nowait(None)
+            raise StopAsyncIteration
+        return request
 
 
 def _refusal(error: pb.AnswerError) -> Exception:

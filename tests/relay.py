@@ -19,6 +19,7 @@ class SilentRelay:
         self._writers: list[asyncio.StreamWriter] = []
         # Connections taken so far: a test sees a reconnect in it.
         self.accepted = 0
+        self._port = 0
 
     @property
     def address(self) -> str:
@@ -36,6 +37,19 @@ class SilentRelay:
 
     def thaw(self) -> None:
         self._flowing.set()
+
+    async def refuse(self) -> None:
+        """The host is down: every connection is closed and new ones are refused (the port
+        stops listening) until `listen` again."""
+        if self._server is not None:
+            self._port = self._server.sockets[0].getsockname()[1]
+            self._server.close()
+            self.cut()
+            await self._server.wait_closed()
+
+    async def listen(self) -> None:
+        """Listens again on the port `refuse` closed."""
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self._port)
 
     def cut(self) -> None:
         """Closes every connection open now, both ways, as a middlebox that drops its flows

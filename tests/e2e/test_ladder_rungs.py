@@ -17,10 +17,14 @@ from tests.sse import read_events
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 async def one_slot(tmp_path_factory):
-    # One node with one slot, and a prefill speed so low that any queued prompt means a long
-    # expected wait: a second answer queued behind a first makes the node "busy".
+    # One node with one slot: a second answer queued behind a first makes the node "busy".
+    # A platform of its own for each test: once an answer has finished, the node reports how
+    # long its answers hold the slot, and the wait the refusal reads follows that measure, so
+    # an earlier test's short answer would make a queue look short. Plus answers run up to 600
+    # tokens, so the first holds the slot well past the moment a report shows the second
+    # waiting behind it.
     platform = LocalPlatform(
         PlatformSettings(
             state_dir=tmp_path_factory.mktemp("rungs"),
@@ -30,7 +34,7 @@ async def one_slot(tmp_path_factory):
             parallel=1,
             extra_env={
                 "CHAT_SCHEDULER_PREFILL_TOKENS_PER_S": "1",
-                "CHAT_GATEWAY_PLUS_MAX_ANSWER_TOKENS": "200",
+                "CHAT_GATEWAY_PLUS_MAX_ANSWER_TOKENS": "600",
                 "CHAT_GATEWAY_MAX_OPEN_STREAMS_PER_USER": "10",
             },
         )
@@ -50,14 +54,15 @@ async def pin(platform: LocalPlatform, rung: int | None) -> None:
 
 async def until_a_report_shows_a_queue(platform: LocalPlatform, timeout_s: float = 10.0) -> None:
     """Waits for the scheduler's table (what the ladder and the refusal read) to show the
-    node with a request waiting or a prompt queued."""
+    node with one answer running and another waiting behind it. A report of one waiting
+    request alone can come before the first answer starts, and the node is not busy then."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     admin = (("authorization", f"Bearer {platform.admin_token}"),)
     async with platform.channel(platform.scheduler_address) as channel:
         stub = pb_grpc.SchedulerServiceStub(channel)
         while True:
             nodes = (await stub.ListNodes(pb.ListNodesRequest(), metadata=admin)).nodes
-            if any(n.load.waiting_requests or n.load.queued_prefill_tokens for n in nodes):
+            if any(n.load.running_requests and n.load.waiting_requests for n in nodes):
                 return
             assert asyncio.get_running_loop().time() < deadline, "no report showed a queue"
             await asyncio.sleep(0.05)
@@ -71,6 +76,21 @@ async def post(http, platform: LocalPlatform, tier: str, content: str):
             "Authorization": f"Bearer {platform.tokens[tier]}",
             "Idempotency-Key": uuid.uuid4().hex,
         },
+    )
+
+
+async def post_greedy(http, platform: LocalPlatform, tier: str, content: str):
+    """A streamed chat completion at temperature 0: how long the model writes is then the
+    same on every run (a sampled story may end after a dozen tokens)."""
+    return http.post(
+        f"{platform.edge_url}/v1/chat/completions",
+        json={
+            "model": "auto",
+            "stream": True,
+            "temperature": 0,
+            "messages": [{"role": "user", "content": content}],
+        },
+        headers={"Authorization": f"Bearer {platform.tokens[tier]}"},
     )
 
 
@@ -89,8 +109,8 @@ async def test_rung_three_refuses_a_waiting_free_message_at_once(one_slot) -> No
     await pin(one_slot, 3)
     try:
         async with aiohttp.ClientSession() as http:
-            long_one = await post(http, one_slot, "plus", "Write a long story about whales.")
-            queued = await post(http, one_slot, "plus", "Write a long story about owls.")
+            long_one = await post_greedy(http, one_slot, "plus", "Write a long story about whales.")
+            queued = await post_greedy(http, one_slot, "plus", "Write a long story about owls.")
             async with long_one as first, queued as second:
                 assert first.status == second.status == 200
                 await until_a_report_shows_a_queue(one_slot)
@@ -103,7 +123,7 @@ async def test_rung_three_refuses_a_waiting_free_message_at_once(one_slot) -> No
                 assert "busy" in body["error"]["message"]
                 assert elapsed < 0.5  # goal 100 ms; generous on a shared 2-core machine
                 # Plus is never shed: it queues and gets its answer.
-                assert (await read_events(second))[-1].event == "done"
-                await read_events(first)
+                assert (await second.text()).endswith("data: [DONE]\n\n")
+                assert (await first.text()).endswith("data: [DONE]\n\n")
     finally:
         await pin(one_slot, None)

@@ -186,6 +186,65 @@ async def test_a_broken_link_is_reattached_with_the_exact_text(linked: LinkedNod
         assert answer == text(again)
 
 
+async def test_a_node_gone_silent_fails_its_answers_over_within_keepalive(
+    linked: LinkedNodes,
+) -> None:
+    """A partition (no FIN, no RST): keepalive breaks the link, the re-opened link is never
+    taken, and the answer breaks for the answer writer to fail it over; it once waited for
+    the gateway's stall timeout instead."""
+    async with SimNode(speed=2.0, length=200) as node:
+        relay = SilentRelay("127.0.0.1", int(node.server.address.rsplit(":", 1)[1]))
+        await relay.start()
+        try:
+            generation = await linked.generate(relay.address, spec("s1", "Why is the sea salty?"))
+            await generation.read()
+            relay.freeze()
+            started = time.perf_counter()
+            with pytest.raises(StreamBroken):
+                async with asyncio.timeout(WAIT_S):
+                    while not isinstance(await generation.read(), Finished):
+                        pass
+            broken_after_s = time.perf_counter() - started
+            generation.close()
+        finally:
+            relay.thaw()
+            await relay.close()
+    # keepalive (3 s) and the re-opened link's wait (1 s), with room for a busy machine
+    assert broken_after_s < 8.0, broken_after_s
+
+
+async def test_a_node_back_from_a_partition_is_served_at_once(linked: LinkedNodes) -> None:
+    """The channel that failed to reach the node is dropped: the next answer connects anew
+    instead of failing while that channel waits out its reconnect backoff."""
+    async with SimNode(speed=200.0, length=60) as node:
+        relay = SilentRelay("127.0.0.1", int(node.server.address.rsplit(":", 1)[1]))
+        await relay.start()
+        try:
+            generation = await linked.generate(relay.address, spec("p1", "Name a river."))
+            await generation.read()
+            await relay.refuse()
+            with pytest.raises(StreamBroken):
+                async with asyncio.timeout(WAIT_S):
+                    while not isinstance(await generation.read(), Finished):
+                        pass
+            generation.close()
+            await relay.listen()
+            chunks, finished = await read_all(
+                await linked.generate(relay.address, spec("p2", "Name a river."))
+            )
+        finally:
+            await relay.close()
+        direct = NodeClient()
+        try:
+            expected, _ = await read_all(
+                await direct.generate(node.server.address, spec("p3", "Name a river."))
+            )
+        finally:
+            await direct.close()
+    assert text(chunks) == text(expected) and text(chunks)
+    assert finished.finish in (Finish.LENGTH, Finish.STOP)
+
+
 async def test_a_link_refuses_bad_requests_per_answer_with_a_reason(fast_node: SimNode) -> None:
     channel = grpc.aio.insecure_channel(fast_node.server.address)
     requests: asyncio.Queue[pb.LinkRequest] = asyncio.Queue()
