@@ -42,6 +42,10 @@ class SimNode:
         self.servicer = NodeServicer(self.engine, self.registry, accepting, engine_ok, 0.0)
         node_service_pb2_grpc.add_NodeServiceServicer_to_server(self.servicer, self.server.server)
 
+    def relay(self) -> SilentRelay:
+        """A relay in front of this node, for a test to cut or freeze."""
+        return SilentRelay("127.0.0.1", int(self.server.address.rsplit(":", 1)[1]))
+
     async def __aenter__(self) -> SimNode:
         await self.engine.start()
         await self.server.start()
@@ -161,7 +165,7 @@ async def test_a_cancel_frees_the_engine_slot_at_once(linked: LinkedNodes) -> No
 
 async def test_a_broken_link_is_reattached_with_the_exact_text(linked: LinkedNodes) -> None:
     async with SimNode(speed=2.0, length=200) as node:
-        relay = SilentRelay("127.0.0.1", int(node.server.address.rsplit(":", 1)[1]))
+        relay = node.relay()
         await relay.start()
         try:
             generation = await linked.generate(relay.address, spec("r1", "Why is the sky blue?"))
@@ -201,7 +205,7 @@ async def test_a_node_gone_silent_fails_its_answers_over_within_keepalive(
     taken, and the answer breaks for the answer writer to fail it over; it once waited for
     the gateway's stall timeout instead."""
     async with SimNode(speed=2.0, length=200) as node:
-        relay = SilentRelay("127.0.0.1", int(node.server.address.rsplit(":", 1)[1]))
+        relay = node.relay()
         await relay.start()
         try:
             generation = await linked.generate(relay.address, spec("s1", "Why is the sea salty?"))
@@ -222,7 +226,7 @@ async def test_a_node_back_from_a_partition_is_served_at_once(linked: LinkedNode
     """The channel that failed to reach the node is dropped: the next answer connects anew
     instead of failing while that channel waits out its reconnect backoff."""
     async with SimNode(speed=200.0, length=60) as node:
-        relay = SilentRelay("127.0.0.1", int(node.server.address.rsplit(":", 1)[1]))
+        relay = node.relay()
         await relay.start()
         try:
             generation = await linked.generate(relay.address, spec("p1", "Name a river."))
