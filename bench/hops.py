@@ -223,7 +223,8 @@ def direct_to(
     if engine == "llama":
         url = str(node.ready["engine_url"])
         return lambda text: to_llama(http, url, text, max_tokens)
-    nodes = NodeClient(tls=platform.tls("gateway"))  # nodes take Generate from gateways only
+    # Nodes take Generate from gateways only; the count is the node's call, measured as such.
+    nodes = NodeClient(tls=platform.tls("gateway"), local_counts=False)
     clients.append(nodes)
     return lambda text: to_node(nodes, str(node.ready["grpc"]), text, max_tokens)
 

@@ -89,7 +89,8 @@ async def open_subject(label: str, state: Path, checkout: str) -> Subject:
     tls = platform.tls("gateway")
     scheduler = SchedulerClient([platform.scheduler_address], tls=tls)
     channel = platform.channel(platform.gateway_address, "client")
-    return Subject(label, platform, scheduler, NodeClient(tls=tls), channel)
+    # The token count measured is the node's call, as a reference.
+    return Subject(label, platform, scheduler, NodeClient(tls=tls, local_counts=False), channel)
 
 
 async def one_round(subject: Subject, http: aiohttp.ClientSession, i: int, keep: bool) -> None:

@@ -214,7 +214,8 @@ class AnswerWriter:
         the usage is right."""
         text = "".join(answer.pieces)
         try:
-            [answer.tokens] = await self._nodes.tokenize(answer.served_by.address, [text])
+            served_by = answer.served_by
+            [answer.tokens] = await self._nodes.tokenize(served_by.address, [text], served_by.model)
         except Unavailable:
             # The node is gone too (a failover follows): an estimate, not a count of deltas.
             answer.tokens = len(TOKEN.findall(text))

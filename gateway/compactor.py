@@ -311,7 +311,7 @@ class Compactor:
         return tidy_summary("".join(pieces), cut_at_length=finish is Finish.LENGTH)
 
     async def _tokenize(self, pick: ReplicaPick, texts: list[str]) -> list[int]:
-        return await self._nodes.tokenize(pick.address, texts)
+        return await self._nodes.tokenize(pick.address, texts, pick.model)
 
     async def _store_summary(
         self,

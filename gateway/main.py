@@ -131,6 +131,9 @@ class GatewayConfig:
     # carrying every answer's new tokens: a third of the nodes' CPU per token (docs/decisions.md,
     # "One link per gateway-node pair"). Off: one Generate stream per answer.
     node_link: bool = True
+    # Token counts made here with each node's own tokenizer file, which the node sends once
+    # (gateway/local_tokenizers.py): no Tokenize call before an answer. Off: the node counts.
+    local_token_counts: bool = True
     # A pool with this many failures (no replica, replica lost) within the window is skipped
     # for the cooldown: large falls to small, small to a composed "busy" answer.
     breaker_failures_to_open: int = _BREAKER.failures_to_open
@@ -385,7 +388,7 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
             config.scheduler_addresses or [config.scheduler_address], tls=config.tls
         )
         service.closes(scheduler.close)
-        client = NodeClient(tls=config.tls)
+        client = NodeClient(tls=config.tls, local_counts=config.local_token_counts)
         nodes: LinkedNodes | NodeClient = LinkedNodes(client) if config.node_link else client
         service.closes(nodes.close)
         runs = RunRegistry(time.monotonic, config.keep_ended_runs_s)

@@ -1,5 +1,6 @@
-"""The gateway's typed client of the nodes: token counts, and one answer's stream as plain
-chunks and a finish, with a cancel. One channel per node address, reused by every call."""
+"""The gateway's typed client of the nodes: token counts (in the gateway, with the node's own
+tokenizer once it has sent it), and one answer's stream as plain chunks and a finish, with a
+cancel. One channel per node address, reused by every call."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import grpc
 from chat.v1 import common_pb2, node_service_pb2, node_service_pb2_grpc
 from domain.errors import Unavailable
 from domain.types import Finish, Turn, Usage
+from gateway.local_tokenizers import LocalTokenizers, OfferedTokenizer
 from gateway.ports import Chunk, Finished, GenerateSpec, StreamBroken
 from infra.convert import (
     FINISH_FROM_PB,
@@ -34,6 +36,9 @@ CHANNEL_OPTIONS = (*CLIENT_CHANNEL, ("grpc.use_local_subchannel_pool", 1))
 CANCEL_TIMEOUT_S = 2.0
 # How long calls still open on a forgotten channel (a token count) may finish.
 FORGET_GRACE_S = 5.0
+# A tokenizer file is a few MB (Llama 3's: 9); past this a node's offer is refused.
+MAX_TOKENIZER_BYTES = 64 << 20
+TOKENIZER_TIMEOUT_S = 30.0
 
 
 class NodeRefused(Unavailable):
@@ -131,9 +136,12 @@ class NodeClient:
         self,
         rpc_timeout_s: float = 5.0,
         tls: TlsConfig | None = None,
+        local_counts: bool = True,
     ) -> None:
         # The gateway's certificate (None: plaintext), for every node alike.
         self._tls = tls
+        # local_counts false: every count is the node's Tokenize call.
+        self.tokenizers = LocalTokenizers(self._offered if local_counts else _offer_none)
         self._stubs: dict[str, node_service_pb2_grpc.NodeServiceStub] = {}
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._closing: set[asyncio.Task[None]] = set()
@@ -146,8 +154,12 @@ class NodeClient:
             stub = self._stubs[address] = node_service_pb2_grpc.NodeServiceStub(channel)
         return stub
 
-    async def tokenize(self, address: str, texts: Sequence[str]) -> list[int]:
-        """Each text's token count in the node's own tokenizer."""
+    async def tokenize(self, address: str, texts: Sequence[str], model: str = "") -> list[int]:
+        """Each text's token count in the node's own tokenizer: counted here once the node
+        has sent it, else by the node. model: the model the node was picked for ('' any)."""
+        counted = await self.tokenizers.count(address, texts, model)
+        if counted is not None:
+            return counted
         try:
             answer = await self.stub(address).Tokenize(
                 node_service_pb2.TokenizeRequest(texts=list(texts)), timeout=self._rpc_timeout_s
@@ -155,6 +167,27 @@ class NodeClient:
         except grpc.aio.AioRpcError as error:
             raise Unavailable(f"the node could not count tokens: {error.code().name}") from error
         return list(answer.token_counts)
+
+    async def _offered(self, address: str, have: Sequence[str]) -> OfferedTokenizer | None:
+        """The tokenizer file the node offers (its bytes unless its digest is in have), None
+        when it offers none."""
+        model, sha256, size = "", "", 0
+        parts: list[bytes] = []
+        call = self.stub(address).GetTokenizer(
+            node_service_pb2.GetTokenizerRequest(have_sha256=have), timeout=TOKENIZER_TIMEOUT_S
+        )
+        try:
+            async for response in call:
+                model, sha256, size = response.model, response.sha256, size + len(response.part)
+                if size > MAX_TOKENIZER_BYTES:
+                    call.cancel()
+                    raise Unavailable(f"the tokenizer file is over {MAX_TOKENIZER_BYTES} bytes")
+                parts.append(response.part)
+        except grpc.aio.AioRpcError as error:
+            if error.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return None  # a node older than the call
+            raise Unavailable(f"the node's tokenizer: {error.code().name}") from error
+        return OfferedTokenizer(model, sha256, b"".join(parts)) if sha256 else None
 
     async def generate(self, address: str, spec: GenerateSpec) -> Generation:
         """A started answer stream; the caller reads it and closes it."""
@@ -171,6 +204,7 @@ class NodeClient:
         waits out its reconnect backoff (up to 2.4 s) and fails every call meanwhile, even
         once the node is back; a new one connects on its first call, as an idle one does."""
         self._stubs.pop(address, None)
+        self.tokenizers.forget(address)
         channel = self._channels.pop(address, None)
         if channel is not None:
             closing = asyncio.create_task(channel.close(FORGET_GRACE_S))
@@ -178,8 +212,13 @@ class NodeClient:
             closing.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
+        await self.tokenizers.close()
         await asyncio.gather(*self._closing, return_exceptions=True)
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
         self._stubs.clear()
+
+
+async def _offer_none(address: str, have: Sequence[str]) -> OfferedTokenizer | None:
+    return None

@@ -236,8 +236,8 @@ class LinkedNodes:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
 
-    async def tokenize(self, address: str, texts: Sequence[str]) -> list[int]:
-        return await self.client.tokenize(address, texts)
+    async def tokenize(self, address: str, texts: Sequence[str], model: str = "") -> list[int]:
+        return await self.client.tokenize(address, texts, model)
 
     async def generate(self, address: str, spec: GenerateSpec) -> Generation:
         if address in self._without_link:

@@ -338,4 +338,4 @@ class Planner:
         return known, counts[0]
 
     async def tokenize(self, pick: ReplicaPick, texts: list[str]) -> list[int]:
-        return await self._nodes.tokenize(pick.address, texts)
+        return await self._nodes.tokenize(pick.address, texts, pick.model)

@@ -6,12 +6,14 @@ import asyncio
 import socket
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import structlog
 from prometheus_client import CollectorRegistry, Gauge
 
 from chat.v1 import node_service_pb2, node_service_pb2_grpc
 from domain.replica_hardware import PRESETS
+from domain.token_counts import TokenCounts
 from infra.grpcserver import GrpcServer
 from infra.logs import configure_logging
 from infra.runner import run_service
@@ -24,9 +26,9 @@ from nodeagent.llamacpp import LlamaCppEngine
 from nodeagent.metrics import register_node_metrics
 from nodeagent.reporter import LoadReporter, NodeIdentity
 from nodeagent.request_registry import RequestRegistry
+from nodeagent.served_tokenizer import ServedTokenizer, vouch
 from nodeagent.servicer import NodeServicer
 from nodeagent.sim import SimEngine
-from nodeagent.token_counts import TokenCounts
 from nodeagent.vllm import VllmEngine
 from nodeagent.vllm_launch import VllmLaunch
 
@@ -64,6 +66,12 @@ class NodeAgentConfig:
     # Token counts kept by text (a digest of it), so a history resent every message is not
     # counted again by the engine; 0 keeps none.
     tokenize_cache_texts: int = 16_384
+    # The engine model's tokenizer.json, offered to gateways so they count tokens themselves
+    # (checked against the engine at start, not offered if it counts otherwise). Empty: the
+    # vLLM model folder's own, or for the bundled SmolLM2 the one scripts/install_vllm.sh
+    # converts from the same GGUF, when there is one. serve_tokenizer false offers none.
+    tokenizer_file: str = ""
+    serve_tokenizer: bool = True
     shutdown_grace_s: float = 30.0
     keep_after_finish_s: float = 60.0
     # A request whose gateway vanished waits this long for another to re-attach.
@@ -137,6 +145,29 @@ def build_engine(config: NodeAgentConfig) -> Engine:
     raise ValueError(f"unknown engine {config.engine!r}; this build has: llamacpp, sim, vllm")
 
 
+def tokenizer_file(config: NodeAgentConfig) -> Path | None:
+    """The tokenizer file the node offers gateways, if any."""
+    if not config.serve_tokenizer or config.engine == "sim":
+        return None
+    if config.tokenizer_file:
+        path = Path(config.tokenizer_file)
+        if not path.is_file():
+            raise ValueError(f"tokenizer_file {config.tokenizer_file!r} is not a file")
+        return path
+    if config.engine == "vllm":
+        folder = Path(config.model_path or VllmLaunch().model_path)
+    elif not config.model_path:
+        folder = Path(VllmLaunch().model_path)  # converted from the bundled GGUF
+    else:
+        return None  # a GGUF of the operator's: its tokenizer.json is theirs to name
+    default = folder / "tokenizer.json"
+    return default if default.is_file() else None
+
+
+async def _served_tokenizer(path: Path | None, engine: Engine) -> ServedTokenizer | None:
+    return await vouch(engine.model, path, engine.tokenize) if path is not None else None
+
+
 def _vllm_engine(config: NodeAgentConfig) -> VllmEngine:
     if config.vllm_max_num_seqs < 1 or config.vllm_kvcache_space_gib < 1:
         raise ValueError("vllm_max_num_seqs and vllm_kvcache_space_gib must be at least 1")
@@ -184,6 +215,7 @@ async def _watch_engine(
 async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
     log = configure_logging("nodeagent", config.log_level).bind(node=config.node_id)
     engine = build_engine(config)
+    offered = tokenizer_file(config)
     async with Service("nodeagent", log) as service:
         try:
             await service.opens(engine.start, engine.stop)
@@ -222,9 +254,11 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
             tls=config.tls,
             health_listen=config.health_listen,
         )
+        tokenizer = await _served_tokenizer(offered, engine)
         servicer = NodeServicer(
-            engine, registry, accepting, engine_ok, config.stream_interval_s, token_counts
-        )
+            engine, registry, accepting, engine_ok, config.stream_interval_s, token_counts,
+            tokenizer,
+        )  # fmt: skip
         node_service_pb2_grpc.add_NodeServiceServicer_to_server(servicer, server.server)
         await service.grpc(server)
         identity = NodeIdentity(

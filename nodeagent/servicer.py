@@ -12,6 +12,7 @@ import structlog
 from chat.v1 import node_service_pb2, node_service_pb2_grpc
 from domain import answer_options
 from domain.errors import InvalidArgument, NotFound, Unavailable
+from domain.token_counts import TokenCounts
 from domain.types import MAX_STREAM_INTERVAL_S
 from infra.convert import ROLE_FROM_PB, options_from_pb
 from infra.grpcserver import maps_domain_errors
@@ -19,7 +20,7 @@ from nodeagent.convert import finish_to_pb, request_from_pb
 from nodeagent.engine import Engine, EngineError
 from nodeagent.link_servicer import NodeGates, NodeLink
 from nodeagent.request_registry import RequestRegistry, RunningRequest
-from nodeagent.token_counts import TokenCounts
+from nodeagent.served_tokenizer import ServedTokenizer
 
 MAX_TOKENIZE_TEXTS = 256
 
@@ -56,6 +57,7 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
         engine_ok: asyncio.Event | None = None,
         stream_interval_s: float = 0.0,
         token_counts: TokenCounts | None = None,
+        tokenizer: ServedTokenizer | None = None,
     ) -> None:
         if not 0 <= stream_interval_s <= MAX_STREAM_INTERVAL_S:
             raise ValueError(f"stream_interval_s must be within 0..{MAX_STREAM_INTERVAL_S} s")
@@ -66,6 +68,8 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
         self._accepting = accepting
         self._engine_ok = engine_ok or _set_event()
         self.token_counts = token_counts if token_counts is not None else TokenCounts()
+        # The tokenizer file gateways may count with; None: the node vouches for none.
+        self._tokenizer = tokenizer
         self._gates = NodeGates(
             registry=registry,
             engine=engine,
@@ -174,13 +178,27 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
             raise Unavailable(f"the engine could not tokenize: {exc}") from exc
         return node_service_pb2.TokenizeResponse(token_counts=counts, model=self._engine.model)
 
+    async def GetTokenizer(
+        self, request: node_service_pb2.GetTokenizerRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[node_service_pb2.GetTokenizerResponse]:
+        served = self._tokenizer
+        if served is None:
+            return
+        if served.sha256 in request.have_sha256:
+            yield node_service_pb2.GetTokenizerResponse(model=served.model, sha256=served.sha256)
+            return
+        for part in served.parts():
+            yield node_service_pb2.GetTokenizerResponse(
+                model=served.model, sha256=served.sha256, part=part
+            )
+
 
 async def _counts_of(counting: asyncio.Task[list[int]]) -> list[int]:
     """The counts, or none when the engine could not count: the answer is what was asked for,
     and a gateway keeps its upper bound for a count it does not get."""
     try:
         return await counting
-    except EngineError as error:
+    except (EngineError, Unavailable) as error:
         structlog.get_logger(component="node-servicer").warning(
             "texts asked for beside an answer were not counted", reason=str(error)
         )

@@ -59,7 +59,7 @@ class ScriptedNodes:
     async def generate(self, address: str, spec: object) -> ScriptedGeneration:
         return ScriptedGeneration(self.texts)
 
-    async def tokenize(self, address: str, texts: list[str]) -> list[int]:
+    async def tokenize(self, address: str, texts: list[str], model: str = "") -> list[int]:
         # A takeover has the text so far counted; one token a word here.
         return [len(text.split()) for text in texts]
 

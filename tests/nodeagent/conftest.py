@@ -11,6 +11,7 @@ from infra.grpcserver import GrpcServer
 from infra.tls import TlsConfig
 from nodeagent.llamacpp import LlamaCppEngine
 from nodeagent.request_registry import RequestRegistry
+from nodeagent.served_tokenizer import ServedTokenizer
 from nodeagent.servicer import NodeServicer
 
 
@@ -24,7 +25,13 @@ async def engine() -> AsyncIterator[LlamaCppEngine]:
 
 
 class NodeUnderTest:
-    def __init__(self, engine: LlamaCppEngine, stream_interval_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        engine: LlamaCppEngine,
+        stream_interval_s: float = 0.0,
+        tokenizer: ServedTokenizer | None = None,
+        servicer_type: type[NodeServicer] = NodeServicer,
+    ) -> None:
         self.accepting = asyncio.Event()
         self.accepting.set()
         self.engine_ok = asyncio.Event()
@@ -33,15 +40,16 @@ class NodeUnderTest:
         self.server = GrpcServer(
             "127.0.0.1:0", ["chat.v1.NodeService"], tls=TlsConfig(insecure=True)
         )
-        self.servicer = NodeServicer(
-            engine, self.registry, self.accepting, self.engine_ok, stream_interval_s
-        )
+        self.servicer = servicer_type(
+            engine, self.registry, self.accepting, self.engine_ok, stream_interval_s,
+            tokenizer=tokenizer,
+        )  # fmt: skip
         node_service_pb2_grpc.add_NodeServiceServicer_to_server(self.servicer, self.server.server)
         self.channel = grpc.aio.insecure_channel(self.server.address)
         self.stub = node_service_pb2_grpc.NodeServiceStub(self.channel)
 
 
-async def _serve(under_test: NodeUnderTest) -> AsyncIterator[NodeUnderTest]:
+async def serve_node(under_test: NodeUnderTest) -> AsyncIterator[NodeUnderTest]:
     await under_test.server.start()
     yield under_test
     await under_test.channel.close()
@@ -51,12 +59,12 @@ async def _serve(under_test: NodeUnderTest) -> AsyncIterator[NodeUnderTest]:
 
 @pytest.fixture(scope="session")
 async def node(engine: LlamaCppEngine) -> AsyncIterator[NodeUnderTest]:
-    async for under_test in _serve(NodeUnderTest(engine)):
+    async for under_test in serve_node(NodeUnderTest(engine)):
         yield under_test
 
 
 @pytest.fixture(scope="session")
 async def batching_node(engine: LlamaCppEngine) -> AsyncIterator[NodeUnderTest]:
     """The same engine behind a node that sends tokens at most every 0.3 s after the first."""
-    async for under_test in _serve(NodeUnderTest(engine, stream_interval_s=0.3)):
+    async for under_test in serve_node(NodeUnderTest(engine, stream_interval_s=0.3)):
         yield under_test

@@ -31,8 +31,9 @@ from infra.grpcserver import GrpcServer
 from infra.tls import TlsConfig
 from nodeagent.engine import Chunk, EngineError, Finished, GenerationRequest, PromptTurn
 from nodeagent.llamacpp import free_port
-from nodeagent.main import NodeAgentConfig, build_engine
+from nodeagent.main import NodeAgentConfig, build_engine, tokenizer_file
 from nodeagent.request_registry import RequestRegistry
+from nodeagent.served_tokenizer import vouch
 from nodeagent.servicer import NodeServicer
 from nodeagent.vllm import PRIORITY, VllmEngine
 from nodeagent.vllm_check import FlagReport, check_engine_flags
@@ -152,6 +153,14 @@ async def test_continue_from_a_partial_answer(vllm: VllmEngine) -> None:
 async def test_tokenize_counts_with_the_models_own_tokenizer(vllm: VllmEngine) -> None:
     # The same counts llama.cpp gives for the same model (tests/nodeagent/test_llamacpp.py).
     assert await vllm.tokenize(["hello world", "", "hello world hello world"]) == [2, 0, 4]
+
+
+async def test_the_model_folders_tokenizer_counts_as_vllm_does(vllm: VllmEngine) -> None:
+    # What a vLLM node offers gateways by default (nodeagent/served_tokenizer.py).
+    path = tokenizer_file(NodeAgentConfig(engine="vllm"))
+    assert path == REPO_ROOT / ".vllm" / "smollm2-135m-instruct" / "tokenizer.json"
+    served = await vouch(vllm.model, path, vllm.tokenize)
+    assert served is not None and served.data == path.read_bytes()
 
 
 async def test_load_reads_the_real_kv_capacity(vllm: VllmEngine) -> None:

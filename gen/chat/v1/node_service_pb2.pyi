@@ -99,6 +99,22 @@ class TokenizeResponse(_message.Message):
     model: str
     def __init__(self, token_counts: _Optional[_Iterable[int]] = ..., model: _Optional[str] = ...) -> None: ...
 
+class GetTokenizerRequest(_message.Message):
+    __slots__ = ("have_sha256",)
+    HAVE_SHA256_FIELD_NUMBER: _ClassVar[int]
+    have_sha256: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, have_sha256: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetTokenizerResponse(_message.Message):
+    __slots__ = ("model", "sha256", "part")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    PART_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    sha256: str
+    part: bytes
+    def __init__(self, model: _Optional[str] = ..., sha256: _Optional[str] = ..., part: _Optional[bytes] = ...) -> None: ...
+
 class LinkRequest(_message.Message):
     __slots__ = ("start", "attach", "cancel", "detach")
     START_FIELD_NUMBER: _ClassVar[int]

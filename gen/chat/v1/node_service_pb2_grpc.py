@@ -50,6 +50,11 @@ class NodeServiceStub:
                 request_serializer=chat_dot_v1_dot_node__service__pb2.LinkRequest.SerializeToString,
                 response_deserializer=chat_dot_v1_dot_node__service__pb2.LinkResponse.FromString,
                 _registered_method=True)
+        self.GetTokenizer = channel.unary_stream(
+                '/chat.v1.NodeService/GetTokenizer',
+                request_serializer=chat_dot_v1_dot_node__service__pb2.GetTokenizerRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_node__service__pb2.GetTokenizerResponse.FromString,
+                _registered_method=True)
 
 
 class NodeServiceServicer:
@@ -84,6 +89,15 @@ class NodeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTokenizer(self, request, context):
+        """The engine model's tokenizer (a Hugging Face tokenizer.json), for callers that count
+        tokens themselves instead of calling Tokenize. The node sends only a tokenizer it found
+        to count exactly as its engine does, in parts of at most 1 MiB; nothing when it has none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -101,6 +115,11 @@ def add_NodeServiceServicer_to_server(servicer, server):
                     servicer.Link,
                     request_deserializer=chat_dot_v1_dot_node__service__pb2.LinkRequest.FromString,
                     response_serializer=chat_dot_v1_dot_node__service__pb2.LinkResponse.SerializeToString,
+            ),
+            'GetTokenizer': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetTokenizer,
+                    request_deserializer=chat_dot_v1_dot_node__service__pb2.GetTokenizerRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_node__service__pb2.GetTokenizerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -185,6 +204,33 @@ class NodeService:
             '/chat.v1.NodeService/Link',
             chat_dot_v1_dot_node__service__pb2.LinkRequest.SerializeToString,
             chat_dot_v1_dot_node__service__pb2.LinkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTokenizer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/chat.v1.NodeService/GetTokenizer',
+            chat_dot_v1_dot_node__service__pb2.GetTokenizerRequest.SerializeToString,
+            chat_dot_v1_dot_node__service__pb2.GetTokenizerResponse.FromString,
             options,
             channel_credentials,
             insecure,

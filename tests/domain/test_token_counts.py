@@ -1,4 +1,4 @@
-"""nodeagent.token_counts: each distinct text goes to the engine once, while it is kept.
+"""domain.token_counts: each distinct text goes to the counter once, while it is kept.
 
 The engine here is a stand-in that counts words and records what it was asked (the cache's
 own rules); tests/nodeagent/test_servicer.py checks it in front of a real llama-server."""
@@ -9,8 +9,8 @@ import asyncio
 
 import pytest
 
-from nodeagent.engine import EngineError
-from nodeagent.token_counts import TokenCounts
+from domain.errors import Unavailable
+from domain.token_counts import TokenCounts
 
 
 class WordCounter:
@@ -60,22 +60,22 @@ async def test_concurrent_calls_get_their_own_answers_even_when_evicted() -> Non
     assert results == [[i + 1] for i in range(20)]
 
 
-async def test_an_engine_that_answers_the_wrong_number_of_counts_is_an_engine_error() -> None:
+async def test_an_engine_that_answers_the_wrong_number_of_counts_is_unavailable() -> None:
     async def short(texts: list[str]) -> list[int]:
         return [1]
 
     counts = TokenCounts()
-    with pytest.raises(EngineError, match="asked for 2 counts, got 1"):
+    with pytest.raises(Unavailable, match="asked for 2 counts, got 1"):
         await counts.count(["a", "b"], short)
     assert len(counts) == 0, "nothing kept from a bad answer"
 
 
-async def test_an_engine_error_keeps_nothing() -> None:
+async def test_a_failed_count_keeps_nothing() -> None:
     async def broken(texts: list[str]) -> list[int]:
-        raise EngineError("down")
+        raise ConnectionError("down")
 
     counts = TokenCounts()
-    with pytest.raises(EngineError):
+    with pytest.raises(ConnectionError):
         await counts.count(["a"], broken)
     assert len(counts) == 0 and counts.misses == 0
 

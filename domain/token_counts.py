@@ -1,10 +1,10 @@
-"""Token counts the engine has already made, kept so the same text is not counted twice.
+"""Token counts already made, kept so the same text is not counted twice.
 
-A gateway asks for the counts of every turn of a prompt on each message: an OpenAI-style
-client resends its whole history, so the fourth message of a conversation asks again for the
-system prompt and six turns it asked for before. Each count is one call to the engine
-(llama-server's /tokenize: one text a call), made on the CPU the engine generates on. The
-counts of a text never change while the node serves one model, so they are kept here, least
+A gateway counts every turn of a prompt on each message: an OpenAI-style client resends its
+whole history, so the fourth message of a conversation asks again for the system prompt and six
+turns it asked for before. Each count costs a call to the engine (llama-server's /tokenize: one
+text a call, on the CPU the engine generates on) on a node, a pass of the tokenizer in a
+gateway. The counts of a text never change for one tokenizer, so they are kept here, least
 recently used first out, by a digest of the text (not the text: a pasted document would stay
 in memory with it).
 """
@@ -15,7 +15,7 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
-from nodeagent.engine import EngineError
+from domain.errors import Unavailable
 
 Tokenize = Callable[[list[str]], Awaitable[list[int]]]
 
@@ -29,7 +29,7 @@ class TokenCounts:
         self.capacity = capacity
         self._counts: OrderedDict[bytes, int] = OrderedDict()
         self.hits = 0  # texts answered from here
-        self.misses = 0  # texts the engine counted
+        self.misses = 0  # texts the counter counted
 
     def __len__(self) -> int:
         return len(self._counts)
@@ -50,7 +50,7 @@ class TokenCounts:
         if missing:
             counted = await tokenize(list(missing.values()))
             if len(counted) != len(missing):
-                raise EngineError(f"asked for {len(missing)} counts, got {len(counted)}")
+                raise Unavailable(f"asked for {len(missing)} counts, got {len(counted)}")
             for key, count in zip(missing, counted, strict=True):
                 known[key] = count
                 self._keep(key, count)
