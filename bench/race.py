@@ -11,6 +11,8 @@ llama-server processes (the URLs in the nodeagents' ready files):
                  and when, not where a turn runs
     platform-h0  the same scheduler and nodeagents behind a second gateway + edge whose
                  hold-back is off (holdback 0, check every token): the routing alone
+    platform-h0-calls  the same as platform-h0 with a gateway that asks the node to count
+                 each prompt (local_token_counts off): that change side by side
     vllm-router  vllm-router (PyPI, Rust), consistent hashing on the X-Session-Id header
     sglang       sglang-router (PyPI, Rust), cache-aware (prefix tree + load balance)
     round-robin  a minimal aiohttp proxy (in this file), next replica on connect errors
@@ -71,7 +73,19 @@ from race_workloads import SYSTEM_PROMPT, WORKLOADS, Shape, UserScript, build, s
 
 RACE_VENV = REPO / ".race" / "venv"
 PEER_PINS = ("vllm-router==0.1.17", "sglang-router==0.3.2")
-SYSTEMS = ("platform", "platform-h0", "vllm-router", "sglang", "round-robin", "oracle")
+SYSTEMS = ("platform", "platform-h0", "platform-h0-calls", "vllm-router", "sglang", "round-robin",
+           "oracle")  # fmt: skip
+# The platform's systems beside the first gateway and edge: each a gateway + edge of its own
+# with these settings, on the same scheduler and nodeagents.
+HOLDBACK_OFF = {
+    "CHAT_GATEWAY_OUTPUT_HOLDBACK_TOKENS": "0",
+    "CHAT_GATEWAY_OUTPUT_CHECK_EVERY_TOKENS": "1",
+}
+GATEWAY_VARIANTS = {
+    "platform-h0": HOLDBACK_OFF,
+    # The gateway asks the node to count every prompt, as before gateways counted themselves.
+    "platform-h0-calls": {**HOLDBACK_OFF, "CHAT_GATEWAY_LOCAL_TOKEN_COUNTS": "false"},
+}
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MAX_ATTEMPTS = 3  # the openai SDK's default: one try and two retries
 RETRY_PAUSE_S = 0.5
@@ -614,21 +628,22 @@ async def platform_systems(platform, state: Path, names: list[str]) -> dict[str,
             parts=parts(by_name["edge"].process.pid, by_name["gateway"].process.pid),
             scheduler_metrics=scheduler_metrics,
         )  # fmt: skip
-    if "platform-h0" in names:
+    for name, settings in GATEWAY_VARIANTS.items():
+        if name not in names:
+            continue
+        suffix = name.removeprefix("platform")
         store_url = f"sqlite:///{state / 'chat.db'}"
-        env = platform._gateway_env("gateway-h0", store_url)
-        env["CHAT_GATEWAY_OUTPUT_HOLDBACK_TOKENS"] = "0"
-        env["CHAT_GATEWAY_OUTPUT_CHECK_EVERY_TOKENS"] = "1"
-        await platform._spawn("gateway-h0", "gateway.main", env)
-        gateway = platform._child("gateway-h0")
+        env = {**platform._gateway_env(f"gateway{suffix}", store_url), **settings}
+        await platform._spawn(f"gateway{suffix}", "gateway.main", env)
+        gateway = platform._child(f"gateway{suffix}")
         await platform._spawn(
-            "edge-h0", "edge.main",
-            {**platform._edge_env("edge-h0"), "CHAT_EDGE_LISTEN": "127.0.0.1:0",
+            f"edge{suffix}", "edge.main",
+            {**platform._edge_env(f"edge{suffix}"), "CHAT_EDGE_LISTEN": "127.0.0.1:0",
              "CHAT_EDGE_GATEWAY_ADDRESSES": str(gateway.ready["grpc"])},
         )  # fmt: skip
-        edge = platform._child("edge-h0")
-        systems["platform-h0"] = System(
-            "platform-h0", str(edge.ready["http"]), token=platform.tokens["plus"],
+        edge = platform._child(f"edge{suffix}")
+        systems[name] = System(
+            name, str(edge.ready["http"]), token=platform.tokens["plus"],
             cpu_pids=[edge.process.pid, gateway.process.pid, *shared],
             core_pids=[gateway.process.pid, by_name["scheduler"].process.pid],
             parts=parts(edge.process.pid, gateway.process.pid),
