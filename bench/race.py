@@ -915,6 +915,22 @@ def verdicts(rows: dict, workloads: list[str]) -> list[str]:
                 f"{held['e2e_p50_ms'] - off['e2e_p50_ms']:+.0f} ms (platform vs platform-h0)"
             )
 
+    for workload in workloads:
+        if (workload, "platform-h0") in rows and (workload, "platform-h0-calls") in rows:
+            here, calls = rows[(workload, "platform-h0")], rows[(workload, "platform-h0-calls")]
+            by_process = ", ".join(
+                f"{part} {here['cpu_ms_per_request_by_process'][part]:.1f}/"
+                f"{calls['cpu_ms_per_request_by_process'][part]:.1f}"
+                for part in here["cpu_ms_per_request_by_process"]
+            )
+            lines.append(
+                f"{workload}: counting in the gateway vs asking the node (platform-h0 vs "
+                f"platform-h0-calls): CPU/turn {here['router_cpu_ms_per_request']:.1f} vs "
+                f"{calls['router_cpu_ms_per_request']:.1f} ms ({by_process})"
+            )
+            lines.extend(f"  {against(here, calls, metric)}"
+                         for metric in ("ttft_p50_ms", "ttft_p95_ms", "e2e_p50_ms"))  # fmt: skip
+
     def mean(key: str, system: str) -> float | None:
         values = [v[key] for k, v in rows.items() if k[1] == system and v[key] is not None]
         return sum(values) / len(values) if values else None
