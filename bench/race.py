@@ -152,6 +152,7 @@ class RunCost:
     by_part: dict[str, float] = field(default_factory=dict)  # the platform's, per process kind
     picks: dict[str, float] | None = None  # the platform's, by reason (race_picks.py)
     warmup_turns: int = 0
+    load_reports: float | None = None  # the nodes' reports to the scheduler over the run
 
 
 # --- the systems -----------------------------------------------------------------------------
@@ -380,7 +381,7 @@ async def run_round(
             return text
 
         warmed = await warm_up_system(system.name, workload, round_index, warmup_turns, untimed)
-        picks0 = await scrape_picks(http, system.scheduler_metrics)
+        picks0, reports0 = await scrape_picks(http, system.scheduler_metrics)
         before_prefill = await prefilled_tokens(http, engines)
         cpu0 = sum(cpu_seconds(p) for p in system.cpu_pids)
         core0 = sum(cpu_seconds(p) for p in system.core_pids)
@@ -426,12 +427,14 @@ async def run_round(
             if chaos is not None and not chaos.done():
                 chaos.cancel()
         after_prefill = await prefilled_tokens(http, engines)
-        picks = picks_between(picks0, await scrape_picks(http, system.scheduler_metrics))
+        picks1, reports1 = await scrape_picks(http, system.scheduler_metrics)
+        picks = picks_between(picks0, picks1)
+        reports = reports1 - reports0 if reports0 is not None and reports1 is not None else None
     # A restarted replica counts from zero again.
     prefilled = [a - b if a >= b else a for a, b in zip(after_prefill, before_prefill, strict=True)]
     cost = RunCost(wall, cpu, core, len(samples), prefilled,
                    system.idle_cpu_per_s * wall, system.idle_core_per_s * wall,
-                   by_part, picks, warmed)  # fmt: skip
+                   by_part, picks, warmed, reports)  # fmt: skip
     return samples, cost
 
 
@@ -562,7 +565,20 @@ async def start_peers(
     return systems
 
 
-def make_platform(state: Path, engine_threads: int, max_tokens: int, prefill_tokens_per_s: float):
+def setting(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.startswith("CHAT_"):
+        raise argparse.ArgumentTypeError(f"a setting is CHAT_NAME=VALUE, not {text!r}")
+    return name, value
+
+
+def make_platform(
+    state: Path,
+    engine_threads: int,
+    max_tokens: int,
+    prefill_tokens_per_s: float,
+    settings: dict[str, str],
+):
     from clients.chatctl.platform import LocalPlatform, PlatformSettings
 
     class RacePlatform(LocalPlatform):
@@ -599,6 +615,7 @@ def make_platform(state: Path, engine_threads: int, max_tokens: int, prefill_tok
                     else {}
                 ),
                 **quiet,
+                **settings,
             },
         )
     )
@@ -695,7 +712,7 @@ async def race(args: argparse.Namespace) -> dict:
     shutil.rmtree(state, ignore_errors=True)
     state.mkdir(parents=True)
     platform = make_platform(state, args.engine_threads, args.max_tokens,
-                             args.prefill_tokens_per_s)  # fmt: skip
+                             args.prefill_tokens_per_s, dict(args.setting))  # fmt: skip
     peers: list[asyncio.subprocess.Process] = []
     churn: Churn | None = None
     systems: dict[str, System] = {}
@@ -830,6 +847,11 @@ def summarise(samples: list[Sample], costs: dict, workloads: list[str], names: l
                 "prefill_hot_spot": max(prefilled) / mean_prefill if mean_prefill else 0.0,
                 "stayed_share": stays / (stays + moves) if stays + moves else None,
                 "picks_by_reason": summed_picks(runs),
+                "load_reports_per_turn": (
+                    sum(c.load_reports or 0.0 for c in runs) / requests
+                    if requests and all(c.load_reports is not None for c in runs)
+                    else None
+                ),
                 "warmup_turns": sum(c.warmup_turns for c in runs),
                 "wall_s": wall,
             }
@@ -1062,6 +1084,14 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--name", default="race", help="results land in bench/results/<name>.*")
     parser.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        type=setting,
+        metavar="CHAT_X=VALUE",
+        help="a setting of the platform's services (an environment variable), for all of them",
+    )
+    parser.add_argument(
         "--serve-round-robin", nargs="+", metavar="PORT URL", help=argparse.SUPPRESS
     )
     args = parser.parse_args()
@@ -1089,6 +1119,11 @@ def main() -> None:
         f"{args.engine_threads} thread(s) each) on this machine's {os.cpu_count()} cores, "
         f"shared by every system; total {result['total_s']:.0f} s",
         result["pinning"],
+        *(
+            ["the platform's services set " + ", ".join(f"{k}={v}" for k, v in args.setting)]
+            if args.setting
+            else []
+        ),  # fmt: skip
         f"warm-up: each system served {args.warmup_turns} untimed turn(s) of its own "
         "conversations (salted apart from the timed ones) before its timed turns in every "
         "round, so the first system of a round does not meet cold processes",
@@ -1145,6 +1180,9 @@ def main() -> None:
     for (workload, name), row in rows.items():
         if name.startswith("platform"):
             lines.append(f"{workload} {name} picks by reason: {describe(row['picks_by_reason'])}")
+            if row.get("load_reports_per_turn") is not None:
+                lines.append(f"{workload} {name} load reports taken by the scheduler: "
+                             f"{row['load_reports_per_turn']:.1f} a turn")  # fmt: skip
     if result["churn"]:
         lines.append("churn: " + " | ".join(result["churn"]))
     lines.extend(verdicts(rows, args.workloads))

@@ -30,16 +30,27 @@ def picks_by_reason(exposition: str) -> dict[str, float]:
     return totals
 
 
-async def scrape_picks(http: aiohttp.ClientSession, metrics_url: str) -> dict[str, float] | None:
-    """The scheduler's picks by reason now; None when it cannot be read or has no such
-    counter (the report tells the two apart from the scheduler's log, not from here)."""
+def load_reports(exposition: str) -> float | None:
+    """The load reports the scheduler has taken from its nodes so far; None without the
+    counter (an older scheduler)."""
+    for family in text_string_to_metric_families(exposition):
+        if family.type == "counter" and family.name == "scheduler_load_reports":
+            return sum(s.value for s in family.samples if s.name.endswith("_total"))
+    return None
+
+
+async def scrape_picks(
+    http: aiohttp.ClientSession, metrics_url: str
+) -> tuple[dict[str, float] | None, float | None]:
+    """The scheduler's picks by reason now, and its load reports taken; None for what cannot
+    be read or has no counter (the report tells the two apart from the scheduler's log)."""
     if not metrics_url:
-        return None
+        return None, None
     with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
         async with http.get(metrics_url, timeout=aiohttp.ClientTimeout(total=5)) as response:
-            found = picks_by_reason(await response.text())
-            return found or None
-    return None
+            text = await response.text()
+            return picks_by_reason(text) or None, load_reports(text)
+    return None, None
 
 
 def picks_between(

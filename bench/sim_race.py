@@ -150,12 +150,14 @@ async def race(args: argparse.Namespace) -> dict:
             for name in names if w % 2 == 0 else list(reversed(names)):
                 begun = time.perf_counter()
                 async with aiohttp.ClientSession() as http:
-                    before = await scrape_picks(http, metrics_url) if name == "platform" else None
+                    before = (
+                        (await scrape_picks(http, metrics_url))[0] if name == "platform" else None
+                    )
                     turns = await run_cell(targets[name], workload, scripts, args.max_tokens,
                                            args.slow, str(args.seed))  # fmt: skip
                     if name == "platform":
                         picks[workload] = picks_between(
-                            before, await scrape_picks(http, metrics_url)
+                            before, (await scrape_picks(http, metrics_url))[0]
                         )
                 row = figures(turns, args.replicas)
                 row["wall_s"] = time.perf_counter() - begun

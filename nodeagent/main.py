@@ -59,6 +59,9 @@ class NodeAgentConfig:
     # The load is read every report_interval_s and sent when it changed, else this often: well
     # inside the scheduler's report_timeout_s (2 s), after which a silent node is not picked.
     report_heartbeat_s: float = 1.0
+    # A busy engine's KV cache grows with every token: a change of its use smaller than this
+    # share of the cache waits for the heartbeat; 0 reports every change (nodeagent/reporter.py).
+    report_kv_step: float = 0.02
     # After an answer's first token, tokens are sent at most this often, several to a chunk
     # (vLLM's and SGLang's --stream-interval, in seconds): each message costs CPU at every hop.
     # 0 sends every token as it comes.
@@ -275,6 +278,7 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
             engine_ok,
             config.report_heartbeat_s,
             tls=config.tls,
+            kv_step=config.report_kv_step,
         )
         service.task(reporter.run(), "reporter")
         watch = _watch_engine(engine, engine_ok, config.health_interval_s, activity, log)

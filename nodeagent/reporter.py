@@ -26,6 +26,20 @@ MOST_BACKOFF_S = 2.0
 STREAM_LASTED_S = 2.0
 
 
+# What a pick reads of a replica, sent within report_interval_s of changing.
+AT_ONCE = (
+    "state",
+    "running_requests",
+    "waiting_requests",
+    "queued_prefill_tokens",
+    "prefill_tokens_per_second",
+    "decode_step_seconds",
+    "answer_seconds",
+)
+# A change in the KV cache's use worth a report before the heartbeat, as a share of the cache.
+KV_STEP = 0.02
+
+
 @dataclass(frozen=True, slots=True)
 class NodeIdentity:
     node_id: str
@@ -47,9 +61,12 @@ class LoadReporter:
         heartbeat_s: float = 1.0,
         *,
         tls: TlsConfig | None = None,
+        kv_step: float = KV_STEP,
     ) -> None:
         if not 0 < interval_s <= heartbeat_s:
             raise ValueError("need 0 < report interval <= report heartbeat")
+        if not 0 <= kv_step < 1:
+            raise ValueError(f"the report's KV step is a share of the cache, in [0, 1): {kv_step}")
         self._identity = identity
         self._engine = engine
         self._addresses = scheduler_addresses
@@ -62,6 +79,7 @@ class LoadReporter:
         self._running = running
         self._interval_s = interval_s
         self._heartbeat_s = heartbeat_s
+        self._kv_step = kv_step
         self._engine_ok = engine_ok
         self._draining_by_operator = False
         self._log = structlog.get_logger(component="reporter", node=identity.node_id)
@@ -126,7 +144,7 @@ class LoadReporter:
             load = await self.snapshot()
             # An unchanged load is sent only as a heartbeat: an idle fleet's reports were most
             # of its schedulers' and nodes' idle CPU (a gRPC message costs ~0.5 ms each side).
-            if load != sent or loop.time() - sent_at >= self._heartbeat_s:
+            if is_news(load, sent, self._kv_step) or loop.time() - sent_at >= self._heartbeat_s:
                 yield pb.ConnectNodeRequest(load=load)
                 sent, sent_at = load, loop.time()
             if self._running() or load.running_requests or load.waiting_requests:
@@ -160,3 +178,18 @@ class LoadReporter:
             decode_step_seconds=load.decode_step_s,
             answer_seconds=load.answer_s,
         )
+
+
+def is_news(load: pb.LoadReport, sent: pb.LoadReport | None, kv_step: float) -> bool:
+    """Whether the load differs from the one sent in what a pick reads at once: the state,
+    the requests running and waiting, the prompt tokens queued, the measured speeds, or the
+    KV cache's use by kv_step or more. A busy engine's cache grows with every token it writes,
+    and each report is a gRPC message at both ends: that growth alone waits for the heartbeat
+    (docs/decisions.md, "Load reports: changes every 250 ms, heartbeats every second")."""
+    if sent is None:
+        return True
+    if any(getattr(load, name) != getattr(sent, name) for name in AT_ONCE):
+        return True
+    if not kv_step:
+        return load != sent
+    return abs(load.kv_usage - sent.kv_usage) >= kv_step

@@ -80,6 +80,18 @@ class SchedulerCollector(Collector):
         yield from self._pool_families()
         yield from self._node_families()
         yield self._pick_family()
+        yield self._report_family()
+
+    def _report_family(self) -> CounterMetricFamily:
+        reports = CounterMetricFamily(
+            "scheduler_load_reports",
+            "load reports taken from the pool's nodes (changes a pick reads, and heartbeats)",
+            labels=["pool"],
+        )
+        counts = self._table.report_counts
+        for pool in sorted({*self._pools, *counts}):
+            reports.add_metric([pool], counts[pool])
+        return reports
 
     def _pick_family(self) -> CounterMetricFamily:
         """Picks by pool and reason (docs/decisions.md, "Where a conversation's cache is"):

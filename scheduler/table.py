@@ -42,6 +42,8 @@ class LoadTable:
         self._indexes: dict[str, PoolIndex] = {}
         # Picks made so far by (pool, reason): how a race reads decision by decision.
         self.pick_counts: Counter[tuple[str, str]] = Counter()
+        # Load reports taken, by pool: each is a message at both ends of a node's stream.
+        self.report_counts: Counter[str] = Counter()
 
     def join(self, load: ReplicaLoad, context_tokens: int, kv_capacity_tokens: int) -> NodeEntry:
         previous = self._nodes.get(load.node_id)
@@ -106,6 +108,7 @@ class LoadTable:
             load = replace(load, state=NodeState.DRAINING)
         self._set_load(entry, load)
         entry.last_report_at = self._clock()
+        self.report_counts[load.pool] += 1
 
     def leave(self, node_id: str, entry: NodeEntry) -> None:
         # A reconnect may already have replaced the entry; only the stream that owns it removes it.

@@ -14,7 +14,7 @@ from chat.v1 import scheduler_service_pb2 as pb
 from domain.replica_hardware import H100x4_70B, step_seconds
 from fleet.replicas import prefill_tokens_per_s
 from nodeagent.changes import Changes
-from nodeagent.reporter import LoadReporter, NodeIdentity
+from nodeagent.reporter import AT_ONCE, LoadReporter, NodeIdentity
 from nodeagent.request_registry import RequestRegistry, RunningRequest
 from nodeagent.sim import SimEngine
 from tests.nodeagent.test_sim import ask, started
@@ -40,9 +40,9 @@ async def ended(running: RunningRequest) -> None:
 
 async def test_an_idle_node_sends_heartbeats_and_a_busy_one_every_change() -> None:
     # Real time: one 70B answer of 160 tokens lasts a few seconds; its KV blocks (16 tokens
-    # each) grow several times a second.
+    # each) grow several times a second. kv_step 0: every change of the cache goes out.
     async with started(SimEngine(H100x4_70B, speed=1.0, answer_lengths=(160, 160))) as engine:
-        node, registry = reporter(engine, interval_s=0.05, heartbeat_s=0.8)
+        node, registry = reporter(engine, interval_s=0.05, heartbeat_s=0.8, kv_step=0.0)
         stream = node.messages()
         first = await anext(stream)
         assert first.HasField("registration") and first.registration.node_id == "n1"
@@ -64,7 +64,37 @@ async def test_an_idle_node_sends_heartbeats_and_a_busy_one_every_change() -> No
         assert any(load.running_requests == 1 for load in loads)
 
 
-@pytest.mark.parametrize("timing", [{"interval_s": 0.0}, {"interval_s": 2.0, "heartbeat_s": 1.0}])
+async def test_a_busy_node_sends_what_a_pick_reads_at_once_and_its_cache_growth_by_the_step() -> (
+    None
+):
+    # The same answer with the default step: the cache's growth (well under 2 % of a 70B
+    # replica's cache) waits for the heartbeat, here longer than the test, while the start,
+    # the prefill and the finish each go within the interval.
+    async with started(SimEngine(H100x4_70B, speed=1.0, answer_lengths=(160, 160))) as engine:
+        node, registry = reporter(engine, interval_s=0.05, heartbeat_s=60.0)
+        stream = node.messages()
+        assert (await anext(stream)).HasField("registration")
+        idle = (await anext(stream)).load
+        assert idle.running_requests == 0
+        busy = asyncio.create_task(ended(registry.start(ask("r1", "Tell me about rivers."))))
+        loads = []
+        async with asyncio.timeout(30):
+            while not loads or loads[-1].running_requests or not busy.done():
+                loads.append((await anext(stream)).load)
+        await busy
+        assert loads[0].running_requests + loads[0].waiting_requests == 1  # the start
+        assert any(load.running_requests == 1 for load in loads)
+        assert loads[-1].running_requests == 0
+        # Each report carried news for a pick; none was the cache's growth alone.
+        for sent, load in itertools.pairwise([idle, *loads]):
+            assert any(getattr(load, name) != getattr(sent, name) for name in AT_ONCE), load
+        assert len(loads) <= 8, [(load.running_requests, load.kv_usage) for load in loads]
+
+
+@pytest.mark.parametrize(
+    "timing",
+    [{"interval_s": 0.0}, {"interval_s": 2.0, "heartbeat_s": 1.0}, {"kv_step": 1.0}],
+)
 async def test_bad_report_timing_is_refused(timing: dict[str, float]) -> None:
     async with started(SimEngine(H100x4_70B, speed=200.0)) as engine:
         with pytest.raises(ValueError, match="report"):

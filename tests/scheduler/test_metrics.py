@@ -42,6 +42,7 @@ def test_every_configured_pool_has_its_series_at_zero_before_any_node() -> None:
     assert "scheduler_ladder_rung 0.0" in text
     assert "scheduler_ladder_leader 0.0" in text
     assert "scheduler_node_kv_usage{" not in text
+    assert 'scheduler_load_reports_total{pool="large"} 0.0' in text
 
 
 def test_pools_nodes_and_the_ladder_read_as_the_table_holds_them() -> None:
@@ -78,3 +79,5 @@ def test_pools_nodes_and_the_ladder_read_as_the_table_holds_them() -> None:
     assert value("scheduler_ladder_rung") == 2  # the pin's
     assert value("scheduler_ladder_pinned") == 1
     assert value("scheduler_ladder_leader") == 1
+    assert value("scheduler_load_reports_total", pool="large") == 3
+    assert value("scheduler_load_reports_total", pool="small") == 1
