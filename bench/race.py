@@ -1123,7 +1123,7 @@ def main() -> None:
             ["the platform's services set " + ", ".join(f"{k}={v}" for k, v in args.setting)]
             if args.setting
             else []
-        ),  # fmt: skip
+        ),
         f"warm-up: each system served {args.warmup_turns} untimed turn(s) of its own "
         "conversations (salted apart from the timed ones) before its timed turns in every "
         "round, so the first system of a round does not meet cold processes",
