@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -194,16 +196,22 @@ def _vllm_engine(config: NodeAgentConfig) -> VllmEngine:
     )
 
 
-async def _watch_engine(
+async def watch_engine(
     engine: Engine,
     engine_ok: asyncio.Event,
     interval_s: float,
     activity: Changes,
     log: structlog.stdlib.BoundLogger,
+    heard_at: Callable[[], float] = lambda: -math.inf,
 ) -> None:
-    """Keeps engine_ok true while the engine answers its health check."""
+    """Keeps engine_ok true while the engine answers its health check. A token written
+    within the interval passes for one: a busy node does not ask its engine each second
+    (an HTTP request on a new connection, about 1.3 ms of the node's CPU)."""
+    loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(interval_s)
+        if engine_ok.is_set() and loop.time() - heard_at() < interval_s:
+            continue
         healthy = await engine.healthy()
         if healthy == engine_ok.is_set():
             continue
@@ -281,7 +289,8 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
             kv_step=config.report_kv_step,
         )
         service.task(reporter.run(), "reporter")
-        watch = _watch_engine(engine, engine_ok, config.health_interval_s, activity, log)
+        watch = watch_engine(engine, engine_ok, config.health_interval_s, activity, log,
+                             lambda: registry.heard_at)  # fmt: skip
         service.task(watch, "engine health")
         service.drains(
             lambda: _drain(accepting, activity, registry, servicer, config.shutdown_grace_s)

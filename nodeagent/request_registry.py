@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -108,6 +109,9 @@ class RequestRegistry:
         self._tasks: set[asyncio.Task[None]] = set()
         # Each start is noted there: an idle node's load reporter sleeps on it.
         self._activity = activity if activity is not None else Changes()
+        # When the engine last wrote a token (the event loop's clock): proof it is up, so
+        # the health check need not ask it while it answers.
+        self.heard_at = -math.inf
 
     def __len__(self) -> int:
         return sum(1 for r in self._requests.values() if r.finished is None)
@@ -128,11 +132,13 @@ class RequestRegistry:
     async def _run(self, running: RunningRequest) -> None:
         output = 0
         finished: Finished | None = None
+        loop = asyncio.get_running_loop()
         try:
             async for item in self._engine.generate(running.request):
                 if isinstance(item, Chunk):
                     output += 1
                     running.add(item.text)
+                    self.heard_at = loop.time()
                 else:
                     finished = item
             if finished is None:
