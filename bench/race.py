@@ -816,6 +816,7 @@ def summarise(samples: list[Sample], costs: dict, workloads: list[str], names: l
                 "e2e_p95_ms": pct(e2e, 0.95),
                 "output_tokens_per_s": sum(s.output_tokens for s in good) / wall if wall else 0,
                 "cached_share": sum(s.cached_tokens for s in good) / prompt if prompt else 0.0,
+                **answer_shape(good),
                 "router_cpu_ms_per_request": (
                     1000 * sum(c.cpu_s for c in runs) / requests
                     if requests and name != "oracle"
@@ -856,6 +857,20 @@ def summarise(samples: list[Sample], costs: dict, workloads: list[str], names: l
                 "wall_s": wall,
             }
     return rows
+
+
+def answer_shape(good: list[Sample]) -> dict[str, float]:
+    """What each turn cost the engines and how fast its answer came once begun: on cores the
+    engines share, a system that starts answers sooner runs more at once, and each decodes
+    slower (E2E p50 alone does not tell the two apart)."""
+    decoding = [(s.output_tokens - 1) / (s.e2e_s - s.ttft_s) for s in good
+                if s.output_tokens > 1 and s.e2e_s > s.ttft_s]  # fmt: skip
+    n = len(good) or 1
+    return {
+        "uncached_prompt_tokens": sum(s.prompt_tokens - s.cached_tokens for s in good) / n,
+        "e2e_mean_ms": 1000 * sum(s.e2e_s for s in good) / n,
+        "decode_tokens_per_s_p50": pct(decoding, 0.5) if decoding else 0.0,
+    }
 
 
 def summed_picks(runs: list[RunCost]) -> dict[str, float] | None:
@@ -1170,6 +1185,15 @@ def main() -> None:
                 f"{workload} {name} CPU ms/req by process: "
                 + ", ".join(f"{part} {ms:.1f}" for part, ms in split.items())
             )
+    lines.append(
+        "where the time of a turn goes (means; decode: tokens after the first over the time "
+        "after the first): "
+        + "; ".join(
+            f"{w} {n} uncached prompt {row['uncached_prompt_tokens']:.0f} tok, "
+            f"e2e {row['e2e_mean_ms']:.0f} ms, decode {row['decode_tokens_per_s_p50']:.1f} tok/s"
+            for (w, n), row in rows.items()
+        )
+    )
     lines.append("stay share (turns on the replica of the turn before), by workload and system: "
                  + "; ".join(f"{w} {n} {fmt(row['stayed_share'], '.0%')}"
                              for (w, n), row in rows.items()))  # fmt: skip

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from bench.race_picks import describe, picks_between, picks_by_reason
+from bench.race_picks import describe, load_reports, picks_between, picks_by_reason
 
 
 def exposition(picks: dict[tuple[str, str], int]) -> str:
@@ -36,3 +36,15 @@ def test_a_scheduler_without_a_picks_counter_says_so() -> None:
     assert describe(picks_between(None, found or None)) == (
         "the scheduler's /metrics has no picks counter by reason"
     )
+
+
+def test_the_load_reports_are_read_from_their_counter_alone() -> None:
+    registry = CollectorRegistry()
+    reports = Counter("scheduler_load_reports", "reports", ["pool"], registry=registry)
+    reports.labels("small").inc(7)
+    reports.labels("large").inc(3)
+    Counter("scheduler_picks", "picks", ["pool", "reason"], registry=registry).labels(
+        "small", "cold"
+    ).inc(5)
+    assert load_reports(generate_latest(registry).decode()) == 10
+    assert load_reports(exposition({})) is None
