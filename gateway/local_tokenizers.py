@@ -6,8 +6,8 @@ A node is asked once for its tokenizer. Until it has answered, and for a node th
 the node to count, as before; a node that offered none is asked again after retry_s, so an
 upgraded node is found. Nodes that serve the same file (by its digest) share one loaded
 tokenizer and one cache of counts, and a node whose file is held already does not send it
-again. A node that names another model than the one it offered a
-tokenizer for (restarted with another model on the same address) is asked again.
+again. A node that names another model than the one it offered a tokenizer for (restarted
+with another model on the same address) is asked again.
 """
 
 from __future__ import annotations
@@ -138,11 +138,16 @@ class LocalTokenizers:
         loaded = self._files.get(offered.sha256)
         if loaded is not None:
             return loaded
-        if hashlib.sha256(offered.data).hexdigest() != offered.sha256:
-            raise Unavailable("the tokenizer file arrived unlike its digest")
-        try:
-            tokenizer = await asyncio.to_thread(Tokenizer.from_buffer, offered.data)
-        except Exception as error:  # the library raises bare Exception for a bad file
-            raise Unavailable(f"the tokenizer file does not load: {error}") from error
+        # Off the event loop: hashing and parsing a file of several MB takes tens of ms.
+        tokenizer = await asyncio.to_thread(_checked_tokenizer, offered)
         loaded = self._files[offered.sha256] = _Loaded(tokenizer, self._cache_texts)
         return loaded
+
+
+def _checked_tokenizer(offered: OfferedTokenizer) -> Tokenizer:
+    if hashlib.sha256(offered.data).hexdigest() != offered.sha256:
+        raise Unavailable("the tokenizer file arrived unlike its digest")
+    try:
+        return Tokenizer.from_buffer(offered.data)
+    except Exception as error:  # the library raises bare Exception for a bad file
+        raise Unavailable(f"the tokenizer file does not load: {error}") from error
