@@ -134,6 +134,9 @@ class GatewayConfig:
     # Token counts made here with each node's own tokenizer file, which the node sends once
     # (gateway/local_tokenizers.py): no Tokenize call before an answer. Off: the node counts.
     local_token_counts: bool = True
+    # Picks go over one held PickReplicas stream per scheduler (gateway/pick_stream.py): one
+    # message each way instead of a call each. Off: a PickReplica call per pick.
+    pick_stream: bool = True
     # A pool with this many failures (no replica, replica lost) within the window is skipped
     # for the cooldown: large falls to small, small to a composed "busy" answer.
     breaker_failures_to_open: int = _BREAKER.failures_to_open
@@ -384,9 +387,8 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
     async with Service("gateway", log) as service:
         store = await open_store(config.store_url)
         service.closes(store.close)
-        scheduler = SchedulerClient(
-            config.scheduler_addresses or [config.scheduler_address], tls=config.tls
-        )
+        scheduler = SchedulerClient(config.scheduler_addresses or [config.scheduler_address],
+                                    tls=config.tls, pick_stream=config.pick_stream)  # fmt: skip
         service.closes(scheduler.close)
         client = NodeClient(tls=config.tls, local_counts=config.local_token_counts)
         nodes: LinkedNodes | NodeClient = LinkedNodes(client) if config.node_link else client

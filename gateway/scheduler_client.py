@@ -4,6 +4,9 @@ Every scheduler holds the same table (each node reports to all of them), so any 
 A pick goes to the scheduler that answered last; one that cannot be reached is set aside for
 a cooldown and the pick is asked again at once of the next, so a dead scheduler costs the
 message one failed connection attempt, not an answer.
+
+Picks go over one held stream per scheduler (gateway/pick_stream.py); a scheduler that does
+not serve the stream, or `pick_stream=False`, is asked by a PickReplica call each time.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from domain.feedback import RatedAnswer
 from domain.guardrails import Tally
 from domain.rollout import RolloutState
 from domain.types import Tier
+from gateway.pick_stream import PickStream, PickStreamLost
 from gateway.ports import ReplicaPick
 from infra.convert import TIER_TO_PB
 from infra.keepalive import CLIENT_CHANNEL
@@ -49,6 +53,7 @@ class SchedulerClient:
         down_for_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
         tls: TlsConfig | None = None,
+        pick_stream: bool = True,
     ) -> None:
         if not addresses:
             raise ValueError("at least one scheduler address is needed")
@@ -62,6 +67,10 @@ class SchedulerClient:
         # The scheduler that answered last is asked first; the others when it cannot be reached.
         self._current = 0
         self._down_until = [float("-inf")] * len(addresses)
+        # A held pick stream per scheduler; None: that scheduler is asked by call.
+        self._streams: list[PickStream | None] = [
+            PickStream(stub) if pick_stream else None for stub in self._stubs
+        ]
 
     async def pick(
         self,
@@ -85,19 +94,38 @@ class SchedulerClient:
         unreachable: list[str] = []
         for index in self._order():
             try:
-                answer = await self._stubs[index].PickReplica(request, timeout=self._rpc_timeout_s)
-            except grpc.aio.AioRpcError as error:
-                if _answered(error):
-                    self._current = index
-                    raise _refusal(error) from error
+                answer = await self._ask(index, request)
+            except _Unreachable as failure:
                 self._down_until[index] = self._clock() + self._down_for_s
-                unreachable.append(
-                    f"{self._addresses[index]}: {error.code().name} {error.details() or ''}".strip()
-                )
+                unreachable.append(f"{self._addresses[index]}: {failure}")
                 continue
+            except (InvalidArgument, NoReplica):
+                self._current = index  # it answered: a refusal, passed on
+                raise
             self._current = index
             return _from_pb(answer)
         raise Unavailable(f"no scheduler is reachable ({'; '.join(unreachable)})")
+
+    async def _ask(self, index: int, request: pb.PickReplicaRequest) -> pb.PickReplicaResponse:
+        """The pick of scheduler index; InvalidArgument or NoReplica when it refuses,
+        _Unreachable when it cannot be asked."""
+        stream = self._streams[index]
+        if stream is not None:
+            try:
+                answer = await stream.pick(request, self._rpc_timeout_s)
+            except PickStreamLost as lost:
+                if not lost.unimplemented:
+                    raise _Unreachable(lost.detail) from lost
+                self._streams[index] = None
+                await stream.close()
+            else:
+                return _made(answer)
+        try:
+            return await self._stubs[index].PickReplica(request, timeout=self._rpc_timeout_s)
+        except grpc.aio.AioRpcError as error:
+            if _answered(error):
+                raise _refusal(error) from error
+            raise _Unreachable(f"{error.code().name} {error.details() or ''}".strip()) from error
 
     def _order(self) -> list[int]:
         """The current scheduler, then the others in turn; those set aside go last, so a pick
@@ -134,8 +162,24 @@ class SchedulerClient:
         raise Unavailable(f"no scheduler answered for the rollout ({'; '.join(unreachable)})")
 
     async def close(self) -> None:
+        for stream in self._streams:
+            if stream is not None:
+                await stream.close()
         for channel in self._channels:
             await channel.close()
+
+
+class _Unreachable(Exception):
+    """A scheduler that could not be asked (a failed call or stream), not one that refused."""
+
+
+def _made(answer: pb.PickReplicasResponse) -> pb.PickReplicaResponse:
+    """The pick a stream's answer carries, or its refusal raised as PickReplica's would be."""
+    if answer.refusal == pb.PICK_REFUSAL_INVALID_ARGUMENT:
+        raise InvalidArgument(answer.detail or "the scheduler refused the pick")
+    if answer.refusal == pb.PICK_REFUSAL_NO_REPLICA:
+        raise NoReplica(answer.detail or "no replica is ready")
+    return answer.pick
 
 
 def _answered(error: grpc.aio.AioRpcError) -> bool:

@@ -23,6 +23,7 @@ ALL_ROLES = frozenset(Role)
 ACCESS: dict[str, frozenset[Role]] = {
     "/chat.v1.SchedulerService/ConnectNode": frozenset({Role.NODE}),
     "/chat.v1.SchedulerService/PickReplica": frozenset({Role.GATEWAY}),
+    "/chat.v1.SchedulerService/PickReplicas": frozenset({Role.GATEWAY}),
     # Gateways follow the split through it; read-only, so it needs no admin token.
     "/chat.v1.SchedulerService/GetRollout": frozenset({Role.GATEWAY, Role.OPERATOR}),
     "/chat.v1.SchedulerService/*": frozenset({Role.OPERATOR}),

@@ -147,6 +147,28 @@ class SchedulerServicer(pb_grpc.SchedulerServiceServicer):
     async def PickReplica(
         self, request: pb.PickReplicaRequest, context: grpc.aio.ServicerContext
     ) -> pb.PickReplicaResponse:
+        return self._pick(request)
+
+    @maps_domain_errors
+    async def PickReplicas(
+        self,
+        request_iterator: AsyncIterator[pb.PickReplicasRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[pb.PickReplicasResponse]:
+        # A pick never waits, so each is answered before the next is read: in order, at once.
+        async for ask in request_iterator:
+            try:
+                made = self._pick(ask.pick)
+            except NoReplica as refused:
+                yield pb.PickReplicasResponse(pick_id=ask.pick_id, detail=refused.reason,
+                                              refusal=pb.PICK_REFUSAL_NO_REPLICA)  # fmt: skip
+            except InvalidArgument as refused:
+                yield pb.PickReplicasResponse(pick_id=ask.pick_id, detail=refused.reason,
+                                              refusal=pb.PICK_REFUSAL_INVALID_ARGUMENT)  # fmt: skip
+            else:
+                yield pb.PickReplicasResponse(pick_id=ask.pick_id, pick=made)
+
+    def _pick(self, request: pb.PickReplicaRequest) -> pb.PickReplicaResponse:
         if not request.conversation_id or len(request.conversation_id) > MAX_ID_CHARS:
             raise InvalidArgument(f"conversation_id must be 1..{MAX_ID_CHARS} characters")
         self._check_pool(request.pool)

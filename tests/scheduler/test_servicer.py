@@ -537,3 +537,59 @@ async def test_an_etcd_prefix_that_would_take_in_its_neighbours_keys_is_refused(
     config = SchedulerConfig(membership="etcd", etcd_prefix=prefix)
     with pytest.raises(ConfigError, match="etcd_prefix must start and end with '/'"):
         await serve(config, asyncio.Event())
+
+
+async def test_the_pick_stream_answers_each_pick_by_its_id_as_a_pick_call_would(
+    scheduler,
+) -> None:
+    nodes = [FakeNode(scheduler, f"s{i}", pool="small") for i in range(2)]
+    call = scheduler.PickReplicas()
+    try:
+
+        async def all_ready() -> bool:
+            found = await states(scheduler)
+            return all(found.get(n.node_id) == pb.NODE_STATE_READY for n in nodes)
+
+        await eventually(all_ready)
+        asks = {
+            pick_id: pb.PickReplicaRequest(conversation_id=f"conv-stream-{pick_id}", pool="small",
+                                           prompt_tokens=100, tier=common_pb2.TIER_PLUS)
+            for pick_id in (7, 3, 100, 42)
+        }  # fmt: skip
+        refused = {
+            5: pb.PickReplicaRequest(conversation_id="c", pool="huge"),
+            6: pb.PickReplicaRequest(conversation_id="", pool="small"),
+            9: pb.PickReplicaRequest(conversation_id="c", pool="small",
+                                     exclude_node_ids=["s0", "s1"]),
+        }  # fmt: skip
+        for pick_id, ask in [*asks.items(), *refused.items()]:
+            await call.write(pb.PickReplicasRequest(pick_id=pick_id, pick=ask))
+        answers = [await call.read() for _ in range(len(asks) + len(refused))]
+        # Answered in the order asked, each carrying its own id back.
+        assert [a.pick_id for a in answers] == [*asks, *refused]
+        by_id = {a.pick_id: a for a in answers}
+        for pick_id, ask in asks.items():
+            streamed = by_id[pick_id]
+            assert streamed.refusal == pb.PICK_REFUSAL_UNSPECIFIED and not streamed.detail
+            # The conversation's cache is where the stream's pick sent it: a call finds it there.
+            called = await scheduler.PickReplica(ask)
+            assert streamed.pick.reason == pb.PICK_REASON_COLD
+            assert (streamed.pick.node_id, streamed.pick.address, streamed.pick.model) == (
+                called.node_id, called.address, called.model
+            )  # fmt: skip
+            assert streamed.pick.context_tokens == called.context_tokens == 4096
+        told = [(by_id[i].refusal, by_id[i].detail, by_id[i].HasField("pick")) for i in refused]
+        assert told == [
+            (pb.PICK_REFUSAL_INVALID_ARGUMENT,
+             "unknown pool 'huge'; this fleet's pools are large, small", False),
+            (pb.PICK_REFUSAL_INVALID_ARGUMENT, "conversation_id must be 1..128 characters", False),
+            (pb.PICK_REFUSAL_NO_REPLICA,
+             "no replica of pool 'small' is ready; retry shortly", False),
+        ]  # fmt: skip
+        await call.done_writing()
+        assert await call.read() is grpc.aio.EOF
+        assert (await call.code()) == grpc.StatusCode.OK
+    finally:
+        call.cancel()
+        for node in nodes:
+            await node.close()

@@ -34,6 +34,12 @@ class PickReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PICK_REASON_NO_REPLICA: _ClassVar[PickReason]
     PICK_REASON_MOVED: _ClassVar[PickReason]
     PICK_REASON_COLD: _ClassVar[PickReason]
+
+class PickRefusal(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PICK_REFUSAL_UNSPECIFIED: _ClassVar[PickRefusal]
+    PICK_REFUSAL_INVALID_ARGUMENT: _ClassVar[PickRefusal]
+    PICK_REFUSAL_NO_REPLICA: _ClassVar[PickRefusal]
 NODE_STATE_UNSPECIFIED: NodeState
 NODE_STATE_STARTING: NodeState
 NODE_STATE_READY: NodeState
@@ -49,6 +55,9 @@ PICK_REASON_ESCAPED_KV_ROOM: PickReason
 PICK_REASON_NO_REPLICA: PickReason
 PICK_REASON_MOVED: PickReason
 PICK_REASON_COLD: PickReason
+PICK_REFUSAL_UNSPECIFIED: PickRefusal
+PICK_REFUSAL_INVALID_ARGUMENT: PickRefusal
+PICK_REFUSAL_NO_REPLICA: PickRefusal
 
 class NodeRegistration(_message.Message):
     __slots__ = ("node_id", "address", "model", "pool", "context_tokens", "kv_capacity_tokens", "max_running_requests")
@@ -141,6 +150,26 @@ class PickReplicaResponse(_message.Message):
     model: str
     context_tokens: int
     def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., reason: _Optional[_Union[PickReason, str]] = ..., expected_wait_seconds: _Optional[float] = ..., ladder_rung: _Optional[int] = ..., model: _Optional[str] = ..., context_tokens: _Optional[int] = ...) -> None: ...
+
+class PickReplicasRequest(_message.Message):
+    __slots__ = ("pick_id", "pick")
+    PICK_ID_FIELD_NUMBER: _ClassVar[int]
+    PICK_FIELD_NUMBER: _ClassVar[int]
+    pick_id: int
+    pick: PickReplicaRequest
+    def __init__(self, pick_id: _Optional[int] = ..., pick: _Optional[_Union[PickReplicaRequest, _Mapping]] = ...) -> None: ...
+
+class PickReplicasResponse(_message.Message):
+    __slots__ = ("pick_id", "pick", "refusal", "detail")
+    PICK_ID_FIELD_NUMBER: _ClassVar[int]
+    PICK_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    pick_id: int
+    pick: PickReplicaResponse
+    refusal: PickRefusal
+    detail: str
+    def __init__(self, pick_id: _Optional[int] = ..., pick: _Optional[_Union[PickReplicaResponse, _Mapping]] = ..., refusal: _Optional[_Union[PickRefusal, str]] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class NodeStatus(_message.Message):
     __slots__ = ("registration", "load", "last_report_at")

@@ -45,6 +45,11 @@ class SchedulerServiceStub:
                 request_serializer=chat_dot_v1_dot_scheduler__service__pb2.PickReplicaRequest.SerializeToString,
                 response_deserializer=chat_dot_v1_dot_scheduler__service__pb2.PickReplicaResponse.FromString,
                 _registered_method=True)
+        self.PickReplicas = channel.stream_stream(
+                '/chat.v1.SchedulerService/PickReplicas',
+                request_serializer=chat_dot_v1_dot_scheduler__service__pb2.PickReplicasRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_scheduler__service__pb2.PickReplicasResponse.FromString,
+                _registered_method=True)
         self.ListNodes = channel.unary_unary(
                 '/chat.v1.SchedulerService/ListNodes',
                 request_serializer=chat_dot_v1_dot_scheduler__service__pb2.ListNodesRequest.SerializeToString,
@@ -130,6 +135,14 @@ class SchedulerServiceServicer:
 
     def PickReplica(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PickReplicas(self, request_iterator, context):
+        """PickReplica over one held stream per gateway: each pick is one message each way, matched
+        by pick_id, instead of a call of its own (a call's setup costs more than its pick).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -237,6 +250,11 @@ def add_SchedulerServiceServicer_to_server(servicer, server):
                     servicer.PickReplica,
                     request_deserializer=chat_dot_v1_dot_scheduler__service__pb2.PickReplicaRequest.FromString,
                     response_serializer=chat_dot_v1_dot_scheduler__service__pb2.PickReplicaResponse.SerializeToString,
+            ),
+            'PickReplicas': grpc.stream_stream_rpc_method_handler(
+                    servicer.PickReplicas,
+                    request_deserializer=chat_dot_v1_dot_scheduler__service__pb2.PickReplicasRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_scheduler__service__pb2.PickReplicasResponse.SerializeToString,
             ),
             'ListNodes': grpc.unary_unary_rpc_method_handler(
                     servicer.ListNodes,
@@ -364,6 +382,33 @@ class SchedulerService:
             '/chat.v1.SchedulerService/PickReplica',
             chat_dot_v1_dot_scheduler__service__pb2.PickReplicaRequest.SerializeToString,
             chat_dot_v1_dot_scheduler__service__pb2.PickReplicaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PickReplicas(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/chat.v1.SchedulerService/PickReplicas',
+            chat_dot_v1_dot_scheduler__service__pb2.PickReplicasRequest.SerializeToString,
+            chat_dot_v1_dot_scheduler__service__pb2.PickReplicasResponse.FromString,
             options,
             channel_credentials,
             insecure,
