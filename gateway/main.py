@@ -44,6 +44,7 @@ from gateway.home_servicer import HomeServicer
 from gateway.metrics import CurrentVersion, GatewayMetrics
 from gateway.node_client import NodeClient
 from gateway.node_link import LinkedNodes
+from gateway.owner_probe import advertised
 from gateway.peer_client import PeerGateways
 from gateway.pipeline import ChatPipeline
 from gateway.planner import PipelinePolicy
@@ -216,6 +217,10 @@ class GatewayConfig:
     # online guardrails (a share over 1 % is a p99 over it).
     slow_ttft_s: float = 10.0
     ready_file: str = ""
+    # Where other gateways reach this one's gRPC port, named in its liveness so that they can
+    # see at once that it died (gateway/owner_probe.py); empty: the listen address, unless it
+    # is a wildcard (then they wait out its liveness).
+    advertise_address: str = ""
     log_level: str = "info"
 
 
@@ -467,7 +472,8 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         home_service_pb2_grpc.add_HomeServiceServicer_to_server(home, server.server)
         await service.grpc(server)
         service.task(regions.publish(server.address, config.region_publish_s), "publish")
-        background = sharing.start(pipeline.resume)
+        address = config.advertise_address or advertised(server.address)
+        background = sharing.start(pipeline.resume, address)
         # Once the drain ended every run: the takeover work stops, nothing is left to take.
         service.closes(lambda: sharing.retire(background))
         # After the stop (health NOT_SERVING): answers already running finish and are saved.

@@ -103,6 +103,12 @@ class GatewayMetrics:
         self.takeovers = Counter("gateway_takeovers_total",
                                  "answers taken over from a gateway that died",
                                  registry=registry)  # fmt: skip
+        self.owners_found_gone = Counter(
+            "gateway_owners_found_gone_total",
+            "gateways taken for dead before their liveness ran out, because the address they "
+            "serve on refused a connection when a run of theirs was read here",
+            registry=registry,
+        )  # fmt: skip
         self.bucket_store_unavailable = Counter(
             "gateway_bucket_store_unavailable_total",
             "token-bucket calls made while Redis was unreachable, by what the tier's policy "

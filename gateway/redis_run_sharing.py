@@ -1,7 +1,12 @@
 """Runs shared by every gateway through Redis (gateway/shared_runs.py holds the keys): a
 retry at any gateway follows the first attempt, a stop reaches the gateway that writes the
 answer, and the answers of a gateway that died are taken over by the others and continued
-from the text already in their log."""
+from the text already in their log.
+
+A reader that comes to this gateway for a run another one owns usually comes because its
+stream from the owner broke: the owner's address is probed then, and whenever the run's log
+goes quiet, so a killed owner's runs are taken over at once rather than when its liveness
+runs out (gateway/owner_probe.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from domain.errors import Unavailable
 from domain.types import User
 from gateway.answers import Answer, AnswerPlan
 from gateway.metrics import GatewayMetrics
+from gateway.owner_probe import reachable_from, refuses_connections
 from gateway.redis_buckets import UNAVAILABLE as REDIS_UNAVAILABLE
 from gateway.run_sharing import LOCAL_CLAIM, Claim, FollowedRun, OwnershipLost, Resume
 from gateway.runs import Event, MessageRun, RunRegistry, shown_pieces
@@ -52,6 +58,8 @@ class RedisRunSharing:
         # if no other gateway took them over meanwhile (Redis itself was away, not just the
         # link to it), this one takes them back once Redis answers, or nobody would.
         self._left: set[tuple[str, str]] = set()
+        # Where this gateway serves gRPC, as others probe it ('' until start() names it).
+        self._address = ""
         self._log = structlog.get_logger(component="run-sharing")
 
     async def claim(
@@ -66,6 +74,7 @@ class RedisRunSharing:
             return LOCAL_CLAIM
         claim = _SharedClaim(self, user_id, message_id)
         if held is not None:
+            await self._take_over_if_owner_gone(user_id, message_id, resume)
             claim.held = self._remote(user_id, message_id, held.fingerprint, resume)
         return claim
 
@@ -114,6 +123,8 @@ class RedisRunSharing:
             raise Unavailable(f"answers in flight are unreachable: {error}") from error
         if existing is None:
             return None
+        if existing.owner != self.shared.gateway_id:
+            await self._take_over_if_owner_gone(user_id, message_id, resume)
         return self._remote(user_id, message_id, existing.fingerprint, resume)
 
     async def ask_stop(self, user_id: str, message_id: str) -> bool | None:
@@ -122,10 +133,38 @@ class RedisRunSharing:
         return await self.shared.ask_stop(user_id, message_id)
 
     def _remote(self, user_id: str, message_id: str, fingerprint: str, resume: Resume) -> RemoteRun:
-        return RemoteRun(self.shared, user_id, message_id, fingerprint,
-                         lambda: self.take_over(user_id, message_id, resume))  # fmt: skip
+        def on_idle() -> Awaitable[None]:
+            return self._take_over_if_owner_gone(user_id, message_id, resume)
+
+        return RemoteRun(self.shared, user_id, message_id, fingerprint, on_idle)
 
     # Takeover ------------------------------------------------------------------------------------
+
+    async def _take_over_if_owner_gone(self, user_id: str, message_id: str, resume: Resume) -> None:
+        """Takes the run over when its owner is dead: its liveness ran out, or the address it
+        names refuses connections (then its liveness is ended for every gateway's sweep)."""
+        try:
+            owner = await self.shared.owner_address(user_id, message_id)
+        except REDIS_UNAVAILABLE as error:
+            raise Unavailable(f"answers in flight are unreachable: {error}") from error
+        if owner is not None:
+            owner_id, address = owner
+            if not await self._gone(owner_id, address):
+                return
+            self._metrics.owners_found_gone.inc()
+            self._log.warning("a run's gateway refuses connections: taken for dead",
+                              gateway=owner_id, address=address)  # fmt: skip
+        await self.take_over(user_id, message_id, resume)
+
+    async def _gone(self, owner_id: str, address: str) -> bool:
+        """Whether the owner refuses connections at its address; its liveness is ended then."""
+        return (
+            owner_id != self.shared.gateway_id
+            and bool(self._address)
+            and reachable_from(address, self._address)
+            and await refuses_connections(address)
+            and await self.shared.forget_gateway(owner_id, address)
+        )
 
     async def take_over(
         self, user_id: str, message_id: str, resume: Resume, reclaim: bool = False
@@ -181,11 +220,14 @@ class RedisRunSharing:
 
     # Background work ----------------------------------------------------------------------------
 
-    def start(self, resume: Resume) -> list[asyncio.Task[None]]:
+    def start(self, resume: Resume, address: str = "") -> list[asyncio.Task[None]]:
         """This gateway's liveness, stops asked elsewhere, and the sweep for dead gateways'
-        runs; cancel the tasks to stop them."""
+        runs; cancel the tasks to stop them. address: where this gateway serves gRPC, which
+        other gateways probe when it may have died ('' names none: they wait out its
+        liveness)."""
+        self._address = address
         return [
-            asyncio.create_task(self.shared.keep_alive(), name="liveness"),
+            asyncio.create_task(self.shared.keep_alive(address), name="liveness"),
             asyncio.create_task(self.shared.watch_stops(self.relay_stop), name="stops"),
             asyncio.create_task(self._sweep_forever(resume), name="sweeper"),
         ]

@@ -62,8 +62,9 @@ class RunSharing(Protocol):
         """Asks whichever gateway writes the run to stop it: True when asked, False when it
         had ended, None when no gateway knows it."""
 
-    def start(self, resume: Resume) -> list[asyncio.Task[None]]:
-        """The background work sharing needs while the gateway serves."""
+    def start(self, resume: Resume, address: str = "") -> list[asyncio.Task[None]]:
+        """The background work sharing needs while the gateway serves; address: where this
+        gateway serves gRPC, for other gateways to check on it."""
 
     async def retire(self, tasks: list[asyncio.Task[None]]) -> None:
         """At shutdown, after every run ended: stops the background work."""
@@ -102,7 +103,7 @@ class LocalRuns:
     async def ask_stop(self, user_id: str, message_id: str) -> bool | None:
         return None
 
-    def start(self, resume: Resume) -> list[asyncio.Task[None]]:
+    def start(self, resume: Resume, address: str = "") -> list[asyncio.Task[None]]:
         return []
 
     async def retire(self, tasks: list[asyncio.Task[None]]) -> None:

@@ -9,7 +9,9 @@ Keys, per run (member = user id + US + message id):
 - `chat:events:<member>`  stream; entry ids are `0-<event id>`, so event ids count 1, 2, 3...
   and a write with an id that is not the next one fails. That is the fence: a gateway that
   lost its run (it was slow, not dead) cannot write into the new owner's log.
-- `chat:gateway:<id>`  a gateway's liveness, renewed every 0.67 s, gone 2 s after it dies.
+- `chat:gateway:<id>`  a gateway's liveness, renewed every 0.67 s, gone 2 s after it dies;
+  its value is the address the gateway serves gRPC on ("1" when it has none to give), so a
+  gateway that finds a run's owner refusing connections there can end that wait at once.
 - `chat:runs:active`  the runs not ended, which every gateway's sweeper scans for orphans.
 - channel `chat:stop`  a stop asked at one gateway for a run another one owns.
 
@@ -77,6 +79,15 @@ end
 redis.call('XADD', KEYS[2], '0-' .. ARGV[2], 'e', ARGV[3])
 redis.call('EXPIRE', KEYS[2], ARGV[4])
 return 1
+"""
+
+# A dead gateway's liveness, ended early by one that found its address refusing connections;
+# only while it still names that address (a gateway that renewed it elsewhere lives on).
+_FORGET_GATEWAY = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
 """
 
 _TAKE_OVER = """
@@ -198,6 +209,7 @@ class SharedRuns:
         self._claim = redis.register_script(_CLAIM)
         self._append = redis.register_script(_APPEND)
         self._take_over = redis.register_script(_TAKE_OVER)
+        self._forget_gateway = redis.register_script(_FORGET_GATEWAY)
         self._orphans = redis.register_script(_ORPHANS)
         self._log = structlog.get_logger(component="shared-runs")
 
@@ -269,12 +281,14 @@ class SharedRuns:
             pipe.zrem(self._active_key, member)
             await pipe.execute()
 
-    async def keep_alive(self) -> None:
-        """Renews this gateway's liveness until cancelled; its runs are taken over without it."""
+    async def keep_alive(self, address: str = "") -> None:
+        """Renews this gateway's liveness until cancelled; its runs are taken over without it.
+        address: where this gateway serves gRPC, for others to see it is gone."""
         ttl_ms = int(self._config.liveness_s * 1000)
         while True:
             try:
-                await self._redis.set(self._gateway_prefix + self.gateway_id, 1, px=ttl_ms)
+                await self._redis.set(self._gateway_prefix + self.gateway_id, address or 1,
+                                      px=ttl_ms)  # fmt: skip
             except (OSError, RedisError) as error:
                 self._log.warning("liveness not renewed", error=str(error))
             await asyncio.sleep(self._config.liveness_s / 3)
@@ -296,6 +310,24 @@ class SharedRuns:
             return None
         fp, conv, owner = (value.decode() if value else "" for value in held)
         return Existing(fp, conv, owner)
+
+    async def owner_address(self, user_id: str, message_id: str) -> tuple[str, str] | None:
+        """The owner of a run not ended and the address it serves on, while its liveness
+        lasts and names one."""
+        member = _member(user_id, message_id)
+        owner, ended = await self._redis.hmget(self._run_prefix + member, ["owner", "ended"])
+        if owner is None or ended is not None:
+            return None
+        address = await self._redis.get(self._gateway_prefix + owner.decode())
+        if address is None or address == b"1":
+            return None
+        return owner.decode(), address.decode()
+
+    async def forget_gateway(self, gateway_id: str, address: str) -> bool:
+        """Ends a dead gateway's liveness now; False when it no longer names that address."""
+        forgotten = await self._forget_gateway(keys=[self._gateway_prefix + gateway_id],
+                                               args=[address])  # fmt: skip
+        return bool(forgotten)
 
     async def ask_stop(self, user_id: str, message_id: str) -> bool:
         """Asks the owner, wherever it is, to stop. False when the answer had already ended."""

@@ -61,8 +61,10 @@ def _variables(
         if "value" in variable:
             value = re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], variable["value"])
         elif "fieldRef" in variable["valueFrom"]:
-            assert variable["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name", variable
-            value = pod_name
+            field = variable["valueFrom"]["fieldRef"]["fieldPath"]
+            # The pods run on this machine, each on its own loopback port.
+            assert field in ("metadata.name", "status.podIP"), variable
+            value = pod_name if field == "metadata.name" else "127.0.0.1"
         else:
             ref = variable["valueFrom"]["secretKeyRef"]
             value = secret_values[(ref["name"], ref["key"])]

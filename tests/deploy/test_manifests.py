@@ -409,7 +409,7 @@ REACH = {
     ("nodeagent", 50061): {"gateway"},
     ("nodeagent", 9102): {"monitoring"},
     ("nodeagent", 8000): {"monitoring"},
-    ("gateway", 50052): {"edge", "operators"},
+    ("gateway", 50052): {"edge", "gateway", "operators"},
     ("gateway", 9103): {"monitoring"},
     ("edge", 8080): set(SOURCES),
     ("edge", 9104): {"monitoring"},

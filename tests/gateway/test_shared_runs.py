@@ -279,6 +279,37 @@ async def test_takeover_only_after_the_owner_stops_renewing(redis) -> None:
         await _stop(heir_alive)
 
 
+async def test_an_owner_is_named_with_its_address_and_forgotten_only_at_it(redis) -> None:
+    # A liveness far longer than the test: only forgetting the owner can end it in time.
+    slow = dataclasses.replace(FAST, liveness_s=60.0)
+    owner, heir = SharedRuns(redis, slow), SharedRuns(redis, slow)
+    alive = asyncio.create_task(owner.keep_alive("127.0.0.1:4242"))
+    user, message = _ids()
+    try:
+
+        async def renewed() -> bool:
+            return bool(await redis.exists(GATEWAY_PREFIX + owner.gateway_id))
+
+        await _until(renewed)
+        await owner.claim(user, message, "fp", "c1")
+        await owner.record_plan(user, message, _plan(), None)
+        await owner.append(user, message, 1, Meta(message, "c1", "m", "node-a"))
+        assert await heir.owner_address(user, message) == (owner.gateway_id, "127.0.0.1:4242")
+        assert await heir.take_over(user, message) is None
+        # Its liveness names another address now: that gateway moved, and lives on.
+        assert not await heir.forget_gateway(owner.gateway_id, "127.0.0.1:9999")
+        assert await heir.take_over(user, message) is None
+        assert await heir.forget_gateway(owner.gateway_id, "127.0.0.1:4242")
+        orphan = await heir.take_over(user, message)
+        assert orphan is not None and orphan.conversation_id == "c1"
+        # The heir renews no liveness here: its run names no address to probe.
+        assert await heir.owner_address(user, message) is None
+        await heir.end(user, message)
+        assert await owner.owner_address(user, message) is None  # ended
+    finally:
+        await _stop(alive)
+
+
 async def test_a_stop_reaches_the_owner(redis) -> None:
     owner, asker = SharedRuns(redis, FAST), SharedRuns(redis, FAST)
     user, message = _ids()
