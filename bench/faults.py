@@ -14,18 +14,18 @@ and that the event ids run 1..n without gap or repeat ("exact").
 - node-drain: the node writing the answer is drained (`chatctl drain`): it takes no new answers
   and finishes this one. Goal as for a killed node; it should not pause at all.
 - edge-gateway: the gateway the answer streams through is SIGKILLed; the edge re-attaches
-  through the other gateway, which takes the answer over once the dead one's liveness
-  (gateway_liveness_s, 2 s) has run out. Goal: max <= 3 s.
-- edge-gw-live3s: the same with gateway_liveness_s 3 s, the earlier default: what 2 s buys.
+  through the other gateway, which finds the dead one's port refusing connections and takes
+  the answer over at once. Goal: p50 and max <= 1 s.
+- edge-gw-no-probe: the same with `probe_gateways: false`: the answer is taken over once the
+  dead gateway's liveness (gateway_liveness_s, 2 s) has run out, as before the probe.
 
 Whatever a trial killed or drained is restarted or undrained before the next.
 
     PYTHONPATH=. .venv/bin/python bench/faults.py [--kills 20] [--scenario node ...]
 
-The edge-gateway pause is the dead gateway's liveness key running out (up to a third of it
-early, as it is renewed that often) plus up to a second until the surviving gateway looks (its
-follow block and orphan sweep are 1 s each): with 3 s it was about 3.1 s at p50, just over the
-goal; the default 2 s meets it (see bench/results/faults.txt).
+Without the probe, the edge-gateway pause is the dead gateway's liveness key running out (up to
+a third of it early, as it is renewed that often) plus up to a second until the surviving
+gateway looks (its follow block and orphan sweep are 1 s each).
 
 Prints a table and ends with one JSON line. Results land in bench/results/faults.txt and
 bench/results/faults.json.
@@ -79,11 +79,11 @@ class Scenario:
     fault: Fault
     goal_max_s: float
     goal_p50_s: float | None = None
-    liveness_s: float = 0.0  # gateway_liveness_s; 0: the default
+    # Settings of the services for this scenario alone.
+    env: tuple[tuple[str, str], ...] = ()
 
 
-def settings(state_dir: Path, redis_url: str, liveness_s: float) -> PlatformSettings:
-    liveness = {"CHAT_GATEWAY_GATEWAY_LIVENESS_S": str(liveness_s)} if liveness_s else {}
+def settings(state_dir: Path, redis_url: str, env: tuple[tuple[str, str], ...]) -> PlatformSettings:
     return PlatformSettings(
         state_dir=state_dir,
         edge_listen="127.0.0.1:0",
@@ -97,7 +97,7 @@ def settings(state_dir: Path, redis_url: str, liveness_s: float) -> PlatformSett
             "CHAT_GATEWAY_ROUTER": "false",
             "CHAT_GATEWAY_OUTPUT_HOLDBACK_TOKENS": "0",
             "CHAT_GATEWAY_OUTPUT_CHECK_EVERY_TOKENS": "1",
-            **liveness,
+            **dict(env),
         },
     )
 
@@ -135,9 +135,14 @@ async def undrain_all(platform: LocalPlatform) -> None:
 SCENARIOS = [
     Scenario("node", kill_the_node, goal_max_s=3.0, goal_p50_s=1.0),
     Scenario("node-drain", drain_the_node, goal_max_s=3.0, goal_p50_s=1.0),
-    Scenario("edge-gateway", kill_the_gateway, goal_max_s=3.0),
-    # The same with gateways declared dead after 3 s of silence, the earlier default.
-    Scenario("edge-gw-live3s", kill_the_gateway, goal_max_s=3.0, liveness_s=3.0),
+    Scenario("edge-gateway", kill_the_gateway, goal_max_s=1.0, goal_p50_s=1.0),
+    # The same without the probe: the dead gateway's liveness has to run out.
+    Scenario(
+        "edge-gw-no-probe",
+        kill_the_gateway,
+        goal_max_s=3.0,
+        env=(("CHAT_GATEWAY_PROBE_GATEWAYS", "false"),),
+    ),
 ]
 
 
@@ -177,7 +182,7 @@ async def trial(fault: Fault, platform: LocalPlatform, http: aiohttp.ClientSessi
 
 async def run_scenario(scenario: Scenario, kills: int, redis_url: str) -> list[Trial]:
     with tempfile.TemporaryDirectory(prefix=f"faults-{scenario.name}-") as folder:
-        platform = LocalPlatform(settings(Path(folder), redis_url, scenario.liveness_s))
+        platform = LocalPlatform(settings(Path(folder), redis_url, scenario.env))
         await platform.start()
         try:
             async with aiohttp.ClientSession() as http:

@@ -13,6 +13,8 @@ llama-server processes (the URLs in the nodeagents' ready files):
                  hold-back is off (holdback 0, check every token): the routing alone
     platform-h0-calls  the same as platform-h0 with a gateway that asks the node to count
                  each prompt (local_token_counts off): that change side by side
+    platform-h0-pick-calls  the same with a gateway that asks the scheduler for each pick
+                 by call (pick_stream off)
     vllm-router  vllm-router (PyPI, Rust), consistent hashing on the X-Session-Id header
     sglang       sglang-router (PyPI, Rust), cache-aware (prefix tree + load balance)
     round-robin  a minimal aiohttp proxy (in this file), next replica on connect errors
@@ -73,8 +75,8 @@ from race_workloads import SYSTEM_PROMPT, WORKLOADS, Shape, UserScript, build, s
 
 RACE_VENV = REPO / ".race" / "venv"
 PEER_PINS = ("vllm-router==0.1.17", "sglang-router==0.3.2")
-SYSTEMS = ("platform", "platform-h0", "platform-h0-calls", "vllm-router", "sglang", "round-robin",
-           "oracle")  # fmt: skip
+SYSTEMS = ("platform", "platform-h0", "platform-h0-calls", "platform-h0-pick-calls", "vllm-router",
+           "sglang", "round-robin", "oracle")  # fmt: skip
 # The platform's systems beside the first gateway and edge: each a gateway + edge of its own
 # with these settings, on the same scheduler and nodeagents.
 HOLDBACK_OFF = {
@@ -85,6 +87,13 @@ GATEWAY_VARIANTS = {
     "platform-h0": HOLDBACK_OFF,
     # The gateway asks the node to count every prompt, as before gateways counted themselves.
     "platform-h0-calls": {**HOLDBACK_OFF, "CHAT_GATEWAY_LOCAL_TOKEN_COUNTS": "false"},
+    # The gateway asks the scheduler for each pick by call, as before the held pick stream.
+    "platform-h0-pick-calls": {**HOLDBACK_OFF, "CHAT_GATEWAY_PICK_STREAM": "false"},
+}
+# What each variant beside platform-h0 undoes, as its verdict line names it.
+VARIANT_CHANGES = {
+    "platform-h0-calls": "counting in the gateway vs asking the node",
+    "platform-h0-pick-calls": "picks on the held stream vs a call each",
 }
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MAX_ATTEMPTS = 3  # the openai SDK's default: one try and two retries
@@ -953,19 +962,21 @@ def verdicts(rows: dict, workloads: list[str]) -> list[str]:
             )
 
     for workload in workloads:
-        if (workload, "platform-h0") in rows and (workload, "platform-h0-calls") in rows:
-            here, calls = rows[(workload, "platform-h0")], rows[(workload, "platform-h0-calls")]
+        for variant, change in VARIANT_CHANGES.items():
+            if (workload, "platform-h0") not in rows or (workload, variant) not in rows:
+                continue
+            here, other = rows[(workload, "platform-h0")], rows[(workload, variant)]
             by_process = ", ".join(
                 f"{part} {here['cpu_ms_per_request_by_process'][part]:.1f}/"
-                f"{calls['cpu_ms_per_request_by_process'][part]:.1f}"
+                f"{other['cpu_ms_per_request_by_process'][part]:.1f}"
                 for part in here["cpu_ms_per_request_by_process"]
             )
             lines.append(
-                f"{workload}: counting in the gateway vs asking the node (platform-h0 vs "
-                f"platform-h0-calls): CPU/turn {here['router_cpu_ms_per_request']:.1f} vs "
-                f"{calls['router_cpu_ms_per_request']:.1f} ms ({by_process})"
+                f"{workload}: {change} (platform-h0 vs {variant}): CPU/turn "
+                f"{here['router_cpu_ms_per_request']:.1f} vs "
+                f"{other['router_cpu_ms_per_request']:.1f} ms ({by_process})"
             )
-            lines.extend(f"  {against(here, calls, metric)}"
+            lines.extend(f"  {against(here, other, metric)}"
                          for metric in ("ttft_p50_ms", "ttft_p95_ms", "e2e_p50_ms"))  # fmt: skip
 
     def mean(key: str, system: str) -> float | None:

@@ -221,6 +221,9 @@ class GatewayConfig:
     # see at once that it died (gateway/owner_probe.py); empty: the listen address, unless it
     # is a wildcard (then they wait out its liveness).
     advertise_address: str = ""
+    # Off: this gateway neither names its address nor probes others'; a dead gateway's answers
+    # wait for its liveness to run out.
+    probe_gateways: bool = True
     log_level: str = "info"
 
 
@@ -473,7 +476,7 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         await service.grpc(server)
         service.task(regions.publish(server.address, config.region_publish_s), "publish")
         address = config.advertise_address or advertised(server.address)
-        background = sharing.start(pipeline.resume, address)
+        background = sharing.start(pipeline.resume, address if config.probe_gateways else "")
         # Once the drain ended every run: the takeover work stops, nothing is left to take.
         service.closes(lambda: sharing.retire(background))
         # After the stop (health NOT_SERVING): answers already running finish and are saved.
