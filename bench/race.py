@@ -32,9 +32,11 @@ same users in turn, the order reversed every other round. Every system's run sal
 conversations' first message, so nothing one system cached serves another (the shared system
 prompt aside, which all send alike). Churn kills one replica's llama-server (SIGKILL) after a
 quarter of the run's turns have finished and starts it again, cold, on the same port after
-55 %: the same process disappears for every system at once. Peers get health checks every
-second (the nodeagent checks its engine every second too); clients retry a failed turn twice,
-as the openai SDK does, and the turn's times count from its first try.
+55 %: the replica that has read the most prompt tokens for that system in the round so far,
+the one its routing leans on (`--churn-target last`: always the last replica, as before).
+Peers get health checks every second (the nodeagent checks its engine every second too);
+clients retry a failed turn twice, as the openai SDK does, and the turn's times count from
+its first try.
 
 Prints a table and ends with one JSON line; bench/results/race.txt, race.json and race.png.
 The peers live in their own virtualenv (.race/venv) so their pins never touch the project's;
@@ -284,51 +286,74 @@ async def one_turn(
 
 class Churn:
     """Kills one replica's llama-server and starts the same command again on the same port:
-    the replica leaves for every system at once and comes back with an empty cache.
+    the replica leaves and comes back with an empty cache.
+
+    Which replica: with `busiest` (the default), the one that has read the most prompt tokens
+    for this system so far in the round, the one its routing leans on; a router that sends
+    everything to one replica cannot sit the churn out on the others. With `last`, always
+    the last replica, as the race did before (the same process for every system at once).
 
     UNFINISHED: "another joins" is this same replica rejoining cold at its old address; a
     fourth replica at a new address joining mid-run would need every peer's worker-add API
     (vllm-router's and sglang-router's differ) and a fourth engine on two cores."""
 
     def __init__(
-        self, nodeagent_pid: int, engine_url: str, log_dir: Path, on_start=lambda: None
+        self,
+        nodeagent_pids: list[int],
+        engine_urls: list[str],
+        log_dir: Path,
+        on_start=lambda: None,
+        target: str = "busiest",
     ) -> None:
-        self._nodeagent_pid = nodeagent_pid
+        self._nodeagent_pids = nodeagent_pids
         self._on_start = on_start  # told once the new process exists (the pinning's sweep)
-        self.engine_url = engine_url
+        self.engine_urls = engine_urls
         self._log_dir = log_dir
-        self._pid: int | None = None
-        self._process: asyncio.subprocess.Process | None = None
-        self._argv: list[str] = []
-        self._env: dict[str, str] = {}
+        self._target = target
+        # Replicas this churn started again, by index: their llama-server is its child now.
+        self._restarted: dict[int, asyncio.subprocess.Process] = {}
+        self._killed: int | None = None
+        self._argv: dict[int, list[str]] = {}
+        self._env: dict[int, dict[str, str]] = {}
         self.events: list[str] = []
 
-    def _find(self) -> int:
-        if self._process is not None:
-            return self._process.pid
-        for pid in children_of(self._nodeagent_pid):
+    def choose(self, prefilled: list[float]) -> int:
+        """The replica to kill, given each one's prompt tokens read so far in this round."""
+        if self._target == "last":
+            return len(self.engine_urls) - 1
+        return max(range(len(prefilled)), key=prefilled.__getitem__)
+
+    def _find(self, index: int) -> int:
+        if index in self._restarted:
+            return self._restarted[index].pid
+        for pid in children_of(self._nodeagent_pids[index]):
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             if argv and argv[0].endswith(b"llama-server"):
-                self._argv = [a.decode() for a in argv if a]
+                self._argv[index] = [a.decode() for a in argv if a]
                 raw_env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-                self._env = dict(e.decode().split("=", 1) for e in raw_env if b"=" in e)
+                self._env[index] = dict(e.decode().split("=", 1) for e in raw_env if b"=" in e)
                 return pid
-        raise RuntimeError(f"no llama-server under nodeagent {self._nodeagent_pid}")
+        raise RuntimeError(f"no llama-server under nodeagent {self._nodeagent_pids[index]}")
 
-    async def kill(self, at: float) -> None:
-        pid = self._find()
+    async def kill(self, at: float, index: int) -> None:
+        pid = self._find(index)
         os.kill(pid, signal.SIGKILL)
-        if self._process is not None:
-            await self._process.wait()
-            self._process = None
-        self.events.append(f"killed {self.engine_url} at {at:.1f}s")
+        if index in self._restarted:
+            await self._restarted.pop(index).wait()
+        self._killed = index
+        self.events.append(f"killed {self.engine_urls[index]} at {at:.1f}s")
 
     async def restart(self, at: float) -> None:
         from infra.process import dies_with_parent
 
+        index = self._killed
+        if index is None:
+            return
+        self._killed = None
+        url = self.engine_urls[index]
         log = await asyncio.to_thread(open, self._log_dir / "churn-llama-server.log", "ab")
-        self._process = await asyncio.create_subprocess_exec(
-            *dies_with_parent(self._argv), env=self._env, stdout=log, stderr=log
+        self._restarted[index] = await asyncio.create_subprocess_exec(
+            *dies_with_parent(self._argv[index]), env=self._env[index], stdout=log, stderr=log
         )
         log.close()
         self._on_start()
@@ -336,7 +361,7 @@ class Churn:
         async with aiohttp.ClientSession() as http:
             while time.perf_counter() - started < 60:
                 with contextlib.suppress(aiohttp.ClientError):
-                    async with http.get(self.engine_url + "/health") as response:
+                    async with http.get(url + "/health") as response:
                         if response.status == 200:
                             break
                 await asyncio.sleep(0.1)
@@ -345,9 +370,10 @@ class Churn:
         )
 
     async def close(self) -> None:
-        if self._process is not None and self._process.returncode is None:
-            self._process.kill()
-            await self._process.wait()
+        for process in self._restarted.values():
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
 
 
 # --- one system, one round -------------------------------------------------------------------
@@ -418,7 +444,10 @@ async def run_round(
             assert churn is not None
             async with progress:
                 await progress.wait_for(lambda: len(samples) >= total * 0.25)
-            await churn.kill(time.perf_counter() - start)
+            now_prefill = await prefilled_tokens(http, engines)
+            read = [a - b if a >= b else a
+                    for a, b in zip(now_prefill, before_prefill, strict=True)]  # fmt: skip
+            await churn.kill(time.perf_counter() - start, churn.choose(read))
             async with progress:
                 await progress.wait_for(lambda: len(samples) >= total * 0.55)
             await churn.restart(time.perf_counter() - start)
@@ -736,7 +765,8 @@ async def race(args: argparse.Namespace) -> dict:
         systems.update(await start_peers(engines, state, names, peers))
         if "oracle" in names:
             systems["oracle"] = System("oracle", "", replicas=engines)
-        churn = Churn(nodeagents[-1].process.pid, engines[-1], state, pinning.sweep)
+        churn = Churn([c.process.pid for c in nodeagents], engines, state, pinning.sweep,
+                      args.churn_target)  # fmt: skip
         pinning.sweep()
         pinning.start()
         await warm_up(engines, args.max_tokens)
@@ -1109,6 +1139,11 @@ def main() -> None:
         help="engines on core 0, every router process and the race's client on core 1",
     )  # fmt: skip
     parser.add_argument("--name", default="race", help="results land in bench/results/<name>.*")
+    parser.add_argument(
+        "--churn-target", choices=("busiest", "last"), default="busiest",
+        help="churn kills the replica that read the most prompt tokens for the system so far "
+        "in the round (busiest), or always the last one (last: as races before)",
+    )  # fmt: skip
     parser.add_argument(
         "--setting",
         action="append",
