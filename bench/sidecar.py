@@ -6,6 +6,7 @@ request over its rounds: what the sidecar takes from the engine's cores.
 
     .venv/bin/python bench/sidecar.py [--rounds 6] [--max-tokens 24] [--engine vllm]
                                       [--against DIR]
+                                      [--stream-interval-ms MS] [--name NAME]
 
 --against DIR adds a second nodeagent, with an engine of its own, whose code comes from another
 checkout (say a worktree of the previous commit), measured in the same rounds: a change's
@@ -56,13 +57,16 @@ def prompt(i: int) -> str:
     return f"Question {i}: name three things that are blue, and why."
 
 
-async def via_sidecar(stub, i: int, max_tokens: int) -> tuple[float, int, float]:
+async def via_sidecar(
+    stub, i: int, max_tokens: int, interval_ms: int = 0
+) -> tuple[float, int, float]:
     start = time.perf_counter()
     call = stub.Generate()
     await call.write(node_service_pb2.GenerateRequest(start=node_service_pb2.GenerateStart(
         request_id=f"b{i}-{time.monotonic_ns()}", max_tokens=max_tokens, prompt_tokens=30,
         turns=[common_pb2.Turn(role=common_pb2.ROLE_SYSTEM, content=SYSTEM),
                common_pb2.Turn(role=common_pb2.ROLE_USER, content=prompt(i))],
+        stream_interval_ms=interval_ms,
     )))  # fmt: skip
     first, tokens = None, 0
     while (response := await call.read()) is not grpc.aio.EOF:
@@ -130,10 +134,13 @@ class Sidecar:
     requests: int = 0
 
 
-async def run(rounds: int, max_tokens: int, engine: str, against: str) -> dict:
+async def run(
+    rounds: int, max_tokens: int, engine: str, against: str, interval_ms: int = 0
+) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         async with contextlib.AsyncExitStack() as stack:
-            return await _measure(folder, stack, rounds, max_tokens, engine, against)
+            return await _measure(folder, stack, rounds, max_tokens, engine, against,
+                                  interval_ms)  # fmt: skip
 
 
 async def _measure(
@@ -143,6 +150,7 @@ async def _measure(
     max_tokens: int,
     engine: str,
     against: str,
+    interval_ms: int,
 ) -> dict:
     nodes: dict[str, Sidecar] = {}
     direct_url = ""
@@ -178,7 +186,7 @@ async def _measure(
                     jobs = [direct(http, direct_url, base + k, max_tokens, close)
                             for k in range(streams)]  # fmt: skip
                 else:
-                    jobs = [via_sidecar(node.stub, base + k, max_tokens)
+                    jobs = [via_sidecar(node.stub, base + k, max_tokens, interval_ms)
                             for k in range(streams)]  # fmt: skip
                 cpu = cpu_seconds(node.process.pid) if node else 0.0
                 wall = time.perf_counter()
@@ -224,13 +232,19 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--engine", choices=sorted(ENGINE_ENV), default="llamacpp")
     parser.add_argument("--against", default="", help="another checkout, measured side by side")
+    parser.add_argument("--stream-interval-ms", type=int, default=0,
+                        help="each answer's chunk interval (GenerateStart.stream_interval_ms; "
+                        "0: the node's own, 50 ms; a held-back answer asks for 250)")  # fmt: skip
+    parser.add_argument("--name", default="", help="results land in bench/results/<name>.txt")
     args = parser.parse_args()
-    summary = asyncio.run(run(args.rounds, args.max_tokens, args.engine, args.against))
+    summary = asyncio.run(run(args.rounds, args.max_tokens, args.engine, args.against,
+                              args.stream_interval_ms))  # fmt: skip
     node_cpu = summary.pop("node_cpu_ms_per_request")
     lines = [
         f"sidecar: {args.rounds} rounds per path and concurrency, {args.max_tokens} tokens max, "
         f"{ENGINE_NAME[args.engine]} + SmolLM2-135M on this machine's CPU"
-        + (f"; 'against' = the nodeagent of {args.against}" if args.against else ""),
+        + (f"; 'against' = the nodeagent of {args.against}" if args.against else "")
+        + (f"; chunks every {args.stream_interval_ms} ms" if args.stream_interval_ms else ""),
         f"{'streams':>7} {'path':<8} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} {'tokens/s':>9}",
     ]
     result: dict = {
@@ -238,6 +252,7 @@ def main() -> None:
         "engine": args.engine,
         "rounds": args.rounds,
         "against": args.against,
+        "stream_interval_ms": args.stream_interval_ms,
         "node_cpu_ms_per_request": node_cpu,
         "streams": {},
     }
@@ -266,7 +281,8 @@ def main() -> None:
     )
     lines.append(json.dumps(result))
     text = "\n".join(lines)
-    publish("sidecar" if args.engine == "llamacpp" else f"sidecar-{args.engine}", text)
+    default_name = "sidecar" if args.engine == "llamacpp" else f"sidecar-{args.engine}"
+    publish(args.name or default_name, text)
 
 
 if __name__ == "__main__":

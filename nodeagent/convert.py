@@ -27,7 +27,9 @@ def usage_from_pb(usage: common_pb2.Usage) -> Usage:
     return Usage(usage.input_tokens, usage.cached_tokens, usage.output_tokens)
 
 
-def request_from_pb(start: node_service_pb2.GenerateStart) -> GenerationRequest:
+def request_from_pb(
+    start: node_service_pb2.GenerateStart, stream_interval_s: float = 0.0
+) -> GenerationRequest:
     return GenerationRequest(
         request_id=start.request_id,
         turns=tuple(_turn(t) for t in start.turns),
@@ -37,6 +39,7 @@ def request_from_pb(start: node_service_pb2.GenerateStart) -> GenerationRequest:
         temperature=start.temperature,
         prompt_tokens=start.prompt_tokens,
         options=options_from_pb(start.options),
+        stream_interval_s=stream_interval_s,
     )
 
 

@@ -31,11 +31,16 @@ class GenerationRequest:
     prompt_tokens: int = 0
     # The caller's sampling, JSON answer and tools (the temperature above is the one to use).
     options: AnswerOptions = PLAIN
+    # How often the node passes new text on (0: as it comes): an engine may gather that long's
+    # tokens into one event instead of sending each on its own (nodeagent/engine_speed.py).
+    stream_interval_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
     text: str
+    # The tokens the text is: 1 unless the engine gathered several into one event.
+    tokens: int = 1
 
 
 @dataclass(frozen=True, slots=True)

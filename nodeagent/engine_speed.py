@@ -68,3 +68,19 @@ class EngineSpeed:
     def answer_s(self) -> float:
         """The mean time an answer held its place: how often places open in a full batch."""
         return self._answers.seconds_each()
+
+
+# An engine's measured step can lag a change of load; past this many tokens an event's text
+# would come in lumps a reader notices even if the measure were stale.
+MOST_TOKENS_PER_EVENT = 16
+
+
+def tokens_per_event(interval_s: float, decode_step_s: float) -> int:
+    """How many tokens an engine may gather into one streamed event for a reader that takes new
+    text every interval_s: as many decode steps as fit in it, at most MOST_TOKENS_PER_EVENT;
+    1 (each token as it comes) while the step is unmeasured or the reader wants every token.
+    Each event costs the engine's HTTP server a JSON object and the node a parse; text held
+    within the interval reaches the user no later, since the node holds it that long anyway."""
+    if interval_s <= 0 or decode_step_s <= 0:
+        return 1
+    return max(1, min(MOST_TOKENS_PER_EVENT, int(interval_s / decode_step_s)))

@@ -154,8 +154,8 @@ class NodeLink:
         if not gates.engine_ok.is_set():
             raise Refused(request_id, ENGINE_DOWN, Unavailable(
                 "this node's engine is not answering; pick another replica"))  # fmt: skip
-        running = gates.registry.start(request_from_pb(start))
         interval_s = start.stream_interval_ms / 1000 or gates.stream_interval_s
+        running = gates.registry.start(request_from_pb(start, interval_s))
         followed = self._follow(request_id, running, 0, interval_s)
         followed.counting = gates.count(list(start.count_texts))
 
@@ -168,7 +168,8 @@ class NodeLink:
         if running is None:
             raise Refused(request_id, UNKNOWN_ANSWER, NotFound(
                 f"no running request {request_id!r} on this node"))  # fmt: skip
-        self._follow(request_id, running, attach.after_chunk_index, self._gates.stream_interval_s)
+        sent = running.chunks_through(attach.after_chunk_index)
+        self._follow(request_id, running, sent, self._gates.stream_interval_s)
         self._note(request_id)  # what came while no link followed it goes at once
 
     def _follow(
@@ -239,7 +240,7 @@ class NodeLink:
             if followed.interval_s > 0:
                 followed.hold_until = now + followed.interval_s
                 pieces = ["".join(pending)]
-            update.chunk.index = followed.sent
+            update.chunk.index = running.token_index(followed.sent)
             update.chunk.text = "".join(pieces)
             if len(pieces) > 1:
                 update.chunk.pieces.extend(pieces)

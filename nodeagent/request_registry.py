@@ -4,6 +4,7 @@ gateway that lost its stream can re-attach by request id and read on from where 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import math
 from collections.abc import AsyncIterator, Callable
@@ -19,6 +20,9 @@ from nodeagent.engine import Chunk, Engine, EngineError, Finished, GenerationReq
 class RunningRequest:
     request: GenerationRequest
     chunks: list[str] = field(default_factory=list)
+    # The answer's token count at the end of each chunk: a chunk's index is its last token's,
+    # and an engine may gather several tokens into one chunk.
+    token_ends: list[int] = field(default_factory=list)
     finished: Finished | None = None
     task: asyncio.Task[None] | None = None
     followers: int = 0
@@ -32,11 +36,21 @@ class RunningRequest:
     # in one pass per engine step instead of keeping a waiting task per answer.
     listeners: list[Callable[[], None]] = field(default_factory=list)
 
-    def add(self, text: str) -> None:
+    def add(self, text: str, tokens: int = 1) -> None:
+        self.token_ends.append(self.token_index(len(self.chunks)) + max(1, tokens))
         self.chunks.append(text)
         self._token_waiters.wake()
         for listener in self.listeners:
             listener()
+
+    def token_index(self, chunks: int) -> int:
+        """The index of the last token of the first `chunks` chunks (0 for none)."""
+        return self.token_ends[chunks - 1] if chunks else 0
+
+    def chunks_through(self, token_index: int) -> int:
+        """How many chunks end at or before token token_index: where a reader that has the
+        answer up to that token goes on from."""
+        return bisect.bisect_right(self.token_ends, token_index)
 
     def finish(self, finished: Finished) -> None:
         self.finished = finished
@@ -55,7 +69,7 @@ class RunningRequest:
         edge, while a reader sees no difference between 20 updates a second and 60. With
         interval_s 0 each token stays a piece of its own, and the tokens ready at once go in
         one chunk. The last one goes as soon as the answer ends."""
-        sent = after_index
+        sent = self.chunks_through(after_index)
         loop = asyncio.get_running_loop()
         hold_until = 0.0
         while True:
@@ -71,7 +85,7 @@ class RunningRequest:
                 if interval_s > 0:
                     hold_until = loop.time() + interval_s
                     pending = ["".join(pending)]
-                yield sent, pending
+                yield self.token_index(sent), pending
             if finished is not None and sent >= len(self.chunks):
                 yield finished
                 return
@@ -136,8 +150,8 @@ class RequestRegistry:
         try:
             async for item in self._engine.generate(running.request):
                 if isinstance(item, Chunk):
-                    output += 1
-                    running.add(item.text)
+                    output += item.tokens
+                    running.add(item.text, item.tokens)
                     self.heard_at = loop.time()
                 else:
                     finished = item

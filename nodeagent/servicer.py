@@ -94,7 +94,7 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
             if not self._engine_ok.is_set():
                 raise Unavailable("this node's engine is not answering; pick another replica")
             interval_s = first.start.stream_interval_ms / 1000 or self._stream_interval_s
-            return self._registry.start(request_from_pb(first.start)), 0, interval_s
+            return self._registry.start(request_from_pb(first.start, interval_s)), 0, interval_s
         if kind == "attach":
             running = self._registry.get(first.attach.request_id)
             if running is None:

@@ -27,7 +27,7 @@ from infra.process import dies_with_parent
 from nodeagent import chat_wire
 from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
 from nodeagent.engine_http import engine_session, sse_events
-from nodeagent.engine_speed import EngineSpeed
+from nodeagent.engine_speed import EngineSpeed, tokens_per_event
 from nodeagent.llamacpp import free_port
 from nodeagent.vllm_check import check_engine_flags
 from nodeagent.vllm_flags import UnknownModelFamily
@@ -250,6 +250,13 @@ class VllmEngine:
             "stream_options": {"include_usage": True},
             **chat_wire.option_fields(request.options),
         }
+        gathered = tokens_per_event(request.stream_interval_s, self._accounting.speed.decode_step_s)
+        if gathered > 1:
+            # vLLM sends the first token at once and then every `stream_interval` tokens (and
+            # the last): fewer events to write, read and parse for the same text. Each event
+            # then says how many tokens the answer has, so each chunk's count is known.
+            body["stream_interval"] = gathered
+            body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
         if request.continue_from:
             # The answer so far goes in as an open assistant turn that vLLM extends; it streams
             # only the new text.
@@ -266,6 +273,7 @@ class VllmEngine:
         calls = chat_wire.ToolCallAssembler(request)
         loop = asyncio.get_running_loop()
         sent_at, first_at = loop.time(), 0.0
+        counted = 0  # the answer's tokens carried by the chunks so far
         try:
             # Leaving this block (a finished answer, or the caller closing this generator)
             # closes the HTTP stream, and vLLM aborts the request and frees its KV blocks.
@@ -279,14 +287,17 @@ class VllmEngine:
                     choice = _first_choice(event)
                     calls.feed(choice.get("delta") or {})
                     text = (choice.get("delta") or {}).get("content")
+                    if isinstance(event.get("usage"), dict):
+                        usage = _usage_of(event["usage"])
                     if text:
                         waiting.pop(request.request_id, None)
                         first_at = first_at or loop.time()
-                        yield Chunk(calls.shown(text))
+                        # With usage on every event, the tokens since the last chunk; else 1.
+                        tokens = max(1, usage.output_tokens - counted)
+                        counted += tokens
+                        yield Chunk(calls.shown(text), tokens)
                     if choice.get("finish_reason"):
                         finish = _FINISH.get(str(choice["finish_reason"]), Finish.STOP)
-                    if isinstance(event.get("usage"), dict):
-                        usage = _usage_of(event["usage"])
         except aiohttp.ClientError as exc:
             raise EngineError(f"vLLM stream failed: {exc!r}") from exc
         finally:

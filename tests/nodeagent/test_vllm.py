@@ -30,6 +30,7 @@ from domain.types import Finish, Role, Tier
 from infra.grpcserver import GrpcServer
 from infra.tls import TlsConfig
 from nodeagent.engine import Chunk, EngineError, Finished, GenerationRequest, PromptTurn
+from nodeagent.engine_speed import tokens_per_event
 from nodeagent.llamacpp import free_port
 from nodeagent.main import NodeAgentConfig, build_engine, tokenizer_file
 from nodeagent.request_registry import RequestRegistry
@@ -148,6 +149,34 @@ async def test_continue_from_a_partial_answer(vllm: VllmEngine) -> None:
     # It went on from "three," and did not repeat what the client already has.
     assert "four" in text.lower()
     assert not text.lower().lstrip().startswith("one")
+
+
+async def test_an_answer_read_at_an_interval_comes_in_fewer_events_with_the_same_text(
+    vllm: VllmEngine,
+) -> None:
+    ask = "Count from one to twenty in words, separated by commas."
+    if not (await vllm.load()).decode_step_s:
+        await collect(vllm.generate(request("s0", ask, 8)))  # measures the decode step
+    step_s = (await vllm.load()).decode_step_s
+    gathered = tokens_per_event(8 * step_s, step_s)
+    assert gathered >= 4
+    # Read every 8 steps: vLLM sends the first token at once, then a batch of them an event.
+    batched = [i async for i in vllm.generate(request("s1", ask, 24, stream_interval_s=8 * step_s))]
+    one_by_one = [i async for i in vllm.generate(request("s2", ask, 24))]
+
+    def text(items: list[Chunk | Finished]) -> str:
+        return "".join(i.text for i in items if isinstance(i, Chunk))
+
+    assert text(batched) == text(one_by_one) and text(one_by_one)
+    tokens = one_by_one[-1].usage.output_tokens if isinstance(one_by_one[-1], Finished) else 0
+    chunks = sum(isinstance(i, Chunk) for i in batched)
+    assert sum(isinstance(i, Chunk) for i in one_by_one) > chunks
+    # The first token, then at most one event per `gathered` tokens; each chunk says how many
+    # tokens it carries (the end-of-turn token has no text), as one_by_one's do one by one.
+    assert chunks <= 2 + (tokens - 1) // gathered
+    carried = [i.tokens for i in batched if isinstance(i, Chunk)]
+    assert sum(carried) in (tokens, tokens - 1) and max(carried) > 1
+    assert {i.tokens for i in one_by_one if isinstance(i, Chunk)} == {1}
 
 
 async def test_tokenize_counts_with_the_models_own_tokenizer(vllm: VllmEngine) -> None:
