@@ -4,8 +4,8 @@ A unary PickReplica sets up and tears down a call for every message, which here 
 twice a message on an open stream (docs/decisions.md, "Picks over a held stream"). The stream
 is opened on the first pick and again after it breaks; each pick is one message each way,
 matched by its pick_id. One reader takes every answer and hands it to the pick waiting for
-it. A broken stream fails every pick waiting on it with the stream's error, so the caller can
-ask another scheduler, as it would after a failed call.
+it. A broken stream fails every pick waiting on it with the stream's error; the caller asks
+again by call (gateway/scheduler_client.py).
 """
 
 from __future__ import annotations
@@ -23,12 +23,14 @@ from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 
 class PickStreamLost(Exception):
     """The stream broke, ended or did not answer in time; detail says how. unimplemented:
-    the scheduler does not serve PickReplicas (a release older than it), so ask it by call."""
+    the scheduler does not serve PickReplicas (a release older than it), so ask it by call.
+    timed_out: it held the pick unanswered for the whole timeout."""
 
-    def __init__(self, detail: str, unimplemented: bool = False) -> None:
+    def __init__(self, detail: str, unimplemented: bool = False, timed_out: bool = False) -> None:
         super().__init__(detail)
         self.detail = detail
         self.unimplemented = unimplemented
+        self.timed_out = timed_out
 
 
 class PickStream:
@@ -55,8 +57,9 @@ class PickStream:
                 return await answer
         except TimeoutError:
             # A scheduler that holds picks unanswered is as good as gone: start afresh.
-            self._break(call, PickStreamLost(f"no answer within {timeout_s:g} s"))
-            raise PickStreamLost(f"no answer within {timeout_s:g} s") from None
+            lost = PickStreamLost(f"no answer within {timeout_s:g} s", timed_out=True)
+            self._break(call, lost)
+            raise lost from None
         finally:
             self._waiting.pop(pick_id, None)
 

@@ -114,10 +114,13 @@ class SchedulerClient:
             try:
                 answer = await stream.pick(request, self._rpc_timeout_s)
             except PickStreamLost as lost:
-                if not lost.unimplemented:
+                if lost.timed_out:
                     raise _Unreachable(lost.detail) from lost
-                self._streams[index] = None
-                await stream.close()
+                if lost.unimplemented:
+                    self._streams[index] = None
+                    await stream.close()
+                # Else the stream broke (the scheduler restarted, or died): a call says which,
+                # and answers if it can; the next pick opens a new stream.
             else:
                 return _made(answer)
         try:
