@@ -160,3 +160,31 @@ async def test_a_scheduler_without_the_pick_stream_is_asked_by_call(
         await client.close()
         await older.stop(None)
         await real.close()
+
+
+async def test_a_scheduler_restarted_under_a_held_stream_answers_the_next_picks(
+    two_schedulers: LocalPlatform,
+) -> None:
+    """Its stream ends with the old process; the picks after it reach the new one at once (by
+    call, then on a new stream), never 'no scheduler is reachable'. Once its nodes have
+    connected again (their reconnection backs off), it picks as before."""
+    platform = two_schedulers
+    address = next(str(c.ready["grpc"]) for c in platform.children if c.name == "scheduler-1")
+    client = SchedulerClient([address], rpc_timeout_s=5.0, tls=platform.tls("gateway"))
+    try:
+        first = await client.pick("c-restart", "small", Tier.PLUS, 100)
+        scheduler = next(c for c in platform.children if c.name == "scheduler-1")
+        scheduler.process.send_signal(signal.SIGKILL)
+        await platform.restart("scheduler-1")
+        deadline = time.monotonic() + 30.0
+        while True:
+            try:
+                again = await client.pick("c-restart", "small", Tier.PLUS, 100)
+                break
+            except NoReplica:  # the new process has not heard from its nodes yet
+                assert time.monotonic() < deadline, "the nodes never came back to it"
+                await asyncio.sleep(0.1)
+        assert again.node_id in {"local-small-0", "local-small-1"}
+        assert first.node_id in {"local-small-0", "local-small-1"}
+    finally:
+        await client.close()
