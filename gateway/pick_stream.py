@@ -114,7 +114,11 @@ async def _requests(
         yield request
 
 
+def call_detail(error: grpc.aio.AioRpcError) -> str:
+    """A failed call or stream in a few words: its code and what the other side said."""
+    return f"{error.code().name} {error.details() or ''}".strip()
+
+
 def _lost(error: grpc.aio.AioRpcError) -> PickStreamLost:
-    code = error.code()
-    detail = f"{code.name} {error.details() or ''}".strip()
-    return PickStreamLost(detail, unimplemented=code == grpc.StatusCode.UNIMPLEMENTED)
+    unimplemented = error.code() == grpc.StatusCode.UNIMPLEMENTED
+    return PickStreamLost(call_detail(error), unimplemented=unimplemented)

@@ -23,7 +23,7 @@ from domain.feedback import RatedAnswer
 from domain.guardrails import Tally
 from domain.rollout import RolloutState
 from domain.types import Tier
-from gateway.pick_stream import PickStream, PickStreamLost
+from gateway.pick_stream import PickStream, PickStreamLost, call_detail
 from gateway.ports import ReplicaPick
 from infra.convert import TIER_TO_PB
 from infra.keepalive import CLIENT_CHANNEL
@@ -128,7 +128,7 @@ class SchedulerClient:
         except grpc.aio.AioRpcError as error:
             if _answered(error):
                 raise _refusal(error) from error
-            raise _Unreachable(f"{error.code().name} {error.details() or ''}".strip()) from error
+            raise _Unreachable(call_detail(error)) from error
 
     def _order(self) -> list[int]:
         """The current scheduler, then the others in turn; those set aside go last, so a pick
