@@ -27,6 +27,7 @@ from gateway.ports import (
     ReplicaPick,
     ReplicaPicker,
     StreamBroken,
+    Working,
 )
 from gateway.runs import Delta, MessageRun, Retract
 
@@ -47,6 +48,10 @@ class StreamTimeouts:
     # an answer only where a check releases it, every output_check_every_tokens, so chunks
     # in between cost the node and the gateway a gRPC message each and show nothing sooner.
     held_chunk_interval_s: float = 0.0
+    # How long text may stay away while the node vouches for the answer (nodeagent/
+    # link_servicer.py): queued, or behind a long prompt in the same batch, it is waiting, not
+    # lost; past this an engine that passes its health check yet writes nothing counts as lost.
+    vouched_stall_s: float = 120.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,24 +317,31 @@ class AnswerWriter:
         generation: Generation | None = None
         stop: _StopRelay | None = None
         loop = asyncio.get_running_loop()
-        # One deadline for the whole stream, moved on by each chunk: a node silent this long
-        # counts as lost. Before the first token the answer may be queued behind others.
-        silence_s = self._timeouts.first_token_s
+        # One deadline for the whole stream, moved on by each chunk and each vouch: a node
+        # silent this long counts as lost. Before the first token the answer may be queued
+        # behind others. A vouch moves it on by the stall timeout, never past text_due.
+        timeouts = self._timeouts
+        silence_s = timeouts.first_token_s
+        text_due = loop.time() + silence_s
         last_index = 0
         try:
             async with asyncio.timeout(silence_s) as deadline:
                 generation = await self._nodes.generate(pick.address, spec)
                 stop = _StopRelay(run, generation)  # after the start: a cancel must come second
                 while True:
-                    deadline.reschedule(loop.time() + silence_s)
+                    deadline.reschedule(min(loop.time() + silence_s, text_due))
                     item = await generation.read()
+                    if type(item) is Working:
+                        silence_s = timeouts.stall_s
+                        continue
                     if type(item) is not Chunk:
                         if item.tool_calls:
                             await run.append(Delta("", tool_calls=item.tool_calls))
                         if item.text_tokens:
                             answer.message_tokens = item.text_tokens[0]
                         return item.finish, item.usage
-                    silence_s = self._timeouts.stall_s
+                    silence_s = timeouts.stall_s
+                    text_due = loop.time() + timeouts.vouched_stall_s
                     # A chunk's index is its last token's: it may carry several.
                     answer.tokens += max(1, item.index - last_index)
                     last_index = item.index
@@ -340,6 +352,10 @@ class AnswerWriter:
                             await generation.cancel()
                             return ending, Usage(plan.prompt.tokens, 0, answer.tokens)
         except TimeoutError as error:
+            if loop.time() >= text_due:
+                raise NodeLost(f"vouched for, but wrote nothing in {timeouts.vouched_stall_s} s"
+                               if last_index else f"no first token in {timeouts.first_token_s} s"
+                               ) from error  # fmt: skip
             raise NodeLost(f"silent for {silence_s} s") from error
         except StreamBroken as error:
             raise NodeLost(str(error)) from error

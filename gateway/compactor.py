@@ -56,6 +56,7 @@ from gateway.ports import (
     ReplicaPick,
     ReplicaPicker,
     StreamBroken,
+    Working,
 )
 from gateway.stored_context import as_turn, branch, folded_count
 from store.base import SummaryStore
@@ -339,6 +340,8 @@ async def _read_answer(generation: Generation) -> tuple[list[str], Finish]:
     pieces: list[str] = []
     while True:
         item = await generation.read()
+        if type(item) is Working:
+            continue
         if type(item) is not Chunk:
             return pieces, item.finish
         pieces.append(item.text)

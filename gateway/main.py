@@ -127,6 +127,10 @@ class GatewayConfig:
     shed_max_wait_s: float = _SHEDDING.max_wait_s
     node_first_token_timeout_s: float = 120.0
     node_stall_timeout_s: float = 10.0
+    # A node that vouches for an answer's silence (queued, or behind a long prompt in the same
+    # batch) is waited on this long for its next text; only silence it does not vouch for is
+    # failed over after node_stall_timeout_s.
+    node_vouched_stall_timeout_s: float = 120.0
     max_failovers: int = 2
     # Answers go over one NodeService.Link stream per node (gateway/node_link.py), each frame
     # carrying every answer's new tokens: a third of the nodes' CPU per token (docs/decisions.md,
@@ -251,6 +255,7 @@ def build_policy(config: GatewayConfig) -> PipelinePolicy:
             config.node_stall_timeout_s,
             config.max_failovers,
             held_chunk_interval(config.output_holdback_chunk_interval_s),
+            vouched_stall_s=config.node_vouched_stall_timeout_s,
         ),
         breaker=BreakerPolicy(
             config.breaker_failures_to_open, config.breaker_window_s, config.breaker_cooldown_s

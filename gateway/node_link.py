@@ -27,7 +27,7 @@ import structlog
 
 from chat.v1 import node_service_pb2 as pb
 from gateway.node_client import NodeClient, NodeRefused, finished_from_pb, start_pb
-from gateway.ports import Chunk, Finished, GenerateSpec, Generation, StreamBroken
+from gateway.ports import WORKING, Chunk, Finished, GenerateSpec, Generation, StreamBroken, Working
 
 # Chunks an answer's buffer holds before new text joins the newest one.
 MAX_BUFFERED = 64
@@ -58,13 +58,13 @@ class LinkGeneration:
         self.reopened = False
         # A cancel was asked for: a re-attach passes it on, in case the broken link lost it.
         self.cancelled = False
-        self._items: collections.deque[Chunk | Finished | Exception] = collections.deque()
+        self._items: collections.deque[Chunk | Finished | Working | Exception] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
         self._link = link
         # Its finish or failure arrived, or it was closed: nothing more comes or goes for it.
         self._ended = False
 
-    async def read(self) -> Chunk | Finished:
+    async def read(self) -> Chunk | Finished | Working:
         while not self._items:
             self._waiter = asyncio.get_running_loop().create_future()
             try:
@@ -106,6 +106,9 @@ class LinkGeneration:
         if update.HasField("finish"):
             self._ended = True
             self._put(finished_from_pb(update.finish))
+        elif update.working and not self._items:
+            # Only to a reader with nothing to read: unread text already says as much.
+            self._put(WORKING)
 
     def fail(self, error: Exception) -> None:
         self._ended = True
@@ -115,7 +118,7 @@ class LinkGeneration:
     def ended(self) -> bool:
         return self._ended
 
-    def _put(self, item: Chunk | Finished | Exception) -> None:
+    def _put(self, item: Chunk | Finished | Working | Exception) -> None:
         items = self._items
         if len(items) >= MAX_BUFFERED and type(item) is Chunk and type(items[-1]) is Chunk:
             items[-1] = _joined(items[-1], item)

@@ -81,6 +81,17 @@ class Finished(NamedTuple):
     text_tokens: tuple[int, ...] = ()
 
 
+@final
+class Working:
+    """The node vouches that an answer with no news is still in its engine's hands (queued,
+    or behind a long prompt in the same batch): silence so vouched is waiting, not a lost node."""
+
+    __slots__ = ()
+
+
+WORKING = Working()
+
+
 class StreamBroken(Exception):
     """The node's stream ended without a finish, or failed on the way (code: the transport's
     name for why, None when the stream simply ended)."""
@@ -108,10 +119,11 @@ class GenerateSpec(NamedTuple):
 
 
 class Generation(Protocol):
-    """One answer's stream: read() until a Finished (StreamBroken when it fails on the way);
-    cancel() stops the engine at once and may be awaited; close() always, after."""
+    """One answer's stream: read() until a Finished (StreamBroken when it fails on the way),
+    with Working between chunks from a node that vouches for its silence; cancel() stops the
+    engine at once and may be awaited; close() always, after."""
 
-    async def read(self) -> Chunk | Finished: ...
+    async def read(self) -> Chunk | Finished | Working: ...
 
     def cancel(self) -> Awaitable[None]: ...
 

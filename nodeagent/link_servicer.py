@@ -9,6 +9,11 @@ answers stream apart still coalesce into whatever came while the frame before wa
 An answer's text waits in the registry (where a re-attach reads it anyway), never in a queue
 of the link, so a gateway that reads slowly holds back the link as a whole (HTTP/2 flow
 control) and never one answer behind another.
+
+An answer with no news for the vouch interval gets an update that says only `working`, while
+the engine passes its health check: a gateway cannot tell an answer queued or batched behind
+a long prompt from a node that went quiet, and fails over only silence nobody vouched for. One
+timer per link does this, and only while the link has answers.
 """
 
 from __future__ import annotations
@@ -60,18 +65,23 @@ class NodeGates:
     stream_interval_s: float
     # The counts of a start's count_texts, computed beside the answer; None: none asked for.
     count: Callable[[list[str]], asyncio.Task[list[int]] | None]
+    # An answer quiet this long is vouched for (kept well under the gateways' stall timeout).
+    vouch_interval_s: float = 1.0
 
 
 class _Followed:
     """One answer on this link: how far it was sent, and when its next chunk may go."""
 
-    __slots__ = ("counting", "hold_until", "interval_s", "listener", "running", "sent", "timer")
+    __slots__ = ("counting", "hold_until", "interval_s", "listener", "running", "sent",
+                 "sent_at", "timer")  # fmt: skip
 
-    def __init__(self, running: RunningRequest, sent: int, interval_s: float) -> None:
+    def __init__(self, running: RunningRequest, sent: int, interval_s: float, now: float) -> None:
         self.running = running
         self.sent = sent
         self.interval_s = interval_s
         self.hold_until = 0.0
+        # When the gateway last heard of this answer: what decides whether it is vouched for.
+        self.sent_at = now
         self.counting: asyncio.Task[list[int]] | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.listener: Callable[[], None] | None = None
@@ -83,6 +93,9 @@ class NodeLink:
         self._answers: dict[str, _Followed] = {}
         # Answers with news since the last frame, in the order they got it.
         self._noted: dict[str, None] = {}
+        # Answers to vouch for in the next frame, unless they have news of their own.
+        self._working: set[str] = set()
+        self._vouch_timer: asyncio.TimerHandle | None = None
         self._refusals: list[pb.AnswerUpdate] = []
         self._wake = asyncio.Event()
         self._loop = asyncio.get_running_loop()
@@ -115,6 +128,8 @@ class NodeLink:
                 await reader
             for request_id in list(self._answers):
                 self._leave(request_id)
+            if self._vouch_timer is not None:
+                self._vouch_timer.cancel()
 
     async def _read(self, requests: AsyncIterator[pb.LinkRequest]) -> None:
         with contextlib.suppress(grpc.aio.AioRpcError):
@@ -175,12 +190,31 @@ class NodeLink:
     def _follow(
         self, request_id: str, running: RunningRequest, sent: int, interval_s: float
     ) -> _Followed:
-        followed = _Followed(running, sent, interval_s)
+        followed = _Followed(running, sent, interval_s, self._loop.time())
         followed.listener = lambda: self._note(request_id)
         running.listeners.append(followed.listener)
         self._answers[request_id] = followed
         self._gates.registry.follow_started(running)
+        if self._vouch_timer is None:
+            self._vouch_timer = self._loop.call_later(self._gates.vouch_interval_s, self._vouch)
         return followed
+
+    def _vouch(self) -> None:
+        """Notes the answers quiet for half the interval or more as working, while the engine
+        passes its health check; runs again while the link has answers."""
+        self._vouch_timer = None
+        if not self._answers:
+            return
+        interval_s = self._gates.vouch_interval_s
+        if self._gates.engine_ok.is_set():
+            quiet_since = self._loop.time() - interval_s / 2
+            for request_id, followed in self._answers.items():
+                if followed.running.finished is None and followed.sent_at <= quiet_since:
+                    self._working.add(request_id)
+                    self._noted[request_id] = None
+            if self._working:
+                self._wake.set()
+        self._vouch_timer = self._loop.call_later(interval_s, self._vouch)
 
     def _on_link(self, request_id: str) -> _Followed:
         followed = self._answers.get(request_id)
@@ -192,6 +226,7 @@ class NodeLink:
     def _leave(self, request_id: str) -> None:
         followed = self._answers.pop(request_id)
         self._noted.pop(request_id, None)
+        self._working.discard(request_id)
         if followed.listener in followed.running.listeners:
             followed.running.listeners.remove(followed.listener)
         if followed.timer is not None:
@@ -214,13 +249,18 @@ class NodeLink:
         frame = pb.LinkResponse(updates=self._refusals)
         self._refusals = []
         noted, self._noted = self._noted, {}
+        working, self._working = self._working, set()
         now = self._loop.time()
         for request_id in noted:
             followed = self._answers.get(request_id)
-            if followed is not None:
-                update = self._update(request_id, followed, now)
-                if update is not None:
-                    frame.updates.append(update)
+            if followed is None:
+                continue
+            update = self._update(request_id, followed, now)
+            if update is None and request_id in working and followed.running.finished is None:
+                update = pb.AnswerUpdate(request_id=request_id, working=True)
+            if update is not None:
+                followed.sent_at = now
+                frame.updates.append(update)
         return frame
 
     def _update(self, request_id: str, followed: _Followed, now: float) -> pb.AnswerUpdate | None:

@@ -82,6 +82,10 @@ class NodeAgentConfig:
     # A request whose gateway vanished waits this long for another to re-attach.
     reattach_grace_s: float = 5.0
     health_interval_s: float = 1.0
+    # An answer with no news this long is vouched for on its link while the engine passes its
+    # health check, so a gateway waits for it instead of failing it over (keep it well under
+    # the gateways' node_stall_timeout_s).
+    vouch_interval_s: float = 1.0
     # engine "sim": the simulated replica's hardware and model (see domain.replica_hardware.PRESETS)
     # and how many times faster than real time it runs.
     sim_preset: str = "70b-4xh100"
@@ -268,7 +272,7 @@ async def serve(config: NodeAgentConfig, stop: asyncio.Event) -> None:
         tokenizer = await _served_tokenizer(offered, engine)
         servicer = NodeServicer(
             engine, registry, accepting, engine_ok, config.stream_interval_s, token_counts,
-            tokenizer,
+            tokenizer, config.vouch_interval_s,
         )  # fmt: skip
         node_service_pb2_grpc.add_NodeServiceServicer_to_server(servicer, server.server)
         await service.grpc(server)

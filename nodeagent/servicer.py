@@ -58,9 +58,12 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
         stream_interval_s: float = 0.0,
         token_counts: TokenCounts | None = None,
         tokenizer: ServedTokenizer | None = None,
+        vouch_interval_s: float = 1.0,
     ) -> None:
         if not 0 <= stream_interval_s <= MAX_STREAM_INTERVAL_S:
             raise ValueError(f"stream_interval_s must be within 0..{MAX_STREAM_INTERVAL_S} s")
+        if vouch_interval_s <= 0:
+            raise ValueError("vouch_interval_s must be greater than 0")
         self._engine = engine
         # Tokens that come within this of the last chunk sent wait and go as one chunk.
         self._stream_interval_s = stream_interval_s
@@ -78,6 +81,7 @@ class NodeServicer(node_service_pb2_grpc.NodeServiceServicer):
             engine_ok=self._engine_ok,
             stream_interval_s=stream_interval_s,
             count=self._count,
+            vouch_interval_s=vouch_interval_s,
         )
         self._links: set[NodeLink] = set()
 

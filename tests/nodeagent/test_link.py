@@ -17,7 +17,7 @@ from domain.replica_hardware import H100x4_70B
 from domain.types import Finish, Role, Tier, Turn
 from gateway.node_client import NodeClient, NodeRefused
 from gateway.node_link import MAX_BUFFERED, LinkedNodes
-from gateway.ports import Chunk, Finished, GenerateSpec, Generation, StreamBroken
+from gateway.ports import Chunk, Finished, GenerateSpec, Generation, StreamBroken, Working
 from infra.grpcserver import GrpcServer
 from infra.tls import TlsConfig
 from nodeagent.request_registry import RequestRegistry
@@ -31,15 +31,18 @@ WAIT_S = 20.0
 class SimNode:
     """A node server over the simulated engine; `speed` times real time."""
 
-    def __init__(self, speed: float, length: int, grace_s: float = 30.0) -> None:
+    def __init__(
+        self, speed: float, length: int, grace_s: float = 30.0, vouch_interval_s: float = 1.0
+    ) -> None:
         self.engine = SimEngine(H100x4_70B, speed=speed, answer_lengths=(length, length))
         self.registry = RequestRegistry(self.engine, reattach_grace_s=grace_s)
-        accepting, engine_ok = asyncio.Event(), asyncio.Event()
+        accepting, self.engine_ok = asyncio.Event(), asyncio.Event()
         accepting.set()
-        engine_ok.set()
+        self.engine_ok.set()
         self.server = GrpcServer("127.0.0.1:0", ["chat.v1.NodeService"],
                                  tls=TlsConfig(insecure=True))  # fmt: skip
-        self.servicer = NodeServicer(self.engine, self.registry, accepting, engine_ok, 0.0)
+        self.servicer = NodeServicer(self.engine, self.registry, accepting, self.engine_ok, 0.0,
+                                     vouch_interval_s=vouch_interval_s)  # fmt: skip
         node_service_pb2_grpc.add_NodeServiceServicer_to_server(self.servicer, self.server.server)
 
     def relay(self) -> SilentRelay:
@@ -69,9 +72,31 @@ async def read_all(generation: Generation) -> tuple[list[Chunk], Finished]:
             item = await generation.read()
             if isinstance(item, Finished):
                 return chunks, item
-            chunks.append(item)
+            if isinstance(item, Chunk):
+                chunks.append(item)
     finally:
         generation.close()
+
+
+async def read_items(generation: Generation) -> list[Chunk | Finished | Working]:
+    """Everything read up to the finish, the node's vouches among the chunks."""
+    items: list[Chunk | Finished | Working] = []
+    try:
+        while not items or not isinstance(items[-1], Finished):
+            items.append(await generation.read())
+        return items
+    finally:
+        generation.close()
+
+
+def vouches_before_each_chunk(items: list[Chunk | Finished | Working]) -> list[int]:
+    counts = [0]
+    for item in items:
+        if isinstance(item, Working):
+            counts[-1] += 1
+        elif isinstance(item, Chunk):
+            counts.append(0)
+    return counts[:-1]
 
 
 def text(chunks: list[Chunk]) -> str:
@@ -141,6 +166,40 @@ async def test_a_slow_reader_does_not_stall_another(linked: LinkedNodes) -> None
         finally:
             await direct.close()
         assert text(slow_chunks) == text(again)
+
+
+async def test_a_quiet_answer_is_vouched_for_while_its_engine_is_healthy(
+    linked: LinkedNodes,
+) -> None:
+    """Each step of this engine takes about 0.8 s, eight vouch intervals: before its first
+    token and between tokens the answer is vouched for, and its text is the engine's."""
+    question = "Tell me about herons."
+    async with SimNode(speed=0.02, length=3, vouch_interval_s=0.1) as slow, \
+            SimNode(speed=200.0, length=3) as fast:  # fmt: skip
+        expected, _ = await read_all(
+            await linked.generate(fast.server.address, spec("f", question))
+        )
+        items = await read_items(await linked.generate(slow.server.address, spec("s", question)))
+    chunks = [item for item in items if isinstance(item, Chunk)]
+    assert text(chunks) == text(expected) and len(chunks) == 3
+    assert all(count >= 1 for count in vouches_before_each_chunk(items)), items
+
+
+async def test_an_answer_is_not_vouched_for_while_its_engine_fails_its_health_check(
+    linked: LinkedNodes,
+) -> None:
+    question = "Tell me about herons."
+    async with SimNode(speed=0.02, length=3, vouch_interval_s=0.1) as node:
+        generation = await linked.generate(node.server.address, spec("s", question))
+        first = await generation.read()
+        while not isinstance(first, Chunk):
+            first = await generation.read()
+        node.engine_ok.clear()
+        rest = await read_items(generation)
+    # The engine still writes (its health check alone failed): the text comes, unvouched; a
+    # vouch already on its way when the check failed may still arrive.
+    assert [item.index for item in rest if isinstance(item, Chunk)] == [2, 3]
+    assert sum(isinstance(item, Working) for item in rest) <= 1, rest
 
 
 async def test_a_cancel_frees_the_engine_slot_at_once(linked: LinkedNodes) -> None:

@@ -146,16 +146,18 @@ class LinkResponse(_message.Message):
     def __init__(self, updates: _Optional[_Iterable[_Union[AnswerUpdate, _Mapping]]] = ...) -> None: ...
 
 class AnswerUpdate(_message.Message):
-    __slots__ = ("request_id", "chunk", "finish", "error")
+    __slots__ = ("request_id", "chunk", "finish", "error", "working")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
     FINISH_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    WORKING_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     chunk: TokenChunk
     finish: GenerateFinish
     error: AnswerError
-    def __init__(self, request_id: _Optional[str] = ..., chunk: _Optional[_Union[TokenChunk, _Mapping]] = ..., finish: _Optional[_Union[GenerateFinish, _Mapping]] = ..., error: _Optional[_Union[AnswerError, _Mapping]] = ...) -> None: ...
+    working: bool
+    def __init__(self, request_id: _Optional[str] = ..., chunk: _Optional[_Union[TokenChunk, _Mapping]] = ..., finish: _Optional[_Union[GenerateFinish, _Mapping]] = ..., error: _Optional[_Union[AnswerError, _Mapping]] = ..., working: _Optional[bool] = ...) -> None: ...
 
 class AnswerError(_message.Message):
     __slots__ = ("code", "reason", "message")
