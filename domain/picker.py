@@ -95,6 +95,12 @@ class EscapeRule:
     conversation, which reads its whole history again there and again on its next turn back
     at the favourite: the fleet simulator measured the cached share of history at 77 % and
     about 1,000 prefill GPUs at the planned peak, against 88 % and 620 with a 1 s floor.
+
+    The two waits compared are means, where the floor and the ladder's promise use the
+    model's quantile: at 9 in 10 a replica two answers behind looks 3.9 answer-endings away
+    and one behind 2.3, against 2 and 1 on average, so comparing quantiles made a queue one
+    longer than the idlest's look worth leaving much sooner than it is, and each escape
+    throws a cached history away (docs/decisions.md, "Escapes compare mean waits").
     """
 
     wait: StartWaitModel
@@ -152,7 +158,7 @@ def _cold_key(
     # answers under way, then to the rendezvous order, so that quiet arrivals spread too.
     return (
         replica.free_kv_tokens < prompt_tokens,
-        replica_start_wait_s(rule, replica, replica.queued_prefill_tokens, 0),
+        replica_start_wait_s(rule, replica, replica.queued_prefill_tokens, 0, expected=True),
         replica.running_requests + replica.waiting_requests,
         -rendezvous_score(conversation_hash, fnv1a64(replica.node_id)),
     )
@@ -178,12 +184,14 @@ def settle(
         return Pick(idlest, PickReason.ESCAPED_KV_ROOM)
     if favourite_queue is None:
         favourite_queue = favourite.queued_prefill_tokens
-    waiting_there = replica_start_wait_s(rule, favourite, favourite_queue, favourite_sent)
-    if waiting_there <= rule.min_wait_s:
+    if replica_start_wait_s(rule, favourite, favourite_queue, favourite_sent) <= rule.min_wait_s:
         return Pick(favourite, PickReason.AFFINITY)
     if idlest_queue is None:
         idlest_queue = idlest.queued_prefill_tokens
-    waiting_elsewhere = replica_start_wait_s(rule, idlest, idlest_queue, idlest_sent)
+    waiting_there = replica_start_wait_s(rule, favourite, favourite_queue, favourite_sent,
+                                         expected=True)  # fmt: skip
+    waiting_elsewhere = replica_start_wait_s(rule, idlest, idlest_queue, idlest_sent,
+                                             expected=True)  # fmt: skip
     # Leaving the favourite throws its cached prefix away: only worth it when the extra wait
     # there is longer than reading that prefix again elsewhere, at that replica's speed.
     if waiting_there - waiting_elsewhere > reusable_prefix_tokens / reading_speed(rule, idlest):
@@ -197,9 +205,12 @@ def reading_speed(rule: EscapeRule, replica: ReplicaLoad) -> float:
     return measured if measured > 0 else rule.wait.prefill_tokens_per_s
 
 
-def replica_start_wait_s(rule: EscapeRule, replica: ReplicaLoad, queue: int, sent: int) -> float:
-    """A paid request's start wait on the replica (what the escape rule compares), with its
-    prompt queue and the requests sent to it since its report."""
+def replica_start_wait_s(
+    rule: EscapeRule, replica: ReplicaLoad, queue: int, sent: int, *, expected: bool = False
+) -> float:
+    """A paid request's start wait on the replica, with its prompt queue and the requests
+    sent to it since its report: the quantile the floor checks, or (expected) the mean wait
+    two replicas are compared by."""
     return start_wait_s(
         rule.wait,
         queue,
@@ -210,4 +221,5 @@ def replica_start_wait_s(rule: EscapeRule, replica: ReplicaLoad, queue: int, sen
         paid=True,
         prefill_tokens_per_s=replica.prefill_tokens_per_s,
         answer_s=replica.answer_s,
+        expected=expected,
     )

@@ -377,7 +377,7 @@ class PoolIndex:
         batch_bound = ((behind > 0) | full) & (self._running > 0) & self._pickable
         for row in np.flatnonzero(batch_bound).tolist():  # few: only where a batch is full
             waits[row] = replica_start_wait_s(
-                rule, self._loads[row], int(self._queued[row]), int(self._sent[row])
+                rule, self._loads[row], int(self._queued[row]), int(self._sent[row]), expected=True
             )
         scores = self._scores_of(conversation_hash)
         order = np.lexsort(

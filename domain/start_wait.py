@@ -64,8 +64,10 @@ def start_wait_s(
     paid: bool = False,
     prefill_tokens_per_s: float = 0.0,
     answer_s: float = 0.0,
+    expected: bool = False,
 ) -> float:
-    """Seconds within which a request sent now starts, with the model's confidence;
+    """Seconds within which a request sent now starts, with the model's confidence (with
+    `expected`, the mean wait instead: what a choice between replicas compares);
     `max_running_requests` is 0 when the engine's batch limit is not known;
     `prefill_tokens_per_s` and `answer_s`, what the replica measured of its reading speed
     and of how long its answers hold their places, replace the model's when above 0 (a node
@@ -82,7 +84,8 @@ def start_wait_s(
     openings_per_s = running_requests / (answer_s if answer_s > 0 else model.answer_s)
     if not paid:
         openings_per_s *= 1.0 - model.paid_share
-    return max(reading, _wilson_hilferty(behind, model._z) / openings_per_s)
+    openings = float(behind) if expected else _wilson_hilferty(behind, model._z)
+    return max(reading, openings / openings_per_s)
 
 
 def gamma_quantile(shape: float, p: float) -> float:

@@ -137,6 +137,28 @@ def test_a_full_batch_of_short_answers_keeps_its_conversation() -> None:
     assert (kept.reason, kept.replica.node_id) == (PickReason.AFFINITY, favourite)
 
 
+def test_a_queue_one_answer_longer_than_the_idlest_is_priced_at_its_mean_wait() -> None:
+    """Every replica's two places taken, answers of 6 s (a place opens every 3 s on average):
+    the favourite has one more request waiting than the idlest. On average it starts 3 s
+    later; at 9 in 10, 11.6 s against 6.8. Re-reading 480 cached tokens elsewhere at 120 a
+    second takes 4 s, more than the 3 s saved: the conversation stays. 240 tokens (2 s) are
+    worth leaving."""
+    replicas = [replica(f"r{i}") for i in range(3)]
+    favourite = pick_replica("c1", 600, 480, replicas).replica.node_id
+
+    def busy(r: ReplicaLoad) -> ReplicaLoad:
+        return dataclasses.replace(
+            r, running_requests=2, max_running_requests=2, answer_s=6.0,
+            prefill_tokens_per_s=120.0, waiting_requests=1 if r.node_id == favourite else 0,
+        )  # fmt: skip
+
+    loaded = [busy(r) for r in replicas]
+    kept = pick_replica("c1", 600, 480, loaded)
+    assert (kept.reason, kept.replica.node_id) == (PickReason.AFFINITY, favourite)
+    moved = pick_replica("c1", 600, 240, loaded)
+    assert moved.reason is PickReason.ESCAPED_QUEUE and moved.replica.node_id != favourite
+
+
 def test_never_escape_keeps_the_favourite_unless_the_prompt_cannot_fit() -> None:
     replicas = [replica(f"r{i}") for i in range(4)]
     favourite = pick_replica("c1", 100, 0, replicas).replica.node_id
