@@ -15,6 +15,8 @@ llama-server processes (the URLs in the nodeagents' ready files):
                  each prompt (local_token_counts off): that change side by side
     platform-h0-pick-calls  the same with a gateway that asks the scheduler for each pick
                  by call (pick_stream off)
+    platform-h0-unvouched  the same with a gateway that fails an answer over after 10 s with
+                 no text even while its node vouches for it (node_vouched_stall_timeout_s 10)
     vllm-router  vllm-router (PyPI, Rust), consistent hashing on the X-Session-Id header
     sglang       sglang-router (PyPI, Rust), cache-aware (prefix tree + load balance)
     round-robin  a minimal aiohttp proxy (in this file), next replica on connect errors
@@ -77,8 +79,8 @@ from race_workloads import SYSTEM_PROMPT, WORKLOADS, Shape, UserScript, build, s
 
 RACE_VENV = REPO / ".race" / "venv"
 PEER_PINS = ("vllm-router==0.1.17", "sglang-router==0.3.2")
-SYSTEMS = ("platform", "platform-h0", "platform-h0-calls", "platform-h0-pick-calls", "vllm-router",
-           "sglang", "round-robin", "oracle")  # fmt: skip
+SYSTEMS = ("platform", "platform-h0", "platform-h0-calls", "platform-h0-pick-calls",
+           "platform-h0-unvouched", "vllm-router", "sglang", "round-robin", "oracle")  # fmt: skip
 # The platform's systems beside the first gateway and edge: each a gateway + edge of its own
 # with these settings, on the same scheduler and nodeagents.
 HOLDBACK_OFF = {
@@ -91,11 +93,15 @@ GATEWAY_VARIANTS = {
     "platform-h0-calls": {**HOLDBACK_OFF, "CHAT_GATEWAY_LOCAL_TOKEN_COUNTS": "false"},
     # The gateway asks the scheduler for each pick by call, as before the held pick stream.
     "platform-h0-pick-calls": {**HOLDBACK_OFF, "CHAT_GATEWAY_PICK_STREAM": "false"},
+    # The gateway waits for text no longer than its stall timeout (10 s) whether or not the
+    # node vouches for the silence, as before nodes vouched.
+    "platform-h0-unvouched": {**HOLDBACK_OFF, "CHAT_GATEWAY_NODE_VOUCHED_STALL_TIMEOUT_S": "10"},
 }
 # What each variant beside platform-h0 undoes, as its verdict line names it.
 VARIANT_CHANGES = {
     "platform-h0-calls": "counting in the gateway vs asking the node",
     "platform-h0-pick-calls": "picks on the held stream vs a call each",
+    "platform-h0-unvouched": "failing over unvouched silence only vs any 10 s of silence",
 }
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MAX_ATTEMPTS = 3  # the openai SDK's default: one try and two retries
