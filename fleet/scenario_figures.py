@@ -126,6 +126,20 @@ FIXED_POOLS = (
 )
 
 
+def _free_time_outs_paid_first(result: ScenarioResult) -> float:
+    """Sizing 000's arithmetic for the Free messages that still time out when paid ones go
+    first: the time-outs of every rung off, all moved onto the Free share of the messages.
+    It is done on the simulated time-outs where that variant ran (their own figure is checked
+    against the 34 % above), so a fleet whose picker starts a few more messages in time is not
+    counted against the ladder: paying first moves failures, it does not make them."""
+    s = result.summaries
+    if "every rung off" not in s:
+        return 0.57
+    tiers = s["paid first"].tiers
+    free_share = tiers["free"].messages / sum(t.messages for t in tiers.values())
+    return min(1.0, s["every rung off"].timed_out_share / free_share)
+
+
 def gpus_run_out(result: ScenarioResult) -> list[Figure]:
     s, figures = result.summaries, []
     if "every rung off" in s:
@@ -157,7 +171,7 @@ def gpus_run_out(result: ScenarioResult) -> list[Figure]:
                 "free time-outs, paid first",
                 "most free messages still fail slowly (34 % of all = 57 % of free)",
                 paid.tiers["free"].timed_out_share,
-                0.57,
+                _free_time_outs_paid_first(result),
                 0.08,
             ),
         ]

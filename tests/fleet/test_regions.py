@@ -66,7 +66,10 @@ def test_with_move_when_full_conversations_under_way_leave_and_read_their_histor
     sim = RegionsSim(config(OVERLOADED, spill), 1, 1.0, 50.0)
     recorders = sim.run()
     moved = sum(placed(sim, r)[PLACED_MOVED] for r in (1, 2))
-    assert moved > 20 and placed(sim, 0)[PLACED_MOVED] == 0
+    # Nearly all go where there is room. The full region's ladder steps down between its
+    # bursts and publishes room for that moment; the others, busy with what it sent them,
+    # reach their own top rung now and then and may move a few there then.
+    assert moved > 20 and placed(sim, 0)[PLACED_MOVED] * 20 < moved
     summary = summarize_regions(recorders, NAMES, 1.0, (0.0, 40.0), POOLS)
     assert 0 < summary.moved <= moved  # those that arrived past 40 s are not counted
     # Each read its history (about 3,000 tokens) where it moved, the system prompt aside.
