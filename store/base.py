@@ -12,6 +12,7 @@ from typing import Protocol
 
 from domain.types import Tier
 from store.records import (
+    CapturedPrompt,
     ConversationRecord,
     FeedbackRecord,
     MessageRecord,
@@ -126,7 +127,25 @@ class FeedbackStore(ConversationStore, Protocol):
         ...
 
 
-class Store(UserStore, SummaryStore, ResponseStore, FeedbackStore, Protocol):
+class PromptStore(Protocol):
+    """The exact prompts of answered turns (gateway/prompt_capture.py), kept with the user's
+    message in the store that keeps the conversation, and gone with it."""
+
+    async def capture_prompt(self, user_id: str, prompt: CapturedPrompt) -> None:
+        """Keeps a turn's prompt, replacing one kept for the same message (a retry that ran
+        again). NotFound when the message does not exist."""
+        ...
+
+    async def captured_prompt(self, user_id: str, message_id: str) -> CapturedPrompt:
+        """NotFound when none is kept for the message (never captured, or forgotten)."""
+        ...
+
+    async def forget_prompts(self, captured_before: float) -> int:
+        """Deletes every prompt captured before the time (seconds since the epoch); how many."""
+        ...
+
+
+class Store(UserStore, SummaryStore, ResponseStore, FeedbackStore, PromptStore, Protocol):
     """A whole store, as a backend implements it: every part, opened (migrated) and closed by
     the service that owns it (store/factory.py)."""
 

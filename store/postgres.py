@@ -16,8 +16,9 @@ import asyncpg
 
 from domain.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
 from domain.types import Role, Tier
-from store import migrations
+from store import captured_prompts, migrations
 from store.records import (
+    CapturedPrompt,
     ConversationRecord,
     FeedbackRecord,
     MessageRecord,
@@ -471,6 +472,33 @@ class PostgresStore:
             raise NotFound(f"no rating of message {message_id!r}")
         return FeedbackRecord(**dict(row))
 
+
+    async def capture_prompt(self, user_id: str, prompt: CapturedPrompt) -> None:
+        try:
+            await self._execute(
+                f"INSERT INTO captured_prompts (user_id, {captured_prompts.COLUMNS}) "
+                f"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) {captured_prompts.ON_CONFLICT}",
+                user_id,
+                *captured_prompts.row_values(prompt, time.time()),
+            )
+        except asyncpg.ForeignKeyViolationError as exc:
+            raise NotFound(f"no message {prompt.message_id!r} to capture") from exc
+
+    async def captured_prompt(self, user_id: str, message_id: str) -> CapturedPrompt:
+        row = await self._fetchrow(
+            f"SELECT {captured_prompts.COLUMNS} FROM captured_prompts "
+            "WHERE user_id = $1 AND message_id = $2",
+            user_id,
+            message_id,
+        )
+        if row is None:
+            raise NotFound(f"no captured prompt of message {message_id!r}")
+        return captured_prompts.from_row(row)
+
+    async def forget_prompts(self, captured_before: float) -> int:
+        return await self._execute(
+            "DELETE FROM captured_prompts WHERE created_at < $1", captured_before
+        )
 
 async def _lock_conversation(
     conn: asyncpg.Connection,

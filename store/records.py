@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from domain.types import Role, Tier
+from domain.types import Role, Tier, Turn
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,3 +101,21 @@ class FeedbackRecord:
     version: str = ""
     created_at: float = 0.0
     updated_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class CapturedPrompt:
+    """What an engine was sent for one answered turn, kept so the turn can be read and sent
+    again later (gateway/prompt_capture.py): the turns as the node received them (the
+    version's system prompt first), the sampling, the version and model, and the replica
+    that finished the answer. `message_id` is the user's message."""
+
+    message_id: str
+    conversation_id: str
+    version: str
+    model: str
+    node_id: str
+    temperature: float
+    max_tokens: int
+    turns: tuple[Turn, ...]
+    created_at: float = 0.0

@@ -14,8 +14,9 @@ import aiosqlite
 
 from domain.errors import AlreadyExists, NotFound
 from domain.types import Role, Tier
-from store import migrations
+from store import captured_prompts, migrations
 from store.records import (
+    CapturedPrompt,
     ConversationRecord,
     FeedbackRecord,
     MessageRecord,
@@ -454,3 +455,34 @@ class SqliteStore:
         if row is None:
             raise NotFound(f"no rating of message {message_id!r}")
         return FeedbackRecord(**dict(row))
+
+    async def capture_prompt(self, user_id: str, prompt: CapturedPrompt) -> None:
+        async with self._writing:
+            try:
+                await self.db.execute(
+                    f"INSERT INTO captured_prompts (user_id, {captured_prompts.COLUMNS}) "
+                    f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) {captured_prompts.ON_CONFLICT}",
+                    (user_id, *captured_prompts.row_values(prompt, time.time())),
+                )
+                await self.db.commit()
+            except sqlite3.IntegrityError as exc:
+                await self.db.rollback()
+                raise NotFound(f"no message {prompt.message_id!r} to capture") from exc
+
+    async def captured_prompt(self, user_id: str, message_id: str) -> CapturedPrompt:
+        row = await self._one(
+            f"SELECT {captured_prompts.COLUMNS} FROM captured_prompts "
+            "WHERE user_id = ? AND message_id = ?",
+            (user_id, message_id),
+        )
+        if row is None:
+            raise NotFound(f"no captured prompt of message {message_id!r}")
+        return captured_prompts.from_row(row)
+
+    async def forget_prompts(self, captured_before: float) -> int:
+        async with self._writing:
+            cursor = await self.db.execute(
+                "DELETE FROM captured_prompts WHERE created_at < ?", (captured_before,)
+            )
+            await self.db.commit()
+        return cursor.rowcount

@@ -96,9 +96,9 @@ async def test_processes_starting_at_once_migrate_once(dsn) -> None:
     stores = [PostgresStore(dsn) for _ in range(4)]
     await asyncio.gather(*(s.open() for s in stores))
     try:
-        assert [await s.schema_version() for s in stores] == [7] * 4
+        assert [await s.schema_version() for s in stores] == [8] * 4
         rows = await stores[0].pool.fetch("SELECT version FROM schema_migrations ORDER BY 1")
-        assert [r["version"] for r in rows] == [1, 2, 4, 5, 6, 7]
+        assert [r["version"] for r in rows] == [1, 2, 4, 5, 6, 7, 8]
     finally:
         await asyncio.gather(*(s.close() for s in stores))
 

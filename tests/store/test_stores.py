@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -41,7 +42,7 @@ def msg(mid: str, role: Role, parent: int | None, tokens: int = 5, model: str = 
 async def test_migrations_are_versioned_and_idempotent(url) -> None:
     for _ in range(2):
         s = await open_store(url)
-        assert await s.schema_version() == 7
+        assert await s.schema_version() == 8
         await s.close()
 
 
@@ -284,6 +285,59 @@ async def test_a_rating_is_stored_once_per_message_and_replaced_by_the_next(stor
     await store.delete_conversation("alice", "cf")
     with pytest.raises(NotFound):  # the rating goes with its message
         await store.feedback_of("alice", "f1.answer")
+
+
+async def test_a_captured_prompt_is_kept_whole_replaced_by_a_retry_and_goes_with_its_message(
+    store,
+) -> None:
+    from domain.answer_options import ToolCall
+    from domain.types import Turn
+    from store.records import CapturedPrompt
+
+    await store.add_message("alice", "cc", msg("q1", Role.USER, None))
+    turns = (
+        Turn(Role.SYSTEM, "You are terse.", 4),
+        Turn(Role.ASSISTANT, "", 9, (ToolCall("call_1", "lookup", '{"q": "ünï"}'),)),
+        Turn(Role.TOOL, "42", 1, tool_call_id="call_1"),
+        Turn(Role.USER, "text of q1\nwith a line", 5),
+    )
+    first = CapturedPrompt("q1", "cc", "base", "smollm", "node-a", 0.7, 256, turns)
+    await store.capture_prompt("alice", first)
+    kept = await store.captured_prompt("alice", "q1")
+    assert kept.turns == turns
+    assert (kept.message_id, kept.conversation_id, kept.version, kept.model, kept.node_id,
+            kept.temperature, kept.max_tokens) == ("q1", "cc", "base", "smollm", "node-a", 0.7,
+                                                   256)  # fmt: skip
+    again = CapturedPrompt("q1", "cc", "cand", "smollm", "node-b", 0.0, 128, turns[-1:])
+    await store.capture_prompt("alice", again)  # a retry that ran again
+    replaced = await store.captured_prompt("alice", "q1")
+    assert (replaced.version, replaced.node_id, replaced.turns) == ("cand", "node-b", turns[-1:])
+    with pytest.raises(NotFound):  # another user's message
+        await store.captured_prompt("bob", "q1")
+    with pytest.raises(NotFound):
+        await store.capture_prompt("bob", first)
+    await store.delete_conversation("alice", "cc")
+    with pytest.raises(NotFound):  # gone with the conversation
+        await store.captured_prompt("alice", "q1")
+
+
+async def test_prompts_captured_before_a_time_are_forgotten(store) -> None:
+    from domain.types import Turn
+    from store.records import CapturedPrompt
+
+    for mid in ("old", "new"):
+        await store.add_message("alice", "cr", msg(mid, Role.USER, None))
+        turn = (Turn(Role.USER, mid, 1),)
+        await store.capture_prompt("alice", CapturedPrompt(mid, "cr", "", "m", "n", 0, 8, turn))
+        if mid == "old":
+            cut = (await store.captured_prompt("alice", "old")).created_at + 1e-3
+            while time.time() <= cut:  # the next capture is stamped after the cut
+                await asyncio.sleep(1e-3)
+    assert await store.forget_prompts(cut) == 1
+    with pytest.raises(NotFound):
+        await store.captured_prompt("alice", "old")
+    assert (await store.captured_prompt("alice", "new")).turns[0].text == "new"
+    assert await store.forget_prompts(cut) == 0
 
 
 async def test_a_turn_records_its_region_and_moves_the_conversation_there(url) -> None:
