@@ -307,7 +307,7 @@ class AnswerWriter:
             turns=plan.prompt.turns,
             max_tokens=plan.max_answer_tokens - answer.tokens,
             tier=plan.tier,
-            temperature=_temperature(plan),
+            temperature=answer_temperature(plan),
             prompt_tokens=plan.prompt.tokens,
             continue_from="".join(answer.pieces),
             options=plan.options,
@@ -370,7 +370,7 @@ class AnswerWriter:
         return self._timeouts.held_chunk_interval_s if held else 0.0
 
 
-def _temperature(plan: AnswerPlan) -> float:
+def answer_temperature(plan: AnswerPlan) -> float:
     """A completion's own temperature, else the serving version's."""
     chosen = plan.options.temperature
     return plan.temperature if chosen is None else chosen

@@ -1,7 +1,7 @@
 """Writing a planned answer, in a task of its own that goes on when the client has gone: the
 meta event, the answer from the engines (gateway/answers.py), then saving it, settling the
 bucket, charging the daily allowance, the metrics and the version's guardrails, the run's
-end, and the compactor asked to consider the conversation."""
+end, the prompt captured, and the compactor asked to consider the conversation."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from gateway.compactor import Compactor
 from gateway.ids import ANSWER_SUFFIX
 from gateway.metrics import GatewayMetrics
 from gateway.ports import Budget
+from gateway.prompt_capture import PromptCapture
 from gateway.run_sharing import OwnershipLost, RunSharing
 from gateway.runs import Done, Event, Failed, FailureCode, MessageRun, Meta, RunRegistry
 from gateway.versions import VersionBook
@@ -54,8 +55,10 @@ class RunDriver:
         sharing: RunSharing,
         compactor: Compactor | None,
         region: str,
+        prompts: PromptCapture,
     ) -> None:
         self._store = store
+        self._prompts = prompts
         self._writer = writer
         self._accounts = accounts
         self._breakers = breakers
@@ -113,6 +116,8 @@ class RunDriver:
         await self._account(run, user, plan, answer)
         if not await self._end(run, ending):
             return
+        if store_answer:  # after `done`: the user never waits for the capture
+            await self._prompts.keep(user, run.conversation_id, run.message_id, plan, answer)
         if store_answer and self._compactor is not None:
             # After `done`: the user never waits for this; it reads one row when nothing is due.
             system_tokens = plan.prompt.turns[0].tokens

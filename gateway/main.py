@@ -50,6 +50,7 @@ from gateway.pipeline import ChatPipeline
 from gateway.planner import PipelinePolicy
 from gateway.policies import MessagePolicies
 from gateway.ports import Nodes
+from gateway.prompt_capture import CapturePolicy, StoredPrompts
 from gateway.redis_buckets import REDIS_PREFIX, RedisBuckets, connect
 from gateway.redis_run_sharing import RedisRunSharing
 from gateway.regions import NoRegions, RegionRouter
@@ -67,7 +68,7 @@ from infra.runner import run_service
 from infra.service import Service
 from infra.tls import TlsConfig
 from infra.tls_files import TlsExpiry
-from store.base import ConversationStore, SummaryStore
+from store.base import ConversationStore, PromptStore, SummaryStore
 from store.factory import open_store
 
 # What the project ships, package data of domain/: the difficulty classifier trained by
@@ -198,6 +199,13 @@ class GatewayConfig:
     # every third of it: a live gateway whose loop stalls past two thirds of it loses its runs
     # to another, which goes on from the logged text (docs/decisions.md).
     gateway_liveness_s: float = 2.0
+    # Prompt capture: the exact prompt of each answered turn (its turns, sampling, version,
+    # model and replica) is kept this many days, readable only through the admin API, and
+    # deleted with its conversation; 0 keeps none. Off per tier with <tier>_prompt_capture.
+    # docs/decisions.md, "Every answered turn's prompt is captured".
+    prompt_capture_days: float = 30.0
+    free_prompt_capture: bool = True
+    plus_prompt_capture: bool = True
     # Regions (docs/decisions.md, "Regions"): this gateway's region and the global layer's
     # etcd. Both empty: one region, no directory. A message of a user from another region
     # goes to their home; at home, a new conversation spills to the region with the most
@@ -328,6 +336,13 @@ def build_buckets(
                         config.redis_prefix)  # fmt: skip
 
 
+def build_prompt_capture(config: GatewayConfig, store: PromptStore) -> StoredPrompts:
+    tiers = {Tier.FREE: config.free_prompt_capture, Tier.PLUS: config.plus_prompt_capture}
+    policy = CapturePolicy(config.prompt_capture_days * 86_400.0,
+                           frozenset(t for t, on in tiers.items() if on))  # fmt: skip
+    return StoredPrompts(store, policy)
+
+
 def build_daily_budget(
     config: GatewayConfig, redis: Redis | None, metrics: GatewayMetrics
 ) -> DailyBudget:
@@ -422,6 +437,8 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
             await versions.refresh()
         service.task(versions.run(), "versions")
         budget = build_daily_budget(config, redis_client, metrics)
+        prompts = build_prompt_capture(config, store)
+        service.task(prompts.run(), "prompt-capture")
         pipeline = ChatPipeline(
             store,
             scheduler,
@@ -437,6 +454,7 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
             versions=versions,
             budget=budget,
             region=config.region,
+            prompts=prompts,
         )
 
         def away_pipeline(home_store: ConversationStore, home_buckets: Buckets) -> ChatPipeline:

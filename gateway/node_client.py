@@ -10,18 +10,17 @@ from collections.abc import Sequence
 
 import grpc
 
-from chat.v1 import common_pb2, node_service_pb2, node_service_pb2_grpc
+from chat.v1 import node_service_pb2, node_service_pb2_grpc
 from domain.errors import Unavailable
-from domain.types import Finish, Turn, Usage
+from domain.types import Finish, Usage
 from gateway.local_tokenizers import LocalTokenizers, OfferedTokenizer
 from gateway.ports import Chunk, Finished, GenerateSpec, StreamBroken
 from infra.convert import (
     FINISH_FROM_PB,
-    ROLE_TO_PB,
     TIER_TO_PB,
     options_to_pb,
     tool_call_from_pb,
-    tool_call_to_pb,
+    turn_to_pb,
 )
 from infra.keepalive import CLIENT_CHANNEL
 from infra.tls import TlsConfig
@@ -94,7 +93,7 @@ class Generation:
 def start_pb(spec: GenerateSpec) -> node_service_pb2.GenerateStart:
     return node_service_pb2.GenerateStart(
         request_id=spec.request_id,
-        turns=[_turn_pb(t) for t in spec.turns],
+        turns=[turn_to_pb(t) for t in spec.turns],
         max_tokens=max(1, spec.max_tokens),
         tier=TIER_TO_PB[spec.tier],
         continue_from=spec.continue_from,
@@ -113,15 +112,6 @@ def finished_from_pb(finish: node_service_pb2.GenerateFinish) -> Finished:
         Usage(usage.input_tokens, usage.cached_tokens, usage.output_tokens),
         tuple(tool_call_from_pb(call) for call in finish.tool_calls),
         tuple(finish.text_tokens),
-    )
-
-
-def _turn_pb(turn: Turn) -> common_pb2.Turn:
-    return common_pb2.Turn(
-        role=ROLE_TO_PB[turn.role],
-        content=turn.text,
-        tool_calls=[tool_call_to_pb(call) for call in turn.tool_calls],
-        tool_call_id=turn.tool_call_id,
     )
 
 

@@ -42,6 +42,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.planner import PipelinePolicy, Planner, PoolsDown
 from gateway.policies import MessagePolicies
 from gateway.ports import Budget, Nodes, ReplicaPicker
+from gateway.prompt_capture import NoCapture, PromptCapture
 from gateway.run_sharing import Claim, FollowedRun, LocalRuns, RunSharing
 from gateway.runs import Delta, Done, Failed, FailureCode, MessageRun, Meta, RunRegistry
 from gateway.send_request import SendRequest, validate
@@ -79,6 +80,7 @@ class ChatPipeline:
         *,
         versions: VersionBook,
         budget: Budget,
+        prompts: PromptCapture | None = None,
     ) -> None:
         self._versions = versions
         self._serving = ServingChooser(versions, budget)
@@ -94,7 +96,7 @@ class ChatPipeline:
                               self._policies.new_output_guard)  # fmt: skip
         accounts = Accounts(buckets, budget, self._metrics, versions)
         self._driver = RunDriver(store, writer, accounts, breakers, runs, self._sharing, compactor,
-                                 region)  # fmt: skip
+                                 region, prompts or NoCapture())  # fmt: skip
         self._runs = runs
         self._buckets = buckets
         self._policy = policy

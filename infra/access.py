@@ -28,6 +28,7 @@ ACCESS: dict[str, frozenset[Role]] = {
     "/chat.v1.SchedulerService/GetRollout": frozenset({Role.GATEWAY, Role.OPERATOR}),
     "/chat.v1.SchedulerService/*": frozenset({Role.OPERATOR}),
     "/chat.v1.UserService/*": frozenset({Role.OPERATOR}),
+    "/chat.v1.PromptCaptureService/*": frozenset({Role.OPERATOR}),
     "/chat.v1.NodeService/*": frozenset({Role.GATEWAY}),
     # A gateway passes a message on to the gateway of the region that serves it.
     "/chat.v1.ChatService/*": frozenset({Role.EDGE, Role.CLIENT, Role.OPERATOR, Role.GATEWAY}),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from chat.v1 import chat_service_pb2, common_pb2
 from domain.answer_options import AnswerOptions, ToolCall, ToolChoice, ToolDefinition
 from domain.feedback import Rating
-from domain.types import Finish, Role, Tier
+from domain.types import Finish, Role, Tier, Turn
 
 ROLE_FROM_PB = {
     common_pb2.ROLE_SYSTEM: Role.SYSTEM,
@@ -55,6 +55,20 @@ def tool_call_to_pb(call: ToolCall) -> common_pb2.ToolCall:
 
 def tool_call_from_pb(call: common_pb2.ToolCall) -> ToolCall:
     return ToolCall(call.id, call.name, call.arguments)
+
+
+def turn_to_pb(turn: Turn) -> common_pb2.Turn:
+    return common_pb2.Turn(
+        role=ROLE_TO_PB[turn.role],
+        content=turn.text,
+        tool_calls=[tool_call_to_pb(call) for call in turn.tool_calls],
+        tool_call_id=turn.tool_call_id,
+    )
+
+
+def turn_from_pb(turn: common_pb2.Turn, tokens: int) -> Turn:
+    calls = tuple(tool_call_from_pb(call) for call in turn.tool_calls)
+    return Turn(ROLE_FROM_PB[turn.role], turn.content, tokens, calls, turn.tool_call_id)
 
 
 def options_to_pb(options: AnswerOptions) -> common_pb2.AnswerOptions:

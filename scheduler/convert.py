@@ -14,11 +14,11 @@ from domain.errors import InvalidArgument
 from domain.ladder import LadderState
 from domain.picker import PickReason, ReplicaLoad
 from domain.types import NodeState, Tier
-from infra.convert import TIER_FROM_PB, TIER_TO_PB
+from infra.convert import TIER_FROM_PB, TIER_TO_PB, turn_to_pb
 from infra.rollout_convert import gate_from_pb
 from scheduler.membership import NodeRecord
 from scheduler.table import NodeEntry
-from store.records import UserRecord
+from store.records import CapturedPrompt, UserRecord
 
 RolloutEdit = Callable[[rollout.RolloutState, float], rollout.RolloutState]
 
@@ -205,4 +205,18 @@ def rollout_edit(request: pb.ChangeRolloutRequest) -> RolloutEdit:
         )
     raise InvalidArgument(
         "a rollout change names one of split, promote, rollback, holdout, pin, gate"
+    )
+
+
+def captured_prompt_to_pb(prompt: CapturedPrompt) -> pb.GetCapturedPromptResponse:
+    return pb.GetCapturedPromptResponse(
+        message_id=prompt.message_id,
+        conversation_id=prompt.conversation_id,
+        version=prompt.version,
+        model=prompt.model,
+        node_id=prompt.node_id,
+        temperature=prompt.temperature,
+        max_tokens=prompt.max_tokens,
+        turns=[pb.CapturedTurn(turn=turn_to_pb(t), tokens=t.tokens) for t in prompt.turns],
+        captured_at=timestamp(prompt.created_at),
     )

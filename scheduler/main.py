@@ -36,6 +36,7 @@ from scheduler.membership import (
     Membership,
 )
 from scheduler.metrics import register_scheduler_metrics
+from scheduler.prompts_servicer import PromptsServicer
 from scheduler.region_publisher import RegionPublisher
 from scheduler.rollout import EtcdRolloutStore, InProcessRolloutStore, RolloutKeeper, RolloutStore
 from scheduler.servicer import SchedulerServicer
@@ -126,6 +127,8 @@ async def _expire_forever(
 
 # How often a held rollout read looks at etcd again (scheduler/rollout.py).
 ROLLOUT_RECHECK_S = 0.5
+# The services the scheduler's server serves (and reports healthy).
+SERVICES = ("SchedulerService", "UserService", "PromptCaptureService")
 
 
 def _build_ladder_store(config: SchedulerConfig) -> LadderStore:
@@ -259,12 +262,15 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
         services = scheduler_service_pb2.DESCRIPTOR.services_by_name
         server = GrpcServer(
             config.grpc_listen,
-            [services["SchedulerService"].full_name, services["UserService"].full_name],
+            [services[name].full_name for name in SERVICES],
             tls=config.tls,
             health_listen=config.health_listen,
         )
         users = UsersServicer(UserAdmin(store, directory, config.region), config.admin_token)
         scheduler_service_pb2_grpc.add_UserServiceServicer_to_server(users, server.server)
+        prompts = PromptsServicer(store, config.admin_token)
+        add_prompts = scheduler_service_pb2_grpc.add_PromptCaptureServiceServicer_to_server
+        add_prompts(prompts, server.server)
         scheduler_service_pb2_grpc.add_SchedulerServiceServicer_to_server(
             SchedulerServicer(
                 table,

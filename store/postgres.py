@@ -472,7 +472,6 @@ class PostgresStore:
             raise NotFound(f"no rating of message {message_id!r}")
         return FeedbackRecord(**dict(row))
 
-
     async def capture_prompt(self, user_id: str, prompt: CapturedPrompt) -> None:
         try:
             await self._execute(
@@ -499,6 +498,7 @@ class PostgresStore:
         return await self._execute(
             "DELETE FROM captured_prompts WHERE created_at < $1", captured_before
         )
+
 
 async def _lock_conversation(
     conn: asyncpg.Connection,

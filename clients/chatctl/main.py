@@ -29,6 +29,7 @@ from clients.chatctl.fleet import drain, ladder, nodes, undrain
 from clients.chatctl.local import down, up
 from clients.chatctl.output import CtlError
 from clients.chatctl.plan import add_plan_parser, run_plan
+from clients.chatctl.prompts import add_prompts_parser
 from clients.chatctl.region_control import add_region_actions
 from clients.chatctl.regions import list_regions, region_names, region_state_dir
 from clients.chatctl.simulate import add_simulate_parser, run_simulate
@@ -264,6 +265,10 @@ def add_versions(commands: Any) -> None:
     add_versions_parser(commands, admin_flags())
 
 
+def add_prompts(commands: Any) -> None:
+    add_prompts_parser(commands, admin_flags())
+
+
 def add_eval(commands: Any) -> None:
     add_eval_parser(commands, admin_flags())
 
@@ -302,6 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_ladder,
         add_users,
         add_versions,
+        add_prompts,
         add_eval,
         add_chat,
         add_plan,

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from domain.errors import NotFound
 from clients.chat_client import ChatClient, Delta, Done, Meta
+from domain.errors import NotFound
 from store.migrations import load
 from store.postgres import PostgresStore
 from tests.servers import Postgres

@@ -59,6 +59,44 @@ PICK_REFUSAL_UNSPECIFIED: PickRefusal
 PICK_REFUSAL_INVALID_ARGUMENT: PickRefusal
 PICK_REFUSAL_NO_REPLICA: PickRefusal
 
+class GetCapturedPromptRequest(_message.Message):
+    __slots__ = ("user_id", "message_id")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    message_id: str
+    def __init__(self, user_id: _Optional[str] = ..., message_id: _Optional[str] = ...) -> None: ...
+
+class GetCapturedPromptResponse(_message.Message):
+    __slots__ = ("message_id", "conversation_id", "version", "model", "node_id", "temperature", "max_tokens", "turns", "captured_at")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    CAPTURED_AT_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    conversation_id: str
+    version: str
+    model: str
+    node_id: str
+    temperature: float
+    max_tokens: int
+    turns: _containers.RepeatedCompositeFieldContainer[CapturedTurn]
+    captured_at: _timestamp_pb2.Timestamp
+    def __init__(self, message_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., version: _Optional[str] = ..., model: _Optional[str] = ..., node_id: _Optional[str] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., turns: _Optional[_Iterable[_Union[CapturedTurn, _Mapping]]] = ..., captured_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class CapturedTurn(_message.Message):
+    __slots__ = ("turn", "tokens")
+    TURN_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    turn: _common_pb2.Turn
+    tokens: int
+    def __init__(self, turn: _Optional[_Union[_common_pb2.Turn, _Mapping]] = ..., tokens: _Optional[int] = ...) -> None: ...
+
 class NodeRegistration(_message.Message):
     __slots__ = ("node_id", "address", "model", "pool", "context_tokens", "kv_capacity_tokens", "max_running_requests")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]

@@ -1046,3 +1046,87 @@ class UserService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class PromptCaptureServiceStub:
+    """Captured prompts, for operators (chatctl prompts): the exact prompt of each answered turn,
+    as gateways keep it for the retention period. Every call needs the admin token, and every
+    read is logged with who asked. Served by the scheduler, beside SchedulerService.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.GetCapturedPrompt = channel.unary_unary(
+                '/chat.v1.PromptCaptureService/GetCapturedPrompt',
+                request_serializer=chat_dot_v1_dot_scheduler__service__pb2.GetCapturedPromptRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_scheduler__service__pb2.GetCapturedPromptResponse.FromString,
+                _registered_method=True)
+
+
+class PromptCaptureServiceServicer:
+    """Captured prompts, for operators (chatctl prompts): the exact prompt of each answered turn,
+    as gateways keep it for the retention period. Every call needs the admin token, and every
+    read is logged with who asked. Served by the scheduler, beside SchedulerService.
+    """
+
+    def GetCapturedPrompt(self, request, context):
+        """NOT_FOUND when none is kept for the message: never captured (its tier's capture is
+        off, the answer failed, or it ran away from the user's home region), expired, or deleted
+        with its conversation.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_PromptCaptureServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'GetCapturedPrompt': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCapturedPrompt,
+                    request_deserializer=chat_dot_v1_dot_scheduler__service__pb2.GetCapturedPromptRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_scheduler__service__pb2.GetCapturedPromptResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'chat.v1.PromptCaptureService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('chat.v1.PromptCaptureService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class PromptCaptureService:
+    """Captured prompts, for operators (chatctl prompts): the exact prompt of each answered turn,
+    as gateways keep it for the retention period. Every call needs the admin token, and every
+    read is logged with who asked. Served by the scheduler, beside SchedulerService.
+    """
+
+    @staticmethod
+    def GetCapturedPrompt(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.PromptCaptureService/GetCapturedPrompt',
+            chat_dot_v1_dot_scheduler__service__pb2.GetCapturedPromptRequest.SerializeToString,
+            chat_dot_v1_dot_scheduler__service__pb2.GetCapturedPromptResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

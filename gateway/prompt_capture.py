@@ -1,0 +1,102 @@
+"""Prompt capture: the exact prompt of every answered turn, kept in the store that keeps the
+conversation, so that a turn can be read as the engine saw it and sent again to measure a
+prompt or model change on real traffic (docs/decisions.md, "Every answered turn's prompt is
+captured"). Kept for the operator's retention period, per tier, and read only through the
+admin API."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import structlog
+
+from domain.errors import NotFound
+from domain.types import Finish, Tier, User
+from gateway.answers import Answer, AnswerPlan, answer_temperature
+from store.base import PromptStore
+from store.records import CapturedPrompt
+
+# How often expired captures are deleted, at most: a capture outlives its retention by up to
+# this (or a tenth of the retention, when that is shorter).
+FORGET_EVERY_S = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class CapturePolicy:
+    """retention_s: how long a capture is kept (0: nothing is captured); tiers: whose turns."""
+
+    retention_s: float
+    tiers: frozenset[Tier]
+
+    def __post_init__(self) -> None:
+        if self.retention_s < 0:
+            raise ValueError(f"prompt capture retention must be 0 or more, not {self.retention_s}")
+
+    def captures(self, tier: Tier) -> bool:
+        return self.retention_s > 0 and tier in self.tiers
+
+
+class PromptCapture(Protocol):
+    async def keep(
+        self, user: User, conversation_id: str, message_id: str, plan: AnswerPlan, answer: Answer
+    ) -> None: ...
+
+
+class NoCapture:
+    """A pipeline whose conversations another region keeps: their prompts are not captured
+    (the capture would need a call of its own to the home region)."""
+
+    async def keep(
+        self, user: User, conversation_id: str, message_id: str, plan: AnswerPlan, answer: Answer
+    ) -> None:
+        return None
+
+
+class StoredPrompts:
+    def __init__(
+        self, store: PromptStore, policy: CapturePolicy, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._store = store
+        self.policy = policy
+        self._clock = clock
+        self._log = structlog.get_logger(component="prompt_capture")
+
+    async def keep(
+        self, user: User, conversation_id: str, message_id: str, plan: AnswerPlan, answer: Answer
+    ) -> None:
+        """Keeps the prompt of an answer an engine wrote (any finish but an error, which may
+        have reached no engine). A capture that fails is logged; the answer is not touched."""
+        if answer.finish is Finish.ERROR or not self.policy.captures(user.tier):
+            return
+        served = answer.served_by
+        prompt = CapturedPrompt(message_id, conversation_id, plan.version, served.model,
+                                served.node_id, answer_temperature(plan), plan.max_answer_tokens,
+                                plan.prompt.turns)  # fmt: skip
+        try:
+            await self._store.capture_prompt(user.user_id, prompt)
+        except NotFound:
+            pass  # the conversation was deleted while the answer ran: nothing to keep it with
+        except Exception:
+            self._log.exception("prompt not captured", message_id=message_id)
+
+    async def forget_expired(self) -> int:
+        if self.policy.retention_s <= 0:
+            return 0
+        return await self._store.forget_prompts(self._clock() - self.policy.retention_s)
+
+    async def run(self) -> None:
+        """Deletes expired captures now and then, for as long as the gateway runs."""
+        every_s = min(FORGET_EVERY_S, self.policy.retention_s / 10) or FORGET_EVERY_S
+        while True:
+            try:
+                forgotten = await self.forget_expired()
+            except Exception:
+                self._log.exception("expired prompt captures not deleted")
+            else:
+                if forgotten:
+                    self._log.info("expired prompt captures deleted", count=forgotten)
+            await asyncio.sleep(every_s)
