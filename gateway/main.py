@@ -14,7 +14,14 @@ from prometheus_client import CollectorRegistry, Gauge
 from redis.asyncio import Redis
 
 import domain
-from chat.v1 import chat_service_pb2, chat_service_pb2_grpc, home_service_pb2, home_service_pb2_grpc
+from chat.v1 import (
+    chat_service_pb2,
+    chat_service_pb2_grpc,
+    home_service_pb2,
+    home_service_pb2_grpc,
+    replay_service_pb2,
+    replay_service_pb2_grpc,
+)
 from domain.breaker import BreakerPolicy
 from domain.budget import DEFAULT_POOL_WEIGHTS, DailyAllowance
 from domain.compaction import CompactionPolicy
@@ -54,6 +61,8 @@ from gateway.prompt_capture import CapturePolicy, StoredPrompts
 from gateway.redis_buckets import REDIS_PREFIX, RedisBuckets, connect
 from gateway.redis_run_sharing import RedisRunSharing
 from gateway.regions import NoRegions, RegionRouter
+from gateway.replay import Replayer
+from gateway.replay_servicer import ReplayServicer
 from gateway.run_sharing import LocalRuns, RunSharing
 from gateway.runs import RunRegistry
 from gateway.scheduler_client import SchedulerClient
@@ -204,6 +213,10 @@ class GatewayConfig:
     # deleted with its conversation; 0 keeps none. Off per tier with <tier>_prompt_capture.
     # docs/decisions.md, "Every answered turn's prompt is captured".
     prompt_capture_days: float = 30.0
+    # The admin token ReplayService asks of operators (`chatctl replay`); empty: nobody may.
+    admin_token: str = ""
+    # A replay that has not finished by then is cancelled and reported UNAVAILABLE.
+    replay_timeout_s: float = 300.0
     free_prompt_capture: bool = True
     plus_prompt_capture: bool = True
     # Regions (docs/decisions.md, "Regions"): this gateway's region and the global layer's
@@ -483,8 +496,9 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         metrics_server = await service.metrics(registry, config.metrics_listen)
         service_name = chat_service_pb2.DESCRIPTOR.services_by_name["ChatService"].full_name
         home_name = home_service_pb2.DESCRIPTOR.services_by_name["HomeService"].full_name
-        server = GrpcServer(config.grpc_listen, [service_name, home_name], tls=config.tls,
-                            health_listen=config.health_listen)  # fmt: skip
+        replay_name = replay_service_pb2.DESCRIPTOR.services_by_name["ReplayService"].full_name
+        server = GrpcServer(config.grpc_listen, [service_name, home_name, replay_name],
+                            tls=config.tls, health_listen=config.health_listen)  # fmt: skip
         peers = PeerGateways(config.tls)
         service.closes(peers.close)
         ratings = RatingDesk(store, versions, metrics)
@@ -496,6 +510,11 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         )  # fmt: skip
         home = HomeServicer(store, buckets, ratings)
         home_service_pb2_grpc.add_HomeServiceServicer_to_server(home, server.server)
+        replayer = Replayer(store, versions, scheduler, nodes, default_pool=config.default_pool,
+                            default_system_prompt=config.system_prompt,
+                            timeout_s=config.replay_timeout_s)  # fmt: skip
+        replays = ReplayServicer(replayer, config.admin_token)
+        replay_service_pb2_grpc.add_ReplayServiceServicer_to_server(replays, server.server)
         await service.grpc(server)
         service.task(regions.publish(server.address, config.region_publish_s), "publish")
         address = config.advertise_address or advertised(server.address)

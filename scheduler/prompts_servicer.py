@@ -11,10 +11,10 @@ import structlog
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from domain.errors import InvalidArgument
+from infra.admin_token import check_admin
 from infra.grpcserver import maps_domain_errors
 from infra.tls import peer
 from scheduler import convert
-from scheduler.admin_token import check_admin
 from store.base import PromptStore
 
 

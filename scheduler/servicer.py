@@ -25,6 +25,7 @@ from domain.errors import (
 )
 from domain.ladder import MAX_RUNG
 from domain.picker import ReplicaLoad
+from infra.admin_token import check_admin
 from infra.grpcserver import maps_domain_errors
 from infra.rollout_convert import (
     ratings_from_pb,
@@ -35,7 +36,6 @@ from infra.rollout_convert import (
 )
 from infra.tls import peer
 from scheduler import convert
-from scheduler.admin_token import check_admin
 from scheduler.canary import CanaryWatch
 from scheduler.ladder import ETCD_ERRORS, LadderKeeper
 from scheduler.membership import Membership

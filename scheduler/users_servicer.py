@@ -15,9 +15,9 @@ from google.protobuf.message import Message
 
 from chat.v1 import scheduler_service_pb2 as pb
 from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
+from infra.admin_token import check_admin
 from infra.grpcserver import maps_domain_errors
 from scheduler import convert
-from scheduler.admin_token import check_admin
 from scheduler.users import UserAdmin
 
 Request = TypeVar("Request", bound=Message)

@@ -306,6 +306,7 @@ class LocalPlatform:
             "CHAT_GATEWAY_SCHEDULER_ADDRESSES": ",".join(self.scheduler_addresses()),
             "CHAT_GATEWAY_STORE_URL": store_url,
             "CHAT_GATEWAY_DEFAULT_POOL": self.settings.pool,
+            "CHAT_GATEWAY_ADMIN_TOKEN": self.admin_token,
             **self._tls_env("gateway", self.tls(Role.GATEWAY)),
         }
         if self.settings.redis_url:

@@ -2,7 +2,9 @@
 the prompt they are sent (tests/e2e/test_responses.py's): the captured turns, answered again
 by the same function, give the very answer the user read, so the capture is the prompt the
 engine answered, not the gateway's idea of it. An operator reads it through the scheduler's
-admin API and `chatctl prompts show`; it goes with its conversation; bad reads are refused."""
+admin API and `chatctl prompts show`; it goes with its conversation; bad reads are refused.
+Replayed at the version that served it, it gives the same answer again; at a version with
+another system prompt, that version's answer, and `chatctl replay` shows the difference."""
 
 from __future__ import annotations
 
@@ -18,7 +20,9 @@ from clients.base import ClientError
 from clients.chat_client import ChatClient, Delta, Done, Meta
 from clients.chatctl.main import main as chatctl
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
-from clients.prompts_client import CapturedPrompt, PromptsClient
+from clients.prompts_client import CapturedPrompt, PromptsClient, Replay, ReplayClient
+from clients.rollout_client import RolloutClient
+from domain.rollout import Version
 from domain.types import Role
 from nodeagent.engine import PromptTurn
 from nodeagent.sim import planned_answer, rendered
@@ -152,3 +156,94 @@ async def test_a_capture_goes_with_its_conversation_and_bad_reads_are_refused(
             "--tls-dir", str(platform.tls_dir)]  # fmt: skip
     assert await asyncio.to_thread(chatctl, args) == 1
     assert "no captured prompt of message" in capsys.readouterr().err
+
+
+def replays(platform: LocalPlatform, admin_token: str = "") -> ReplayClient:
+    return ReplayClient(platform.gateway_address, admin_token or platform.admin_token,
+                        tls=platform.tls())  # fmt: skip
+
+
+async def test_a_replay_at_the_same_version_is_identical_and_at_another_shows_the_change(
+    platform: LocalPlatform, capsys: pytest.CaptureFixture[str], tmp_path
+) -> None:
+    conversation = f"c_{uuid.uuid4().hex[:8]}"
+    async with ChatClient(platform.gateway_address, platform.tokens["free"],
+                          tls=platform.tls("client")) as chat:  # fmt: skip
+        first, _ = await turn(chat, conversation, "Name a river.")
+        second, second_a = await turn(chat, conversation, "How long is it?",
+                                      first.message_id + ".answer")  # fmt: skip
+    kept = await captured(platform, "dev-free", second.message_id)
+
+    async with replays(platform) as client:
+        same = await client.replay("dev-free", second.message_id)
+    assert (same.original, same.replayed) == (second_a, second_a)
+    assert (same.version, same.finish, same.system_prompt_replaced) == (second.version, "stop",
+                                                                        False)  # fmt: skip
+
+    # A candidate with its own system prompt: the rest of the prompt goes as captured.
+    terse = "Answer in five words or fewer."
+    async with RolloutClient(platform.scheduler_address, platform.admin_token,
+                             tls=platform.tls()) as rollout:  # fmt: skip
+        await rollout.create(Version(f"terse-{uuid.uuid4().hex[:6]}", system_prompt=terse))
+        name = (await rollout.rollout()).versions[-1].name
+    other = await until_known(platform, second.message_id, name)
+    expected = sim_answer([(Role.SYSTEM, terse), *((t.role, t.text) for t in kept.turns[1:])])
+    assert (other.original, other.replayed) == (second_a, expected)
+    assert expected != second_a and other.system_prompt_replaced and other.version == name
+
+    # The command line: one turn with its diff, then a set with a tally.
+    common = ["--gateway", platform.gateway_address, "--admin-token", platform.admin_token,
+              "--tls-dir", str(platform.tls_dir)]  # fmt: skip
+    args = ["replay", "dev-free", second.message_id, "--version", name, *common]
+    assert await asyncio.to_thread(chatctl, args) == 0
+    shown = capsys.readouterr().out
+    assert f"then:\n{second_a}\n\nnow:\n{expected}\n\ndiff:\n" in shown
+    listed = tmp_path / "turns.txt"
+    listed.write_text(f"# two turns\ndev-free {first.message_id}\n\ndev-free {second.message_id}\n")
+    assert await asyncio.to_thread(chatctl, ["replay", "--set", str(listed), *common]) == 0
+    assert capsys.readouterr().out.endswith("2 of 2 identical\n")
+
+
+async def until_known(platform: LocalPlatform, message_id: str, version: str) -> Replay:
+    """The replay at a version just created, once the gateway's rollout holds it."""
+    deadline = time.monotonic() + PATIENCE_S
+    async with replays(platform) as client:
+        while True:
+            try:
+                return await client.replay("dev-free", message_id, version)
+            except ClientError as error:
+                if "no version" not in str(error) or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.05)
+
+
+async def test_bad_replays_are_refused_with_their_reason(
+    platform: LocalPlatform, capsys: pytest.CaptureFixture[str], tmp_path
+) -> None:
+    async with ChatClient(platform.gateway_address, platform.tokens["free"],
+                          tls=platform.tls("client")) as chat:  # fmt: skip
+        meta, _ = await turn(chat, f"c_{uuid.uuid4().hex[:8]}", "Say hi.")
+    await captured(platform, "dev-free", meta.message_id)
+    async with replays(platform) as client:
+        with pytest.raises(ClientError) as unknown_version:
+            await client.replay("dev-free", meta.message_id, "no-such-version")
+        assert (unknown_version.value.code, unknown_version.value.message) == (
+            "NOT_FOUND", "no version 'no-such-version'")  # fmt: skip
+        with pytest.raises(ClientError) as unknown_turn:
+            await client.replay("dev-free", "m_never_sent")
+        assert unknown_turn.value.code == "NOT_FOUND"
+        with pytest.raises(ClientError) as unnamed:
+            await client.replay("", meta.message_id)
+        assert unnamed.value.code == "INVALID_ARGUMENT"
+    async with replays(platform, platform.tokens["free"]) as not_admin:
+        with pytest.raises(ClientError) as refused:
+            await not_admin.replay("dev-free", meta.message_id)
+        assert refused.value.code == "PERMISSION_DENIED"
+    common = ["--gateway", platform.gateway_address, "--admin-token", platform.admin_token,
+              "--tls-dir", str(platform.tls_dir)]  # fmt: skip
+    garbled = tmp_path / "bad.txt"
+    garbled.write_text("dev-free\n")
+    assert await asyncio.to_thread(chatctl, ["replay", "--set", str(garbled), *common]) == 1
+    assert f"{garbled}:1: expected `USER MESSAGE_ID`" in capsys.readouterr().err
+    assert await asyncio.to_thread(chatctl, ["replay", *common]) == 1
+    assert "name USER and MESSAGE_ID, or --set FILE" in capsys.readouterr().err

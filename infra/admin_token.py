@@ -1,5 +1,6 @@
-"""The admin API's check, one for every servicer that serves it (SchedulerService's admin calls,
-UserService): a call bears the admin token, or is refused before it reads anything."""
+"""The admin API's check, one for every servicer that serves it (the scheduler's admin calls,
+UserService and PromptCaptureService; a gateway's ReplayService): a call bears the admin
+token, or is refused before it reads anything."""
 
 from __future__ import annotations
 
