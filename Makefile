@@ -46,6 +46,7 @@ bench: setup
 	.venv/bin/python bench/race.py
 	.venv/bin/python bench/sim_region.py
 	.venv/bin/python bench/responses_resume.py
+	.venv/bin/python bench/prompt_capture.py
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache
