@@ -184,3 +184,8 @@ class AdminClient(Client):
     async def revoke_tokens(self, user_id: str) -> None:
         request = sched_pb.UserServiceRevokeUserTokensRequest(user_id=user_id)
         await self._unary(self._users.RevokeUserTokens, request)
+
+    async def delete_user(self, user_id: str) -> None:
+        """The user and everything kept of them: conversations, ratings, captured prompts."""
+        request = sched_pb.UserServiceDeleteUserRequest(user_id=user_id)
+        await self._unary(self._users.DeleteUser, request)

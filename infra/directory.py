@@ -94,6 +94,13 @@ class Directory:
         if user.token_hash:
             await self._client.put(self._key("tokens", user.token_hash), user.user_id.encode())
 
+    async def delete_user(self, user_id: str) -> None:
+        """The user's record and its token's key gone; nothing when the user is not listed."""
+        previous = await self.user(user_id)
+        if previous is not None and previous.token_hash:
+            await self._client.delete(self._key("tokens", previous.token_hash))
+        await self._client.delete(self._key("users", user_id))
+
     async def user(self, user_id: str) -> DirectoryUser | None:
         found = await self._client.get(self._key("users", user_id))
         return None if found is None else _user_from(found.value)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from domain.errors import InvalidArgument
+from domain.errors import FailedPrecondition, InvalidArgument
 from domain.types import Tier
 from infra.bearer import new_token, token_hash
 from infra.directory import Directory, DirectoryUser
@@ -22,6 +22,8 @@ class UserDirectory(Protocol):
 
     async def put_user(self, user: DirectoryUser) -> None: ...
 
+    async def delete_user(self, user_id: str) -> None: ...
+
     async def user(self, user_id: str) -> DirectoryUser | None: ...
 
     async def users(self) -> dict[str, DirectoryUser]: ...
@@ -31,6 +33,9 @@ class NoDirectory:
     """One region: the store alone knows its users."""
 
     async def put_user(self, user: DirectoryUser) -> None:
+        return None
+
+    async def delete_user(self, user_id: str) -> None:
         return None
 
     async def user(self, user_id: str) -> DirectoryUser | None:
@@ -102,6 +107,19 @@ class UserAdmin:
         """The user keeps its conversations but can no longer call until given a new token."""
         await self._store.set_user_token_hash(user_id, None)
         await self._list(user_id, lambda u: DirectoryUser(u.user_id, u.tier, u.home, u.pinned))
+
+    async def delete(self, user_id: str) -> None:
+        """The user and everything kept of them in this region's store (conversations,
+        ratings, captured prompts), and their directory listing. With regions, only the
+        user's home region's scheduler may: their history lives there."""
+        listed = await self._directory.user(user_id)
+        if listed is not None and listed.home != self._region:
+            raise FailedPrecondition(
+                f"user {user_id!r} lives in region {listed.home!r}: delete them with that "
+                "region's scheduler, where their history is kept"
+            )
+        await self._store.delete_user(user_id)
+        await self._directory.delete_user(user_id)
 
     async def _list(self, user_id: str, change: Callable[[DirectoryUser], DirectoryUser]) -> None:
         """The directory's copy changed as the store's was (a user it lists)."""

@@ -74,6 +74,14 @@ class UsersServicer(pb_grpc.UserServiceServicer):
         await self._users.revoke_tokens(request.user_id)
         return pb.UserServiceRevokeUserTokensResponse()
 
+    @maps_domain_errors
+    async def DeleteUser(
+        self, request: pb.UserServiceDeleteUserRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UserServiceDeleteUserResponse:
+        check_admin(context, self._admin_token)
+        await self._users.delete(request.user_id)
+        return pb.UserServiceDeleteUserResponse()
+
 
 async def relay(
     call: Callable[[Request, grpc.aio.ServicerContext], Awaitable[Message]],

@@ -39,6 +39,12 @@ class UserStore(Protocol):
 
     async def set_user_token_hash(self, user_id: str, token_hash: str | None) -> None: ...
 
+    async def delete_user(self, user_id: str) -> None:
+        """Deletes the user and everything kept of them here, in one transaction: their
+        conversations and with them every message, rating, serving record and captured
+        prompt. NotFound when there is no such user."""
+        ...
+
 
 class ConversationStore(Protocol):
     """Conversations and their messages, with what served each turn: what a message's pipeline

@@ -241,6 +241,16 @@ class PostgresStore:
         except asyncpg.UniqueViolationError as exc:
             raise AlreadyExists("another user already has this token") from exc
 
+    async def delete_user(self, user_id: str) -> None:
+        await self._bounded(self._delete_user(user_id))
+
+    async def _delete_user(self, user_id: str) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            # The conversations' rows cascade to everything kept with their messages.
+            await conn.execute("DELETE FROM conversations WHERE user_id = $1", user_id)
+            if _count(await conn.execute("DELETE FROM users WHERE user_id = $1", user_id)) == 0:
+                raise NotFound(f"no user {user_id!r}")
+
     async def _update_user(self, sql: str, value: object, user_id: str) -> None:
         if await self._execute(sql, value, user_id) == 0:
             raise NotFound(f"no user {user_id!r}")

@@ -185,6 +185,20 @@ class SqliteStore:
             "UPDATE users SET token_hash = ? WHERE user_id = ?", (token_hash, user_id)
         )
 
+    async def delete_user(self, user_id: str) -> None:
+        async with self._writing:
+            await self.db.execute("BEGIN IMMEDIATE")
+            try:
+                # The conversations' rows cascade to everything kept with their messages.
+                await self.db.execute("DELETE FROM conversations WHERE user_id = ?", (user_id,))
+                cursor = await self.db.execute("DELETE FROM users WHERE user_id = ?", (user_id,))
+                if cursor.rowcount == 0:
+                    raise NotFound(f"no user {user_id!r}")
+                await self.db.commit()
+            except BaseException:
+                await self.db.rollback()
+                raise
+
     async def _update_user(self, sql: str, params: tuple[object, ...]) -> None:
         async with self._writing:
             try:

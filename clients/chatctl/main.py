@@ -235,7 +235,11 @@ def add_users(commands: Any) -> None:
     tier = actions.add_parser("tier", parents=flags, help="move a user to another tier")
     tier.add_argument("user_id", metavar="ID")
     tier.add_argument("tier", choices=sorted(TIERS))
-    for name, what in (("rotate", "issue a new token"), ("revoke", "end every token")):
+    for name, what in (
+        ("rotate", "issue a new token"),
+        ("revoke", "end every token"),
+        ("delete", "the user, their conversations, ratings and captured prompts"),
+    ):
         actions.add_parser(name, parents=flags, help=what).add_argument("user_id", metavar="ID")
     command.set_defaults(handler=users)
 

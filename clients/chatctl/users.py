@@ -50,12 +50,22 @@ async def users_revoke(admin: AdminClient, args: argparse.Namespace) -> None:
     )
 
 
+async def users_delete(admin: AdminClient, args: argparse.Namespace) -> None:
+    await admin.delete_user(args.user_id)
+    emit(
+        args.json,
+        {"user_id": args.user_id, "deleted": True},
+        f"user {args.user_id} is deleted, with their conversations, ratings and captured prompts",
+    )
+
+
 USER_ACTIONS = {
     "create": users_create,
     "list": users_list,
     "tier": users_tier,
     "rotate": users_rotate,
     "revoke": users_revoke,
+    "delete": users_delete,
 }
 
 

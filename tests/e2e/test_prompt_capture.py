@@ -4,7 +4,8 @@ by the same function, give the very answer the user read, so the capture is the 
 engine answered, not the gateway's idea of it. An operator reads it through the scheduler's
 admin API and `chatctl prompts show`; it goes with its conversation; bad reads are refused.
 Replayed at the version that served it, it gives the same answer again; at a version with
-another system prompt, that version's answer, and `chatctl replay` shows the difference."""
+another system prompt, that version's answer, and `chatctl replay` shows the difference.
+Deleting the user deletes their captures."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from clients.admin_client import AdminClient
 from clients.base import ClientError
 from clients.chat_client import ChatClient, Delta, Done, Meta
 from clients.chatctl.main import main as chatctl
@@ -247,3 +249,30 @@ async def test_bad_replays_are_refused_with_their_reason(
     assert f"{garbled}:1: expected `USER MESSAGE_ID`" in capsys.readouterr().err
     assert await asyncio.to_thread(chatctl, ["replay", *common]) == 1
     assert "name USER and MESSAGE_ID, or --set FILE" in capsys.readouterr().err
+
+
+async def test_deleting_a_user_deletes_their_captures_and_ends_their_token(
+    platform: LocalPlatform, capsys: pytest.CaptureFixture[str]
+) -> None:
+    user_id = f"u-{uuid.uuid4().hex[:8]}"
+    async with AdminClient(platform.scheduler_address, platform.admin_token,
+                           tls=platform.tls()) as admin:  # fmt: skip
+        created = await admin.create_user(user_id, "free")
+        async with ChatClient(platform.gateway_address, created.token,
+                              tls=platform.tls("client")) as chat:  # fmt: skip
+            meta, _ = await turn(chat, f"c_{uuid.uuid4().hex[:8]}", "Remember this turn.")
+            await captured(platform, user_id, meta.message_id)
+            common = ["--scheduler", platform.scheduler_address, "--admin-token",
+                      platform.admin_token, "--tls-dir", str(platform.tls_dir)]  # fmt: skip
+            assert await asyncio.to_thread(chatctl, ["users", "delete", user_id, *common]) == 0
+            assert f"user {user_id} is deleted" in capsys.readouterr().out
+            with pytest.raises(ClientError) as refused:
+                await turn(chat, f"c_{uuid.uuid4().hex[:8]}", "Still there?")
+            assert refused.value.code == "UNAUTHENTICATED"
+        assert user_id not in [u.user_id for u in await admin.users()]
+    async with prompts(platform) as client:
+        with pytest.raises(ClientError) as gone:
+            await client.captured(user_id, meta.message_id)
+        assert gone.value.code == "NOT_FOUND"
+    assert await asyncio.to_thread(chatctl, ["users", "delete", user_id, *common]) == 1
+    assert f"no user '{user_id}'" in capsys.readouterr().err

@@ -40,6 +40,21 @@ async def test_a_user_is_found_by_token_and_a_new_token_retires_the_old(director
     assert (snapshot.users, snapshot.tokens) == ({"ann": rotated}, {"hash-2": "ann"})
 
 
+async def test_a_deleted_user_and_their_token_are_gone_and_others_stay(directory) -> None:
+    ann = DirectoryUser("ann", Tier.PLUS, "a", True, "hash-a")
+    bob = DirectoryUser("bob", Tier.FREE, "b", False, "hash-b")
+    for user in (ann, bob):
+        await directory.put_user(user)
+    await directory.delete_user("ann")
+    assert (await directory.user("ann"), await directory.user_by_token_hash("hash-a")) == (
+        None,
+        None,
+    )
+    snapshot = await directory.snapshot()
+    assert (snapshot.users, snapshot.tokens) == ({"bob": bob}, {"hash-b": "bob"})
+    await directory.delete_user("ann")  # not listed: nothing to do
+
+
 async def test_regions_read_back_with_their_pools_and_fresh_gateways(
     directory, etcd_server: Etcd, prefix: str
 ) -> None:

@@ -396,8 +396,11 @@ def test_the_old_user_calls_messages_are_the_new_ones_field_for_field() -> None:
     """What lets the scheduler answer an old call by reading its bytes as the new message."""
     old = pb.DESCRIPTOR.services_by_name["SchedulerService"].methods_by_name
     new = pb.DESCRIPTOR.services_by_name["UserService"].methods_by_name
-    assert set(new) <= set(old)
+    # Calls added after UserService are its own: no old client knows them.
+    assert set(new) - set(old) == {"DeleteUser"}
     for name, method in new.items():
+        if name not in old:
+            continue
         for kind in ("input_type", "output_type"):
             fields = []
             for message in (getattr(method, kind), getattr(old[name], kind)):

@@ -13,6 +13,7 @@ from gateway.home_client import HomeStore
 from store.base import (
     ConversationStore,
     FeedbackStore,
+    PromptStore,
     ResponseStore,
     Store,
     SummaryStore,
@@ -21,7 +22,8 @@ from store.base import (
 from store.postgres import PostgresStore
 from store.sqlite import SqliteStore
 
-PARTS = (UserStore, ConversationStore, SummaryStore, ResponseStore, FeedbackStore, Store)
+PARTS = (UserStore, ConversationStore, SummaryStore, ResponseStore, FeedbackStore, PromptStore,
+         Store)  # fmt: skip
 
 
 def own(part: type) -> set[str]:
@@ -44,7 +46,7 @@ def test_the_parts_make_the_whole_store_and_share_no_method() -> None:
     declared = [name for part in PARTS for name in own(part)]
     assert len(declared) == len(set(declared)), "a method is declared in two parts"
     assert set(declared) == methods(Store)
-    assert len(declared) == 24
+    assert len(declared) == 28
 
 
 @pytest.mark.parametrize("backend", [SqliteStore, PostgresStore], ids=lambda c: c.__name__)

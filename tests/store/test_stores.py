@@ -320,6 +320,41 @@ async def test_a_captured_prompt_is_kept_whole_replaced_by_a_retry_and_goes_with
         await store.captured_prompt("alice", "q1")
 
 
+async def test_deleting_a_user_deletes_everything_kept_of_them_and_nothing_else(store) -> None:
+    from domain.types import Turn
+    from store.records import CapturedPrompt, FeedbackRecord, ServingRecord
+
+    for user in ("alice", "bob"):
+        await store.create_user(user, Tier.FREE, f"hash-{user}")
+        await store.add_message(user, "c1", msg("q1", Role.USER, None))
+        await store.add_message(user, "c1", msg("q1.answer", Role.ASSISTANT, 1))
+        await store.record_serving(user, ServingRecord("q1", "c1", "base"))
+        await store.rate_message(user, FeedbackRecord("q1.answer", "c1", "up"))
+        turns = (Turn(Role.USER, "text of q1", 5),)
+        await store.capture_prompt(user, CapturedPrompt("q1", "c1", "", "m", "n", 0, 8, turns))
+    await store.delete_user("alice")
+    assert await store.user_by_token_hash("hash-alice") is None
+    assert [u.user_id for u in await store.list_users()] == ["bob"]
+    for gone in (
+        store.get_user("alice"),
+        store.get_conversation("alice", "c1"),
+        store.get_message("alice", "q1"),
+        store.serving_of("alice", "q1"),
+        store.feedback_of("alice", "q1.answer"),
+        store.captured_prompt("alice", "q1"),
+    ):
+        with pytest.raises(NotFound):
+            await gone
+    assert [m.content for m in await store.list_messages("bob", "c1")] == [
+        "text of q1",
+        "text of q1.answer",
+    ]
+    assert (await store.captured_prompt("bob", "q1")).turns[0].text == "text of q1"
+    assert (await store.feedback_of("bob", "q1.answer")).rating == "up"
+    with pytest.raises(NotFound):
+        await store.delete_user("alice")
+
+
 async def test_prompts_captured_before_a_time_are_forgotten(store) -> None:
     from domain.types import Turn
     from store.records import CapturedPrompt

@@ -697,3 +697,13 @@ class GetVersionScoresResponse(_message.Message):
     tallies: _containers.RepeatedCompositeFieldContainer[VersionTally]
     window_seconds: float
     def __init__(self, tallies: _Optional[_Iterable[_Union[VersionTally, _Mapping]]] = ..., window_seconds: _Optional[float] = ...) -> None: ...
+
+class UserServiceDeleteUserRequest(_message.Message):
+    __slots__ = ("user_id",)
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    def __init__(self, user_id: _Optional[str] = ...) -> None: ...
+
+class UserServiceDeleteUserResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

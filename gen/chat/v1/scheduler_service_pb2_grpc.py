@@ -834,6 +834,11 @@ class UserServiceStub:
                 request_serializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceRevokeUserTokensRequest.SerializeToString,
                 response_deserializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceRevokeUserTokensResponse.FromString,
                 _registered_method=True)
+        self.DeleteUser = channel.unary_unary(
+                '/chat.v1.UserService/DeleteUser',
+                request_serializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceDeleteUserRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceDeleteUserResponse.FromString,
+                _registered_method=True)
 
 
 class UserServiceServicer:
@@ -871,6 +876,15 @@ class UserServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteUser(self, request, context):
+        """The user and everything kept of them in this region: conversations, their messages,
+        ratings and captured prompts; their token stops working at once. NOT_FOUND for no such
+        user; FAILED_PRECONDITION, with regions, at a scheduler other than the user's home's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_UserServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -898,6 +912,11 @@ def add_UserServiceServicer_to_server(servicer, server):
                     servicer.RevokeUserTokens,
                     request_deserializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceRevokeUserTokensRequest.FromString,
                     response_serializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceRevokeUserTokensResponse.SerializeToString,
+            ),
+            'DeleteUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteUser,
+                    request_deserializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceDeleteUserRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceDeleteUserResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1037,6 +1056,33 @@ class UserService:
             '/chat.v1.UserService/RevokeUserTokens',
             chat_dot_v1_dot_scheduler__service__pb2.UserServiceRevokeUserTokensRequest.SerializeToString,
             chat_dot_v1_dot_scheduler__service__pb2.UserServiceRevokeUserTokensResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.UserService/DeleteUser',
+            chat_dot_v1_dot_scheduler__service__pb2.UserServiceDeleteUserRequest.SerializeToString,
+            chat_dot_v1_dot_scheduler__service__pb2.UserServiceDeleteUserResponse.FromString,
             options,
             channel_credentials,
             insecure,
