@@ -23,6 +23,7 @@ from infra.convert import (
     options_from_pb,
     tool_call_from_pb,
     tool_call_to_pb,
+    usage_to_pb,
 )
 from store.records import ConversationRecord, MessageRecord
 
@@ -102,12 +103,7 @@ def event_to_pb(event_id: int, event: Event) -> pb.ChatEvent:
             retract = pb.RetractEvent(withdrawn_chars=event.chars)
             return pb.ChatEvent(event_id=event_id, retract=retract)
         case Done():
-            usage = common_pb2.Usage(
-                input_tokens=event.usage.input_tokens,
-                cached_tokens=event.usage.cached_tokens,
-                output_tokens=event.usage.output_tokens,
-            )
-            done = pb.DoneEvent(finish=FINISH_TO_PB[event.finish], usage=usage)
+            done = pb.DoneEvent(finish=FINISH_TO_PB[event.finish], usage=usage_to_pb(event.usage))
             return pb.ChatEvent(event_id=event_id, done=done)
         case Failed():
             failed = pb.ErrorEvent(code=event.code, message=event.message)

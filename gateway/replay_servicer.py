@@ -6,13 +6,12 @@ from __future__ import annotations
 import grpc
 import structlog
 
-from chat.v1 import common_pb2
 from chat.v1 import replay_service_pb2 as pb
 from chat.v1 import replay_service_pb2_grpc as pb_grpc
 from domain.errors import InvalidArgument
 from gateway.replay import Replayer
 from infra.admin_token import check_admin
-from infra.convert import FINISH_TO_PB
+from infra.convert import FINISH_TO_PB, usage_to_pb
 from infra.grpcserver import maps_domain_errors
 from infra.tls import peer
 
@@ -37,7 +36,6 @@ class ReplayServicer(pb_grpc.ReplayServiceServicer):
                        message_id=request.message_id, version=request.version,
                        address=context.peer(), certificate=certificate)  # fmt: skip
         replay = await self._replayer.replay(request.user_id, request.message_id, request.version)
-        usage = replay.usage
         return pb.ReplayPromptResponse(
             version=replay.version,
             model=replay.model,
@@ -45,10 +43,6 @@ class ReplayServicer(pb_grpc.ReplayServiceServicer):
             original=replay.original,
             replayed=replay.replayed,
             finish=FINISH_TO_PB[replay.finish],
-            usage=common_pb2.Usage(
-                input_tokens=usage.input_tokens,
-                cached_tokens=usage.cached_tokens,
-                output_tokens=usage.output_tokens,
-            ),
+            usage=usage_to_pb(replay.usage),
             system_prompt_replaced=replay.system_prompt_replaced,
         )

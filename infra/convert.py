@@ -6,7 +6,7 @@ from __future__ import annotations
 from chat.v1 import chat_service_pb2, common_pb2
 from domain.answer_options import AnswerOptions, ToolCall, ToolChoice, ToolDefinition
 from domain.feedback import Rating
-from domain.types import Finish, Role, Tier, Turn
+from domain.types import Finish, Role, Tier, Turn, Usage
 
 ROLE_FROM_PB = {
     common_pb2.ROLE_SYSTEM: Role.SYSTEM,
@@ -55,6 +55,14 @@ def tool_call_to_pb(call: ToolCall) -> common_pb2.ToolCall:
 
 def tool_call_from_pb(call: common_pb2.ToolCall) -> ToolCall:
     return ToolCall(call.id, call.name, call.arguments)
+
+
+def usage_to_pb(usage: Usage) -> common_pb2.Usage:
+    return common_pb2.Usage(
+        input_tokens=usage.input_tokens,
+        cached_tokens=usage.cached_tokens,
+        output_tokens=usage.output_tokens,
+    )
 
 
 def turn_to_pb(turn: Turn) -> common_pb2.Turn:

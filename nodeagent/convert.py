@@ -11,16 +11,9 @@ from infra.convert import (
     options_from_pb,
     tool_call_from_pb,
     tool_call_to_pb,
+    usage_to_pb,
 )
 from nodeagent.engine import Finished, GenerationRequest, PromptTurn
-
-
-def usage_to_pb(usage: Usage) -> common_pb2.Usage:
-    return common_pb2.Usage(
-        input_tokens=usage.input_tokens,
-        cached_tokens=usage.cached_tokens,
-        output_tokens=usage.output_tokens,
-    )
 
 
 def usage_from_pb(usage: common_pb2.Usage) -> Usage:
