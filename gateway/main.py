@@ -213,12 +213,12 @@ class GatewayConfig:
     # deleted with its conversation; 0 keeps none. Off per tier with <tier>_prompt_capture.
     # docs/decisions.md, "Every answered turn's prompt is captured".
     prompt_capture_days: float = 30.0
+    free_prompt_capture: bool = True
+    plus_prompt_capture: bool = True
     # The admin token ReplayService asks of operators (`chatctl replay`); empty: nobody may.
     admin_token: str = ""
     # A replay that has not finished by then is cancelled and reported UNAVAILABLE.
     replay_timeout_s: float = 300.0
-    free_prompt_capture: bool = True
-    plus_prompt_capture: bool = True
     # Regions (docs/decisions.md, "Regions"): this gateway's region and the global layer's
     # etcd. Both empty: one region, no directory. A message of a user from another region
     # goes to their home; at home, a new conversation spills to the region with the most
