@@ -25,6 +25,7 @@ from infra.keepalive import CLIENT_CHANNEL, never_connected
 from infra.tls import TlsConfig
 from infra.tls_channel import open_channel
 from store.records import (
+    CapturedPrompt,
     ConversationRecord,
     FeedbackRecord,
     MessageRecord,
@@ -201,6 +202,11 @@ class HomeStore:
         request = pb.RecordServingRequest(user_id=user_id,
                                           serving=home_convert.serving_to_pb(serving))  # fmt: skip
         await self._change(lambda stub: stub.RecordServing(request, timeout=CALL_TIMEOUT_S))
+
+    async def capture_prompt(self, user_id: str, prompt: CapturedPrompt) -> None:
+        request = pb.CapturePromptRequest(user_id=user_id,
+                                          prompt=home_convert.prompt_to_pb(prompt))  # fmt: skip
+        await self._change(lambda stub: stub.CapturePrompt(request, timeout=CALL_TIMEOUT_S))
 
     async def conversation_version(self, user_id: str, conversation_id: str) -> str:
         request = pb.ReadConversationRequest(user_id=user_id, conversation_id=conversation_id,

@@ -8,8 +8,9 @@ from domain.errors import InvalidArgument
 from domain.feedback import Rating
 from domain.types import Role
 from gateway.convert import rating_from_pb
-from infra.convert import RATING_TO_PB, ROLE_FROM_PB, ROLE_TO_PB
+from infra.convert import RATING_TO_PB, ROLE_FROM_PB, ROLE_TO_PB, turn_from_pb, turn_to_pb
 from store.records import (
+    CapturedPrompt,
     ConversationRecord,
     FeedbackRecord,
     MessageRecord,
@@ -79,6 +80,21 @@ def serving_to_pb(record: ServingRecord) -> pb.StoredServing:
 def serving_from_pb(s: pb.StoredServing) -> ServingRecord:
     return ServingRecord(s.message_id, s.conversation_id, s.version, s.slice, s.routed_pool,
                          s.budget, s.served_pool)  # fmt: skip
+
+
+def prompt_to_pb(prompt: CapturedPrompt) -> pb.StoredPrompt:
+    return pb.StoredPrompt(
+        message_id=prompt.message_id, conversation_id=prompt.conversation_id,
+        version=prompt.version, model=prompt.model, node_id=prompt.node_id,
+        temperature=prompt.temperature, max_tokens=prompt.max_tokens,
+        turns=[pb.StoredPromptTurn(turn=turn_to_pb(t), tokens=t.tokens) for t in prompt.turns],
+    )  # fmt: skip
+
+
+def prompt_from_pb(p: pb.StoredPrompt) -> CapturedPrompt:
+    return CapturedPrompt(p.message_id, p.conversation_id, p.version, p.model, p.node_id,
+                          p.temperature, p.max_tokens,
+                          tuple(turn_from_pb(t.turn, t.tokens) for t in p.turns))  # fmt: skip
 
 
 def feedback_to_pb(record: FeedbackRecord) -> pb.RateAnswerResponse:

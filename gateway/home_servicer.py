@@ -3,6 +3,8 @@ users' conversations (gateway/home_client.py is the other end)."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import grpc
 
 from chat.v1 import common_pb2
@@ -18,6 +20,7 @@ from gateway.histories import History
 from gateway.ids import check_id
 from infra.convert import TIER_FROM_PB
 from infra.grpcserver import maps_domain_errors
+from store.base import PromptStore
 
 # A page of conversations, as ChatService.ListConversations gives at most.
 MAX_PAGE = 100
@@ -30,8 +33,12 @@ def _tier(value: common_pb2.Tier) -> Tier:
     return tier
 
 
+class KeptAtHome(History, PromptStore, Protocol):
+    """What the home region keeps of a turn run elsewhere: the history, and its prompt."""
+
+
 class HomeServicer(pb_grpc.HomeServiceServicer):
-    def __init__(self, store: History, buckets: Buckets, ratings: RatingDesk) -> None:
+    def __init__(self, store: KeptAtHome, buckets: Buckets, ratings: RatingDesk) -> None:
         self._store = store
         self._buckets = buckets
         self._ratings = ratings
@@ -116,6 +123,15 @@ class HomeServicer(pb_grpc.HomeServiceServicer):
         check_id("message id", serving.message_id)
         await self._store.record_serving(request.user_id, serving)
         return pb.RecordServingResponse()
+
+    @maps_domain_errors
+    async def CapturePrompt(
+        self, request: pb.CapturePromptRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CapturePromptResponse:
+        prompt = home_convert.prompt_from_pb(request.prompt)
+        check_id("message id", prompt.message_id)
+        await self._store.capture_prompt(request.user_id, prompt)
+        return pb.CapturePromptResponse()
 
     @maps_domain_errors
     async def DeleteStoredConversation(

@@ -47,6 +47,7 @@ from gateway.buckets import Buckets, InProcessBuckets
 from gateway.compactor import Compactor
 from gateway.daily_budget import DailyBudget, DailySpend, InProcessDailySpend, RedisDailySpend
 from gateway.feedback import RatingDesk
+from gateway.home_client import HomeStore
 from gateway.home_servicer import HomeServicer
 from gateway.metrics import CurrentVersion, GatewayMetrics
 from gateway.node_client import NodeClient
@@ -57,7 +58,7 @@ from gateway.pipeline import ChatPipeline
 from gateway.planner import PipelinePolicy
 from gateway.policies import MessagePolicies
 from gateway.ports import Nodes
-from gateway.prompt_capture import CapturePolicy, StoredPrompts
+from gateway.prompt_capture import CapturePolicy, ExpiredPrompts, StoredPrompts
 from gateway.redis_buckets import REDIS_PREFIX, RedisBuckets, connect
 from gateway.redis_run_sharing import RedisRunSharing
 from gateway.regions import NoRegions, RegionRouter
@@ -77,7 +78,7 @@ from infra.runner import run_service
 from infra.service import Service
 from infra.tls import TlsConfig
 from infra.tls_files import TlsExpiry
-from store.base import ConversationStore, PromptStore, SummaryStore
+from store.base import ConversationStore, SummaryStore
 from store.factory import open_store
 
 # What the project ships, package data of domain/: the difficulty classifier trained by
@@ -349,11 +350,10 @@ def build_buckets(
                         config.redis_prefix)  # fmt: skip
 
 
-def build_prompt_capture(config: GatewayConfig, store: PromptStore) -> StoredPrompts:
+def capture_policy(config: GatewayConfig) -> CapturePolicy:
     tiers = {Tier.FREE: config.free_prompt_capture, Tier.PLUS: config.plus_prompt_capture}
-    policy = CapturePolicy(config.prompt_capture_days * 86_400.0,
-                           frozenset(t for t, on in tiers.items() if on))  # fmt: skip
-    return StoredPrompts(store, policy)
+    return CapturePolicy(config.prompt_capture_days * 86_400.0,
+                         frozenset(t for t, on in tiers.items() if on))  # fmt: skip
 
 
 def build_daily_budget(
@@ -403,7 +403,7 @@ async def build_regions(
     service: Service,
     store: ConversationStore,
     pipeline: ChatPipeline,
-    away_pipeline: Callable[[ConversationStore, Buckets], ChatPipeline],
+    away_pipeline: Callable[[HomeStore, Buckets], ChatPipeline],
     registry: CollectorRegistry,
     limits: Callable[[Tier], Limit],
 ) -> RegionRouter | NoRegions:
@@ -450,8 +450,9 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
             await versions.refresh()
         service.task(versions.run(), "versions")
         budget = build_daily_budget(config, redis_client, metrics)
-        prompts = build_prompt_capture(config, store)
-        service.task(prompts.run(), "prompt-capture")
+        capture = capture_policy(config)
+        expired = ExpiredPrompts(store, capture.retention_s)
+        service.task(expired.run(), "prompt-capture")
         pipeline = ChatPipeline(
             store,
             scheduler,
@@ -467,17 +468,18 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
             versions=versions,
             budget=budget,
             region=config.region,
-            prompts=prompts,
+            prompts=StoredPrompts(store, capture),
         )
 
-        def away_pipeline(home_store: ConversationStore, home_buckets: Buckets) -> ChatPipeline:
+        def away_pipeline(home_store: HomeStore, home_buckets: Buckets) -> ChatPipeline:
             # A conversation of another region's user: history read from and written to its
-            # home (the store given), its bucket home's; compaction is left to home; its run
-            # is this gateway's.
+            # home (the store given), its bucket home's, and its prompt captured there;
+            # compaction is left to home; its run is this gateway's.
             return ChatPipeline(home_store, scheduler, nodes, runs, home_buckets, policy,
                                 time.monotonic, LocalRuns(), metrics, build_policies(config),
                                 None, region=config.region, versions=versions,
-                                budget=budget)  # fmt: skip
+                                budget=budget,
+                                prompts=StoredPrompts(home_store, capture))  # fmt: skip
 
         regions = await build_regions(
             config, service, store, pipeline, away_pipeline, registry, buckets.limit

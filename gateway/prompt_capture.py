@@ -47,8 +47,7 @@ class PromptCapture(Protocol):
 
 
 class NoCapture:
-    """A pipeline whose conversations another region keeps: their prompts are not captured
-    (the capture would need a call of its own to the home region)."""
+    """A pipeline built without capture (tests and tools that make one by hand)."""
 
     async def keep(
         self, user: User, conversation_id: str, message_id: str, plan: AnswerPlan, answer: Answer
@@ -56,13 +55,17 @@ class NoCapture:
         return None
 
 
+class CaptureWriter(Protocol):
+    """Where a capture is written: this region's store, or the home region's through
+    HomeService for a turn that ran away from home (gateway/home_client.py)."""
+
+    async def capture_prompt(self, user_id: str, prompt: CapturedPrompt) -> None: ...
+
+
 class StoredPrompts:
-    def __init__(
-        self, store: PromptStore, policy: CapturePolicy, clock: Callable[[], float] = time.time
-    ) -> None:
+    def __init__(self, store: CaptureWriter, policy: CapturePolicy) -> None:
         self._store = store
         self.policy = policy
-        self._clock = clock
         self._log = structlog.get_logger(component="prompt_capture")
 
     async def keep(
@@ -83,14 +86,26 @@ class StoredPrompts:
         except Exception:
             self._log.exception("prompt not captured", message_id=message_id)
 
+
+class ExpiredPrompts:
+    """Deletes the captures of this region's store past their retention."""
+
+    def __init__(
+        self, store: PromptStore, retention_s: float, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._store = store
+        self._retention_s = retention_s
+        self._clock = clock
+        self._log = structlog.get_logger(component="prompt_capture")
+
     async def forget_expired(self) -> int:
-        if self.policy.retention_s <= 0:
+        if self._retention_s <= 0:
             return 0
-        return await self._store.forget_prompts(self._clock() - self.policy.retention_s)
+        return await self._store.forget_prompts(self._clock() - self._retention_s)
 
     async def run(self) -> None:
         """Deletes expired captures now and then, for as long as the gateway runs."""
-        every_s = min(FORGET_EVERY_S, self.policy.retention_s / 10) or FORGET_EVERY_S
+        every_s = min(FORGET_EVERY_S, self._retention_s / 10) or FORGET_EVERY_S
         while True:
             try:
                 forgotten = await self.forget_expired()

@@ -109,7 +109,7 @@ class RegionRouter:
     pipeline: ChatPipeline
     # Builds the pipeline of a conversation running here for another region's user, on its
     # home region's store and buckets.
-    away_pipeline: Callable[[ConversationStore, Buckets], ChatPipeline]
+    away_pipeline: Callable[[HomeStore, Buckets], ChatPipeline]
     tls: TlsConfig
     rules: RegionRules
     registry: CollectorRegistry

@@ -20,6 +20,8 @@ from domain.types import Tier
 from infra.bearer import token_hash
 from infra.certs import Authority
 from infra.directory import Directory, DirectoryUser
+from store.base import Store
+from store.records import CapturedPrompt
 from tests.clients.test_chatctl import admin_flags, chatctl
 from tests.e2e.regions_support import (
     HOME_OUT,
@@ -87,6 +89,18 @@ async def regions(
         await asyncio.gather(*(p.stop() for p in platforms.values()))
 
 
+async def until_captured(store: Store, user_id: str, message_id: str) -> CapturedPrompt:
+    """A turn's captured prompt, once its gateway has written it (after the answer's end)."""
+    deadline = asyncio.get_running_loop().time() + 30.0
+    while True:
+        try:
+            return await store.captured_prompt(user_id, message_id)
+        except NotFound:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+        await asyncio.sleep(0.05)
+
+
 async def test_a_full_home_spills_and_the_conversation_stays_where_it_went(regions) -> None:
     a = regions["a"]
     user_id = f"u-{uuid.uuid4().hex[:8]}"
@@ -123,6 +137,11 @@ async def test_a_full_home_spills_and_the_conversation_stays_where_it_went(regio
         async with region_store(regions["b"]) as kept_at_b:
             with pytest.raises(NotFound):
                 await kept_at_b.get_conversation(user_id, "c1")
+        # So is each turn's captured prompt, written by b's gateway after the answer's end.
+        async with region_store(a) as kept_at_a:
+            prompt = await until_captured(kept_at_a, user_id, first_id)
+        assert [(t.role.value, t.text) for t in prompt.turns][1:] == [("user", "Hello from home")]
+        assert (prompt.conversation_id, prompt.version) == ("c1", first["version"])
         # b's edge shows the same, read from a.
         assert await listed(http, regions["b"], token, "c1") == (200, messages)
         # An answer run at b is rated at a with the version that served it there, wherever the

@@ -4,6 +4,7 @@ HomeService servers on one region's store, and an address nothing listens on."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,10 +14,11 @@ from prometheus_client import CollectorRegistry
 
 from chat.v1 import home_service_pb2 as pb
 from chat.v1 import home_service_pb2_grpc as pb_grpc
+from domain.answer_options import ToolCall
 from domain.errors import NotFound, Unavailable
 from domain.limiter import Limit
 from domain.rollout import RolloutState
-from domain.types import Role, Tier
+from domain.types import Role, Tier, Turn
 from gateway.buckets import InProcessBuckets
 from gateway.feedback import RatingDesk
 from gateway.home_client import HomeStore
@@ -27,7 +29,7 @@ from infra.grpcserver import GrpcServer
 from infra.tls import TlsConfig
 from store.base import Store
 from store.factory import open_store
-from store.records import NewMessage
+from store.records import CapturedPrompt, NewMessage
 from tests.servers import free_port
 
 TLS = TlsConfig(insecure=True)
@@ -116,3 +118,22 @@ async def test_no_gateway_reached_is_unavailable_with_the_home_region() -> None:
         with pytest.raises(Unavailable) as refused:
             await client.get_conversation("u-1", "c-1")
     assert refused.value.reason.startswith("home region 'a': UNAVAILABLE failed to connect")
+
+
+async def test_a_turn_run_away_from_home_has_its_prompt_captured_at_home(store: Store) -> None:
+    turns = (
+        Turn(Role.SYSTEM, "Be brief.", 3),
+        Turn(Role.ASSISTANT, "", 4, (ToolCall("call_1", "find", '{"q": "x"}'),)),
+        Turn(Role.TOOL, "found", 1, tool_call_id="call_1"),
+        Turn(Role.USER, "Where is my history kept?", 6),
+    )
+    prompt = CapturedPrompt("m-1", "c-1", "v1", "smollm", "node-b", 0.5, 200, turns)
+    async with serving(servicer(HomeServicer, store)) as up, home([up]) as client:
+        added = await client.add_message("u-1", "c-1", QUESTION, "History")
+        await client.capture_prompt("u-1", dataclasses.replace(prompt, message_id=added.message_id))
+        with pytest.raises(NotFound):  # a turn home does not keep
+            await client.capture_prompt("u-1", dataclasses.replace(prompt, message_id="m-9"))
+    kept = await store.captured_prompt("u-1", added.message_id)
+    assert (kept.conversation_id, kept.version, kept.model, kept.node_id, kept.temperature,
+            kept.max_tokens, kept.turns) == ("c-1", "v1", "smollm", "node-b", 0.5, 200,
+                                             turns)  # fmt: skip

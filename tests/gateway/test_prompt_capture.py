@@ -13,7 +13,7 @@ from domain.errors import NotFound
 from domain.types import Finish, Role, Tier, Turn, User
 from gateway.answers import Answer, AnswerPlan
 from gateway.ports import ReplicaPick
-from gateway.prompt_capture import CapturePolicy, StoredPrompts
+from gateway.prompt_capture import CapturePolicy, ExpiredPrompts, StoredPrompts
 from store.factory import open_store
 from store.records import NewMessage
 from store.sqlite import SqliteStore
@@ -96,6 +96,6 @@ async def test_the_sweep_deletes_captures_past_their_retention(store) -> None:
     new = (await store.captured_prompt("f", "new")).created_at
     assert old < new
     # A day later, as seen by the sweep's clock, the old one is past its day; the new not yet.
-    sweep = StoredPrompts(store, CapturePolicy(DAY_S, frozenset(Tier)), lambda: new + DAY_S)
+    sweep = ExpiredPrompts(store, DAY_S, lambda: new + DAY_S)
     assert await sweep.forget_expired() == 1
     assert [await kept(store, user, m) for m in ("old", "new")] == [False, True]

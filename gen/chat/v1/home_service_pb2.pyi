@@ -234,6 +234,46 @@ class RecordServingResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class StoredPrompt(_message.Message):
+    __slots__ = ("message_id", "conversation_id", "version", "model", "node_id", "temperature", "max_tokens", "turns")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    conversation_id: str
+    version: str
+    model: str
+    node_id: str
+    temperature: float
+    max_tokens: int
+    turns: _containers.RepeatedCompositeFieldContainer[StoredPromptTurn]
+    def __init__(self, message_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., version: _Optional[str] = ..., model: _Optional[str] = ..., node_id: _Optional[str] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., turns: _Optional[_Iterable[_Union[StoredPromptTurn, _Mapping]]] = ...) -> None: ...
+
+class StoredPromptTurn(_message.Message):
+    __slots__ = ("turn", "tokens")
+    TURN_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    turn: _common_pb2.Turn
+    tokens: int
+    def __init__(self, turn: _Optional[_Union[_common_pb2.Turn, _Mapping]] = ..., tokens: _Optional[int] = ...) -> None: ...
+
+class CapturePromptRequest(_message.Message):
+    __slots__ = ("user_id", "prompt")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    prompt: StoredPrompt
+    def __init__(self, user_id: _Optional[str] = ..., prompt: _Optional[_Union[StoredPrompt, _Mapping]] = ...) -> None: ...
+
+class CapturePromptResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class DeleteStoredConversationRequest(_message.Message):
     __slots__ = ("user_id", "conversation_id")
     USER_ID_FIELD_NUMBER: _ClassVar[int]

@@ -79,6 +79,11 @@ class HomeServiceStub:
                 request_serializer=chat_dot_v1_dot_home__service__pb2.RecordServingRequest.SerializeToString,
                 response_deserializer=chat_dot_v1_dot_home__service__pb2.RecordServingResponse.FromString,
                 _registered_method=True)
+        self.CapturePrompt = channel.unary_unary(
+                '/chat.v1.HomeService/CapturePrompt',
+                request_serializer=chat_dot_v1_dot_home__service__pb2.CapturePromptRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_home__service__pb2.CapturePromptResponse.FromString,
+                _registered_method=True)
         self.DeleteStoredConversation = channel.unary_unary(
                 '/chat.v1.HomeService/DeleteStoredConversation',
                 request_serializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredConversationRequest.SerializeToString,
@@ -173,6 +178,15 @@ class HomeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CapturePrompt(self, request, context):
+        """The captured prompt of a turn that ran away from home, kept here with the turn, as the
+        turn is (a capture of the same message replaces the one before). NOT_FOUND when the turn
+        is not here.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def DeleteStoredConversation(self, request, context):
         """Deletes one of the user's conversations kept here, with its messages (ChatService.
         DeleteConversation at another region's gateway). NOT_FOUND when there is none.
@@ -247,6 +261,11 @@ def add_HomeServiceServicer_to_server(servicer, server):
                     servicer.RecordServing,
                     request_deserializer=chat_dot_v1_dot_home__service__pb2.RecordServingRequest.FromString,
                     response_serializer=chat_dot_v1_dot_home__service__pb2.RecordServingResponse.SerializeToString,
+            ),
+            'CapturePrompt': grpc.unary_unary_rpc_method_handler(
+                    servicer.CapturePrompt,
+                    request_deserializer=chat_dot_v1_dot_home__service__pb2.CapturePromptRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_home__service__pb2.CapturePromptResponse.SerializeToString,
             ),
             'DeleteStoredConversation': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteStoredConversation,
@@ -490,6 +509,33 @@ class HomeService:
             '/chat.v1.HomeService/RecordServing',
             chat_dot_v1_dot_home__service__pb2.RecordServingRequest.SerializeToString,
             chat_dot_v1_dot_home__service__pb2.RecordServingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CapturePrompt(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.HomeService/CapturePrompt',
+            chat_dot_v1_dot_home__service__pb2.CapturePromptRequest.SerializeToString,
+            chat_dot_v1_dot_home__service__pb2.CapturePromptResponse.FromString,
             options,
             channel_credentials,
             insecure,

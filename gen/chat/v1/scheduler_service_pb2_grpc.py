@@ -1121,8 +1121,8 @@ class PromptCaptureServiceServicer:
 
     def GetCapturedPrompt(self, request, context):
         """NOT_FOUND when none is kept for the message: never captured (its tier's capture is
-        off, the answer failed, or it ran away from the user's home region), expired, or deleted
-        with its conversation.
+        off, or the answer failed), expired, or deleted with its conversation. A user's turns
+        are kept by their home region's store: ask that region's scheduler.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
