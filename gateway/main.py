@@ -132,6 +132,10 @@ class GatewayConfig:
     free_fail_open: bool = False
     plus_fail_open: bool = True
     max_message_chars: int = 32_000
+    # At most this many tokens in one message, counted by the serving model, so a paste does
+    # not push the conversation's own history out of the window; a longer message is refused
+    # with its count (413), never cut. 0: only the window limits it.
+    max_message_tokens: int = 6000
     max_open_streams_per_user: int = 4
     # The ladder: Free answers are capped at rung 2; at rung 3 Free waits over this are refused.
     shed_answer_tokens: int = _SHEDDING.capped_answer_tokens
@@ -270,6 +274,7 @@ def build_policy(config: GatewayConfig) -> PipelinePolicy:
         },
         default_pool=config.default_pool,
         max_message_chars=config.max_message_chars,
+        max_message_tokens=config.max_message_tokens,
         max_open_streams_per_user=config.max_open_streams_per_user,
         shedding=SheddingPolicy(config.shed_answer_tokens, config.shed_max_wait_s),
         streaming=StreamTimeouts(

@@ -40,6 +40,8 @@ class PipelinePolicy:
     shedding: SheddingPolicy = field(default_factory=SheddingPolicy)
     streaming: StreamTimeouts = field(default_factory=StreamTimeouts)
     max_message_chars: int = 32_000
+    # A stored conversation's new message, counted (0: only the window limits it).
+    max_message_tokens: int = 0
     max_open_streams_per_user: int = 4
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
 
@@ -154,6 +156,12 @@ class Planner:
             tier.window_tokens,
             tier.max_answer_tokens,
         )
+        cap = self._policy.max_message_tokens
+        if cap and message_tokens > cap:
+            raise MessageTooLarge(
+                f"the message has {message_tokens} tokens; at most {cap} are taken in one "
+                "message: send it in parts"
+            )
         new = Turn(Role.USER, content, message_tokens)
         if not builder.fits_alone(new):
             raise MessageTooLarge(
@@ -178,6 +186,9 @@ class Planner:
         without a Tokenize call before the answer (docs/decisions.md, "Counting a message").
         Only where the bound changes nothing: the prompt keeps every stored part and the
         bucket admits the bound. None: count first."""
+        cap = self._policy.max_message_tokens
+        if cap and token_upper_bound(content) > cap:
+            return None  # the exact count decides whether the message is taken
         prompt = prompt_on_bound(builder, parts, content)
         if prompt is None:
             return None

@@ -1,8 +1,10 @@
-"""Token limits through the edge: a burst is cut at what the bucket affords, with Retry-After."""
+"""Token limits through the edge: a burst is cut at what the bucket affords, with Retry-After;
+a message longer than one message may be is refused with its count, and nothing is kept."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 
 import aiohttp
@@ -12,6 +14,9 @@ from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from tests.api_schema import assert_conforms
 
 pytestmark = pytest.mark.slow
+
+# Below the window (2,048 tokens here): the cap, not the window, refuses the long message.
+MAX_MESSAGE_TOKENS = 300
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +31,7 @@ async def small_budget(tmp_path_factory):
                 "CHAT_GATEWAY_FREE_MAX_ANSWER_TOKENS": "100",
                 "CHAT_GATEWAY_FREE_BUCKET_CAPACITY": "1000",
                 "CHAT_GATEWAY_MAX_OPEN_STREAMS_PER_USER": "10",
+                "CHAT_GATEWAY_MAX_MESSAGE_TOKENS": str(MAX_MESSAGE_TOKENS),
             },
         )
     )
@@ -81,3 +87,33 @@ async def test_a_burst_gets_what_the_bucket_affords_and_the_rest_a_429(small_bud
     stored = page["conversations"]
     assert len(stored) == 2  # the refused messages stored nothing
     assert page["nextCursor"] == ""
+
+
+async def test_a_message_over_the_token_cap_is_refused_with_its_count_and_not_kept(
+    small_budget,
+) -> None:
+    platform = small_budget
+    headers = {"Authorization": f"Bearer {platform.tokens['plus']}"}
+    conversation = f"long{uuid.uuid4().hex[:8]}"
+    # Within max_message_chars and the window, over the cap by the serving model's count.
+    pasted = " ".join(f"line {i} of the pasted log" for i in range(120))
+    async with aiohttp.ClientSession() as http:
+        async with http.post(
+            f"{platform.edge_url}/v1/conversations/{conversation}/messages",
+            json={"content": pasted},
+            headers={**headers, "Idempotency-Key": uuid.uuid4().hex},
+        ) as response:
+            status, body = response.status, await response.json()
+        async with http.get(
+            f"{platform.edge_url}/v1/conversations/{conversation}", headers=headers
+        ) as kept:
+            kept_status = kept.status
+    assert status == 413, body
+    found = re.fullmatch(
+        rf"the message has (\d+) tokens; at most {MAX_MESSAGE_TOKENS} are taken in one "
+        r"message: send it in parts",
+        body["error"]["message"],
+    )
+    assert found is not None, body
+    assert MAX_MESSAGE_TOKENS < int(found.group(1)) < 2048
+    assert kept_status == 404  # nothing stored half-way
