@@ -99,18 +99,23 @@ class Replayer:
     async def _answer(self, address: str, spec: GenerateSpec) -> tuple[str, Finished]:
         generation = await self._nodes.generate(address, spec)
         pieces: list[str] = []
+        finished = False
         try:
             async with asyncio.timeout(self._timeout_s):
                 while True:
                     item = await generation.read()
                     if isinstance(item, Finished):
+                        finished = True
                         return "".join(pieces), item
                     if not isinstance(item, Working):
                         pieces.append(item.text)
         except StreamBroken as broken:
             raise Unavailable(f"the replica stopped answering the replay: {broken}") from broken
         except TimeoutError as late:
-            await generation.cancel()
             raise Unavailable(f"the replay did not finish within {self._timeout_s:g} s") from late
         finally:
+            if not finished:
+                # Late, broken or the operator gone: the engine's slot is freed at once (the
+                # stop goes out without waiting for it).
+                generation.cancel()
             generation.close()
