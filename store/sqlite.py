@@ -25,6 +25,10 @@ from store.records import (
     UserRecord,
 )
 
+# How long a statement waits for another process's lock on the file.
+BUSY_TIMEOUT_S = 10.0
+WAL_RETRY_S = 0.02
+
 _CONVERSATION_COLUMNS = (
     "user_id, conversation_id, title, model, summary, summary_upto_seq, total_tokens, "
     "created_at, updated_at, pool, summary_tokens, pinned, pinned_tokens, region"
@@ -71,10 +75,10 @@ class SqliteStore:
     async def open(self) -> None:
         if self._path != ":memory:":
             Path(self._path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = await aiosqlite.connect(self._path, timeout=10)
+        self._db = await aiosqlite.connect(self._path, timeout=BUSY_TIMEOUT_S)
         try:
             self._db.row_factory = sqlite3.Row
-            await self._db.execute("PRAGMA journal_mode=WAL")
+            await self._use_wal()
             # WAL with NORMAL sync cannot corrupt; a power cut may lose the last commits.
             await self._db.execute("PRAGMA synchronous=NORMAL")
             await self._db.execute("PRAGMA foreign_keys=ON")
@@ -84,6 +88,23 @@ class SqliteStore:
             # to open (a schema it refuses) and kept it would keep its process from exiting.
             await self.close()
             raise
+
+    async def _use_wal(self) -> None:
+        """WAL mode, which lets the scheduler and the gateway share the file. The mode is the
+        file's: once one process set it, the others find it set and change nothing. Setting it
+        on a new file takes the file whole, and SQLite answers "locked" at once, without its
+        busy wait, to a process that asks while another holds it (two services starting on
+        one new file): asked again until the busy timeout."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                if (await self._all("PRAGMA journal_mode"))[0][0] != "wal":
+                    await self.db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(WAL_RETRY_S)
 
     async def close(self) -> None:
         if self._db is not None:

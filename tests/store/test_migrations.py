@@ -111,3 +111,26 @@ async def test_a_store_that_refuses_the_schema_leaves_no_thread_behind(tmp_path:
     for thread in started:
         await asyncio.to_thread(thread.join, 10)
     assert [t.name for t in started if t.is_alive()] == []
+
+
+async def test_a_store_opened_while_another_process_converts_a_new_file_waits_for_it(
+    tmp_path: Path,
+) -> None:
+    """Two services starting on one new SQLite file: the first takes the file whole to make it
+    WAL, and SQLite tells the second "locked" at once rather than waiting (its busy wait does
+    not cover the change of mode). Here another connection holds the new file for a moment,
+    as the first service's change does; the store opens once it lets go."""
+    path = tmp_path / "chat.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("CREATE TABLE first_service_was_here (x)")
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.3, holder.execute, "COMMIT")
+    try:
+        store = await open_store(f"sqlite:///{path}")
+    finally:
+        holder.close()
+    try:
+        assert await store.schema_version() == SHIPPED[-1]
+    finally:
+        await store.close()

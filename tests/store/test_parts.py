@@ -1,7 +1,8 @@
 """The store's parts (store/base.py) against what implements them: each backend has every
 method of every part with the part's signature, the parts together are the whole Store with
 no method in two of them, and the home region's store (gateway/home_client.py) has exactly
-the parts it stands in for. Read from the classes, with no database."""
+the parts it stands in for and the capture of a prompt. Read from the classes, with no
+database."""
 
 from __future__ import annotations
 
@@ -62,5 +63,8 @@ def test_the_home_store_is_the_conversations_and_the_responses_and_nothing_more(
     for part in (ConversationStore, ResponseStore):
         for name in sorted(methods(part)):
             assert shape(getattr(HomeStore, name)) == shape(getattr(part, name)), name
+    # And the capture of a turn's prompt, written at home as the turn is; never read there.
+    capture = PromptStore.capture_prompt
+    assert shape(HomeStore.capture_prompt) == shape(capture)
     others = methods(Store) - methods(ConversationStore) - methods(ResponseStore)
-    assert not {name for name in others if hasattr(HomeStore, name)} - {"close"}
+    assert {name for name in others if hasattr(HomeStore, name)} - {"close"} == {"capture_prompt"}
