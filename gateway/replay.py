@@ -68,6 +68,8 @@ class Replayer:
         replaced = version.name != captured.version and turns[0].role is Role.SYSTEM
         if replaced:
             system = version.system_prompt or self._default_system_prompt
+            # Its count stays the captured prompt's: the pick and the node's queue take the
+            # prompt's size as an estimate, and a Tokenize call is not worth a replay's wait.
             turns = (dataclasses.replace(turns[0], text=system), *turns[1:])
         tokens = sum(t.tokens for t in turns)
         pool = await self._pool(user_id, captured)

@@ -114,7 +114,9 @@ def read_set(path: Path) -> list[tuple[str, str]]:
     return pairs
 
 
-async def replay_set(client: ReplayClient, pairs: list[tuple[str, str]], version: str) -> list:
+async def replay_set(
+    client: ReplayClient, pairs: list[tuple[str, str]], version: str
+) -> list[Replay]:
     room = asyncio.Semaphore(SET_CONCURRENCY)
 
     async def one(user_id: str, message_id: str) -> Replay:
