@@ -12,8 +12,7 @@ import re
 import grpc
 import structlog
 
-from edge.gateways import STATUS_TRAILER
-from infra.status import CallFailure
+from infra.status import STATUS_TRAILER, CallFailure
 
 # host:port (an IPv4 or IPv6 address, or a name), a gRPC target scheme, or a gRPC status name:
 # gRPC's own words, or a gateway's reason quoting them.

@@ -15,14 +15,15 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from chat.v1 import chat_service_pb2_grpc as pb_grpc
+from edge.gateway_link import GatewayLinks, LinkedChatStub
 from infra.keepalive import CLIENT_CHANNEL, never_connected
+from infra.status import STATUS_TRAILER
 from infra.tls import TlsConfig
 from infra.tls_channel import open_channel
 
 T = TypeVar("T")
-# A gateway's own errors carry a google.rpc.Status in this trailer (infra.status); errors made
-# by the gRPC library on this side (connection refused, reset, closed) carry none.
-STATUS_TRAILER = "grpc-status-details-bin"
+# A gateway's own errors carry a google.rpc.Status in STATUS_TRAILER (infra.status); errors
+# made by the gRPC library on this side (connection refused, reset, closed) carry none.
 LOST_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
 # One address may be a DNS name for several gateways; round_robin spreads calls over all it
 # resolves to and passes over the ones that are down (gRPC's default would pin to the first).
@@ -104,16 +105,15 @@ class Gateways:
         cooldown_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
         reconnect_wait_s: float = 3.0,
+        links: int = 1,
+        link_max_age_s: float = 60.0,
     ) -> None:
+        # Answer streams go over `links` EdgeLinkService streams per address
+        # (edge/gateway_link.py); 0: a call each.
+        self._links = [GatewayLinks(c, links, link_max_age_s) for _, c in channels if links]
         self.all = [
-            Gateway(
-                i,
-                address,
-                channel,
-                pb_grpc.ChatServiceStub(channel),
-                health_pb2_grpc.HealthStub(channel),
-            )
-            for i, (address, channel) in enumerate(channels)
+            Gateway(i, address, c, self._stub(c, i), health_pb2_grpc.HealthStub(c))
+            for i, (address, c) in enumerate(channels)
         ]
         self._rotation = Rotation(len(self.all), cooldown_s)
         self._clock = clock
@@ -122,6 +122,11 @@ class Gateways:
         # fails; above the channels' longest backoff with its jitter (2.4 s).
         self._reconnect_wait_s = reconnect_wait_s
 
+    def _stub(self, channel: grpc.aio.Channel, index: int) -> pb_grpc.ChatServiceStub:
+        if self._links:
+            return LinkedChatStub(channel, self._links[index])
+        return pb_grpc.ChatServiceStub(channel)
+
     @classmethod
     def dial(
         cls,
@@ -129,10 +134,13 @@ class Gateways:
         tls: TlsConfig | None,
         cooldown_s: float = 5.0,
         reconnect_wait_s: float = 3.0,
+        links: int = 1,
+        link_max_age_s: float = 60.0,
     ) -> Gateways:
         """One channel per address, with the edge's certificate (None: plaintext)."""
         channels = [(address, open_channel(address, tls, CHANNEL_OPTIONS)) for address in addresses]
-        return cls(channels, cooldown_s, reconnect_wait_s=reconnect_wait_s)
+        return cls(channels, cooldown_s, reconnect_wait_s=reconnect_wait_s, links=links,
+                   link_max_age_s=link_max_age_s)  # fmt: skip
 
     def ordered(self) -> list[Gateway]:
         """Every gateway, the one this call should go to first."""
@@ -225,6 +233,7 @@ class Gateways:
         return reply
 
     async def close(self) -> None:
+        await asyncio.gather(*(links.aclose() for links in self._links))
         await asyncio.gather(*(gateway.channel.close() for gateway in self.all))
 
 

@@ -38,6 +38,13 @@ class EdgeConfig:
     # A call whose gateways were all lost waits this long for one to connect (a restarted
     # gateway the edge is still backing off from) before it is refused.
     gateway_reconnect_wait_s: float = 3.0
+    # Answer streams go to each gateway address over this many EdgeLinkService streams, each
+    # frame carrying every answer's news (edge/gateway_link.py); 0: a gRPC call per answer.
+    # Where one address names several gateways, give at least as many links as gateways:
+    # each link goes to one of them, and a link takes no new streams once gateway_link_max_age_s
+    # old, so that links move onto gateways added since.
+    gateway_links: int = 1
+    gateway_link_max_age_s: float = 60.0
     # How long a stream whose gateway went away may take to carry on through another one
     # before the client is sent an error event.
     reattach_timeout_s: float = 10.0
@@ -84,6 +91,8 @@ async def serve_one(config: EdgeConfig, stop: asyncio.Event) -> None:
             config.tls,
             config.gateway_cooldown_s,
             config.gateway_reconnect_wait_s,
+            config.gateway_links,
+            config.gateway_link_max_age_s,
         )
         service.closes(gateways.close)
         settings = EdgeSettings(

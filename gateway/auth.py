@@ -25,7 +25,10 @@ class Authenticator:
         self._elsewhere = elsewhere
 
     async def user_of(self, context: grpc.aio.ServicerContext) -> User:
-        token = bearer_from_metadata(context.invocation_metadata())
+        return await self.user_of_token(bearer_from_metadata(context.invocation_metadata()))
+
+    async def user_of_token(self, token: str | None) -> User:
+        """The user a bearer token names (None: the caller sent none)."""
         if token is None:
             raise Unauthenticated("send 'authorization: Bearer <token>'")
         digest = token_hash(token)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from google.protobuf import timestamp_pb2
 
@@ -26,6 +26,9 @@ from infra.convert import (
     usage_to_pb,
 )
 from store.records import ConversationRecord, MessageRecord
+
+if TYPE_CHECKING:
+    from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 # The stream messages that carry a batch of events.
 R = TypeVar("R", pb.SendMessageResponse, pb.AttachMessageResponse, pb.CompleteResponse)
@@ -120,6 +123,14 @@ def events_response(response_type: type[R], batch: list[tuple[int, Event]]) -> R
     for event_id, event in rest:
         _fill(response.more.add(), event_id, event)
     return response
+
+
+def add_events(
+    target: RepeatedCompositeFieldContainer[pb.ChatEvent], batch: list[tuple[int, Event]]
+) -> None:
+    """A batch of events appended to a repeated field, each written in place."""
+    for event_id, event in batch:
+        _fill(target.add(), event_id, event)
 
 
 def _fill(target: pb.ChatEvent, event_id: int, event: Event) -> None:

@@ -17,6 +17,8 @@ import domain
 from chat.v1 import (
     chat_service_pb2,
     chat_service_pb2_grpc,
+    edge_link_pb2,
+    edge_link_pb2_grpc,
     home_service_pb2,
     home_service_pb2_grpc,
     replay_service_pb2,
@@ -46,6 +48,7 @@ from gateway.auth import Authenticator
 from gateway.buckets import Buckets, InProcessBuckets
 from gateway.compactor import Compactor
 from gateway.daily_budget import DailyBudget, DailySpend, InProcessDailySpend, RedisDailySpend
+from gateway.edge_link import EdgeLinkServicer
 from gateway.feedback import RatingDesk
 from gateway.home_client import HomeStore
 from gateway.home_servicer import HomeServicer
@@ -504,17 +507,20 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         service_name = chat_service_pb2.DESCRIPTOR.services_by_name["ChatService"].full_name
         home_name = home_service_pb2.DESCRIPTOR.services_by_name["HomeService"].full_name
         replay_name = replay_service_pb2.DESCRIPTOR.services_by_name["ReplayService"].full_name
-        server = GrpcServer(config.grpc_listen, [service_name, home_name, replay_name],
+        link_name = edge_link_pb2.DESCRIPTOR.services_by_name["EdgeLinkService"].full_name
+        server = GrpcServer(config.grpc_listen, [service_name, home_name, replay_name, link_name],
                             tls=config.tls, health_listen=config.health_listen)  # fmt: skip
         peers = PeerGateways(config.tls)
         service.closes(peers.close)
         ratings = RatingDesk(store, versions, metrics)
-        chat_service_pb2_grpc.add_ChatServiceServicer_to_server(
-            ChatServicer(Authenticator(store, regions.user_by_token_hash), pipeline, store,
-                         buckets, ratings, regions, peers,
-                         stream_interval_s=config.stream_interval_s),
-            server.server,
-        )  # fmt: skip
+        chat = ChatServicer(Authenticator(store, regions.user_by_token_hash), pipeline, store,
+                            buckets, ratings, regions, peers,
+                            stream_interval_s=config.stream_interval_s)  # fmt: skip
+        chat_service_pb2_grpc.add_ChatServiceServicer_to_server(chat, server.server)
+        # The same streams, many to a stream, for edges (gateway/edge_link.py).
+        edge_link_pb2_grpc.add_EdgeLinkServiceServicer_to_server(
+            EdgeLinkServicer(chat.streams, metrics), server.server
+        )
         home = HomeServicer(store, buckets, ratings)
         home_service_pb2_grpc.add_HomeServiceServicer_to_server(home, server.server)
         replayer = Replayer(store, versions, scheduler, nodes, default_pool=config.default_pool,

@@ -134,6 +134,16 @@ class GatewayMetrics:
         self.version_failovers = Counter("gateway_version_failovers_total",
                                          "answers moved to another replica, per version",
                                          ["version", "tier"], registry=registry)  # fmt: skip
+        # Edges' answer streams on EdgeLinkService: frames against streams show how many
+        # streams' news a frame carries.
+        self.edge_link_streams = Counter("gateway_edge_link_streams_total",
+                                         "answer streams opened on edges' links",
+                                         registry=registry)  # fmt: skip
+        self.edge_link_frames = Counter(
+            "gateway_edge_link_frames_total",
+            "frames sent on edges' links, each with the news of every stream that had some",
+            registry=registry,
+        )
         self.budget_downgrades = Counter(
             "gateway_budget_downgrades_total",
             "messages sent to the small pool because the user spent the day's allowance",

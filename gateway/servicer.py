@@ -13,15 +13,13 @@ from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import chat_service_pb2_grpc as pb_grpc
 from domain.errors import InvalidArgument, NotFound
 from domain.types import Role as TurnRole
+from gateway.answer_streams import AnswerStreams, Batch, Caller
 from gateway.auth import Authenticator
 from gateway.buckets import Buckets
-from gateway.completions import closing_events
 from gateway.convert import (
-    completion_from_pb,
     conversation_to_pb,
     events_response,
     message_to_pb,
-    pool_of,
     rating_from_pb,
 )
 from gateway.far_runs import FarRuns
@@ -30,9 +28,8 @@ from gateway.histories import Histories, History
 from gateway.ids import ANSWER_SUFFIX, check_id
 from gateway.peer_client import PeerGateways
 from gateway.pipeline import ChatPipeline
-from gateway.regions import SERVE_FOR_HEADER, Forward, NoRegions, RegionRouter
+from gateway.regions import SERVE_FOR_HEADER, NoRegions, RegionRouter
 from gateway.runs import RunAbandoned
-from gateway.send_request import SendRequest
 from infra.bearer import bearer_from_metadata
 from infra.convert import RATING_TO_PB, TIER_TO_PB
 from infra.grpcserver import maps_domain_errors
@@ -40,7 +37,7 @@ from infra.tls import Role, TlsConfig, peer
 from store.records import MessageRecord
 
 MAX_PAGE = 100
-T = TypeVar("T")
+R = TypeVar("R", pb.SendMessageResponse, pb.AttachMessageResponse, pb.CompleteResponse)
 
 
 def _page_cursor(token: str) -> float | None:
@@ -72,64 +69,28 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         self._auth = auth
         self._pipeline = pipeline
         self._buckets = buckets
-        # After an answer's first text, at most one message per stream per interval, each
-        # carrying every event that came meanwhile (MessageRun.follow_batches).
-        self._interval_s = stream_interval_s
         self._regions = regions or NoRegions(pipeline)
         self._histories = Histories(store, ratings, self._regions)
         self._far_runs = FarRuns(self._histories, self._regions)
         self._peers = peers or PeerGateways(TlsConfig(insecure=True))
+        self.streams = AnswerStreams(auth, pipeline, self._regions, self._far_runs, self._peers,
+                                     stream_interval_s)  # fmt: skip
 
     @maps_domain_errors
     async def SendMessage(
         self, request: pb.SendMessageRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.SendMessageResponse]:
-        user = await self._auth.user_of(context)
-        pool = pool_of(request.model)
-        route = await self._regions.route(user, request.conversation_id, pool,
-                                          _serve_for(context))  # fmt: skip
-        if isinstance(route, Forward):
-            answer = self._peers.send(route, request, _bearer(context))
-            async for response in self._relay(answer, context):
-                yield response
-            return
-        run = await route.pipeline.send(
-            user,
-            SendRequest(
-                conversation_id=request.conversation_id,
-                message_id=request.message_id,
-                parent_id=request.parent_id,
-                content=request.content,
-                pool=pool,
-                instructions=request.instructions,
-                hold_back=request.hold_back,
-                max_tokens=request.max_tokens,
-            ),
-        )
-        try:
-            async for batch in run.follow_batches(0, interval_s=self._interval_s):
-                yield events_response(pb.SendMessageResponse, batch)
-        except RunAbandoned as error:
-            await _attach_elsewhere(context, error)
+        answer = self.streams.send(_caller(context), request)
+        async for response in _served(answer, pb.SendMessageResponse, context):
+            yield response
 
     @maps_domain_errors
     async def AttachMessage(
         self, request: pb.AttachMessageRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.AttachMessageResponse]:
-        user = await self._auth.user_of(context)
-        run = await self._far_runs.attach(user, request.message_id, _serve_for(context))
-        if isinstance(run, Forward):
-            answer = self._peers.attach(run, request, _bearer(context))
-            async for response in self._relay(answer, context):
-                yield response
-            return
-        try:
-            async for batch in run.follow_batches(
-                request.after_event_id, interval_s=self._interval_s
-            ):
-                yield events_response(pb.AttachMessageResponse, batch)
-        except RunAbandoned as error:
-            await _attach_elsewhere(context, error)
+        answer = self.streams.attach(_caller(context), request)
+        async for response in _served(answer, pb.AttachMessageResponse, context):
+            yield response
 
     @maps_domain_errors
     async def StopMessage(
@@ -213,11 +174,9 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
     async def Complete(
         self, request: pb.CompleteRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.CompleteResponse]:
-        user = await self._auth.user_of(context)
-        run = await self._pipeline.complete(user, completion_from_pb(request))
-        async with closing_events(run, self._interval_s, request.resumable) as batches:
-            async for batch in batches:
-                yield events_response(pb.CompleteResponse, batch)
+        answer = self.streams.complete(_caller(context), request)
+        async for response in _served(answer, pb.CompleteResponse, context):
+            yield response
 
     @maps_domain_errors
     async def GetResponse(
@@ -279,17 +238,6 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
             full_in_seconds=(limit.capacity - bucket.level) / limit.refill_per_s,
         )
 
-    async def _relay(
-        self, answer: AsyncIterator[T], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[T]:
-        """The stream of a call passed on to another region's gateway, relayed as is; its error
-        with the same status."""
-        try:
-            async for response in answer:
-                yield response
-        except grpc.aio.AioRpcError as error:
-            await _abort_as(context, error)
-
 
 async def _abort_as(context: grpc.aio.ServicerContext, error: grpc.aio.AioRpcError) -> NoReturn:
     """Ends the call with the status another region's gateway gave."""
@@ -303,6 +251,27 @@ async def _abort_as(context: grpc.aio.ServicerContext, error: grpc.aio.AioRpcErr
 
 def _bearer(context: grpc.aio.ServicerContext) -> str:
     return bearer_from_metadata(context.invocation_metadata()) or ""
+
+
+def _caller(context: grpc.aio.ServicerContext) -> Caller:
+    return Caller(bearer_from_metadata(context.invocation_metadata()), _serve_for(context))
+
+
+async def _served(
+    answer: AsyncIterator[Batch], response_type: type[R], context: grpc.aio.ServicerContext
+) -> AsyncIterator[R]:
+    """An answer stream as this call's messages: its own events built in place, another
+    region's messages relayed as they came; its ends as the call's status."""
+    try:
+        async for batch in answer:
+            if isinstance(batch, list):
+                yield events_response(response_type, batch)
+            else:
+                yield batch  # type: ignore[misc]  # the same message type, from the same call
+    except RunAbandoned as error:
+        await _attach_elsewhere(context, error)
+    except grpc.aio.AioRpcError as error:
+        await _abort_as(context, error)
 
 
 def _serve_for(context: grpc.aio.ServicerContext) -> str:

@@ -33,6 +33,8 @@ ACCESS: dict[str, frozenset[Role]] = {
     # A gateway passes a message on to the gateway of the region that serves it.
     "/chat.v1.ChatService/*": frozenset({Role.EDGE, Role.CLIENT, Role.OPERATOR, Role.GATEWAY}),
     "/chat.v1.HomeService/*": frozenset({Role.GATEWAY}),
+    # Internal: an edge's answer streams, many on one stream.
+    "/chat.v1.EdgeLinkService/*": frozenset({Role.EDGE}),
     "/chat.v1.ReplayService/*": frozenset({Role.OPERATOR}),
     "/grpc.health.v1.Health/*": ALL_ROLES,
     "/grpc.reflection.v1alpha.ServerReflection/*": frozenset({Role.OPERATOR}),

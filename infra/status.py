@@ -53,6 +53,8 @@ _HTTP: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.CANCELLED: 499,
     grpc.StatusCode.UNIMPLEMENTED: 501,
 }
+# The trailer a status with details travels in (grpc_status writes and reads it).
+STATUS_TRAILER = "grpc-status-details-bin"
 
 
 def grpc_code_of(error: errors.DomainError) -> grpc.StatusCode:

@@ -1,0 +1,170 @@
+"""EdgeLinkService on the gateway: one stream per edge carrying the answer streams of many of
+its callers. Each stream opened on it runs as its ChatService call would (gateway/answer_streams.py)
+and ends with the status that call would have ended with.
+
+Every stream's news goes into the frame being gathered, written in place; one sender writes the
+frame whenever there is one, so streams whose events come while a frame is on its way share the
+next one: at a node's tick, the answers it advanced cost the edge one message, not one each.
+Nothing waits per stream on the link: a reader that falls behind costs its own buffer at the
+edge (an answer's events, bounded by its length), never another stream's turn."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import grpc
+import structlog
+from grpc_status import rpc_status
+
+from chat.v1 import edge_link_pb2 as pb
+from chat.v1 import edge_link_pb2_grpc as pb_grpc
+from domain.errors import DomainError, InvalidArgument
+from gateway.answer_streams import AnswerStreams, Batch, Caller
+from gateway.convert import add_events
+from gateway.metrics import GatewayMetrics
+from gateway.runs import RunAbandoned
+from infra.bearer import bearer_from_metadata
+from infra.status import STATUS_TRAILER, to_rpc_status
+
+OK = pb.EdgeLinkEnd()
+
+
+class EdgeLinkServicer(pb_grpc.EdgeLinkServiceServicer):
+    def __init__(self, streams: AnswerStreams, metrics: GatewayMetrics) -> None:
+        self._streams = streams
+        self._metrics = metrics
+
+    async def EdgeLink(
+        self, request_iterator: AsyncIterator[pb.EdgeLinkRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.EdgeLinkResponse]:
+        async for frame in EdgeLinkSession(self._streams, self._metrics).run(request_iterator):
+            yield frame
+
+
+class EdgeLinkSession:
+    """One edge's link: its open streams and the frame being gathered for it."""
+
+    def __init__(self, streams: AnswerStreams, metrics: GatewayMetrics) -> None:
+        self._streams = streams
+        self._metrics = metrics
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._frame = pb.EdgeLinkResponse()
+        self._parts: dict[int, pb.EdgeLinkPart] = {}
+        self._wake = asyncio.Event()
+
+    async def run(
+        self, requests: AsyncIterator[pb.EdgeLinkRequest]
+    ) -> AsyncIterator[pb.EdgeLinkResponse]:
+        reader = asyncio.create_task(self._read(requests))
+        reader.add_done_callback(lambda _: self._wake.set())
+        try:
+            # An empty first frame: the edge knows the link stands before it sends a stream.
+            yield pb.EdgeLinkResponse()
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                if self._parts:
+                    frame, self._frame, self._parts = self._frame, pb.EdgeLinkResponse(), {}
+                    self._metrics.edge_link_frames.inc()
+                    yield frame
+                # An edge that closed its side reads on until its streams have ended.
+                if reader.done() and not self._tasks and not self._parts:
+                    return
+        finally:
+            reader.cancel()
+            tasks = [reader, *self._tasks.values()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _read(self, requests: AsyncIterator[pb.EdgeLinkRequest]) -> None:
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            async for request in requests:
+                kind = request.WhichOneof("kind")
+                if kind == "open":
+                    self._open(request.open)
+                elif kind == "close":
+                    task = self._tasks.get(request.close.stream_id)
+                    if task is not None:
+                        task.cancel()
+
+    def _open(self, request: pb.EdgeLinkOpen) -> None:
+        stream_id = request.stream_id
+        if stream_id in self._tasks:
+            # The open stream keeps its id; only the edge's bookkeeping could have erred.
+            structlog.get_logger(component="edge-link").warning(
+                "a stream was opened twice on one link", stream_id=stream_id
+            )
+            return
+        caller = Caller(bearer_from_metadata((("authorization", request.authorization),)))
+        kind = request.WhichOneof("call")
+        if kind == "send_message":
+            answer = self._streams.send(caller, request.send_message)
+        elif kind == "attach_message":
+            answer = self._streams.attach(caller, request.attach_message)
+        elif kind == "complete":
+            answer = self._streams.complete(caller, request.complete)
+        else:
+            self._end(stream_id, _domain_end(InvalidArgument("a stream needs a call to open")))
+            return
+        self._tasks[stream_id] = asyncio.create_task(self._relay(stream_id, answer))
+        self._metrics.edge_link_streams.inc()
+
+    async def _relay(self, stream_id: int, answer: AsyncIterator[Batch]) -> None:
+        end = OK
+        try:
+            async with contextlib.aclosing(answer):  # type: ignore[type-var]  # an async generator
+                async for batch in answer:
+                    self._add(stream_id, batch)
+        except asyncio.CancelledError:
+            # Closed by the edge, or the link ended: nobody reads this stream's end.
+            self._tasks.pop(stream_id, None)
+            raise
+        except DomainError as error:
+            end = _domain_end(error)
+        except RunAbandoned as error:
+            end = pb.EdgeLinkEnd(code=grpc.StatusCode.UNAVAILABLE.value[0], message=str(error))
+        except grpc.aio.AioRpcError as error:
+            end = _call_end(error)
+        except Exception:  # one stream's fault must not end the others on the link
+            structlog.get_logger(component="edge-link").exception("a linked stream failed")
+            end = pb.EdgeLinkEnd(code=grpc.StatusCode.INTERNAL.value[0],
+                                 message="the gateway failed this stream")  # fmt: skip
+        self._tasks.pop(stream_id, None)
+        self._end(stream_id, end)
+
+    def _part(self, stream_id: int) -> pb.EdgeLinkPart:
+        part = self._parts.get(stream_id)
+        if part is None:
+            part = self._parts[stream_id] = self._frame.parts.add(stream_id=stream_id)
+            self._wake.set()
+        return part
+
+    def _add(self, stream_id: int, batch: Batch) -> None:
+        part = self._part(stream_id)
+        if isinstance(batch, list):
+            add_events(part.events, batch)
+        else:
+            part.events.append(batch.event)
+            part.events.extend(batch.more)
+
+    def _end(self, stream_id: int, end: pb.EdgeLinkEnd) -> None:
+        self._part(stream_id).end.CopyFrom(end)
+        self._wake.set()
+
+
+def _domain_end(error: DomainError) -> pb.EdgeLinkEnd:
+    status = to_rpc_status(error)
+    details = dict(status.trailing_metadata).get(STATUS_TRAILER, b"")
+    return pb.EdgeLinkEnd(code=status.code.value[0], message=status.details, status=details)
+
+
+def _call_end(error: grpc.aio.AioRpcError) -> pb.EdgeLinkEnd:
+    """Another region's gateway's status, passed on as it gave it."""
+    status = rpc_status.from_call(error)
+    if status is not None:
+        return pb.EdgeLinkEnd(code=status.code, message=status.message,
+                              status=status.SerializeToString())  # fmt: skip
+    return pb.EdgeLinkEnd(code=error.code().value[0], message=error.details() or "")
