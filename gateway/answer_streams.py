@@ -66,10 +66,16 @@ class AnswerStreams:
         self._far_runs = far_runs
         self._peers = peers
         # After an answer's first text, at most one batch per stream per interval, each
-        # carrying every event that came meanwhile (MessageRun.follow_batches).
+        # carrying every event that came meanwhile (MessageRun.follow_batches), unless the
+        # wire paces its own messages (interval_s given to a stream).
         self._interval_s = interval_s
 
-    async def send(self, caller: Caller, request: pb.SendMessageRequest) -> AsyncIterator[Batch]:
+    def _interval(self, interval_s: float | None) -> float:
+        return self._interval_s if interval_s is None else interval_s
+
+    async def send(
+        self, caller: Caller, request: pb.SendMessageRequest, interval_s: float | None = None
+    ) -> AsyncIterator[Batch]:
         user = await self._auth.user_of_token(caller.token)
         pool = pool_of(request.model)
         route = await self._regions.route(user, request.conversation_id, pool, caller.serve_for)
@@ -90,11 +96,11 @@ class AnswerStreams:
                 max_tokens=request.max_tokens,
             ),
         )
-        async for batch in run.follow_batches(0, interval_s=self._interval_s):
+        async for batch in run.follow_batches(0, interval_s=self._interval(interval_s)):
             yield batch
 
     async def attach(
-        self, caller: Caller, request: pb.AttachMessageRequest
+        self, caller: Caller, request: pb.AttachMessageRequest, interval_s: float | None = None
     ) -> AsyncIterator[Batch]:
         user = await self._auth.user_of_token(caller.token)
         run = await self._far_runs.attach(user, request.message_id, caller.serve_for)
@@ -102,14 +108,18 @@ class AnswerStreams:
             async for response in self._peers.attach(run, request, caller.token or ""):
                 yield response
             return
-        async for batch in run.follow_batches(request.after_event_id, interval_s=self._interval_s):
+        async for batch in run.follow_batches(
+            request.after_event_id, interval_s=self._interval(interval_s)
+        ):
             yield batch
 
-    async def complete(self, caller: Caller, request: pb.CompleteRequest) -> AsyncIterator[Batch]:
+    async def complete(
+        self, caller: Caller, request: pb.CompleteRequest, interval_s: float | None = None
+    ) -> AsyncIterator[Batch]:
         """A completion, stopped when its reader goes away before the end (closing the stream
         stops it) unless it was asked to be resumable."""
         user = await self._auth.user_of_token(caller.token)
         run = await self._pipeline.complete(user, completion_from_pb(request))
-        async with closing_events(run, self._interval_s, request.resumable) as batches:
+        async with closing_events(run, self._interval(interval_s), request.resumable) as batches:
             async for batch in batches:
                 yield batch

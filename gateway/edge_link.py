@@ -1,10 +1,14 @@
-"""EdgeLinkService on the gateway: one stream per edge carrying the answer streams of many of
-its callers. Each stream opened on it runs as its ChatService call would (gateway/answer_streams.py)
-and ends with the status that call would have ended with.
+"""EdgeLinkService on the gateway: one stream per edge link carrying the answer streams of
+many callers. Each stream opened on it runs as its ChatService call would
+(gateway/answer_streams.py) and ends with the status that call would have ended with.
 
-Every stream's news goes into the frame being gathered, written in place; one sender writes the
-frame whenever there is one, so streams whose events come while a frame is on its way share the
-next one: at a node's tick, the answers it advanced cost the edge one message, not one each.
+Every stream's news goes into the frame being gathered, written in place; one sender writes
+it at most once per frame interval, so the streams that had news meanwhile share one message
+instead of costing one each (each message costs CPU at both ends, see docs/decisions.md).
+The frame interval takes the place of the per-stream one a call has (50 ms, the same): a
+stream's text reaches the edge as often as on a call, all streams together. A stream's first
+events and its end go at once: they are a reader's time to first text and to the end.
+
 Nothing waits per stream on the link: a reader that falls behind costs its own buffer at the
 edge (an answer's events, bounded by its length), never another stream's turn."""
 
@@ -32,23 +36,37 @@ OK = pb.EdgeLinkEnd()
 
 
 class EdgeLinkServicer(pb_grpc.EdgeLinkServiceServicer):
-    def __init__(self, streams: AnswerStreams, metrics: GatewayMetrics) -> None:
+    def __init__(
+        self, streams: AnswerStreams, metrics: GatewayMetrics, frame_interval_s: float = 0.05
+    ) -> None:
         self._streams = streams
         self._metrics = metrics
+        self._frame_interval_s = frame_interval_s
 
     async def EdgeLink(
         self, request_iterator: AsyncIterator[pb.EdgeLinkRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.EdgeLinkResponse]:
-        async for frame in EdgeLinkSession(self._streams, self._metrics).run(request_iterator):
+        session = EdgeLinkSession(self._streams, self._metrics, self._frame_interval_s)
+        async for frame in session.run(request_iterator):
             yield frame
 
 
 class EdgeLinkSession:
     """One edge's link: its open streams and the frame being gathered for it."""
 
-    def __init__(self, streams: AnswerStreams, metrics: GatewayMetrics) -> None:
+    def __init__(
+        self, streams: AnswerStreams, metrics: GatewayMetrics, frame_interval_s: float
+    ) -> None:
         self._streams = streams
         self._metrics = metrics
+        self._frame_interval_s = frame_interval_s
+        self._loop = asyncio.get_running_loop()
+        self._last_frame_at = 0.0
+        # Set for news that goes at once (a stream's first events, a stream's end); other news
+        # waits for the frame interval, gathering the news of the streams that get some
+        # meanwhile.
+        self._urgent = asyncio.Event()
+        self._started: set[int] = set()
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._frame = pb.EdgeLinkResponse()
         self._parts: dict[int, pb.EdgeLinkPart] = {}
@@ -64,10 +82,13 @@ class EdgeLinkSession:
             yield pb.EdgeLinkResponse()
             while True:
                 await self._wake.wait()
+                await self._gather()
                 self._wake.clear()
+                self._urgent.clear()
                 if self._parts:
                     frame, self._frame, self._parts = self._frame, pb.EdgeLinkResponse(), {}
                     self._metrics.edge_link_frames.inc()
+                    self._last_frame_at = self._loop.time()
                     yield frame
                 # An edge that closed its side reads on until its streams have ended.
                 if reader.done() and not self._tasks and not self._parts:
@@ -78,6 +99,17 @@ class EdgeLinkSession:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _gather(self) -> None:
+        """Waits out the frame interval since the last frame, unless news is urgent."""
+        delay_s = self._last_frame_at + self._frame_interval_s - self._loop.time()
+        if delay_s <= 0 or self._urgent.is_set():
+            return
+        timer = self._loop.call_later(delay_s, self._urgent.set)
+        try:
+            await self._urgent.wait()
+        finally:
+            timer.cancel()
 
     async def _read(self, requests: AsyncIterator[pb.EdgeLinkRequest]) -> None:
         with contextlib.suppress(grpc.aio.AioRpcError):
@@ -101,11 +133,11 @@ class EdgeLinkSession:
         caller = Caller(bearer_from_metadata((("authorization", request.authorization),)))
         kind = request.WhichOneof("call")
         if kind == "send_message":
-            answer = self._streams.send(caller, request.send_message)
+            answer = self._streams.send(caller, request.send_message, interval_s=0.0)
         elif kind == "attach_message":
-            answer = self._streams.attach(caller, request.attach_message)
+            answer = self._streams.attach(caller, request.attach_message, interval_s=0.0)
         elif kind == "complete":
-            answer = self._streams.complete(caller, request.complete)
+            answer = self._streams.complete(caller, request.complete, interval_s=0.0)
         else:
             self._end(stream_id, _domain_end(InvalidArgument("a stream needs a call to open")))
             return
@@ -140,6 +172,9 @@ class EdgeLinkSession:
         if part is None:
             part = self._parts[stream_id] = self._frame.parts.add(stream_id=stream_id)
             self._wake.set()
+        if stream_id not in self._started:
+            self._started.add(stream_id)  # its first events: the answer's time to first text
+            self._urgent.set()
         return part
 
     def _add(self, stream_id: int, batch: Batch) -> None:
@@ -152,6 +187,8 @@ class EdgeLinkSession:
 
     def _end(self, stream_id: int, end: pb.EdgeLinkEnd) -> None:
         self._part(stream_id).end.CopyFrom(end)
+        self._started.discard(stream_id)
+        self._urgent.set()
         self._wake.set()
 
 

@@ -171,6 +171,10 @@ class GatewayConfig:
     # events in it, and a reader sees no difference between 20 updates a second and 60. The
     # first text and the end go at once. 0: one message per event as it comes.
     stream_interval_s: float = 0.05
+    # At most one frame this often on an edge's link (gateway/edge_link.py), carrying every
+    # stream's news since the last; a stream's first events and its end go at once. It takes
+    # the place of stream_interval_s for the streams on the link.
+    edge_link_frame_interval_s: float = 0.05
     # The router: each conversation starts on the pool its first message needs (the shipped
     # difficulty classifier, or router_model), escalates small -> large at most once.
     # Off: messages run on the pool they name, else default_pool.
@@ -518,9 +522,8 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
                             stream_interval_s=config.stream_interval_s)  # fmt: skip
         chat_service_pb2_grpc.add_ChatServiceServicer_to_server(chat, server.server)
         # The same streams, many to a stream, for edges (gateway/edge_link.py).
-        edge_link_pb2_grpc.add_EdgeLinkServiceServicer_to_server(
-            EdgeLinkServicer(chat.streams, metrics), server.server
-        )
+        linked = EdgeLinkServicer(chat.streams, metrics, config.edge_link_frame_interval_s)
+        edge_link_pb2_grpc.add_EdgeLinkServiceServicer_to_server(linked, server.server)
         home = HomeServicer(store, buckets, ratings)
         home_service_pb2_grpc.add_HomeServiceServicer_to_server(home, server.server)
         replayer = Replayer(store, versions, scheduler, nodes, default_pool=config.default_pool,
