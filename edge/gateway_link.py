@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import grpc
+import structlog
 
 from chat.v1 import chat_service_pb2_grpc as chat_grpc
 from chat.v1 import edge_link_pb2 as pb
@@ -109,7 +110,14 @@ class Link:
                 lost = _lost("the gateway ended the link")
             if not self.standing.done():
                 self.standing.set_exception(lost)
+                self.standing.exception()  # whoever waits on it raises it; none need to
             streams, self._streams = self._streams, {}
+            if streams:
+                structlog.get_logger(component="gateway-link").warning(
+                    "a link to a gateway broke; its streams carry on elsewhere",
+                    streams=len(streams),
+                    reason=lost.details(),
+                )
             for call in streams.values():
                 call.ended(_lost(f"the link to the gateway broke: {lost.details()}"))
 

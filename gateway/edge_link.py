@@ -153,6 +153,7 @@ class EdgeLinkSession:
         except asyncio.CancelledError:
             # Closed by the edge, or the link ended: nobody reads this stream's end.
             self._tasks.pop(stream_id, None)
+            self._started.discard(stream_id)
             raise
         except DomainError as error:
             end = _domain_end(error)
