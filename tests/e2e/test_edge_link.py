@@ -22,6 +22,7 @@ from chat.v1 import chat_service_pb2_grpc as pb_grpc
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from edge.gateways import Gateways
 from gateway.ids import ANSWER_SUFFIX
+from infra.status import STATUS_TRAILER
 from infra.tls import Role
 
 pytestmark = pytest.mark.slow
@@ -155,11 +156,12 @@ async def test_many_answers_share_frames_and_an_unread_one_holds_up_none(
 async def test_refusals_on_the_link_are_the_calls_own(
     platform: LocalPlatform, linked: Gateways, called: Gateways
 ) -> None:
+    bad_conversation = pb.SendMessageRequest(conversation_id="bad id!", message_id="m_x1",
+                                             content="hi")  # fmt: skip
     cases = [
         ("SendMessage", send("hello"), (("authorization", "Bearer not-a-token"),)),
         ("SendMessage", send("hello"), ()),
-        ("SendMessage", pb.SendMessageRequest(conversation_id="bad id!", message_id="m_x1",
-                                              content="hi"), auth(platform)),  # fmt: skip
+        ("SendMessage", bad_conversation, auth(platform)),
         ("SendMessage", send(""), auth(platform)),
         ("AttachMessage", pb.AttachMessageRequest(message_id="m_nobody"), auth(platform)),
         ("Complete", pb.CompleteRequest(), auth(platform)),
@@ -171,8 +173,8 @@ async def test_refusals_on_the_link_are_the_calls_own(
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await events_of(call)
             error = refused.value
-            outcomes.append((error.code(), error.details(), dict(error.trailing_metadata() or ())
-                             .get("grpc-status-details-bin")))  # fmt: skip
+            trailers = dict(error.trailing_metadata() or ())
+            outcomes.append((error.code(), error.details(), trailers.get(STATUS_TRAILER)))
         on_link, by_call = outcomes
         assert on_link == by_call, (method, request)
         assert on_link[2] is not None, "a gateway's refusal carries its status details"
