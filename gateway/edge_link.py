@@ -5,9 +5,11 @@ many callers. Each stream opened on it runs as its ChatService call would
 Every stream's news goes into the frame being gathered, written in place; one sender writes
 it at most once per frame interval, so the streams that had news meanwhile share one message
 instead of costing one each (each message costs CPU at both ends, see docs/decisions.md).
-The frame interval takes the place of the per-stream one a call has (50 ms, the same): a
-stream's text reaches the edge as often as on a call, all streams together. A stream's first
-events and its end go at once: they are a reader's time to first text and to the end.
+The frame interval takes the place of the per-stream one a call has: at 25 ms, half of it, a
+token waits at most 25 ms for its frame. At 50 ms (the per-stream figure) text reached users
+20 ms later at the median than on calls, since a node's chunks no longer fall in step with a
+stream's own pace (bench/results/line_rate_edge_link_50ms.txt). A stream's first events and its
+end go at once: they are a reader's time to first text and to the end.
 
 Nothing waits per stream on the link: a reader that falls behind costs its own buffer at the
 edge (an answer's events, bounded by its length), never another stream's turn."""
@@ -37,7 +39,7 @@ OK = pb.EdgeLinkEnd()
 
 class EdgeLinkServicer(pb_grpc.EdgeLinkServiceServicer):
     def __init__(
-        self, streams: AnswerStreams, metrics: GatewayMetrics, frame_interval_s: float = 0.05
+        self, streams: AnswerStreams, metrics: GatewayMetrics, frame_interval_s: float = 0.025
     ) -> None:
         self._streams = streams
         self._metrics = metrics

@@ -174,7 +174,7 @@ class GatewayConfig:
     # At most one frame this often on an edge's link (gateway/edge_link.py), carrying every
     # stream's news since the last; a stream's first events and its end go at once. It takes
     # the place of stream_interval_s for the streams on the link.
-    edge_link_frame_interval_s: float = 0.05
+    edge_link_frame_interval_s: float = 0.025
     # The router: each conversation starts on the pool its first message needs (the shipped
     # difficulty classifier, or router_model), escalates small -> large at most once.
     # Off: messages run on the pool they name, else default_pool.
