@@ -26,12 +26,15 @@ from typing import Any
 import grpc
 import structlog
 
+from chat.v1 import chat_service_pb2 as chat_pb
 from chat.v1 import chat_service_pb2_grpc as chat_grpc
 from chat.v1 import edge_link_pb2 as pb
 from chat.v1 import edge_link_pb2_grpc as pb_grpc
 from infra.status import STATUS_TRAILER
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
+# Batches waiting for a stream's reader past which its events are copied out of their frames.
+BEHIND_BATCHES = 8
 
 
 class Batch:
@@ -126,7 +129,7 @@ class Link:
         if call is None:
             return  # closed here while its news was on the way
         if part.events:
-            call.deliver(Batch(part.events))
+            call.deliver(part.events)
         if part.HasField("end"):
             del self._streams[part.stream_id]
             call.ended(_error_of(part.end))
@@ -239,8 +242,12 @@ class LinkedCall:
         self._link = link
         self._stream_id = link.open(self, self._request)
 
-    def deliver(self, batch: Batch) -> None:
-        self._batches.append(batch)
+    def deliver(self, events: Sequence[chat_pb.ChatEvent]) -> None:
+        if len(self._batches) >= BEHIND_BATCHES:
+            # A reader this far behind would keep whole frames (every stream's news) alive
+            # for its few events: its own are copied out, so it holds only what it owes.
+            events = [_copied(event) for event in events]
+        self._batches.append(Batch(events))
         self._news.set()
 
     def ended(self, error: grpc.aio.AioRpcError | None) -> None:
@@ -289,6 +296,12 @@ class _Linked:
         getattr(opening, self._field).CopyFrom(request)
         return LinkedCall(self._links, opening,
                           lambda: self._as_call(request, metadata=metadata, **kwargs))  # fmt: skip
+
+
+def _copied(event: chat_pb.ChatEvent) -> chat_pb.ChatEvent:
+    copy = chat_pb.ChatEvent()
+    copy.CopyFrom(event)
+    return copy
 
 
 def _error_of(end: pb.EdgeLinkEnd) -> grpc.aio.AioRpcError | None:

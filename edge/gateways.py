@@ -30,7 +30,14 @@ LOST_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
 # A restarted gateway is called again within the channel's reconnect backoff (2 s, plus gRPC's
 # 20 % jitter), not gRPC's 120 s; until then calls to it fail at once. Pings find a gateway
 # whose host vanished without closing the connection (infra/keepalive.py).
-CHANNEL_OPTIONS = (("grpc.lb_policy_name", "round_robin"), *CLIENT_CHANNEL)
+# A link's frame (edge/gateway_link.py) carries many answers' events: gRPC's 4 MiB default for
+# one message could be reached by a frame of far-behind readers' catch-up.
+MOST_MESSAGE_BYTES = 64 * 1024 * 1024
+CHANNEL_OPTIONS = (
+    ("grpc.lb_policy_name", "round_robin"),
+    ("grpc.max_receive_message_length", MOST_MESSAGE_BYTES),
+    *CLIENT_CHANNEL,
+)
 
 
 def gateway_lost(error: grpc.aio.AioRpcError) -> bool:

@@ -17,6 +17,7 @@ edge (an answer's events, bounded by its length), never another stream's turn.""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from collections.abc import AsyncIterator
 
@@ -35,6 +36,9 @@ from infra.bearer import bearer_from_metadata
 from infra.status import STATUS_TRAILER, to_rpc_status
 
 OK = pb.EdgeLinkEnd()
+# Events a frame carries at most: an answer's event is at most a few KB (a tool call's
+# arguments), so a frame stays far under the 64 MiB the edge reads in one message.
+MOST_FRAME_EVENTS = 1024
 
 
 class EdgeLinkServicer(pb_grpc.EdgeLinkServiceServicer):
@@ -72,6 +76,8 @@ class EdgeLinkSession:
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._frame = pb.EdgeLinkResponse()
         self._parts: dict[int, pb.EdgeLinkPart] = {}
+        self._frame_events = 0
+        self._full: collections.deque[pb.EdgeLinkResponse] = collections.deque()
         self._wake = asyncio.Event()
 
     async def run(
@@ -87,8 +93,12 @@ class EdgeLinkSession:
                 await self._gather()
                 self._wake.clear()
                 self._urgent.clear()
+                while self._full:
+                    self._metrics.edge_link_frames.inc()
+                    yield self._full.popleft()
                 if self._parts:
                     frame, self._frame, self._parts = self._frame, pb.EdgeLinkResponse(), {}
+                    self._frame_events = 0
                     self._metrics.edge_link_frames.inc()
                     self._last_frame_at = self._loop.time()
                     yield frame
@@ -171,6 +181,11 @@ class EdgeLinkSession:
         self._end(stream_id, end)
 
     def _part(self, stream_id: int) -> pb.EdgeLinkPart:
+        if self._frame_events >= MOST_FRAME_EVENTS:
+            # A frame stays well under what the edge reads in one message (a reader far
+            # behind, a burst of resumes): the full one waits its turn, news goes in the next.
+            self._full.append(self._frame)
+            self._frame, self._parts, self._frame_events = pb.EdgeLinkResponse(), {}, 0
         part = self._parts.get(stream_id)
         if part is None:
             part = self._parts[stream_id] = self._frame.parts.add(stream_id=stream_id)
@@ -184,9 +199,11 @@ class EdgeLinkSession:
         part = self._part(stream_id)
         if isinstance(batch, list):
             add_events(part.events, batch)
+            self._frame_events += len(batch)
         else:
             part.events.append(batch.event)
             part.events.extend(batch.more)
+            self._frame_events += 1 + len(batch.more)
 
     def _end(self, stream_id: int, end: pb.EdgeLinkEnd) -> None:
         self._part(stream_id).end.CopyFrom(end)
