@@ -173,10 +173,11 @@ class EdgeLinkSession:
             end = pb.EdgeLinkEnd(code=grpc.StatusCode.UNAVAILABLE.value[0], message=str(error))
         except grpc.aio.AioRpcError as error:
             end = _call_end(error)
-        except Exception:  # one stream's fault must not end the others on the link
+        except Exception as error:  # one stream's fault must not end the others on the link
             structlog.get_logger(component="edge-link").exception("a linked stream failed")
-            end = pb.EdgeLinkEnd(code=grpc.StatusCode.INTERNAL.value[0],
-                                 message="the gateway failed this stream")  # fmt: skip
+            # As grpc.aio ends a call whose servicer raised.
+            end = pb.EdgeLinkEnd(code=grpc.StatusCode.UNKNOWN.value[0],
+                                 message=f"Unexpected {type(error)}: {error}")  # fmt: skip
         self._tasks.pop(stream_id, None)
         self._end(stream_id, end)
 
