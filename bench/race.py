@@ -17,6 +17,8 @@ llama-server processes (the URLs in the nodeagents' ready files):
                  by call (pick_stream off)
     platform-h0-unvouched  the same with a gateway that fails an answer over after 10 s with
                  no text even while its node vouches for it (node_vouched_stall_timeout_s 10)
+    platform-h0-edge-calls  the same with an edge that calls the gateway for each answer
+                 instead of opening it on its link (gateway_links 0)
     vllm-router  vllm-router (PyPI, Rust), consistent hashing on the X-Session-Id header
     sglang       sglang-router (PyPI, Rust), cache-aware (prefix tree + load balance)
     round-robin  a minimal aiohttp proxy (in this file), next replica on connect errors
@@ -80,7 +82,8 @@ from race_workloads import SYSTEM_PROMPT, WORKLOADS, Shape, UserScript, build, s
 RACE_VENV = REPO / ".race" / "venv"
 PEER_PINS = ("vllm-router==0.1.17", "sglang-router==0.3.2")
 SYSTEMS = ("platform", "platform-h0", "platform-h0-calls", "platform-h0-pick-calls",
-           "platform-h0-unvouched", "vllm-router", "sglang", "round-robin", "oracle")  # fmt: skip
+           "platform-h0-unvouched", "platform-h0-edge-calls", "vllm-router", "sglang",
+           "round-robin", "oracle")  # fmt: skip
 # The platform's systems beside the first gateway and edge: each a gateway + edge of its own
 # with these settings, on the same scheduler and nodeagents.
 HOLDBACK_OFF = {
@@ -96,12 +99,15 @@ GATEWAY_VARIANTS = {
     # The gateway waits for text no longer than its stall timeout (10 s) whether or not the
     # node vouches for the silence, as before nodes vouched.
     "platform-h0-unvouched": {**HOLDBACK_OFF, "CHAT_GATEWAY_NODE_VOUCHED_STALL_TIMEOUT_S": "10"},
+    # The edge calls the gateway for each answer, as before the edge's link.
+    "platform-h0-edge-calls": {**HOLDBACK_OFF, "CHAT_EDGE_GATEWAY_LINKS": "0"},
 }
 # What each variant beside platform-h0 undoes, as its verdict line names it.
 VARIANT_CHANGES = {
     "platform-h0-calls": "counting in the gateway vs asking the node",
     "platform-h0-pick-calls": "picks on the held stream vs a call each",
     "platform-h0-unvouched": "failing over unvouched silence only vs any 10 s of silence",
+    "platform-h0-edge-calls": "answers on the edge's link vs a call each",
 }
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MAX_ATTEMPTS = 3  # the openai SDK's default: one try and two retries
@@ -700,7 +706,8 @@ async def platform_systems(platform, state: Path, names: list[str]) -> dict[str,
         await platform._spawn(
             f"edge{suffix}", "edge.main",
             {**platform._edge_env(f"edge{suffix}"), "CHAT_EDGE_LISTEN": "127.0.0.1:0",
-             "CHAT_EDGE_GATEWAY_ADDRESSES": str(gateway.ready["grpc"])},
+             "CHAT_EDGE_GATEWAY_ADDRESSES": str(gateway.ready["grpc"]),
+             **{key: value for key, value in settings.items() if key.startswith("CHAT_EDGE_")}},
         )  # fmt: skip
         edge = platform._child(f"edge{suffix}")
         systems[name] = System(
