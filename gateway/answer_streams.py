@@ -67,7 +67,7 @@ class AnswerStreams:
         self._peers = peers
         # After an answer's first text, at most one batch per stream per interval, each
         # carrying every event that came meanwhile (MessageRun.follow_batches), unless the
-        # wire paces its own messages (interval_s given to a stream).
+        # wire paces its messages itself (interval_s given to a stream).
         self._interval_s = interval_s
 
     def _interval(self, interval_s: float | None) -> float:

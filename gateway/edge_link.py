@@ -3,13 +3,14 @@ many callers. Each stream opened on it runs as its ChatService call would
 (gateway/answer_streams.py) and ends with the status that call would have ended with.
 
 Every stream's news goes into the frame being gathered, written in place; one sender writes
-it at most once per frame interval, so the streams that had news meanwhile share one message
-instead of costing one each (each message costs CPU at both ends, see docs/decisions.md).
-The frame interval takes the place of the per-stream one a call has: at 25 ms, half of it, a
-token waits at most 25 ms for its frame. At 50 ms (the per-stream figure) text reached users
-20 ms later at the median than on calls, since a node's chunks no longer fall in step with a
-stream's own pace (bench/results/line_rate_edge_link_50ms.txt). A stream's first events and its
-end go at once: they are a reader's time to first text and to the end.
+it at most once per frame interval (25 ms), so the streams that had news meanwhile share one
+message instead of costing one each (each message costs CPU at both ends, see
+docs/decisions.md). The frame interval takes the place of a call's per-stream one (50 ms):
+a stream's news waits only for the next frame, never for its own pace as well, which kept
+text 20 ms later at the median (bench/results/line_rate_edge_link_paced.txt); a node sends
+an answer's text in steps of its own interval anyway, so a lone answer costs the link about
+as many messages as its call would. A stream's events up to its first text, and its end, go
+at once: they are a reader's time to first token and to the end.
 
 Nothing waits per stream on the link: a reader that falls behind costs its own buffer at the
 edge (an answer's events, bounded by its length), never another stream's turn."""
@@ -31,7 +32,7 @@ from domain.errors import DomainError, InvalidArgument
 from gateway.answer_streams import AnswerStreams, Batch, Caller
 from gateway.convert import add_events
 from gateway.metrics import GatewayMetrics
-from gateway.runs import RunAbandoned
+from gateway.runs import Delta, RunAbandoned
 from infra.bearer import bearer_from_metadata
 from infra.status import STATUS_TRAILER, to_rpc_status
 
@@ -68,11 +69,11 @@ class EdgeLinkSession:
         self._frame_interval_s = frame_interval_s
         self._loop = asyncio.get_running_loop()
         self._last_frame_at = 0.0
-        # Set for news that goes at once (a stream's first events, a stream's end); other news
-        # waits for the frame interval, gathering the news of the streams that get some
-        # meanwhile.
+        # Set for news that goes at once (a stream's events up to its first text, a stream's
+        # end); other news waits for the frame interval, gathering the news of the streams
+        # that get some meanwhile.
         self._urgent = asyncio.Event()
-        self._started: set[int] = set()
+        self._texted: set[int] = set()
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._frame = pb.EdgeLinkResponse()
         self._parts: dict[int, pb.EdgeLinkPart] = {}
@@ -165,7 +166,7 @@ class EdgeLinkSession:
         except asyncio.CancelledError:
             # Closed by the edge, or the link ended: nobody reads this stream's end.
             self._tasks.pop(stream_id, None)
-            self._started.discard(stream_id)
+            self._texted.discard(stream_id)
             raise
         except DomainError as error:
             end = _domain_end(error)
@@ -191,12 +192,15 @@ class EdgeLinkSession:
         if part is None:
             part = self._parts[stream_id] = self._frame.parts.add(stream_id=stream_id)
             self._wake.set()
-        if stream_id not in self._started:
-            self._started.add(stream_id)  # its first events: the answer's time to first text
-            self._urgent.set()
         return part
 
     def _add(self, stream_id: int, batch: Batch) -> None:
+        if stream_id not in self._texted:
+            # Up to its first text a stream's news goes at once: that is the reader's time to
+            # first token.
+            self._urgent.set()
+            if _has_text(batch):
+                self._texted.add(stream_id)
         part = self._part(stream_id)
         if isinstance(batch, list):
             add_events(part.events, batch)
@@ -208,9 +212,15 @@ class EdgeLinkSession:
 
     def _end(self, stream_id: int, end: pb.EdgeLinkEnd) -> None:
         self._part(stream_id).end.CopyFrom(end)
-        self._started.discard(stream_id)
+        self._texted.discard(stream_id)
         self._urgent.set()
         self._wake.set()
+
+
+def _has_text(batch: Batch) -> bool:
+    if isinstance(batch, list):
+        return any(type(event) is Delta for _, event in batch)
+    return batch.event.HasField("delta") or any(e.HasField("delta") for e in batch.more)
 
 
 def _domain_end(error: DomainError) -> pb.EdgeLinkEnd:

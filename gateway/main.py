@@ -172,8 +172,8 @@ class GatewayConfig:
     # first text and the end go at once. 0: one message per event as it comes.
     stream_interval_s: float = 0.05
     # At most one frame this often on an edge's link (gateway/edge_link.py), carrying every
-    # stream's news since the last; a stream's first events and its end go at once. It takes
-    # the place of stream_interval_s for the streams on the link.
+    # stream's news since the last, in place of stream_interval_s for the streams on it; a
+    # stream's events up to its first text, and its end, go at once.
     edge_link_frame_interval_s: float = 0.025
     # The router: each conversation starts on the pool its first message needs (the shipped
     # difficulty classifier, or router_model), escalates small -> large at most once.
