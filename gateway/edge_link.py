@@ -44,7 +44,7 @@ MOST_FRAME_EVENTS = 1024
 
 class EdgeLinkServicer(pb_grpc.EdgeLinkServiceServicer):
     def __init__(
-        self, streams: AnswerStreams, metrics: GatewayMetrics, frame_interval_s: float = 0.025
+        self, streams: AnswerStreams, metrics: GatewayMetrics, frame_interval_s: float
     ) -> None:
         self._streams = streams
         self._metrics = metrics
@@ -165,7 +165,6 @@ class EdgeLinkSession:
                     self._add(stream_id, batch)
         except asyncio.CancelledError:
             # Closed by the edge, or the link ended: nobody reads this stream's end.
-            self._tasks.pop(stream_id, None)
             self._texted.discard(stream_id)
             raise
         except DomainError as error:
@@ -179,7 +178,8 @@ class EdgeLinkSession:
             # As grpc.aio ends a call whose servicer raised.
             end = pb.EdgeLinkEnd(code=grpc.StatusCode.UNKNOWN.value[0],
                                  message=f"Unexpected {type(error)}: {error}")  # fmt: skip
-        self._tasks.pop(stream_id, None)
+        finally:
+            self._tasks.pop(stream_id, None)
         self._end(stream_id, end)
 
     def _part(self, stream_id: int) -> pb.EdgeLinkPart:
