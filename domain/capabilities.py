@@ -24,6 +24,10 @@ from domain.errors import InvalidArgument, PermissionDenied
 from domain.types import Tier
 
 NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+# A server's tools are named "label.tool"; "label.*" stands for every tool of that server,
+# named before the server is asked what it has (the set is fixed before anything is fetched).
+EVERY_TOOL_OF = ".*"
+SERVER_WIDE = re.compile(r"^[A-Za-z0-9_:-]{1,64}\.\*$")
 
 
 class Capability(enum.StrEnum):
@@ -43,6 +47,22 @@ class ToolSpec:
 
     name: str
     capabilities: frozenset[Capability]
+
+    def covers(self, name: str) -> bool:
+        """Whether a call of `name` is this tool: the same name, or a tool of the server this
+        spec names whole ("label.*" covers "label.fetch_page")."""
+        if self.name.endswith(EVERY_TOOL_OF):
+            return name.startswith(self.name[:-1]) and len(name) > len(self.name) - 1
+        return name == self.name
+
+
+def server_tool(label: str, tool: str) -> str:
+    """The capability set's name of a server's tool."""
+    return f"{label}.{tool}"
+
+
+def whole_server(label: str) -> str:
+    return label + EVERY_TOOL_OF
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +128,7 @@ def _checked(request: object) -> ToolRequest:
     # result, the model's text) is refused by type, not trusted by shape.
     if not isinstance(request, ToolRequest):
         raise TypeError(f"a capability set is computed from ToolRequests, not {type(request)}")
-    if not NAME.match(request.name):
+    if not (NAME.match(request.name) or SERVER_WIDE.match(request.name)):
         raise InvalidArgument(f"tool name {request.name[:140]!r} is not a valid name")
     return request
 
@@ -122,12 +142,24 @@ def _spec(
                 f"tool {request.name!r}: this plan may not use tools from servers the request names"
             )
         return ToolSpec(request.name, EVERY_CAPABILITY)
-    spec = registry.get(request.name)
+    key, spec = _registered(request.name, registry)
     if spec is None:
         raise InvalidArgument(f"tool {request.name!r} is not one the platform runs")
-    if request.name not in granted:
+    if key not in granted:
         raise PermissionDenied(f"tool {request.name!r} is not part of this plan")
-    return spec
+    return spec if key == request.name else ToolSpec(request.name, spec.capabilities)
+
+
+def _registered(name: str, registry: Mapping[str, ToolSpec]) -> tuple[str, ToolSpec | None]:
+    """The operator's entry for a tool: its own, or its server's ("label.*"), which is also
+    what a tier is granted."""
+    if name in registry:
+        return name, registry[name]
+    label, dot, _ = name.partition(".")
+    if dot:
+        key = whole_server(label)
+        return key, registry.get(key)
+    return name, None
 
 
 def capability_set(
@@ -154,7 +186,7 @@ def authorize(capabilities: CapabilitySet, name: str) -> ToolSpec:
     if not isinstance(capabilities, CapabilitySet) or not isinstance(capabilities.tools, frozenset):
         raise TypeError("calls are authorized against the turn's frozen CapabilitySet only")
     for tool in capabilities.tools:
-        if tool.name == name:
+        if tool.covers(name):
             return tool
     event = SecurityEvent(
         "call_outside_capabilities",

@@ -31,8 +31,9 @@ from aiohttp import web
 
 from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import chat_service_pb2_grpc as pb_grpc
-from edge import convert, responses_convert, responses_request, sse
-from edge.convert import completion_request, pool_headers
+from domain.answer_options import AnswerOptions
+from edge import convert, responses_convert, responses_request, responses_tools, sse
+from edge.convert import NO_OPTIONS, completion_request, pool_headers
 from edge.failures import failure_of
 from edge.gateways import Gateways, gateway_lost, never_sent
 from edge.metrics import EdgeMetrics
@@ -121,7 +122,9 @@ class ResponsesApi:
         state = ResponseState(response_id, ask.model, instructions=ask.instructions or None,
                               previous_response_id=ask.previous_response_id or None,
                               background=ask.background, store=ask.store,
-                              max_output_tokens=ask.max_output_tokens or None)  # fmt: skip
+                              max_output_tokens=ask.max_output_tokens or None,
+                              tools=responses_tools.tools_json(ask.tools),
+                              parallel_tool_calls=ask.parallel_tool_calls)  # fmt: skip
         if ask.store:
             start = await self._send(ask, response_id, metadata)
             events = self._follow(start, response_id, metadata)
@@ -238,7 +241,10 @@ class ResponsesApi:
         turns = [(role, text) for role, text in ask.turns if role != "system"]
         if ask.system:
             turns.insert(0, ("system", ask.system))
-        complete = completion_request(turns, ask.model, ask.max_output_tokens, "")
+        options = AnswerOptions(parallel_tool_calls=ask.parallel_tool_calls) if ask.tools \
+            else NO_OPTIONS  # fmt: skip
+        complete = completion_request(turns, ask.model, ask.max_output_tokens, "", options)
+        complete.platform_tools.extend(responses_tools.platform_tools_pb(ask.tools))
         return lambda chat: chat.Complete(complete, metadata=metadata)
 
     def _attach(self, response_id: str, metadata: Metadata) -> StartCall:
@@ -287,7 +293,7 @@ class ResponsesApi:
         the pool headers, where the answer's meta event was read before."""
         response = web.StreamResponse(headers={**sse.STREAM_HEADERS, **(served or {})})
         await response.prepare(request)
-        translator = EventTranslator(state)
+        translator = responses_tools.translator(state)
         self._metrics.open_streams.inc()
         last = 0
         try:
@@ -336,7 +342,7 @@ async def _chain(
 
 async def _whole(state: ResponseState, events: AsyncGenerator[pb.ChatEvent]) -> dict[str, Any]:
     """The response once its answer has ended."""
-    translator = EventTranslator(state)
+    translator = responses_tools.translator(state)
     try:
         async for event in events:
             translator.feed(event)

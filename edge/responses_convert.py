@@ -81,6 +81,12 @@ class ResponseState:
     usage: dict[str, Any] | None = None
     error: dict[str, str] | None = None
     incomplete_reason: str | None = None
+    # A response with platform tools (edge/responses_tools.py): the tools as the request gave
+    # them, and the output items of their listings and calls, before the message.
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    parallel_tool_calls: bool = False
+    tool_items: list[dict[str, Any]] = field(default_factory=list)
+    message_opened: bool = False
 
     def item(self, status: str) -> dict[str, Any]:
         content = [self.part()] if status != "in_progress" or self.text else []
@@ -102,8 +108,10 @@ class ResponseState:
 
     def output(self) -> list[dict[str, Any]]:
         if not self.text and self.status in ("in_progress", "failed"):
-            return []
-        return [self.item(self.item_status())]
+            return list(self.tool_items)
+        if self.tools and not self.message_opened and not self.text:
+            return list(self.tool_items)
+        return [*self.tool_items, self.item(self.item_status())]
 
     def body(self) -> dict[str, Any]:
         incomplete = {"reason": self.incomplete_reason} if self.incomplete_reason else None
@@ -119,14 +127,14 @@ class ResponseState:
             "max_output_tokens": self.max_output_tokens,
             "model": self.model,
             "output": self.output(),
-            "parallel_tool_calls": False,
+            "parallel_tool_calls": self.parallel_tool_calls,
             "previous_response_id": self.previous_response_id,
             "reasoning": {"effort": None, "summary": None},
             "store": self.store,
             "temperature": 1.0,
             "text": {"format": {"type": "text"}},
-            "tool_choice": "none",
-            "tools": [],
+            "tool_choice": "auto" if self.tools else "none",
+            "tools": self.tools,
             "top_p": 1.0,
             "truncation": "auto",
             "usage": self.usage,

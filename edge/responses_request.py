@@ -15,7 +15,6 @@ from infra.convert import AUTO_MODEL
 DEFAULT_ONLY: dict[str, tuple[Any, ...]] = {
     "temperature": (None, 1, 1.0),
     "top_p": (None, 1, 1.0),
-    "tools": (None, []),
     "tool_choice": (None, "auto", "none"),
     "parallel_tool_calls": (None, True, False),
     "metadata": (None, {}),
@@ -43,8 +42,27 @@ HONOURED = (
     "stream",
     "background",
     "max_output_tokens",
+    "tools",
 )
 INPUT_ROLES = ("user", "system", "developer", "assistant")
+MCP_FIELDS = frozenset(
+    {"type", "server_label", "server_url", "headers", "allowed_tools", "require_approval",
+     "server_description"}
+)  # fmt: skip
+MOST_TOOLS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformToolAsk:
+    """A tool the platform runs for the response: a remote MCP server (OpenAI's `mcp` tool),
+    or one of the operator's own tools, named by its type (`{"type": "send_email"}`), as
+    OpenAI names its hosted tools."""
+
+    server_label: str = ""
+    server_url: str = ""
+    headers: tuple[tuple[str, str], ...] = ()
+    allowed_tools: tuple[str, ...] = ()
+    name: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +76,9 @@ class ResponseRequest:
     stream: bool
     background: bool
     max_output_tokens: int
+    tools: tuple[PlatformToolAsk, ...] = ()
+    # Whether one model step may call several tools at once (OpenAI's default: it may).
+    parallel_tool_calls: bool = True
 
     @property
     def content(self) -> str:
@@ -140,6 +161,63 @@ def _max_output_tokens(body: dict[str, Any]) -> int:
     return value
 
 
+def _strings(value: Any, param: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise bad(param, f"'{param}' must be a list of names")
+    return tuple(value)
+
+
+def _mcp_tool(tool: dict[str, Any], param: str) -> PlatformToolAsk:
+    unknown = sorted(set(tool) - MCP_FIELDS)
+    if unknown:
+        raise bad(f"{param}.{unknown[0]}", f"'{param}.{unknown[0]}' is not an mcp tool field")
+    label = tool.get("server_label")
+    if not isinstance(label, str) or not label:
+        raise bad(f"{param}.server_label", f"'{param}.server_label' must be a non-empty string")
+    url = tool.get("server_url", "")
+    if not isinstance(url, str):
+        raise bad(f"{param}.server_url", f"'{param}.server_url' must be a string")
+    # The platform cannot yet wait for a person's approval of a call (OpenAI's default is to
+    # ask): a request must say that its calls run without one.
+    if tool.get("require_approval") != "never":
+        raise bad(f"{param}.require_approval", "approvals of tool calls are not supported yet: "
+                  f"set '{param}.require_approval' to \"never\"")  # fmt: skip
+    headers = tool.get("headers") or {}
+    if not isinstance(headers, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        raise bad(f"{param}.headers", f"'{param}.headers' must map names to strings")
+    allowed = tool.get("allowed_tools")
+    if isinstance(allowed, dict):  # OpenAI's filter form: {"tool_names": [...]}
+        allowed = allowed.get("tool_names")
+    names = () if allowed is None else _strings(allowed, f"{param}.allowed_tools")
+    return PlatformToolAsk(label, url, tuple(sorted(headers.items())), names)
+
+
+def _tools(body: dict[str, Any]) -> tuple[PlatformToolAsk, ...]:
+    raw = body.get("tools")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or len(raw) > MOST_TOOLS:
+        raise bad("tools", f"'tools' must be a list of at most {MOST_TOOLS} tools")
+    tools = []
+    for index, tool in enumerate(raw):
+        param = f"tools[{index}]"
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if not isinstance(kind, str) or not kind:
+            raise bad(f"{param}.type", f"'{param}' must be a tool object with a type")
+        if kind == "function":
+            raise bad(f"{param}.type", "function tools are served by /v1/chat/completions; the "
+                      "Responses API runs the platform's tools (mcp, the operator's)")  # fmt: skip
+        if kind == "mcp":
+            tools.append(_mcp_tool(tool, param))
+        elif set(tool) != {"type"}:
+            raise bad(param, f"'{param}': the platform's {kind!r} tool takes no options")
+        else:
+            tools.append(PlatformToolAsk(name=kind))
+    return tuple(tools)
+
+
 def _check_the_rest(body: dict[str, Any]) -> None:
     for name, value in body.items():
         if name in HONOURED:
@@ -171,11 +249,18 @@ def parse(body: dict[str, Any]) -> ResponseRequest:
         stream=_flag(body, "stream", False),
         background=_flag(body, "background", False),
         max_output_tokens=_max_output_tokens(body),
+        # "none": the model calls no tool, so none is run or listed.
+        tools=() if body.get("tool_choice") == "none" else _tools(body),
+        parallel_tool_calls=body.get("parallel_tool_calls") is not False,
     )
     return _consistent(request)
 
 
 def _consistent(request: ResponseRequest) -> ResponseRequest:
+    if request.tools and request.store:
+        # The loop runs over the whole input each step; a stored conversation's history is
+        # the gateway's, which this release does not yet feed through the loop.
+        raise bad("tools", "a response with tools runs with 'store': false in this release")
     if request.background and not request.store:
         raise bad("background", "a background response must be stored: drop 'store': false")
     if not request.store and request.previous_response_id:

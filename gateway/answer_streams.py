@@ -18,13 +18,14 @@ from typing import Protocol
 from chat.v1 import chat_service_pb2 as pb
 from gateway.auth import Authenticator
 from gateway.completions import closing_events
-from gateway.convert import completion_from_pb, pool_of
+from gateway.convert import completion_from_pb, platform_tools_from_pb, pool_of
 from gateway.far_runs import FarRuns
 from gateway.peer_client import PeerGateways
 from gateway.pipeline import ChatPipeline
 from gateway.regions import Forward, NoRegions, RegionRouter
 from gateway.runs import Event
 from gateway.send_request import SendRequest
+from gateway.tool_loop import PlatformTools
 
 
 class Relayed(Protocol):
@@ -59,12 +60,14 @@ class AnswerStreams:
         far_runs: FarRuns,
         peers: PeerGateways,
         interval_s: float,
+        tools: PlatformTools,
     ) -> None:
         self._auth = auth
         self._pipeline = pipeline
         self._regions = regions
         self._far_runs = far_runs
         self._peers = peers
+        self._tools = tools
         # After an answer's first text, at most one batch per stream per interval, each
         # carrying every event that came meanwhile (MessageRun.follow_batches), unless the
         # wire paces its messages itself (interval_s given to a stream).
@@ -119,6 +122,12 @@ class AnswerStreams:
         """A completion, stopped when its reader goes away before the end (closing the stream
         stops it) unless it was asked to be resumable."""
         user = await self._auth.user_of_token(caller.token)
+        if request.platform_tools:
+            # The harness's loop: several model calls and the tools between them.
+            tools = platform_tools_from_pb(request)
+            async for batch in self._tools.run(user, completion_from_pb(request), tools):
+                yield batch
+            return
         run = await self._pipeline.complete(user, completion_from_pb(request))
         async with closing_events(run, self._interval(interval_s), request.resumable) as batches:
             async for batch in batches:

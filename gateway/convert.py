@@ -12,7 +12,18 @@ from domain.errors import InvalidArgument
 from domain.feedback import Rating
 from domain.types import Finish
 from gateway.completions import CallerTurn, CompleteRequest
-from gateway.runs import Delta, Done, Event, Failed, Meta, Retract
+from gateway.runs import (
+    Delta,
+    Done,
+    Event,
+    Failed,
+    Meta,
+    Retract,
+    ToolEnded,
+    ToolsListed,
+    ToolStarted,
+)
+from gateway.tool_loop import PlatformTool
 from infra.convert import (
     AUTO_MODEL,
     FINISH_TO_PB,
@@ -23,6 +34,7 @@ from infra.convert import (
     options_from_pb,
     tool_call_from_pb,
     tool_call_to_pb,
+    tool_definition_to_pb,
     usage_to_pb,
 )
 from store.records import ConversationRecord, MessageRecord
@@ -70,6 +82,19 @@ def completion_from_pb(request: pb.CompleteRequest) -> CompleteRequest:
     )
 
 
+def platform_tools_from_pb(request: pb.CompleteRequest) -> list[PlatformTool]:
+    return [
+        PlatformTool(
+            server_label=tool.server_label,
+            server_url=tool.server_url,
+            headers=tuple(sorted(tool.headers.items())),
+            allowed_tools=tuple(tool.allowed_tools),
+            name=tool.name,
+        )
+        for tool in request.platform_tools
+    ]
+
+
 def _timestamp(seconds: float) -> timestamp_pb2.Timestamp:
     stamp = timestamp_pb2.Timestamp()
     stamp.FromNanoseconds(int(seconds * 1e9))
@@ -111,6 +136,19 @@ def event_to_pb(event_id: int, event: Event) -> pb.ChatEvent:
         case Failed():
             failed = pb.ErrorEvent(code=event.code, message=event.message)
             return pb.ChatEvent(event_id=event_id, error=failed)
+        case ToolsListed():
+            tools = [tool_definition_to_pb(tool) for tool in event.tools]
+            listed = pb.ToolsListedEvent(server_label=event.server_label, tools=tools,
+                                         error=event.error)  # fmt: skip
+            return pb.ChatEvent(event_id=event_id, tools_listed=listed)
+        case ToolStarted():
+            call = pb.ToolCallEvent(call_id=event.call_id, server_label=event.server_label,
+                                    name=event.name, arguments=event.arguments)  # fmt: skip
+            return pb.ChatEvent(event_id=event_id, tool_call=call)
+        case ToolEnded():
+            result = pb.ToolResultEvent(call_id=event.call_id, output=event.output,
+                                        error=event.error)  # fmt: skip
+            return pb.ChatEvent(event_id=event_id, tool_result=result)
 
 
 def events_response(response_type: type[R], batch: list[tuple[int, Event]]) -> R:

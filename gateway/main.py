@@ -72,6 +72,7 @@ from gateway.runs import RunRegistry
 from gateway.scheduler_client import SchedulerClient
 from gateway.servicer import ChatServicer
 from gateway.shared_runs import SharedRuns, SharedRunsConfig
+from gateway.tools_setup import ToolsConfig, tool_loop
 from gateway.versions import VersionBook
 from infra.config import ConfigError
 from infra.directory import DEFAULT_PREFIX, Directory, DirectoryView
@@ -231,6 +232,9 @@ class GatewayConfig:
     admin_token: str = ""
     # A replay that has not finished by then is cancelled and reported UNAVAILABLE.
     replay_timeout_s: float = 300.0
+    # The tools the platform runs for a completion that asks (the Responses API's mcp tools,
+    # the operator's own): grants per tier, steps per turn, servers (gateway/tools_setup.py).
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
     # Regions (docs/decisions.md, "Regions"): this gateway's region and the global layer's
     # etcd. Both empty: one region, no directory. A message of a user from another region
     # goes to their home; at home, a new conversation spills to the region with the most
@@ -519,7 +523,8 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         ratings = RatingDesk(store, versions, metrics)
         chat = ChatServicer(Authenticator(store, regions.user_by_token_hash), pipeline, store,
                             buckets, ratings, regions, peers,
-                            stream_interval_s=config.stream_interval_s)  # fmt: skip
+                            stream_interval_s=config.stream_interval_s,
+                            tools=tool_loop(config.tools, pipeline, metrics))  # fmt: skip
         chat_service_pb2_grpc.add_ChatServiceServicer_to_server(chat, server.server)
         # The same streams, many to a stream, for edges (gateway/edge_link.py).
         linked = EdgeLinkServicer(chat.streams, metrics, config.edge_link_frame_interval_s)

@@ -94,6 +94,20 @@ class GatewayMetrics:
         self.fallbacks = Counter("gateway_fallbacks_total",
                                  "messages sent past a failing pool down the fallback chain",
                                  ["from_pool", "to"], registry=registry)  # fmt: skip
+        self.security_events = Counter(
+            "gateway_security_events_total",
+            "turns the tool loop ended with nothing more run: lethal_trifecta, "
+            "call_outside_capabilities",
+            ["kind"], registry=registry,
+        )  # fmt: skip
+        self.tool_calls = Counter("gateway_tool_calls_total",
+                                  "tool calls the platform ran, by server (or tool) and outcome",
+                                  ["server", "outcome"], registry=registry)  # fmt: skip
+        self.tool_steps_exhausted = Counter(
+            "gateway_tool_steps_exhausted_total",
+            "turns that asked for another tool step past the tier's max_tool_steps",
+            ["tier"], registry=registry,
+        )  # fmt: skip
         self.routes = Counter("gateway_routes_total",
                               "where the router sent messages, and why",
                               ["reason", "pool"], registry=registry)  # fmt: skip

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from domain.answer_options import ToolCall
+from domain.answer_options import ToolCall, ToolDefinition
 from domain.types import Finish, Usage
 from infra.waiters import Waiters
 
@@ -73,7 +73,32 @@ class Failed:
     message: str
 
 
-Event = Meta | Delta | Retract | Done | Failed
+@dataclass(frozen=True, slots=True)
+class ToolsListed:
+    """The tools a server offered a turn of the tool loop (gateway/tool_loop.py), or why it
+    could not be asked. Tool events come only from the loop, never from a run's log."""
+
+    server_label: str
+    tools: tuple[ToolDefinition, ...]
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStarted:
+    call_id: str
+    server_label: str  # '' for the operator's own tools
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolEnded:
+    call_id: str
+    output: str
+    error: str = ""
+
+
+Event = Meta | Delta | Retract | Done | Failed | ToolsListed | ToolStarted | ToolEnded
 
 
 def shown_pieces(events: list[Event]) -> tuple[list[str], bool]:

@@ -30,6 +30,7 @@ from gateway.peer_client import PeerGateways
 from gateway.pipeline import ChatPipeline
 from gateway.regions import SERVE_FOR_HEADER, NoRegions, RegionRouter
 from gateway.runs import RunAbandoned
+from gateway.tool_loop import NoTools, PlatformTools
 from infra.bearer import bearer_from_metadata
 from infra.convert import RATING_TO_PB, TIER_TO_PB
 from infra.grpcserver import maps_domain_errors
@@ -65,6 +66,7 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         regions: RegionRouter | NoRegions | None = None,
         peers: PeerGateways | None = None,
         stream_interval_s: float = 0.0,
+        tools: PlatformTools | None = None,
     ) -> None:
         self._auth = auth
         self._pipeline = pipeline
@@ -74,7 +76,7 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         self._far_runs = FarRuns(self._histories, self._regions)
         self._peers = peers or PeerGateways(TlsConfig(insecure=True))
         self.streams = AnswerStreams(auth, pipeline, self._regions, self._far_runs, self._peers,
-                                     stream_interval_s)  # fmt: skip
+                                     stream_interval_s, tools or NoTools())  # fmt: skip
 
     @maps_domain_errors
     async def SendMessage(

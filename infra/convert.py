@@ -89,12 +89,7 @@ def options_to_pb(options: AnswerOptions) -> common_pb2.AnswerOptions:
         presence_penalty=options.presence_penalty,
         json_object=options.json_object,
         json_schema=options.json_schema,
-        tools=[
-            common_pb2.ToolDefinition(
-                name=t.name, description=t.description, parameters=t.parameters, strict=t.strict
-            )
-            for t in options.tools
-        ],
+        tools=[tool_definition_to_pb(t) for t in options.tools],
         tool_choice=TOOL_CHOICE_TO_PB[options.tool_choice],
         tool_choice_name=options.tool_choice_name,
         single_tool_call=not options.parallel_tool_calls,
@@ -103,6 +98,11 @@ def options_to_pb(options: AnswerOptions) -> common_pb2.AnswerOptions:
 
 def _optional(message: common_pb2.AnswerOptions, name: str) -> float | None:
     return getattr(message, name) if message.HasField(name) else None
+
+
+def tool_definition_to_pb(tool: ToolDefinition) -> common_pb2.ToolDefinition:
+    return common_pb2.ToolDefinition(name=tool.name, description=tool.description,
+                                     parameters=tool.parameters, strict=tool.strict)  # fmt: skip
 
 
 def options_from_pb(message: common_pb2.AnswerOptions) -> AnswerOptions:

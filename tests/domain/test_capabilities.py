@@ -126,3 +126,31 @@ def test_content_fetched_during_the_turn_never_widens_the_set() -> None:
             capability_set(Tier.PLUS, GRANTS, REGISTRY, [smuggled], OPEN)  # type: ignore[list-item]
     assert capabilities == before
     assert capabilities.names == {"fetch_page"}
+
+
+PAGES = ToolSpec("pages.*", frozenset({Capability.BRINGS_UNTRUSTED}))
+
+
+def test_a_server_is_named_whole_before_it_is_asked_what_it_has() -> None:
+    registry = {**REGISTRY, PAGES.name: PAGES}
+    grants = {Tier.PLUS: frozenset({"pages.*", REQUEST_SERVERS}), Tier.FREE: frozenset()}
+    whole = capability_set(Tier.PLUS, grants, registry, [ToolRequest("pages.*")], OPEN)
+    assert authorize(whole, "pages.fetch_page") == PAGES
+    assert authorize(whole, "pages.anything") == PAGES
+    for outside in ("pages.", "pages", "page.fetch_page", "other.fetch_page", "send_email"):
+        with pytest.raises(CallOutsideCapabilities):
+            authorize(whole, outside)
+    # Named tool by tool (the request's allowed tools), each carries its server's tags and
+    # its server's grant.
+    one = capability_set(Tier.PLUS, grants, registry, [ToolRequest("pages.fetch_page")], OPEN)
+    assert one.tools == {ToolSpec("pages.fetch_page", PAGES.capabilities)}
+    with pytest.raises(CallOutsideCapabilities):
+        authorize(one, "pages.add")
+    with pytest.raises(PermissionDenied, match="not part of this plan"):
+        capability_set(Tier.FREE, grants, registry, [ToolRequest("pages.fetch_page")], OPEN)
+    # A server the request names itself, whole: every tool of it, assumed to do everything.
+    remote = ToolRequest("notes.*", server_url="http://127.0.0.1:9/mcp")
+    named = capability_set(Tier.PLUS, grants, registry, [remote], OPEN)
+    assert authorize(named, "notes.read") == ToolSpec("notes.*", EVERY_CAPABILITY)
+    with pytest.raises(InvalidArgument, match="not a valid name"):
+        capability_set(Tier.PLUS, grants, registry, [ToolRequest("*")], OPEN)

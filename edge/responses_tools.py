@@ -1,0 +1,205 @@
+"""A Responses API response with platform tools, in OpenAI's objects and stream events: the
+listings of the MCP servers (`mcp_list_tools` items), each call the platform ran (`mcp_call`
+items; the operator's own tools as `<name>_call` items, as OpenAI names its hosted tools'),
+then the message. Pure conversion: no I/O.
+
+Such a response is not stored (tools run with `store: false`), so it is never resumed: its
+stream events are numbered as they come, not computed from the platform's event ids as a
+stored response's are (edge/responses_convert.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from chat.v1 import chat_service_pb2 as pb
+from edge.failures import user_message_of_code
+from edge.responses_convert import (
+    ENDING_EVENT,
+    Event,
+    EventTranslator,
+    ResponseState,
+    finish,
+    item_id,
+)
+from edge.responses_request import PlatformToolAsk
+
+
+def translator(state: ResponseState) -> EventTranslator | ToolEventTranslator:
+    return ToolEventTranslator(state) if state.tools else EventTranslator(state)
+
+
+def _short_id(prefix: str, text: str) -> str:
+    return prefix + "".join(c if c.isalnum() else "_" for c in text)[:48]
+
+
+def list_item(state: ResponseState, listed: pb.ToolsListedEvent) -> dict[str, Any]:
+    index = len(state.tool_items)
+    tools = [{"name": t.name, "description": t.description or None,
+              "input_schema": json.loads(t.parameters) if t.parameters else {},
+              "annotations": None} for t in listed.tools]  # fmt: skip
+    return {"id": _short_id("mcpl_", f"{state.response_id}_{index}"), "type": "mcp_list_tools",
+            "server_label": listed.server_label or "platform", "tools": tools,
+            "error": listed.error or None}  # fmt: skip
+
+
+def call_item(call: pb.ToolCallEvent) -> dict[str, Any]:
+    if call.server_label:
+        return {"id": _short_id("mcp_", call.call_id), "type": "mcp_call",
+                "status": "in_progress", "server_label": call.server_label, "name": call.name,
+                "arguments": call.arguments, "output": None, "error": None,
+                "approval_request_id": None}  # fmt: skip
+    return {"id": _short_id("call_", call.call_id), "type": f"{call.name}_call",
+            "status": "in_progress", "name": call.name, "arguments": call.arguments,
+            "output": None, "error": None}  # fmt: skip
+
+
+def result_fields(result: pb.ToolResultEvent) -> dict[str, Any]:
+    if result.error:
+        return {"status": "failed", "output": None, "error": result.error}
+    return {"status": "completed", "output": result.output, "error": None}
+
+
+def event_prefix(item: dict[str, Any]) -> str:
+    """response.mcp_call for an MCP call, response.<name>_call for the operator's tools."""
+    return f"response.{item['type']}"
+
+
+def text_event(state: ResponseState, **extra: Any) -> dict[str, Any]:
+    return {"item_id": item_id(state.response_id), "output_index": len(state.tool_items),
+            "content_index": 0, **extra, "logprobs": []}  # fmt: skip
+
+
+class ToolEventTranslator:
+    """A response with platform tools: its events are numbered as they come (such a response
+    is not stored, so it is never resumed), and its output holds the tools' items before the
+    message, which opens at the answer's first text."""
+
+    def __init__(self, state: ResponseState) -> None:
+        self.state = state
+        self._seq = 0
+        self._calls: dict[str, int] = {}  # call id -> the index of its item
+
+    def _events(self, *named: tuple[str, dict[str, Any]]) -> list[Event]:
+        events = [(self._seq + i, name, payload) for i, (name, payload) in enumerate(named)]
+        self._seq += len(events)
+        return events
+
+    def feed(self, event: pb.ChatEvent) -> list[Event]:
+        kind = event.WhichOneof("kind")
+        state = self.state
+        if kind == "meta":
+            state.model = event.meta.model or state.model
+            body = state.body()
+            return self._events(("response.created", {"response": body}),
+                                ("response.in_progress", {"response": body}))  # fmt: skip
+        if kind == "tools_listed":
+            return self._listed(event.tools_listed)
+        if kind == "tool_call":
+            return self._called(event.tool_call)
+        if kind == "tool_result":
+            return self._answered(event.tool_result)
+        if kind == "delta":
+            opening = self._open_message()
+            state.text += event.delta.text
+            text = text_event(state, delta=event.delta.text)
+            return opening + self._events(("response.output_text.delta", text))
+        if kind == "done":
+            finish(state, event.done)
+            return self._closing()
+        if kind == "error":
+            state.status = "failed"
+            message = user_message_of_code(event.error.code, event.error.message)
+            state.error = {"code": "server_error", "message": message}
+            return self._events(("response.failed", {"response": state.body()}))
+        return []
+
+    def _listed(self, listed: pb.ToolsListedEvent) -> list[Event]:
+        item = list_item(self.state, listed)
+        index = len(self.state.tool_items)
+        self.state.tool_items.append(item)
+        ended = "response.mcp_list_tools.failed" if listed.error else \
+            "response.mcp_list_tools.completed"  # fmt: skip
+        at = {"output_index": index, "item_id": item["id"]}
+        placed = {"output_index": index, "item": item}
+        return self._events(("response.output_item.added", placed),
+                            ("response.mcp_list_tools.in_progress", at), (ended, at),
+                            ("response.output_item.done", placed))  # fmt: skip
+
+    def _called(self, call: pb.ToolCallEvent) -> list[Event]:
+        item = call_item(call)
+        index = len(self.state.tool_items)
+        self._calls[call.call_id] = index
+        self.state.tool_items.append(item)
+        prefix = event_prefix(item)
+        at = {"output_index": index, "item_id": item["id"]}
+        return self._events(
+            ("response.output_item.added", {"output_index": index, "item": dict(item)}),
+            (f"{prefix}.in_progress", at),
+            (f"{prefix}_arguments.done", {**at, "arguments": call.arguments}),
+        )
+
+    def _answered(self, result: pb.ToolResultEvent) -> list[Event]:
+        index = self._calls.get(result.call_id)
+        if index is None:
+            return []
+        item = self.state.tool_items[index]
+        item.update(result_fields(result))
+        prefix = event_prefix(item)
+        at = {"output_index": index, "item_id": item["id"]}
+        ended = f"{prefix}.failed" if result.error else f"{prefix}.completed"
+        placed = {"output_index": index, "item": item}
+        return self._events((ended, at), ("response.output_item.done", placed))
+
+    def _open_message(self) -> list[Event]:
+        state = self.state
+        if state.message_opened:
+            return []
+        state.message_opened = True
+        index = len(state.tool_items)
+        return self._events(
+            ("response.output_item.added",
+             {"output_index": index, "item": state.item("in_progress")}),
+            ("response.content_part.added",
+             {"item_id": item_id(state.response_id), "output_index": index,
+              "content_index": 0, "part": {**state.part(), "text": ""}}),
+        )  # fmt: skip
+
+    def _closing(self) -> list[Event]:
+        state = self.state
+        if not state.text and state.status != "completed":
+            return self._events((ENDING_EVENT[state.status], {"response": state.body()}))
+        opening = self._open_message()
+        index = len(state.tool_items)
+        text_done = text_event(state, text=state.text)
+        return opening + self._events(
+            ("response.output_text.done", text_done),
+            ("response.content_part.done",
+             {"item_id": item_id(state.response_id), "output_index": index,
+              "content_index": 0, "part": state.part()}),
+            ("response.output_item.done",
+             {"output_index": index, "item": state.item(state.item_status())}),
+            (ENDING_EVENT[state.status], {"response": state.body()}),
+        )  # fmt: skip
+
+
+def platform_tools_pb(tools: tuple[PlatformToolAsk, ...]) -> list[pb.PlatformTool]:
+    return [
+        pb.PlatformTool(server_label=t.server_label, server_url=t.server_url,
+                        headers=dict(t.headers), allowed_tools=t.allowed_tools, name=t.name)
+        for t in tools
+    ]  # fmt: skip
+
+
+def tools_json(tools: tuple[PlatformToolAsk, ...]) -> list[dict[str, Any]]:
+    """The tools as the response object echoes them (headers left out: they may hold keys)."""
+    echoed: list[dict[str, Any]] = []
+    for tool in tools:
+        if tool.name:
+            echoed.append({"type": tool.name})
+            continue
+        allowed = list(tool.allowed_tools) or None
+        echoed.append({"type": "mcp", "server_label": tool.server_label,
+                       "server_url": tool.server_url or None, "allowed_tools": allowed,
+                       "headers": None, "require_approval": "never"})  # fmt: skip
+    return echoed

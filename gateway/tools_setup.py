@@ -1,0 +1,105 @@
+"""The gateway's platform tools as the operator configures them (the `tools` section), made into
+the tool loop's policy and adapters: who may run what, how many steps a turn may take, the
+operator's MCP servers and what their tools can do, and send_email through the operator's
+relay."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from domain.capabilities import EVERY_CAPABILITY, REQUEST_SERVERS, Capability, ToolSpec
+from domain.types import Tier
+from gateway.email_tool import EmailTool
+from gateway.mcp_tools import McpServers
+from gateway.metrics import GatewayMetrics
+from gateway.tool_loop import CompletionRunner, OperatorServer, ToolLoop, ToolPolicy
+from gateway.tool_ports import ToolServer
+from infra.config import ConfigError
+
+SEND_EMAIL = "send_email"
+
+
+@dataclass
+class ToolsConfig:
+    # What each tier may run: the operator's tools by name (send_email), its servers as
+    # "label.*", and request_servers for MCP servers a request names itself. A grant lets a
+    # request name the tool; nothing is offered to a turn that did not ask for it.
+    free_grants: list[str] = field(default_factory=list)
+    plus_grants: list[str] = field(default_factory=lambda: [REQUEST_SERVERS])
+    # Model calls with tool calls a turn may make before it is ended (each is a completion,
+    # billed as one).
+    free_max_steps: int = 4
+    plus_max_steps: int = 8
+    # Each listing or call of a remote server, and what its result may hold (cut past it, with
+    # a notice, so one result cannot fill the window).
+    timeout_s: float = 30.0
+    max_output_chars: int = 16_000
+    # The operator's MCP servers, "label=url" each, and what their tools can do,
+    # "label=capability+capability" (reads_private, brings_untrusted,
+    # communicates_externally); a server not described is taken to do all three.
+    servers: list[str] = field(default_factory=list)
+    server_capabilities: list[str] = field(default_factory=list)
+    # send_email through the operator's relay, "host:port" (empty: no such tool), from
+    # `email_sender`, to `email_recipients` only.
+    email_relay: str = ""
+    email_sender: str = "assistant@localhost"
+    email_recipients: list[str] = field(default_factory=list)
+
+
+def _pairs(entries: list[str], what: str) -> dict[str, str]:
+    pairs = {}
+    for entry in entries:
+        label, equals, value = entry.partition("=")
+        if not equals or not label.strip() or not value.strip():
+            raise ConfigError(f"tools.{what}: {entry!r} is not label=value")
+        pairs[label.strip()] = value.strip()
+    return pairs
+
+
+def _capabilities(text: str, label: str) -> frozenset[Capability]:
+    try:
+        return frozenset(Capability(name.strip()) for name in text.split("+"))
+    except ValueError as exc:
+        known = ", ".join(c.value for c in Capability)
+        raise ConfigError(f"tools.server_capabilities: {label}={text!r}; known: {known}") from exc
+
+
+def _servers(config: ToolsConfig) -> dict[str, OperatorServer]:
+    urls = _pairs(config.servers, "servers")
+    described = _pairs(config.server_capabilities, "server_capabilities")
+    unknown = set(described) - set(urls)
+    if unknown:
+        raise ConfigError(f"tools.server_capabilities names no server: {', '.join(unknown)}")
+    servers = {}
+    for label, url in urls.items():
+        capabilities = (_capabilities(described[label], label) if label in described
+                        else EVERY_CAPABILITY)  # fmt: skip
+        servers[label] = OperatorServer(label, url, ToolSpec(label + ".*", capabilities))
+    return servers
+
+
+def _own_tools(config: ToolsConfig) -> dict[str, tuple[ToolSpec, ToolServer]]:
+    if not config.email_relay:
+        return {}
+    host, colon, port = config.email_relay.rpartition(":")
+    if not colon or not host or not port.isdigit():
+        raise ConfigError(f"tools.email_relay: {config.email_relay!r} is not host:port")
+    if not config.email_recipients:
+        raise ConfigError("tools.email_recipients: send_email needs the addresses it may write to")
+    email = EmailTool(host, int(port), config.email_sender, frozenset(config.email_recipients),
+                      timeout_s=config.timeout_s)  # fmt: skip
+    spec = ToolSpec(SEND_EMAIL, frozenset({Capability.COMMUNICATES_EXTERNALLY}))
+    return {SEND_EMAIL: (spec, email)}
+
+
+def tool_loop(
+    config: ToolsConfig, completions: CompletionRunner, metrics: GatewayMetrics
+) -> ToolLoop:
+    policy = ToolPolicy(
+        grants={Tier.FREE: frozenset(config.free_grants), Tier.PLUS: frozenset(config.plus_grants)},
+        max_steps={Tier.FREE: config.free_max_steps, Tier.PLUS: config.plus_max_steps},
+        own_tools=_own_tools(config),
+        servers=_servers(config),
+    )
+    remote = McpServers(timeout_s=config.timeout_s, max_output_chars=config.max_output_chars)
+    return ToolLoop(completions, policy, remote, metrics)
