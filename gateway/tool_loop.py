@@ -163,6 +163,7 @@ class _Turn:
     usage: Usage = field(default_factory=Usage)
     next_id: int = 1
     meta_sent: bool = False
+    listings: list[Event] = field(default_factory=list)
 
     def numbered(self, events: Sequence[Event]) -> list[tuple[int, Event]]:
         batch = list(enumerate(events, start=self.next_id))
@@ -273,7 +274,8 @@ class ToolLoop:
         parts = [ContextPart(t.counted_text(), _origin(t)) for t in request.turns]
         turn = _Turn(capabilities, list(request.turns), parts)
         try:
-            yield turn.numbered(await self._list(turn, tools))
+            # The listings go right after the first step's meta: a stream opens with its meta.
+            turn.listings = await self._list(turn, tools)
             async for batch in self._steps(user, request, turn):
                 yield batch
         finally:
@@ -384,7 +386,7 @@ class ToolLoop:
                         case Meta():
                             if not turn.meta_sent:
                                 turn.meta_sent = True
-                                events.append(event)
+                                events.extend([event, *turn.listings])
                         case Delta() if event.tool_calls:
                             step.calls.extend(event.tool_calls)
                             step.text += event.text

@@ -4,7 +4,9 @@ socket and the SDK's real server, never a scripted double.
 
     python tests/mcp_pages_server.py PORT PAGES_JSON
 
-PAGES_JSON is a file holding {url: page text}: what fetch_page answers.
+PAGES_JSON is a file holding {url: page text}: what fetch_page answers; a "*" entry answers
+every other address (the simulated model draws its url from the schema, so a test cannot name
+it beforehand).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ def build(pages: dict[str, str]) -> MCPServer:
     @server.tool()
     def fetch_page(url: str) -> str:
         """The text of the page at url."""
+        if url not in pages and "*" in pages:
+            return pages["*"]
         if url not in pages:
             # A ToolError keeps its text in the result (isError set); any other exception's
             # text stays on the server.
