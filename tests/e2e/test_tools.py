@@ -238,8 +238,21 @@ BAD_TOOLS = [
     ({"tools": [{"type": "function", "name": "f"}]}, 400, "tools[0].type"),
     ({"tools": [{"type": "send_email", "to": "x"}]}, 400, "tools[0]"),
     ({"tools": [{"type": "web_search"}]}, 400, None),
-    ({"tools": [{"type": "mcp", "server_label": "pages", "server_url": "http://127.0.0.1:1/mcp",
-                 "require_approval": "never"}]}, 400, None),  # fmt: skip
+    # The operator's label at another address.
+    (
+        {
+            "tools": [
+                {
+                    "type": "mcp",
+                    "server_label": "pages",
+                    "require_approval": "never",
+                    "server_url": "http://127.0.0.1:1/mcp",
+                }
+            ]
+        },
+        400,
+        None,
+    ),
 ]
 
 
@@ -250,7 +263,8 @@ async def test_tools_that_cannot_run_get_a_clear_4xx(
     body = {"model": "auto", "input": "Hi", "store": False, **extra}
     async with aiohttp.ClientSession() as http:
         async with http.post(
-            f"{platform.edge_url}/v1/responses", data=json.dumps(body),
+            f"{platform.edge_url}/v1/responses",
+            data=json.dumps(body),
             headers={"Authorization": f"Bearer {platform.tokens['plus']}"},
         ) as answer:
             got, error = answer.status, (await answer.json())["error"]

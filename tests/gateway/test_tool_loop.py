@@ -20,7 +20,7 @@ from domain.errors import InvalidArgument, PermissionDenied
 from domain.types import Finish, Role, Tier, Usage, User
 from gateway.completions import CallerTurn, CompleteRequest
 from gateway.metrics import GatewayMetrics
-from gateway.runs import Delta, Done, Event, Meta, MessageRun, ToolEnded, ToolsListed, ToolStarted
+from gateway.runs import Delta, Done, Event, MessageRun, Meta, ToolEnded, ToolsListed, ToolStarted
 from gateway.tool_loop import OperatorServer, PlatformTool, ToolLoop, ToolPolicy
 from gateway.tool_ports import ToolOutcome
 
@@ -137,7 +137,9 @@ async def test_a_loop_runs_the_tool_and_answers_as_one_stream(metrics) -> None:
     second = model.asked[1]
     assert [(t.role, t.text) for t in second.turns[2:]] == [(Role.ASSISTANT, ""),
                                                            (Role.TOOL, PAGE)]  # fmt: skip
-    assert second.turns[2].tool_calls == (call("fetch_page", {"url": "https://example.test/notes"}),)
+    assert second.turns[2].tool_calls == (
+        call("fetch_page", {"url": "https://example.test/notes"}),
+    )
     assert second.options.tools == (FETCH,)
     assert pages.closed == 1
 
@@ -192,7 +194,8 @@ async def test_the_steps_are_capped_per_tier(metrics) -> None:
 @pytest.mark.parametrize(
     ("tools", "error", "reason"),
     [
-        ([PlatformTool(name="shell")], InvalidArgument, "tool 'shell' is not one the platform runs"),
+        ([PlatformTool(name="shell")], InvalidArgument,
+         "tool 'shell' is not one the platform runs"),
         ([PlatformTool(server_label="pages", server_url="http://127.0.0.1:8/mcp")],
          InvalidArgument,
          "server_label 'pages' names the operator's server, which is at another address: "
