@@ -14,6 +14,7 @@ ERROR = {"$ref": "#/components/schemas/OpenAIError"}
 REASONS = {
     400: "the request is malformed; `param` names the field",
     401: "no bearer token, or one the platform does not know",
+    403: "a tool named that the plan may not run",
     404: "no such response (or model) for this user",
     413: "the body is over the limit",
     429: "a limit or the shedding ladder: wait Retry-After seconds",
@@ -76,6 +77,42 @@ INPUT_ITEM = {
     },
 }
 NULLABLE_STRING = {"type": ["string", "null"]}
+NAMES = {"type": "array", "items": {"type": "string", "minLength": 1}}
+MCP_TOOL = {
+    "type": "object",
+    "description": "A remote MCP server's tools, run by the platform (streamable HTTP). The "
+    "operator's servers are named by their label (server_url may be left out); a server the "
+    "request names itself is taken to read private data, bring outside content and send data "
+    "out, so its result ends the turn at the next model call (the lethal-trifecta check)",
+    "required": ["type", "server_label", "require_approval"],
+    "additionalProperties": False,
+    "properties": {
+        "type": {"const": "mcp"},
+        "server_label": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+        "server_url": {"type": "string", "pattern": "^https?://"},
+        "server_description": {"type": "string"},
+        "headers": {"type": ["object", "null"], "additionalProperties": {"type": "string"}},
+        "allowed_tools": {
+            "oneOf": [
+                NAMES,
+                {"type": "object", "properties": {"tool_names": NAMES}},
+                {"type": "null"},
+            ]
+        },
+        "require_approval": {
+            "const": "never",
+            "description": "approvals are not supported yet: every call runs without one",
+        },
+    },
+}
+OPERATOR_TOOL = {
+    "type": "object",
+    "description": "One of the operator's own tools, by its name as type (send_email); "
+    "the tier must be granted it",
+    "required": ["type"],
+    "additionalProperties": False,
+    "properties": {"type": {"type": "string", "not": {"enum": ["mcp", "function"]}}},
+}
 RESPONSES_SCHEMAS: dict[str, Any] = {
     "ResponseRequest": {
         "type": "object",
@@ -95,6 +132,17 @@ RESPONSES_SCHEMAS: dict[str, Any] = {
             "background": {"type": "boolean", "description": "only with store true"},
             "max_output_tokens": {"type": ["integer", "null"], "minimum": 1},
             "temperature": {"type": ["number", "null"], "description": "only 1 (the default)"},
+            "tools": {
+                "type": "array",
+                "maxItems": 16,
+                "description": "tools the platform runs (only with store false): a loop of "
+                "model calls and tool calls, at most the tier's max_steps; the output holds "
+                "mcp_list_tools and mcp_call items (send_email_call for the operator's) "
+                "before the message",
+                "items": {"oneOf": [MCP_TOOL, OPERATOR_TOOL]},
+            },
+            "tool_choice": {"enum": ["auto", "none"]},
+            "parallel_tool_calls": {"type": "boolean"},
         },
     },
     "Response": {
@@ -133,7 +181,12 @@ STREAM_EVENTS = (
     "response.created, response.in_progress, response.output_item.added, "
     "response.content_part.added, response.output_text.delta..., response.output_text.done, "
     "response.content_part.done, response.output_item.done, then response.completed, "
-    "response.incomplete, response.cancelled or response.failed"
+    "response.incomplete, response.cancelled or response.failed. With tools, before the "
+    "message's: response.output_item.added, response.mcp_list_tools.in_progress, "
+    "response.mcp_list_tools.completed (or failed), response.output_item.done for each "
+    "server's listing, and response.output_item.added, response.mcp_call.in_progress, "
+    "response.mcp_call_arguments.done, response.mcp_call.completed (or failed), "
+    "response.output_item.done for each call"
 )
 RESPONSES_PATHS: dict[str, Any] = {
     "/v1/responses": {
@@ -146,12 +199,13 @@ RESPONSES_PATHS: dict[str, Any] = {
             },
             "responses": {
                 **_ok(
-                    "the response (in progress when background), or its events when stream",
+                    "the response (in progress when background), or its events when stream: "
+                    + STREAM_EVENTS,
                     {"$ref": "#/components/schemas/Response"},
                     stream=True,
                     served=True,
                 ),
-                **_errors(400, 401, 404, 413, 429, 503),
+                **_errors(400, 401, 403, 404, 413, 429, 503),
             },
         }
     },
