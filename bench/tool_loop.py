@@ -3,7 +3,8 @@
 The gateway's ToolLoop (gateway/tool_loop.py) is run in this process over a model that
 answers at once (each step's run is written whole before the loop reads it) and:
   1. a tool that answers at once: the loop alone (the capability set, the trifecta check
-     before each model call, authorizing the calls, the turns and events it adds);
+     before each model call, authorizing the calls, the output check on each call's
+     arguments and result, the turns and events it adds);
   2. a real MCP server over streamable HTTP (tests/mcp_pages_server.py, a process of its own,
      so its CPU is not counted): the loop and its MCP client (gateway/mcp_tools.py), the
      client's share of a real call included, the server's wall time in the figures too.
@@ -34,12 +35,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from prometheus_client import CollectorRegistry
 
+import domain
 from domain.answer_options import ToolCall, ToolDefinition
 from domain.capabilities import Capability, ToolSpec
+from domain.safety import BlocklistClassifier, OutputGuard, StreamCheckConfig
 from domain.types import Finish, Role, Tier, Usage, User
 from gateway.completions import CallerTurn, CompleteRequest
 from gateway.mcp_tools import McpServers
 from gateway.metrics import GatewayMetrics
+from gateway.policies import MessagePolicies
 from gateway.runs import Delta, Done, MessageRun, Meta
 from gateway.tool_loop import OperatorServer, PlatformTool, ToolLoop, ToolPolicy
 from gateway.tool_ports import RemoteServers, ToolOutcome, ToolServer
@@ -48,6 +52,13 @@ from tests.tool_servers import run_mcp_server
 PAGE = "Q3 planning notes: ship the gateway in May. " * 20
 FETCH = ToolDefinition("fetch_page", "The text of the page at url", '{"type":"object"}')
 USER = User("bench", Tier.PLUS)
+# The shipped output check, which every call's arguments and result pass.
+CLASSIFIER = BlocklistClassifier.from_data(
+    json.loads((Path(domain.__file__).parent / "safety" / "blocklist.json").read_text())
+)
+CHECKS = MessagePolicies(
+    new_output_guard=lambda mode: OutputGuard(CLASSIFIER, StreamCheckConfig(), mode=mode)
+)
 
 
 class InstantModel:
@@ -96,7 +107,7 @@ def loop(model: InstantModel, remote: RemoteServers, url: str) -> ToolLoop:
     policy = ToolPolicy(grants={Tier.PLUS: frozenset({"pages.*"})},
                         max_steps={Tier.PLUS: 16},
                         servers={"pages": OperatorServer("pages", url, spec)})  # fmt: skip
-    return ToolLoop(model, policy, remote, GatewayMetrics(CollectorRegistry()))
+    return ToolLoop(model, policy, remote, GatewayMetrics(CollectorRegistry()), CHECKS)
 
 
 REQUEST = CompleteRequest((CallerTurn(Role.SYSTEM, "Be brief."),

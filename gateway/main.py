@@ -524,7 +524,8 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         chat = ChatServicer(Authenticator(store, regions.user_by_token_hash), pipeline, store,
                             buckets, ratings, regions, peers,
                             stream_interval_s=config.stream_interval_s,
-                            tools=tool_loop(config.tools, pipeline, metrics))  # fmt: skip
+                            tools=tool_loop(config.tools, pipeline, metrics,
+                                            build_policies(config)))  # fmt: skip
         chat_service_pb2_grpc.add_ChatServiceServicer_to_server(chat, server.server)
         # The same streams, many to a stream, for edges (gateway/edge_link.py).
         linked = EdgeLinkServicer(chat.streams, metrics, config.edge_link_frame_interval_s)

@@ -37,6 +37,17 @@ class MessagePolicies:
         decision = self.input_guard.check(content)
         return None if decision.allowed else (decision.verdict, decision.refusal_text)
 
+    def check_text(self, text: str) -> Verdict | None:
+        """The output check over one whole text that no stream carries (a tool call's
+        arguments, a tool's result): why it is flagged, or None when it passes or no check
+        runs on this gateway."""
+        if self.new_output_guard is None:
+            return None
+        guard = self.new_output_guard(OutputMode.HOLDBACK)
+        guard.feed(text)
+        guard.finish()
+        return guard.verdict if guard.violated else None
+
     def route(
         self,
         content: str,

@@ -42,6 +42,7 @@ from domain.capabilities import (
     whole_server,
 )
 from domain.errors import InvalidArgument
+from domain.safety import Verdict
 from domain.trifecta import ContextPart, Origin, check
 from domain.types import Finish, Role, Tier, Usage, User
 from gateway.completions import CallerTurn, CompleteRequest, closing_events
@@ -65,6 +66,12 @@ MAX_PLATFORM_TOOLS = 16
 
 class CompletionRunner(Protocol):
     async def complete(self, user: User, request: CompleteRequest) -> MessageRun: ...
+
+
+class TextCheck(Protocol):
+    """The output check over a whole text (gateway/policies.py's MessagePolicies)."""
+
+    def check_text(self, text: str) -> Verdict | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,10 +255,12 @@ class ToolLoop:
         policy: ToolPolicy,
         remote: RemoteServers,
         metrics: GatewayMetrics,
+        output_check: TextCheck,
     ) -> None:
         self._completions = completions
         self._policy = policy
         self._remote = remote
+        self._output_check = output_check
         self._metrics = metrics
         self._log = structlog.get_logger(component="tool_loop")
 
@@ -417,12 +426,23 @@ class ToolLoop:
         return offered, spec
 
     async def _call(self, tool: _Offered, call: ToolCall) -> ToolOutcome:
+        """Runs one call. Its arguments are the model's output and pass the output check
+        before anything is sent; its result passes it before the model or the caller reads
+        it. Flagged text goes nowhere: the call is not run, or its result is withheld."""
+        server = tool.server_label or call.name
         arguments = _arguments(call)
         if arguments is None:
             return ToolOutcome("", "the arguments are not a JSON object")
+        if self._output_check.check_text(call.arguments) is not None:
+            self._metrics.tool_calls.labels(server, "arguments_withheld").inc()
+            return ToolOutcome("", "the call was not run: its arguments did not pass the "
+                               "platform's output check")  # fmt: skip
         outcome = await tool.server.call(tool.definition.name, arguments)
-        self._metrics.tool_calls.labels(tool.server_label or call.name,
-                                        "error" if outcome.error else "ok").inc()  # fmt: skip
+        if outcome.output and self._output_check.check_text(outcome.output) is not None:
+            self._metrics.tool_calls.labels(server, "result_withheld").inc()
+            return ToolOutcome("", "the result was withheld: it did not pass the platform's "
+                               "output check")  # fmt: skip
+        self._metrics.tool_calls.labels(server, "error" if outcome.error else "ok").inc()
         return outcome
 
     def _refused(self, user: User, turn: _Turn, event: SecurityEvent) -> list[Event]:

@@ -12,7 +12,7 @@ from domain.types import Tier
 from gateway.email_tool import EmailTool
 from gateway.mcp_tools import McpServers
 from gateway.metrics import GatewayMetrics
-from gateway.tool_loop import CompletionRunner, OperatorServer, ToolLoop, ToolPolicy
+from gateway.tool_loop import CompletionRunner, OperatorServer, TextCheck, ToolLoop, ToolPolicy
 from gateway.tool_ports import ToolServer
 from infra.config import ConfigError
 
@@ -93,7 +93,10 @@ def _own_tools(config: ToolsConfig) -> dict[str, tuple[ToolSpec, ToolServer]]:
 
 
 def tool_loop(
-    config: ToolsConfig, completions: CompletionRunner, metrics: GatewayMetrics
+    config: ToolsConfig,
+    completions: CompletionRunner,
+    metrics: GatewayMetrics,
+    output_check: TextCheck,
 ) -> ToolLoop:
     policy = ToolPolicy(
         grants={Tier.FREE: frozenset(config.free_grants), Tier.PLUS: frozenset(config.plus_grants)},
@@ -102,4 +105,4 @@ def tool_loop(
         servers=_servers(config),
     )
     remote = McpServers(timeout_s=config.timeout_s, max_output_chars=config.max_output_chars)
-    return ToolLoop(completions, policy, remote, metrics)
+    return ToolLoop(completions, policy, remote, metrics, output_check)
