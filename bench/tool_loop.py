@@ -45,8 +45,9 @@ from gateway.mcp_tools import McpServers
 from gateway.metrics import GatewayMetrics
 from gateway.policies import MessagePolicies
 from gateway.runs import Delta, Done, MessageRun, Meta
-from gateway.tool_loop import OperatorServer, PlatformTool, ToolLoop, ToolPolicy
+from gateway.tool_loop import ToolLoop
 from gateway.tool_ports import RemoteServers, ToolOutcome, ToolServer
+from gateway.tool_requests import OperatorServer, PlatformTool, ToolPolicy
 from tests.tool_servers import run_mcp_server
 
 PAGE = "Q3 planning notes: ship the gateway in May. " * 20

@@ -57,12 +57,20 @@ def _holding(parts: Iterable[ContextPart], kinds: frozenset[Origin]) -> list[Ori
     return sorted(found)
 
 
-def check(parts: Iterable[ContextPart], capabilities: CapabilitySet) -> None:
-    """Raises LethalTrifecta when the three legs are all present; returns otherwise."""
+def check(
+    parts: Iterable[ContextPart],
+    capabilities: CapabilitySet,
+    confirmed: frozenset[str] = frozenset(),
+) -> None:
+    """Raises LethalTrifecta when the three legs are all present; returns otherwise.
+    confirmed: the tools in the set each of whose calls a person approves before it runs
+    (their arguments shown): no call of theirs can carry data out unseen, so they are not
+    the outward leg. That confirmation is the one control left when a turn needs both an
+    outside page and a tool that writes out."""
     parts = tuple(parts)
     private = _holding(parts, PRIVATE)
     untrusted = _holding(parts, UNTRUSTED)
-    outward = sorted(capabilities.able_to(Capability.COMMUNICATES_EXTERNALLY))
+    outward = sorted(capabilities.able_to(Capability.COMMUNICATES_EXTERNALLY) - confirmed)
     if not (private and untrusted and outward):
         return
     detail = (

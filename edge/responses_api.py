@@ -33,7 +33,7 @@ from chat.v1 import chat_service_pb2 as pb
 from chat.v1 import chat_service_pb2_grpc as pb_grpc
 from domain.answer_options import AnswerOptions
 from edge import convert, responses_convert, responses_request, responses_tools, sse
-from edge.convert import NO_OPTIONS, completion_request, pool_headers
+from edge.convert import NO_OPTIONS, CallerTurn, completion_request, pool_headers
 from edge.failures import failure_of
 from edge.gateways import Gateways, gateway_lost, never_sent
 from edge.metrics import EdgeMetrics
@@ -238,13 +238,14 @@ class ResponsesApi:
 
     def _complete(self, ask: ResponseRequest, metadata: Metadata) -> StartCall:
         """A response not stored: a stateless completion of the input's whole history."""
-        turns = [(role, text) for role, text in ask.turns if role != "system"]
+        turns = [turn for turn in ask.history if turn.role != "system"]
         if ask.system:
-            turns.insert(0, ("system", ask.system))
+            turns.insert(0, CallerTurn("system", ask.system))
         options = AnswerOptions(parallel_tool_calls=ask.parallel_tool_calls) if ask.tools \
             else NO_OPTIONS  # fmt: skip
         complete = completion_request(turns, ask.model, ask.max_output_tokens, "", options)
         complete.platform_tools.extend(responses_tools.platform_tools_pb(ask.tools))
+        complete.tool_approvals.extend(responses_tools.approvals_pb(ask.approvals))
         return lambda chat: chat.Complete(complete, metadata=metadata)
 
     def _attach(self, response_id: str, metadata: Metadata) -> StartCall:

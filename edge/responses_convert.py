@@ -87,6 +87,8 @@ class ResponseState:
     parallel_tool_calls: bool = False
     tool_items: list[dict[str, Any]] = field(default_factory=list)
     message_opened: bool = False
+    # The answer ended on calls that wait for a person's approval (no message follows).
+    awaiting_approval: bool = False
 
     def item(self, status: str) -> dict[str, Any]:
         content = [self.part()] if status != "in_progress" or self.text else []
@@ -110,6 +112,8 @@ class ResponseState:
         if not self.text and self.status in ("in_progress", "failed"):
             return list(self.tool_items)
         if self.tools and not self.message_opened and not self.text:
+            return list(self.tool_items)
+        if self.awaiting_approval and not self.text:
             return list(self.tool_items)
         return [*self.tool_items, self.item(self.item_status())]
 

@@ -4,11 +4,12 @@ otherwise. A field OpenAI does not define is refused too, as OpenAI does."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from edge.convert import MODEL_CHOICES
+from edge.convert import MODEL_CHOICES, CallerTurn
 from edge.openai_api import OpenAIError
+from edge.responses_tool_input import PlatformToolAsk, is_tool_item, parse_tools, tool_item
 from infra.convert import AUTO_MODEL
 
 # Fields accepted only at these values: each asks for something the platform does not do.
@@ -45,24 +46,6 @@ HONOURED = (
     "tools",
 )
 INPUT_ROLES = ("user", "system", "developer", "assistant")
-MCP_FIELDS = frozenset(
-    {"type", "server_label", "server_url", "headers", "allowed_tools", "require_approval",
-     "server_description"}
-)  # fmt: skip
-MOST_TOOLS = 16
-
-
-@dataclass(frozen=True, slots=True)
-class PlatformToolAsk:
-    """A tool the platform runs for the response: a remote MCP server (OpenAI's `mcp` tool),
-    or one of the operator's own tools, named by its type (`{"type": "send_email"}`), as
-    OpenAI names its hosted tools."""
-
-    server_label: str = ""
-    server_url: str = ""
-    headers: tuple[tuple[str, str], ...] = ()
-    allowed_tools: tuple[str, ...] = ()
-    name: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +60,11 @@ class ResponseRequest:
     background: bool
     max_output_tokens: int
     tools: tuple[PlatformToolAsk, ...] = ()
+    # Every input item in order as the completion's turns (with store false): the messages,
+    # and the calls and results an earlier response's items carry; and the person's
+    # decisions on calls that asked for one (approval_request_id, approve).
+    history: tuple[CallerTurn, ...] = ()
+    approvals: tuple[tuple[str, bool], ...] = ()
     # Whether one model step may call several tools at once (OpenAI's default: it may).
     parallel_tool_calls: bool = True
 
@@ -140,16 +128,35 @@ def _item(item: Any, index: int) -> tuple[str, str]:
     return ("system" if role == "developer" else role, text)
 
 
-def _turns(raw: Any) -> tuple[tuple[str, str], ...]:
+@dataclass(slots=True)
+class _Input:
+    turns: list[tuple[str, str]] = field(default_factory=list)
+    history: list[CallerTurn] = field(default_factory=list)
+    approvals: list[tuple[str, bool]] = field(default_factory=list)
+    tool_items: bool = False
+
+
+def _input(raw: Any) -> _Input:
+    read = _Input()
     if isinstance(raw, str):
-        turns: tuple[tuple[str, str], ...] = (("user", raw),)
-    elif isinstance(raw, list) and raw:
-        turns = tuple(_item(item, index) for index, item in enumerate(raw))
-    else:
+        raw = [{"role": "user", "content": raw}]
+    if not isinstance(raw, list) or not raw:
         raise bad("input", "'input' must be a string or a non-empty list of message items")
-    if not any(role == "user" and text.strip() for role, text in turns):
+    for index, item in enumerate(raw):
+        if not is_tool_item(item):
+            role, text = _item(item, index)
+            read.turns.append((role, text))
+            read.history.append(CallerTurn(role, text))
+            continue
+        read.tool_items = True
+        found = tool_item(item, f"input[{index}]")
+        if isinstance(found, list):
+            read.history.extend(found)
+        elif found is not None:
+            read.approvals.append(found)
+    if not any(role == "user" and text.strip() for role, text in read.turns):
         raise bad("input", "'input' must hold a user message with some text")
-    return turns
+    return read
 
 
 def _max_output_tokens(body: dict[str, Any]) -> int:
@@ -159,63 +166,6 @@ def _max_output_tokens(body: dict[str, Any]) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1_000_000:
         raise bad("max_output_tokens", "'max_output_tokens' must be an integer from 1")
     return value
-
-
-def _strings(value: Any, param: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise bad(param, f"'{param}' must be a list of names")
-    return tuple(value)
-
-
-def _mcp_tool(tool: dict[str, Any], param: str) -> PlatformToolAsk:
-    unknown = sorted(set(tool) - MCP_FIELDS)
-    if unknown:
-        raise bad(f"{param}.{unknown[0]}", f"'{param}.{unknown[0]}' is not an mcp tool field")
-    label = tool.get("server_label")
-    if not isinstance(label, str) or not label:
-        raise bad(f"{param}.server_label", f"'{param}.server_label' must be a non-empty string")
-    url = tool.get("server_url", "")
-    if not isinstance(url, str):
-        raise bad(f"{param}.server_url", f"'{param}.server_url' must be a string")
-    # The platform cannot yet wait for a person's approval of a call (OpenAI's default is to
-    # ask): a request must say that its calls run without one.
-    if tool.get("require_approval") != "never":
-        raise bad(f"{param}.require_approval", "approvals of tool calls are not supported yet: "
-                  f"set '{param}.require_approval' to \"never\"")  # fmt: skip
-    headers = tool.get("headers") or {}
-    if not isinstance(headers, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
-    ):
-        raise bad(f"{param}.headers", f"'{param}.headers' must map names to strings")
-    allowed = tool.get("allowed_tools")
-    if isinstance(allowed, dict):  # OpenAI's filter form: {"tool_names": [...]}
-        allowed = allowed.get("tool_names")
-    names = () if allowed is None else _strings(allowed, f"{param}.allowed_tools")
-    return PlatformToolAsk(label, url, tuple(sorted(headers.items())), names)
-
-
-def _tools(body: dict[str, Any]) -> tuple[PlatformToolAsk, ...]:
-    raw = body.get("tools")
-    if raw is None:
-        return ()
-    if not isinstance(raw, list) or len(raw) > MOST_TOOLS:
-        raise bad("tools", f"'tools' must be a list of at most {MOST_TOOLS} tools")
-    tools = []
-    for index, tool in enumerate(raw):
-        param = f"tools[{index}]"
-        kind = tool.get("type") if isinstance(tool, dict) else None
-        if not isinstance(kind, str) or not kind:
-            raise bad(f"{param}.type", f"'{param}' must be a tool object with a type")
-        if kind == "function":
-            raise bad(f"{param}.type", "function tools are served by /v1/chat/completions; the "
-                      "Responses API runs the platform's tools (mcp, the operator's)")  # fmt: skip
-        if kind == "mcp":
-            tools.append(_mcp_tool(tool, param))
-        elif set(tool) != {"type"}:
-            raise bad(param, f"'{param}': the platform's {kind!r} tool takes no options")
-        else:
-            tools.append(PlatformToolAsk(name=kind))
-    return tuple(tools)
 
 
 def _check_the_rest(body: dict[str, Any]) -> None:
@@ -240,9 +190,12 @@ def parse(body: dict[str, Any]) -> ResponseRequest:
     if model not in MODEL_CHOICES:
         raise OpenAIError(404, f"the model {model!r} does not exist; use auto, small or large",
                           "model_not_found", "model")  # fmt: skip
+    read = _input(body.get("input"))
+    if read.tool_items and _flag(body, "store", True):
+        raise bad("input", "an earlier response's tool items are carried only with 'store': false")
     request = ResponseRequest(
         model=model,
-        turns=_turns(body.get("input")),
+        turns=tuple(read.turns),
         instructions=_string(body, "instructions"),
         previous_response_id=_string(body, "previous_response_id"),
         store=_flag(body, "store", True),
@@ -250,7 +203,9 @@ def parse(body: dict[str, Any]) -> ResponseRequest:
         background=_flag(body, "background", False),
         max_output_tokens=_max_output_tokens(body),
         # "none": the model calls no tool, so none is run or listed.
-        tools=() if body.get("tool_choice") == "none" else _tools(body),
+        tools=() if body.get("tool_choice") == "none" else parse_tools(body),
+        history=tuple(read.history),
+        approvals=tuple(read.approvals),
         parallel_tool_calls=body.get("parallel_tool_calls") is not False,
     )
     return _consistent(request)

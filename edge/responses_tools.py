@@ -22,7 +22,7 @@ from edge.responses_convert import (
     finish,
     item_id,
 )
-from edge.responses_request import PlatformToolAsk
+from edge.responses_tool_input import PlatformToolAsk
 
 
 def translator(state: ResponseState) -> EventTranslator | ToolEventTranslator:
@@ -99,6 +99,8 @@ class ToolEventTranslator:
             return self._called(event.tool_call)
         if kind == "tool_result":
             return self._answered(event.tool_result)
+        if kind == "approval_request":
+            return self._approval_asked(event.approval_request)
         if kind == "delta":
             opening = self._open_message()
             state.text += event.delta.text
@@ -151,6 +153,19 @@ class ToolEventTranslator:
         placed = {"output_index": index, "item": item}
         return self._events((ended, at), ("response.output_item.done", placed))
 
+    def _approval_asked(self, asked: pb.ToolApprovalRequestEvent) -> list[Event]:
+        """A call waiting for a person: the item whose id the approval answers. The response
+        ends without a message (unless the model wrote text before its calls)."""
+        item = {"id": asked.call_id, "type": "mcp_approval_request",
+                "server_label": asked.server_label or asked.name, "name": asked.name,
+                "arguments": asked.arguments}  # fmt: skip
+        index = len(self.state.tool_items)
+        self.state.tool_items.append(item)
+        self.state.awaiting_approval = True
+        placed = {"output_index": index, "item": item}
+        return self._events(("response.output_item.added", placed),
+                            ("response.output_item.done", placed))  # fmt: skip
+
     def _open_message(self) -> list[Event]:
         state = self.state
         if state.message_opened:
@@ -167,7 +182,7 @@ class ToolEventTranslator:
 
     def _closing(self) -> list[Event]:
         state = self.state
-        if not state.text and state.status != "completed":
+        if not state.text and (state.status != "completed" or state.awaiting_approval):
             return self._events((ENDING_EVENT[state.status], {"response": state.body()}))
         opening = self._open_message()
         index = len(state.tool_items)
@@ -186,9 +201,22 @@ class ToolEventTranslator:
 def platform_tools_pb(tools: tuple[PlatformToolAsk, ...]) -> list[pb.PlatformTool]:
     return [
         pb.PlatformTool(server_label=t.server_label, server_url=t.server_url,
-                        headers=dict(t.headers), allowed_tools=t.allowed_tools, name=t.name)
+                        headers=dict(t.headers), allowed_tools=t.allowed_tools, name=t.name,
+                        require_approval=t.require_approval,
+                        approval_exceptions=t.approval_exceptions)
         for t in tools
     ]  # fmt: skip
+
+
+def approvals_pb(approvals: tuple[tuple[str, bool], ...]) -> list[pb.ToolApproval]:
+    return [pb.ToolApproval(call_id=call_id, approve=approve) for call_id, approve in approvals]
+
+
+def _approval_json(tool: PlatformToolAsk) -> Any:
+    way, other = ("always", "never") if tool.require_approval else ("never", "always")
+    if not tool.approval_exceptions:
+        return way
+    return {other: {"tool_names": list(tool.approval_exceptions)}}
 
 
 def tools_json(tools: tuple[PlatformToolAsk, ...]) -> list[dict[str, Any]]:
@@ -196,10 +224,10 @@ def tools_json(tools: tuple[PlatformToolAsk, ...]) -> list[dict[str, Any]]:
     echoed: list[dict[str, Any]] = []
     for tool in tools:
         if tool.name:
-            echoed.append({"type": tool.name})
+            echoed.append({"type": tool.name, "require_approval": _approval_json(tool)})
             continue
         allowed = list(tool.allowed_tools) or None
         echoed.append({"type": "mcp", "server_label": tool.server_label,
                        "server_url": tool.server_url or None, "allowed_tools": allowed,
-                       "headers": None, "require_approval": "never"})  # fmt: skip
+                       "headers": None, "require_approval": _approval_json(tool)})  # fmt: skip
     return echoed

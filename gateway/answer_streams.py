@@ -18,7 +18,12 @@ from typing import Protocol
 from chat.v1 import chat_service_pb2 as pb
 from gateway.auth import Authenticator
 from gateway.completions import closing_events
-from gateway.convert import completion_from_pb, platform_tools_from_pb, pool_of
+from gateway.convert import (
+    completion_from_pb,
+    platform_tools_from_pb,
+    pool_of,
+    tool_approvals_from_pb,
+)
 from gateway.far_runs import FarRuns
 from gateway.peer_client import PeerGateways
 from gateway.pipeline import ChatPipeline
@@ -122,10 +127,11 @@ class AnswerStreams:
         """A completion, stopped when its reader goes away before the end (closing the stream
         stops it) unless it was asked to be resumable."""
         user = await self._auth.user_of_token(caller.token)
-        if request.platform_tools:
+        if request.platform_tools or request.tool_approvals:
             # The harness's loop: several model calls and the tools between them.
-            tools = platform_tools_from_pb(request)
-            async for batch in self._tools.run(user, completion_from_pb(request), tools):
+            tools, approvals = platform_tools_from_pb(request), tool_approvals_from_pb(request)
+            asked = completion_from_pb(request)
+            async for batch in self._tools.run(user, asked, tools, approvals):
                 yield batch
             return
         run = await self._pipeline.complete(user, completion_from_pb(request))

@@ -13,6 +13,7 @@ from domain.feedback import Rating
 from domain.types import Finish
 from gateway.completions import CallerTurn, CompleteRequest
 from gateway.runs import (
+    ApprovalRequested,
     Delta,
     Done,
     Event,
@@ -23,7 +24,7 @@ from gateway.runs import (
     ToolsListed,
     ToolStarted,
 )
-from gateway.tool_loop import PlatformTool
+from gateway.tool_requests import PlatformTool
 from infra.convert import (
     AUTO_MODEL,
     FINISH_TO_PB,
@@ -90,9 +91,20 @@ def platform_tools_from_pb(request: pb.CompleteRequest) -> list[PlatformTool]:
             headers=tuple(sorted(tool.headers.items())),
             allowed_tools=tuple(tool.allowed_tools),
             name=tool.name,
+            require_approval=tool.require_approval,
+            approval_exceptions=tuple(tool.approval_exceptions),
         )
         for tool in request.platform_tools
     ]
+
+
+def tool_approvals_from_pb(request: pb.CompleteRequest) -> dict[str, bool]:
+    approvals: dict[str, bool] = {}
+    for approval in request.tool_approvals:
+        if approval.call_id in approvals:
+            raise InvalidArgument(f"call {approval.call_id[:80]!r} is decided twice")
+        approvals[approval.call_id] = approval.approve
+    return approvals
 
 
 def _timestamp(seconds: float) -> timestamp_pb2.Timestamp:
@@ -145,6 +157,12 @@ def event_to_pb(event_id: int, event: Event) -> pb.ChatEvent:
             call = pb.ToolCallEvent(call_id=event.call_id, server_label=event.server_label,
                                     name=event.name, arguments=event.arguments)  # fmt: skip
             return pb.ChatEvent(event_id=event_id, tool_call=call)
+        case ApprovalRequested():
+            asked = pb.ToolApprovalRequestEvent(
+                call_id=event.call_id, server_label=event.server_label, name=event.name,
+                arguments=event.arguments,
+            )  # fmt: skip
+            return pb.ChatEvent(event_id=event_id, approval_request=asked)
         case ToolEnded():
             result = pb.ToolResultEvent(call_id=event.call_id, output=event.output,
                                         error=event.error)  # fmt: skip

@@ -98,7 +98,27 @@ class ToolEnded:
     error: str = ""
 
 
-Event = Meta | Delta | Retract | Done | Failed | ToolsListed | ToolStarted | ToolEnded
+@dataclass(frozen=True, slots=True)
+class ApprovalRequested:
+    """A call that waits for a person's approval: the answer ends after it."""
+
+    call_id: str
+    server_label: str
+    name: str
+    arguments: str
+
+
+Event = (
+    Meta
+    | Delta
+    | Retract
+    | Done
+    | Failed
+    | ToolsListed
+    | ToolStarted
+    | ToolEnded
+    | ApprovalRequested
+)
 
 
 def shown_pieces(events: list[Event]) -> tuple[list[str], bool]:

@@ -34,20 +34,19 @@ from domain.capabilities import (
     ConversationSettings,
     SecurityEvent,
     SecurityViolation,
-    ToolRequest,
     ToolSpec,
     authorize,
     capability_set,
     server_tool,
-    whole_server,
 )
 from domain.errors import InvalidArgument
 from domain.safety import Verdict
 from domain.trifecta import ContextPart, Origin, check
-from domain.types import Finish, Role, Tier, Usage, User
+from domain.types import Finish, Role, Usage, User
 from gateway.completions import CallerTurn, CompleteRequest, closing_events
 from gateway.metrics import GatewayMetrics
 from gateway.runs import (
+    ApprovalRequested,
     Delta,
     Done,
     Event,
@@ -59,9 +58,14 @@ from gateway.runs import (
     ToolStarted,
 )
 from gateway.tool_ports import RemoteServers, ToolOutcome, ToolServer, ToolUnavailable
-
-LABEL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
-MAX_PLATFORM_TOOLS = 16
+from gateway.tool_requests import (
+    DECLINED,
+    NO_APPROVALS,
+    PlatformTool,
+    ToolPolicy,
+    capability_requests,
+    pending_calls,
+)
 
 
 class CompletionRunner(Protocol):
@@ -74,79 +78,6 @@ class TextCheck(Protocol):
     def check_text(self, text: str) -> Verdict | None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class PlatformTool:
-    """A tool the request asks the platform to run: an MCP server by label (with url: one
-    the request names; without: the operator's), or an operator's tool by name."""
-
-    server_label: str = ""
-    server_url: str = ""
-    headers: tuple[tuple[str, str], ...] = ()
-    allowed_tools: tuple[str, ...] = ()
-    name: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class OperatorServer:
-    """An MCP server the operator registered: where it is and what its tools can do."""
-
-    label: str
-    url: str
-    spec: ToolSpec  # named whole_server(label)
-
-
-@dataclass(frozen=True, slots=True)
-class ToolPolicy:
-    grants: Mapping[Tier, frozenset[str]]
-    max_steps: Mapping[Tier, int]
-    # The operator's own tools by name (send_email), each a server of one tool, and its MCP
-    # servers by label.
-    own_tools: Mapping[str, tuple[ToolSpec, ToolServer]] = field(default_factory=dict)
-    servers: Mapping[str, OperatorServer] = field(default_factory=dict)
-
-    def registry(self) -> dict[str, ToolSpec]:
-        specs = {name: spec for name, (spec, _) in self.own_tools.items()}
-        return specs | {whole_server(s.label): s.spec for s in self.servers.values()}
-
-
-def _check_tool(tool: PlatformTool, policy: ToolPolicy) -> None:
-    if bool(tool.name) == bool(tool.server_label):
-        raise InvalidArgument("a platform tool names either a server_label or a tool name")
-    label = tool.server_label
-    if label and (len(label) > 64 or not set(label) <= LABEL_CHARS):
-        raise InvalidArgument(f"server_label {label[:70]!r}: 1-64 letters, digits, _ or -")
-    known = policy.servers.get(label)
-    if label and not tool.server_url and known is None:
-        raise InvalidArgument(f"server_label {label!r} is no server of the operator's: give "
-                              "its server_url")  # fmt: skip
-    if known is not None and tool.server_url and tool.server_url != known.url:
-        raise InvalidArgument(f"server_label {label!r} names the operator's server, which is "
-                              "at another address: choose another label")  # fmt: skip
-    if tool.server_url and not tool.server_url.startswith(("http://", "https://")):
-        raise InvalidArgument(f"server_url of {label!r} must be an http or https address")
-
-
-def _requests(tools: Sequence[PlatformTool], policy: ToolPolicy) -> list[ToolRequest]:
-    """What the request names, as the capability set reads it. A server the operator
-    registered is the operator's (its tags), whatever address the request repeats."""
-    if len(tools) > MAX_PLATFORM_TOOLS:
-        raise InvalidArgument(f"at most {MAX_PLATFORM_TOOLS} platform tools are accepted")
-    labels = [tool.server_label for tool in tools if tool.server_label]
-    if len(labels) != len(set(labels)):
-        raise InvalidArgument("each server_label may be named once")
-    requests = []
-    for tool in tools:
-        _check_tool(tool, policy)
-        if tool.name:
-            requests.append(ToolRequest(tool.name))
-            continue
-        url = "" if tool.server_label in policy.servers else tool.server_url
-        names = [server_tool(tool.server_label, name) for name in tool.allowed_tools]
-        names = names or [whole_server(tool.server_label)]
-        requests.extend(ToolRequest(name, server_url=url) for name in names)
-    return requests
-
-
 @dataclass(slots=True)
 class _Offered:
     """A tool the model is offered this turn: its server, its definition as listed, and its
@@ -156,6 +87,7 @@ class _Offered:
     server_label: str
     definition: ToolDefinition
     qualified: str
+    needs_approval: bool = False
 
 
 @dataclass(slots=True)
@@ -163,6 +95,7 @@ class _Turn:
     """One turn's state: the servers opened, the tools offered, the context so far."""
 
     capabilities: CapabilitySet
+    confirmed: frozenset[str]
     turns: list[CallerTurn]
     parts: list[ContextPart]
     servers: list[ToolServer] = field(default_factory=list)
@@ -234,7 +167,11 @@ def _result_text(outcome: ToolOutcome) -> str:
 
 class PlatformTools(Protocol):
     def run(
-        self, user: User, request: CompleteRequest, tools: Sequence[PlatformTool]
+        self,
+        user: User,
+        request: CompleteRequest,
+        tools: Sequence[PlatformTool],
+        approvals: Mapping[str, bool],
     ) -> AsyncIterator[list[tuple[int, Event]]]: ...
 
 
@@ -242,7 +179,11 @@ class NoTools:
     """A gateway that runs no tools (its composition gave it none)."""
 
     async def run(
-        self, user: User, request: CompleteRequest, tools: Sequence[PlatformTool]
+        self,
+        user: User,
+        request: CompleteRequest,
+        tools: Sequence[PlatformTool],
+        approvals: Mapping[str, bool],
     ) -> AsyncIterator[list[tuple[int, Event]]]:
         raise InvalidArgument("this gateway runs no platform tools")
         yield []  # an async generator, as PlatformTools.run is
@@ -268,11 +209,16 @@ class ToolLoop:
         """The turn's set, from the request and the operator's state alone; raises (a 4xx)
         for a tool that may not run, before anything starts."""
         policy = self._policy
-        return capability_set(user.tier, policy.grants, policy.registry(),
-                              _requests(tools, policy), ConversationSettings())  # fmt: skip
+        requests = capability_requests(tools, policy)
+        return capability_set(user.tier, policy.grants, policy.registry(), requests,
+                              ConversationSettings())  # fmt: skip
 
     async def run(
-        self, user: User, request: CompleteRequest, tools: Sequence[PlatformTool]
+        self,
+        user: User,
+        request: CompleteRequest,
+        tools: Sequence[PlatformTool],
+        approvals: Mapping[str, bool] = NO_APPROVALS,
     ) -> AsyncIterator[list[tuple[int, Event]]]:
         if request.resumable:
             raise InvalidArgument("a completion with platform tools cannot be resumable")
@@ -280,11 +226,15 @@ class ToolLoop:
             raise InvalidArgument("a completion runs either the caller's function tools or "
                                   "platform tools, not both")  # fmt: skip
         capabilities = self.capabilities(user, tools)
+        pending = pending_calls(request.turns, approvals)
+        confirmed = frozenset(name for tool in tools for name in tool.confirmed())
         parts = [ContextPart(t.counted_text(), _origin(t)) for t in request.turns]
-        turn = _Turn(capabilities, list(request.turns), parts)
+        turn = _Turn(capabilities, confirmed, list(request.turns), parts)
         try:
             # The listings go right after the first step's meta: a stream opens with its meta.
             turn.listings = await self._list(turn, tools)
+            decided = [event async for event in self._decided(user, turn, pending, approvals)]
+            turn.listings.extend(decided)
             async for batch in self._steps(user, request, turn):
                 yield batch
         finally:
@@ -333,8 +283,9 @@ class ToolLoop:
                 self._log.warning("tool_name_taken", tool=definition.name,
                                   server=tool.server_label)  # fmt: skip
                 continue
+            asks = tool.needs_approval(definition.name)
             turn.offered[definition.name] = _Offered(server, tool.server_label, definition,
-                                                     qualified)  # fmt: skip
+                                                     qualified, asks)  # fmt: skip
             offered.append(definition)
         return offered
 
@@ -348,7 +299,7 @@ class ToolLoop:
         options = replace(request.options, tools=tools, tool_choice=ToolChoice.AUTO)
         for number in range(max_steps + 1):
             try:
-                check(turn.parts, turn.capabilities)
+                check(turn.parts, turn.capabilities, turn.confirmed)
             except SecurityViolation as refused:
                 yield turn.numbered(self._refused(user, turn, refused.event))
                 return
@@ -373,13 +324,49 @@ class ToolLoop:
                 yield turn.numbered(self._refused(user, turn, refused.event))
                 return
             turn.add(CallerTurn(Role.ASSISTANT, step.text, tuple(step.calls)))
+            waiting: list[Event] = []
             for call, (tool, spec) in zip(step.calls, offered, strict=True):
-                yield turn.numbered([ToolStarted(call.call_id, tool.server_label,
-                                                 call.name, call.arguments)])  # fmt: skip
-                outcome = await self._call(tool, call)
-                yield turn.numbered([ToolEnded(call.call_id, outcome.output, outcome.error)])
-                result = CallerTurn(Role.TOOL, _result_text(outcome), tool_call_id=call.call_id)
-                turn.add(result, _result_origins(spec))
+                if tool.needs_approval:
+                    waiting.append(ApprovalRequested(call.call_id, tool.server_label,
+                                                     call.name, call.arguments))  # fmt: skip
+                    continue
+                async for events in self._run_call(turn, call, tool, spec):
+                    yield turn.numbered(events)
+            if waiting:
+                # The turn ends here; a later request brings each decision (and the calls).
+                yield turn.numbered([*waiting, Done(Finish.STOP, turn.usage)])
+                return
+
+    async def _run_call(
+        self, turn: _Turn, call: ToolCall, tool: _Offered, spec: ToolSpec
+    ) -> AsyncIterator[list[Event]]:
+        yield [ToolStarted(call.call_id, tool.server_label, call.name, call.arguments)]
+        outcome = await self._call(tool, call)
+        yield [ToolEnded(call.call_id, outcome.output, outcome.error)]
+        result = CallerTurn(Role.TOOL, _result_text(outcome), tool_call_id=call.call_id)
+        turn.add(result, _result_origins(spec))
+
+    async def _decided(
+        self,
+        user: User,
+        turn: _Turn,
+        pending: list[ToolCall],
+        approvals: Mapping[str, bool],
+    ) -> AsyncIterator[Event]:
+        """The calls a person was asked about, as they decided: an approved call runs (still
+        only inside this request's set), a declined one is answered as declined."""
+        for call in pending:
+            tool, spec = self._authorized(turn, call)
+            if approvals[call.call_id]:
+                async for events in self._run_call(turn, call, tool, spec):
+                    for event in events:
+                        yield event
+                continue
+            # Shown as the call it was, ended unrun, so the caller's record has both.
+            yield ToolStarted(call.call_id, tool.server_label, call.name, call.arguments)
+            yield ToolEnded(call.call_id, "", DECLINED)
+            turn.add(CallerTurn(Role.TOOL, f"The tool was not run: {DECLINED}.",
+                                tool_call_id=call.call_id))  # fmt: skip
 
     async def _model_step(
         self, user: User, request: CompleteRequest, turn: _Turn, step: _Step

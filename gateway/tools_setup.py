@@ -12,8 +12,9 @@ from domain.types import Tier
 from gateway.email_tool import EmailTool
 from gateway.mcp_tools import McpServers
 from gateway.metrics import GatewayMetrics
-from gateway.tool_loop import CompletionRunner, OperatorServer, TextCheck, ToolLoop, ToolPolicy
+from gateway.tool_loop import CompletionRunner, TextCheck, ToolLoop
 from gateway.tool_ports import ToolServer
+from gateway.tool_requests import OperatorServer, ToolPolicy
 from infra.config import ConfigError
 
 SEND_EMAIL = "send_email"

@@ -83,3 +83,14 @@ def test_a_part_names_its_origins_as_a_frozenset() -> None:
         ContextPart("x", {Origin.MEMORY})  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         ContextPart("x", frozenset())
+
+
+def test_a_tool_whose_every_call_a_person_confirms_is_not_the_outward_leg() -> None:
+    email = ToolSpec("send_email", frozenset({Capability.COMMUNICATES_EXTERNALLY}))
+    fetch = ToolSpec("fetch_page", frozenset({Capability.BRINGS_UNTRUSTED}))
+    capabilities = CapabilitySet(frozenset({email, fetch}))
+    parts = [ContextPart("my notes", frozenset({Origin.CONVERSATION})),
+             ContextPart("a page", frozenset({Origin.TOOL_RESULT}))]  # fmt: skip
+    check(parts, capabilities, confirmed=frozenset({"send_email"}))
+    with pytest.raises(LethalTrifecta):
+        check(parts, capabilities, confirmed=frozenset({"fetch_page"}))

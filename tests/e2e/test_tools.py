@@ -101,9 +101,9 @@ async def new_user(platform: LocalPlatform, tier: int = common_pb2.TIER_PLUS) ->
     return created.token
 
 
-def pages_tool(mcp_server: McpTestServer) -> dict[str, Any]:
+def pages_tool(mcp_server: McpTestServer, approval: Any = "never") -> dict[str, Any]:
     return {"type": "mcp", "server_label": "pages", "server_url": mcp_server.url,
-            "allowed_tools": ["fetch_page"], "require_approval": "never"}  # fmt: skip
+            "allowed_tools": ["fetch_page"], "require_approval": approval}  # fmt: skip
 
 
 def answer_to(*turns: tuple[Role, str]) -> str:
@@ -205,7 +205,7 @@ async def test_send_email_reaches_the_relay_when_nothing_untrusted_is_read(
     async with sdk(platform, await new_user(platform)) as client:
         response = await client.responses.create(
             model="auto", input="Mail me a reminder to water the plants.", store=False,
-            tools=[{"type": "send_email"}],  # type: ignore[list-item]
+            tools=[{"type": "send_email", "require_approval": "never"}],  # type: ignore[list-item]
         )  # fmt: skip
     _, sent, _ = response.output
     arguments = json.loads(sent.arguments)
@@ -232,11 +232,67 @@ async def test_free_runs_no_tool_step_past_its_cap(
 
 
 BAD_TOOLS = [
-    # OpenAI's default asks a person to approve each call, which the platform cannot yet.
-    ({"tools": [{"type": "mcp", "server_label": "pages"}]}, 400, "tools[0].require_approval"),
+    (
+        {"tools": [{"type": "mcp", "server_label": "pages", "require_approval": "sometimes"}]},
+        400,
+        "tools[0].require_approval",
+    ),
+    (
+        {
+            "tools": [
+                {
+                    "type": "mcp",
+                    "server_label": "pages",
+                    "require_approval": {"never": {"tool_names": "fetch_page"}},
+                }
+            ]
+        },
+        400,
+        "tools[0].require_approval.never.tool_names",
+    ),
     ({"store": True, "tools": [{"type": "send_email"}]}, 400, "tools"),
     ({"tools": [{"type": "function", "name": "f"}]}, 400, "tools[0].type"),
-    ({"tools": [{"type": "send_email", "to": "x"}]}, 400, "tools[0]"),
+    ({"tools": [{"type": "send_email", "to": "x"}]}, 400, "tools[0].to"),
+    # A decision on a call nobody asked about, and a call asked about with no decision.
+    (
+        {
+            "input": [
+                {"role": "user", "content": "Hi"},
+                {"type": "mcp_approval_response", "approve": True, "approval_request_id": "call_x"},
+            ],
+            "tools": [{"type": "send_email"}],
+        },
+        400,
+        None,
+    ),
+    (
+        {
+            "input": [
+                {"role": "user", "content": "Hi"},
+                {
+                    "type": "mcp_approval_request",
+                    "id": "call_x",
+                    "name": "send_email",
+                    "arguments": "{}",
+                    "server_label": "send_email",
+                },
+            ],
+            "tools": [{"type": "send_email"}],
+        },
+        400,
+        None,
+    ),
+    (
+        {
+            "store": True,
+            "input": [
+                {"role": "user", "content": "Hi"},
+                {"type": "mcp_approval_response", "approve": True, "approval_request_id": "call_x"},
+            ],
+        },
+        400,
+        "input",
+    ),
     ({"tools": [{"type": "web_search"}]}, 400, None),
     # The operator's label at another address.
     (
@@ -277,3 +333,98 @@ async def test_a_free_user_may_not_name_a_tool_its_plan_lacks(platform: LocalPla
         with pytest.raises(openai.PermissionDeniedError, match="not part of this plan"):
             await client.responses.create(model="auto", input="Hi", store=False,
                                           tools=[{"type": "send_email"}])  # type: ignore[list-item]  # fmt: skip
+
+
+# Approvals ------------------------------------------------------------------------------------
+
+
+async def test_a_call_waits_for_approval_and_runs_once_approved(
+    platform: LocalPlatform, mcp_server: McpTestServer
+) -> None:
+    """OpenAI's default for a remote server: each call asks first. The response ends on the
+    request; the next one carries it back with the decision, and the call runs then."""
+    tools = [pages_tool(mcp_server, approval=None)]
+    async with sdk(platform, await new_user(platform)) as client:
+        asked = await client.responses.create(model="auto", input=QUESTION, store=False,
+                                              tools=tools)  # type: ignore[arg-type]  # fmt: skip
+        listed, request = asked.output
+        assert (listed.type, request.type, request.name) == (
+            "mcp_list_tools", "mcp_approval_request", "fetch_page")  # fmt: skip
+        assert asked.status == "completed" and asked.output_text == ""
+        decided = await client.responses.create(
+            model="auto", store=False, tools=tools,  # type: ignore[arg-type]
+            input=[{"role": "user", "content": QUESTION}, request.model_dump(),
+                   {"type": "mcp_approval_response", "approve": True,
+                    "approval_request_id": request.id}],  # type: ignore[list-item]
+        )  # fmt: skip
+    _, fetched, _ = decided.output
+    assert (fetched.type, fetched.id.endswith(request.id), fetched.output) == (
+        "mcp_call", True, PAGE)  # fmt: skip
+    assert json.loads(fetched.arguments) == json.loads(request.arguments)
+    assert decided.output_text == answer_to(
+        (Role.SYSTEM, SYSTEM_PROMPT), (Role.USER, QUESTION), (Role.ASSISTANT, ""),
+        (Role.TOOL, PAGE))  # fmt: skip
+
+
+async def test_a_declined_call_is_not_run_and_the_model_is_told(
+    platform: LocalPlatform, mcp_server: McpTestServer
+) -> None:
+    tools = [pages_tool(mcp_server, approval="always")]
+    async with sdk(platform, await new_user(platform)) as client:
+        asked = await client.responses.create(model="auto", input=QUESTION, store=False,
+                                              tools=tools)  # type: ignore[arg-type]  # fmt: skip
+        request = asked.output[1]
+        decided = await client.responses.create(
+            model="auto", store=False, tools=tools,  # type: ignore[arg-type]
+            input=[{"role": "user", "content": QUESTION}, request.model_dump(),
+                   {"type": "mcp_approval_response", "approve": False,
+                    "approval_request_id": request.id}],  # type: ignore[list-item]
+        )  # fmt: skip
+    _, declined, _ = decided.output
+    assert (declined.output, declined.error) == (None, "the user declined this call")
+    assert decided.output_text == answer_to(
+        (Role.SYSTEM, SYSTEM_PROMPT), (Role.USER, QUESTION), (Role.ASSISTANT, ""),
+        (Role.TOOL, "The tool was not run: the user declined this call."))  # fmt: skip
+
+
+async def test_a_mail_waits_for_approval_so_a_page_may_be_read_in_the_same_turn(
+    platform: LocalPlatform, mcp_server: McpTestServer, smtp_server: SmtpTestServer
+) -> None:
+    """The trifecta's one way out: every send asks a person first, its arguments shown, so
+    the model may read the page in a turn that can mail. Nothing is sent unasked."""
+    smtp_server.clear()
+    tools = [pages_tool(mcp_server), {"type": "send_email", "require_approval": "always"}]
+    async with sdk(platform, await new_user(platform)) as client:
+        answered = await client.responses.create(
+            model="auto", input=QUESTION, store=False, parallel_tool_calls=False,
+            tools=tools,  # type: ignore[arg-type]
+        )  # fmt: skip
+    assert answered.status == "completed"
+    assert [item.type for item in answered.output] == [
+        "mcp_list_tools", "mcp_list_tools", "mcp_call", "message"]  # fmt: skip
+    assert answered.output_text == answer_to(
+        (Role.SYSTEM, SYSTEM_PROMPT), (Role.USER, QUESTION), (Role.ASSISTANT, ""),
+        (Role.TOOL, PAGE))  # fmt: skip
+    assert smtp_server.messages() == []
+
+
+async def test_an_approved_mail_reaches_the_relay(
+    platform: LocalPlatform, smtp_server: SmtpTestServer
+) -> None:
+    smtp_server.clear()
+    tools = [{"type": "send_email", "require_approval": "always"}]
+    ask = "Mail me a reminder to water the plants."
+    async with sdk(platform, await new_user(platform)) as client:
+        asked = await client.responses.create(model="auto", input=ask, store=False,
+                                              tools=tools)  # type: ignore[arg-type]  # fmt: skip
+        _, request = asked.output
+        assert request.type == "mcp_approval_request" and smtp_server.messages() == []
+        await client.responses.create(
+            model="auto", store=False, tools=tools,  # type: ignore[arg-type]
+            input=[{"role": "user", "content": ask}, request.model_dump(),
+                   {"type": "mcp_approval_response", "approve": True,
+                    "approval_request_id": request.id}],  # type: ignore[list-item]
+        )  # fmt: skip
+    (mail,) = smtp_server.wait_for(1)
+    arguments = json.loads(request.arguments)
+    assert (mail["To"], mail["Subject"]) == (RECIPIENT, arguments["subject"])

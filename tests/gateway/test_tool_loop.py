@@ -25,8 +25,9 @@ from gateway.completions import CallerTurn, CompleteRequest
 from gateway.metrics import GatewayMetrics
 from gateway.policies import MessagePolicies
 from gateway.runs import Delta, Done, Event, MessageRun, Meta, ToolEnded, ToolsListed, ToolStarted
-from gateway.tool_loop import OperatorServer, PlatformTool, ToolLoop, ToolPolicy
+from gateway.tool_loop import ToolLoop
 from gateway.tool_ports import ToolOutcome
+from gateway.tool_requests import OperatorServer, PlatformTool, ToolPolicy
 
 # The shipped output check; "forbidden canary phrase" is its harmless test rule.
 BLOCKLIST = Path(domain.__file__).parent / "safety" / "blocklist.json"

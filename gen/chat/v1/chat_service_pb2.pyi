@@ -32,7 +32,7 @@ RATING_UP: Rating
 RATING_DOWN: Rating
 
 class ChatEvent(_message.Message):
-    __slots__ = ("event_id", "meta", "delta", "done", "error", "retract", "tools_listed", "tool_call", "tool_result")
+    __slots__ = ("event_id", "meta", "delta", "done", "error", "retract", "tools_listed", "tool_call", "tool_result", "approval_request")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     META_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
@@ -42,6 +42,7 @@ class ChatEvent(_message.Message):
     TOOLS_LISTED_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     TOOL_RESULT_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_REQUEST_FIELD_NUMBER: _ClassVar[int]
     event_id: int
     meta: MetaEvent
     delta: DeltaEvent
@@ -51,7 +52,28 @@ class ChatEvent(_message.Message):
     tools_listed: ToolsListedEvent
     tool_call: ToolCallEvent
     tool_result: ToolResultEvent
-    def __init__(self, event_id: _Optional[int] = ..., meta: _Optional[_Union[MetaEvent, _Mapping]] = ..., delta: _Optional[_Union[DeltaEvent, _Mapping]] = ..., done: _Optional[_Union[DoneEvent, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ..., retract: _Optional[_Union[RetractEvent, _Mapping]] = ..., tools_listed: _Optional[_Union[ToolsListedEvent, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCallEvent, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResultEvent, _Mapping]] = ...) -> None: ...
+    approval_request: ToolApprovalRequestEvent
+    def __init__(self, event_id: _Optional[int] = ..., meta: _Optional[_Union[MetaEvent, _Mapping]] = ..., delta: _Optional[_Union[DeltaEvent, _Mapping]] = ..., done: _Optional[_Union[DoneEvent, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ..., retract: _Optional[_Union[RetractEvent, _Mapping]] = ..., tools_listed: _Optional[_Union[ToolsListedEvent, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCallEvent, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResultEvent, _Mapping]] = ..., approval_request: _Optional[_Union[ToolApprovalRequestEvent, _Mapping]] = ...) -> None: ...
+
+class ToolApprovalRequestEvent(_message.Message):
+    __slots__ = ("call_id", "server_label", "name", "arguments")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    SERVER_LABEL_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    server_label: str
+    name: str
+    arguments: str
+    def __init__(self, call_id: _Optional[str] = ..., server_label: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ...) -> None: ...
+
+class ToolApproval(_message.Message):
+    __slots__ = ("call_id", "approve")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVE_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    approve: bool
+    def __init__(self, call_id: _Optional[str] = ..., approve: _Optional[bool] = ...) -> None: ...
 
 class ToolsListedEvent(_message.Message):
     __slots__ = ("server_label", "tools", "error")
@@ -86,7 +108,7 @@ class ToolResultEvent(_message.Message):
     def __init__(self, call_id: _Optional[str] = ..., output: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
 
 class PlatformTool(_message.Message):
-    __slots__ = ("server_label", "server_url", "headers", "allowed_tools", "name")
+    __slots__ = ("server_label", "server_url", "headers", "allowed_tools", "name", "require_approval", "approval_exceptions")
     class HeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -99,12 +121,16 @@ class PlatformTool(_message.Message):
     HEADERS_FIELD_NUMBER: _ClassVar[int]
     ALLOWED_TOOLS_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    REQUIRE_APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_EXCEPTIONS_FIELD_NUMBER: _ClassVar[int]
     server_label: str
     server_url: str
     headers: _containers.ScalarMap[str, str]
     allowed_tools: _containers.RepeatedScalarFieldContainer[str]
     name: str
-    def __init__(self, server_label: _Optional[str] = ..., server_url: _Optional[str] = ..., headers: _Optional[_Mapping[str, str]] = ..., allowed_tools: _Optional[_Iterable[str]] = ..., name: _Optional[str] = ...) -> None: ...
+    require_approval: bool
+    approval_exceptions: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, server_label: _Optional[str] = ..., server_url: _Optional[str] = ..., headers: _Optional[_Mapping[str, str]] = ..., allowed_tools: _Optional[_Iterable[str]] = ..., name: _Optional[str] = ..., require_approval: _Optional[bool] = ..., approval_exceptions: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class MetaEvent(_message.Message):
     __slots__ = ("message_id", "conversation_id", "model", "replica_id", "region", "region_notice", "version", "downgraded", "slice", "pool", "pool_reason")
@@ -327,7 +353,7 @@ class ListMessagesResponse(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
 
 class CompleteRequest(_message.Message):
-    __slots__ = ("turns", "model", "max_tokens", "session_key", "options", "resumable", "platform_tools")
+    __slots__ = ("turns", "model", "max_tokens", "session_key", "options", "resumable", "platform_tools", "tool_approvals")
     TURNS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -335,6 +361,7 @@ class CompleteRequest(_message.Message):
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     RESUMABLE_FIELD_NUMBER: _ClassVar[int]
     PLATFORM_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_APPROVALS_FIELD_NUMBER: _ClassVar[int]
     turns: _containers.RepeatedCompositeFieldContainer[_common_pb2.Turn]
     model: ModelChoice
     max_tokens: int
@@ -342,7 +369,8 @@ class CompleteRequest(_message.Message):
     options: _common_pb2.AnswerOptions
     resumable: bool
     platform_tools: _containers.RepeatedCompositeFieldContainer[PlatformTool]
-    def __init__(self, turns: _Optional[_Iterable[_Union[_common_pb2.Turn, _Mapping]]] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., max_tokens: _Optional[int] = ..., session_key: _Optional[str] = ..., options: _Optional[_Union[_common_pb2.AnswerOptions, _Mapping]] = ..., resumable: _Optional[bool] = ..., platform_tools: _Optional[_Iterable[_Union[PlatformTool, _Mapping]]] = ...) -> None: ...
+    tool_approvals: _containers.RepeatedCompositeFieldContainer[ToolApproval]
+    def __init__(self, turns: _Optional[_Iterable[_Union[_common_pb2.Turn, _Mapping]]] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., max_tokens: _Optional[int] = ..., session_key: _Optional[str] = ..., options: _Optional[_Union[_common_pb2.AnswerOptions, _Mapping]] = ..., resumable: _Optional[bool] = ..., platform_tools: _Optional[_Iterable[_Union[PlatformTool, _Mapping]]] = ..., tool_approvals: _Optional[_Iterable[_Union[ToolApproval, _Mapping]]] = ...) -> None: ...
 
 class CompleteResponse(_message.Message):
     __slots__ = ("event", "more")
