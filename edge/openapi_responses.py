@@ -77,14 +77,73 @@ INPUT_ITEM = {
     },
 }
 NULLABLE_STRING = {"type": ["string", "null"]}
+# An earlier stateless response's items, carried back in a later one's input (store false).
+CALL_ITEM = {
+    "type": "object",
+    "description": "a call an earlier response ran (mcp_call, or <name>_call for the "
+    "operator's tools): the call and its output or error become the history",
+    "required": ["type", "id", "name"],
+    "properties": {
+        "type": {"type": "string", "pattern": "_call$"},
+        "id": {"type": "string", "minLength": 1},
+        "name": {"type": "string", "minLength": 1},
+        "arguments": {"type": "string"},
+        "output": NULLABLE_STRING,
+        "error": NULLABLE_STRING,
+    },
+}
+APPROVAL_REQUEST_ITEM = {
+    "type": "object",
+    "description": "a call an earlier response asked a person about; the decision follows",
+    "required": ["type", "id", "name"],
+    "properties": {
+        "type": {"const": "mcp_approval_request"},
+        "id": {"type": "string", "minLength": 1},
+        "name": {"type": "string", "minLength": 1},
+        "arguments": {"type": "string"},
+        "server_label": {"type": "string"},
+    },
+}
+APPROVAL_RESPONSE_ITEM = {
+    "type": "object",
+    "required": ["type", "approval_request_id", "approve"],
+    "properties": {
+        "type": {"const": "mcp_approval_response"},
+        "approval_request_id": {"type": "string", "minLength": 1},
+        "approve": {"type": "boolean"},
+    },
+}
+LISTING_ITEM = {
+    "type": "object",
+    "description": "an earlier listing: ignored (the servers are asked again)",
+    "required": ["type"],
+    "properties": {"type": {"const": "mcp_list_tools"}},
+}
 NAMES = {"type": "array", "items": {"type": "string", "minLength": 1}}
+APPROVAL = {
+    "description": "whether each call waits for a person's approval (an mcp_approval_request "
+    "item ends the response; the next request's input carries it back with an "
+    "mcp_approval_response); a remote server's calls ask unless told never, the operator's "
+    "tools only when told always",
+    "oneOf": [
+        {"enum": ["always", "never"]},
+        {
+            "type": "object",
+            "properties": {
+                "always": {"type": "object", "properties": {"tool_names": NAMES}},
+                "never": {"type": "object", "properties": {"tool_names": NAMES}},
+            },
+        },
+        {"type": "null"},
+    ],
+}
 MCP_TOOL = {
     "type": "object",
     "description": "A remote MCP server's tools, run by the platform (streamable HTTP). The "
     "operator's servers are named by their label (server_url may be left out); a server the "
     "request names itself is taken to read private data, bring outside content and send data "
     "out, so its result ends the turn at the next model call (the lethal-trifecta check)",
-    "required": ["type", "server_label", "require_approval"],
+    "required": ["type", "server_label"],
     "additionalProperties": False,
     "properties": {
         "type": {"const": "mcp"},
@@ -99,10 +158,7 @@ MCP_TOOL = {
                 {"type": "null"},
             ]
         },
-        "require_approval": {
-            "const": "never",
-            "description": "approvals are not supported yet: every call runs without one",
-        },
+        "require_approval": APPROVAL,
     },
 }
 OPERATOR_TOOL = {
@@ -111,7 +167,10 @@ OPERATOR_TOOL = {
     "the tier must be granted it",
     "required": ["type"],
     "additionalProperties": False,
-    "properties": {"type": {"type": "string", "not": {"enum": ["mcp", "function"]}}},
+    "properties": {
+        "type": {"type": "string", "not": {"enum": ["mcp", "function"]}},
+        "require_approval": APPROVAL,
+    },
 }
 RESPONSES_SCHEMAS: dict[str, Any] = {
     "ResponseRequest": {
@@ -122,7 +181,19 @@ RESPONSES_SCHEMAS: dict[str, Any] = {
             "input": {
                 "oneOf": [
                     {"type": "string", "minLength": 1},
-                    {"type": "array", "minItems": 1, "items": INPUT_ITEM},
+                    {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {
+                            "oneOf": [
+                                INPUT_ITEM,
+                                CALL_ITEM,
+                                APPROVAL_REQUEST_ITEM,
+                                APPROVAL_RESPONSE_ITEM,
+                                LISTING_ITEM,
+                            ]
+                        },
+                    },
                 ]
             },
             "instructions": NULLABLE_STRING,
