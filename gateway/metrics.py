@@ -103,6 +103,12 @@ class GatewayMetrics:
         self.tool_calls = Counter("gateway_tool_calls_total",
                                   "tool calls the platform ran, by server (or tool) and outcome",
                                   ["server", "outcome"], registry=registry)  # fmt: skip
+        self.retrieval_decisions = Counter(
+            "gateway_retrieval_decisions_total",
+            "turns with tools that bring outside content, by whether the retrieval gate let "
+            "them be offered (needed) or left them out (skipped)",
+            ["decision"], registry=registry,
+        )  # fmt: skip
         self.tool_steps_exhausted = Counter(
             "gateway_tool_steps_exhausted_total",
             "turns that asked for another tool step past the tier's max_tool_steps",

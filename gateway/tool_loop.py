@@ -40,6 +40,7 @@ from domain.capabilities import (
     server_tool,
 )
 from domain.errors import InvalidArgument
+from domain.retrieval import Retrieval
 from domain.safety import Verdict
 from domain.trifecta import ContextPart, Origin, check
 from domain.types import Finish, Role, Usage, User
@@ -232,7 +233,7 @@ class ToolLoop:
         turn = _Turn(capabilities, confirmed, list(request.turns), parts)
         try:
             # The listings go right after the first step's meta: a stream opens with its meta.
-            turn.listings = await self._list(turn, tools)
+            turn.listings = await self._list(turn, self._retrieving(request, tools, pending))
             decided = [event async for event in self._decided(user, turn, pending, approvals)]
             turn.listings.extend(decided)
             async for batch in self._steps(user, request, turn):
@@ -243,6 +244,23 @@ class ToolLoop:
                     await server.aclose()
 
     # --- listing ---
+
+    def _retrieving(
+        self, request: CompleteRequest, tools: Sequence[PlatformTool], pending: list[ToolCall]
+    ) -> list[PlatformTool]:
+        """The tools this turn lists and offers: all of them, or, when the newest message
+        needs no outside content (decided before anything is fetched), those that bring none
+        in. A turn carrying decided calls keeps its tools: the calls name them."""
+        policy = self._policy
+        retrieving = [tool for tool in tools if policy.retrieves(tool)]
+        if not retrieving or pending:
+            return list(tools)
+        newest = next((t.text for t in reversed(request.turns) if t.role is Role.USER), "")
+        decision = policy.retrieval.decide(newest)
+        self._metrics.retrieval_decisions.labels(decision.value).inc()
+        if decision is Retrieval.NEEDED:
+            return list(tools)
+        return [tool for tool in tools if tool not in retrieving]
 
     async def _list(self, turn: _Turn, tools: Sequence[PlatformTool]) -> list[Event]:
         events: list[Event] = []

@@ -8,8 +8,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from domain.answer_options import ToolCall
-from domain.capabilities import ToolRequest, ToolSpec, server_tool, whole_server
+from domain.capabilities import (
+    EVERY_CAPABILITY,
+    Capability,
+    ToolRequest,
+    ToolSpec,
+    server_tool,
+    whole_server,
+)
 from domain.errors import InvalidArgument
+from domain.retrieval import AlwaysRetrieve, RetrievalDecider
 from domain.types import Role, Tier
 from gateway.completions import CallerTurn
 from gateway.tool_ports import ToolServer
@@ -65,10 +73,24 @@ class ToolPolicy:
     # servers by label.
     own_tools: Mapping[str, tuple[ToolSpec, ToolServer]] = field(default_factory=dict)
     servers: Mapping[str, OperatorServer] = field(default_factory=dict)
+    # Whether this turn's message needs outside content; when not, the tools that bring it in
+    # are neither listed nor offered (domain/retrieval.py).
+    retrieval: RetrievalDecider = field(default_factory=AlwaysRetrieve)
 
     def registry(self) -> dict[str, ToolSpec]:
         specs = {name: spec for name, (spec, _) in self.own_tools.items()}
         return specs | {whole_server(s.label): s.spec for s in self.servers.values()}
+
+    def retrieves(self, tool: PlatformTool) -> bool:
+        """Whether the tool brings outside content in (a server the request names is taken
+        to)."""
+        if tool.name:
+            capabilities = self.own_tools[tool.name][0].capabilities
+        elif tool.server_label in self.servers:
+            capabilities = self.servers[tool.server_label].spec.capabilities
+        else:
+            capabilities = EVERY_CAPABILITY
+        return Capability.BRINGS_UNTRUSTED in capabilities
 
 
 def _check_tool(tool: PlatformTool, policy: ToolPolicy) -> None:

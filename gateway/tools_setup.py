@@ -5,9 +5,13 @@ relay."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import domain
 from domain.capabilities import EVERY_CAPABILITY, REQUEST_SERVERS, Capability, ToolSpec
+from domain.retrieval import AlwaysRetrieve, RetrievalDecider, RetrievalGate
 from domain.types import Tier
 from gateway.email_tool import EmailTool
 from gateway.mcp_tools import McpServers
@@ -18,6 +22,7 @@ from gateway.tool_requests import OperatorServer, ToolPolicy
 from infra.config import ConfigError
 
 SEND_EMAIL = "send_email"
+SHIPPED_RETRIEVAL_MODEL = Path(domain.__file__).parent / "data" / "retrieval_model.json"
 
 
 @dataclass
@@ -45,6 +50,11 @@ class ToolsConfig:
     email_relay: str = ""
     email_sender: str = "assistant@localhost"
     email_recipients: list[str] = field(default_factory=list)
+    # The retrieval gate (domain/retrieval.py): a turn whose message needs no outside content
+    # gets no tool that brings it in. Off: every tool the request names is offered. The model
+    # file: empty = the shipped domain/data/retrieval_model.json.
+    retrieval_gate: bool = True
+    retrieval_model: str = ""
 
 
 def _pairs(entries: list[str], what: str) -> dict[str, str]:
@@ -93,6 +103,13 @@ def _own_tools(config: ToolsConfig) -> dict[str, tuple[ToolSpec, ToolServer]]:
     return {SEND_EMAIL: (spec, email)}
 
 
+def _retrieval(config: ToolsConfig) -> RetrievalDecider:
+    if not config.retrieval_gate:
+        return AlwaysRetrieve()
+    path = Path(config.retrieval_model) if config.retrieval_model else SHIPPED_RETRIEVAL_MODEL
+    return RetrievalGate.from_dict(json.loads(path.read_text(encoding="utf-8")))
+
+
 def tool_loop(
     config: ToolsConfig,
     completions: CompletionRunner,
@@ -104,6 +121,7 @@ def tool_loop(
         max_steps={Tier.FREE: config.free_max_steps, Tier.PLUS: config.plus_max_steps},
         own_tools=_own_tools(config),
         servers=_servers(config),
+        retrieval=_retrieval(config),
     )
     remote = McpServers(timeout_s=config.timeout_s, max_output_chars=config.max_output_chars)
     return ToolLoop(completions, policy, remote, metrics, output_check)

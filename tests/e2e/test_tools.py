@@ -428,3 +428,31 @@ async def test_an_approved_mail_reaches_the_relay(
     (mail,) = smtp_server.wait_for(1)
     arguments = json.loads(request.arguments)
     assert (mail["To"], mail["Subject"]) == (RECIPIENT, arguments["subject"])
+
+
+async def retrieval_decisions(platform: LocalPlatform, decision: str) -> float:
+    port = platform._child("gateway").ready["metrics"]
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"http://127.0.0.1:{port}/metrics") as response:
+            text = await response.text()
+    line = f'gateway_retrieval_decisions_total{{decision="{decision}"}} '
+    values = [float(row[len(line) :]) for row in text.splitlines() if row.startswith(line)]
+    return values[0] if values else 0.0
+
+
+async def test_a_turn_that_needs_no_outside_content_asks_no_server(
+    platform: LocalPlatform, mcp_server: McpTestServer
+) -> None:
+    """The shipped retrieval gate reads the message before anything is fetched: arithmetic
+    needs no page, so the page server is neither listed nor offered, and the model answers
+    as it would without tools."""
+    before = await retrieval_decisions(platform, "skipped")
+    async with sdk(platform, await new_user(platform)) as client:
+        response = await client.responses.create(
+            model="auto", input="What is 2 + 2?", store=False,
+            tools=[pages_tool(mcp_server)],  # type: ignore[list-item]
+        )  # fmt: skip
+    assert [item.type for item in response.output] == ["message"]
+    assert response.output_text == answer_to((Role.SYSTEM, SYSTEM_PROMPT),
+                                             (Role.USER, "What is 2 + 2?"))  # fmt: skip
+    assert await retrieval_decisions(platform, "skipped") == before + 1
