@@ -16,15 +16,17 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from domain.feedback import Rating
-from edge import convert, sse
+from edge import convert, responses_tools, sse
 from edge.errors import HttpError, error_for, error_response, from_rpc
 from edge.gateways import Gateways, never_sent
 from edge.metrics import EdgeMetrics
 from edge.openai_api import MAX_BODY_KEY, OpenAIApi
+from edge.openai_errors import OpenAIError
 from edge.openapi import openapi_handler
 from edge.ops import Cors, PerAddressLimit
 from edge.relay import Relay
 from edge.responses_api import ResponsesApi
+from edge.responses_tool_input import parse_tools
 from edge.resumable_completions import ResumableCompletions
 from infra.convert import AUTO_MODEL
 from infra.metrics import metrics_handler
@@ -33,7 +35,17 @@ EVENT_ID = re.compile(r"[0-9]{1,18}")
 PAGE_SIZE = re.compile(r"[1-9][0-9]?|100")
 RATINGS = frozenset(rating.value for rating in Rating)
 FEEDBACK_FIELDS = ("rating", "comment")
-MESSAGE_FIELDS = ("content", "parentId", "model")
+MESSAGE_FIELDS = ("content", "parentId", "model", "tools")
+
+
+def _tools(body: dict[str, Any]) -> list[Any]:
+    """The tools the platform runs for the message, in the Responses API's shapes (an `mcp`
+    server, the operator's by type); this API has no approvals, so a server's calls run
+    without one unless the body asks (which the gateway refuses)."""
+    try:
+        return responses_tools.platform_tools_pb(parse_tools(body, mcp_approval="never"))
+    except OpenAIError as error:
+        raise HttpError(400, error.message) from error
 
 
 def _only_fields(body: dict[str, Any], known: tuple[str, ...]) -> None:
@@ -141,6 +153,7 @@ class Edge:
         send = convert.send_request(
             request.match_info["conversation_id"], message_id, parent_id, content, model
         )
+        send.platform_tools.extend(_tools(body))
         return await self._relay.stream(
             request, lambda chat: chat.SendMessage(send, metadata=metadata), message_id, metadata
         )

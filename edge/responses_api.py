@@ -41,7 +41,6 @@ from edge.openai_api import OpenAIError, bearer, from_rpc, openai_errors
 from edge.responses_convert import (
     ANSWER_SUFFIX,
     RESPONSE_PREFIX,
-    EventTranslator,
     ResponseState,
     sse_line,
     stored_state,
@@ -137,6 +136,11 @@ class ResponsesApi:
             refused = from_rpc(error)
             if refused.code == "context_length_exceeded":
                 refused.param = "input"  # what the chat completions call `messages`
+            elif ask.tools and refused.status in (400, 403) and refused.param is None:
+                # Refused before it started: of what the edge has not checked already, the
+                # gateway refuses a request's tools (one the platform does not run, one the
+                # plan may not, an approval a stored response cannot wait for).
+                refused.param = "tools"
             raise refused from error
         if first is None or first.WhichOneof("kind") != "meta":
             await events.aclose()
@@ -147,7 +151,7 @@ class ResponsesApi:
         if ask.background:
             # The answer runs on at the gateway, and its event log with it: read it with GET.
             await events.aclose()
-            EventTranslator(state).feed(first)
+            responses_tools.translator(state).feed(first)
             return web.json_response(state.body(), headers=served)
         return web.json_response(await _whole(state, _chain(first, events)), headers=served)
 
@@ -231,9 +235,10 @@ class ResponsesApi:
                 raise OpenAIError(400, f"the response {previous!r} is still in progress", None,
                                   "previous_response_id")  # fmt: skip
             conversation_id, parent_id = stored.question.conversation_id, previous + ANSWER_SUFFIX
+        tools = responses_tools.platform_tools_pb(ask.tools)
         send = responses_convert.send_request(conversation_id, response_id, parent_id,
                                               ask.content, ask.model, ask.system,
-                                              ask.max_output_tokens)  # fmt: skip
+                                              ask.max_output_tokens, tools)  # fmt: skip
         return lambda chat: chat.SendMessage(send, metadata=metadata)
 
     def _complete(self, ask: ResponseRequest, metadata: Metadata) -> StartCall:

@@ -87,6 +87,8 @@ class ResponseState:
     parallel_tool_calls: bool = False
     tool_items: list[dict[str, Any]] = field(default_factory=list)
     message_opened: bool = False
+    # The answer is the platform's tool loop (its meta event says so): tool items come first.
+    tool_loop: bool = False
     # The answer ended on calls that wait for a person's approval (no message follows).
     awaiting_approval: bool = False
 
@@ -111,7 +113,7 @@ class ResponseState:
     def output(self) -> list[dict[str, Any]]:
         if not self.text and self.status in ("in_progress", "failed"):
             return list(self.tool_items)
-        if self.tools and not self.message_opened and not self.text:
+        if self.tool_loop and not self.message_opened and not self.text:
             return list(self.tool_items)
         if self.awaiting_approval and not self.text:
             return list(self.tool_items)
@@ -279,6 +281,7 @@ def send_request(
     model: str,
     instructions: str,
     max_tokens: int,
+    tools: list[pb.PlatformTool] | None = None,
 ) -> pb.SendMessageRequest:
     """A stored response's message; model: one of MODEL_CHOICES."""
     return pb.SendMessageRequest(
@@ -291,6 +294,7 @@ def send_request(
         # An OpenAI client has no way to withdraw text it was shown.
         hold_back=True,
         max_tokens=max_tokens,
+        platform_tools=tools or [],
     )
 
 

@@ -156,7 +156,25 @@ def _input(raw: Any) -> _Input:
             read.approvals.append(found)
     if not any(role == "user" and text.strip() for role, text in read.turns):
         raise bad("input", "'input' must hold a user message with some text")
+    _check_decisions(read)
     return read
+
+
+def _check_decisions(read: _Input) -> None:
+    """Every decision answers a call the input asked about, and every call the input asked
+    about (one no result follows) has its decision."""
+    answered = {turn.tool_call_id for turn in read.history if turn.role == "tool"}
+    asked = [call.call_id for turn in read.history for call in turn.tool_calls
+             if call.call_id not in answered]  # fmt: skip
+    decided = [call_id for call_id, _ in read.approvals]
+    for call_id in decided:
+        if call_id not in asked:
+            raise bad("input", f"the input decides on {call_id[:80]!r}, which it did not ask "
+                      "about (an mcp_approval_request item)")  # fmt: skip
+    for call_id in asked:
+        if call_id not in decided:
+            raise bad("input", f"the input asks about {call_id[:80]!r} and brings no decision "
+                      "(an mcp_approval_response item)")  # fmt: skip
 
 
 def _max_output_tokens(body: dict[str, Any]) -> int:
@@ -212,10 +230,6 @@ def parse(body: dict[str, Any]) -> ResponseRequest:
 
 
 def _consistent(request: ResponseRequest) -> ResponseRequest:
-    if request.tools and request.store:
-        # The loop runs over the whole input each step; a stored conversation's history is
-        # the gateway's, which this release does not yet feed through the loop.
-        raise bad("tools", "a response with tools runs with 'store': false in this release")
     if request.background and not request.store:
         raise bad("background", "a background response must be stored: drop 'store': false")
     if not request.store and request.previous_response_id:

@@ -70,7 +70,7 @@ def _approval(value: Any, default: str, param: str) -> tuple[bool, tuple[str, ..
     return False, names["always"]
 
 
-def _mcp_tool(tool: dict[str, Any], param: str) -> PlatformToolAsk:
+def _mcp_tool(tool: dict[str, Any], param: str, default_approval: str) -> PlatformToolAsk:
     unknown = sorted(set(tool) - MCP_FIELDS)
     if unknown:
         raise bad(f"{param}.{unknown[0]}", f"'{param}.{unknown[0]}' is not an mcp tool field")
@@ -89,8 +89,7 @@ def _mcp_tool(tool: dict[str, Any], param: str) -> PlatformToolAsk:
     if isinstance(allowed, dict):  # OpenAI's filter form: {"tool_names": [...]}
         allowed = allowed.get("tool_names")
     names = () if allowed is None else _strings(allowed, f"{param}.allowed_tools")
-    # OpenAI's default: every call of a remote server's tool asks first.
-    ask, exceptions = _approval(tool.get("require_approval"), "always",
+    ask, exceptions = _approval(tool.get("require_approval"), default_approval,
                                 f"{param}.require_approval")  # fmt: skip
     return PlatformToolAsk(label, url, tuple(sorted(headers.items())), names, "", ask,
                            exceptions)  # fmt: skip
@@ -107,7 +106,9 @@ def _operator_tool(tool: dict[str, Any], kind: str, param: str) -> PlatformToolA
     return PlatformToolAsk(name=kind, require_approval=ask, approval_exceptions=exceptions)
 
 
-def parse_tools(body: dict[str, Any]) -> tuple[PlatformToolAsk, ...]:
+def parse_tools(body: dict[str, Any], mcp_approval: str = "always") -> tuple[PlatformToolAsk, ...]:
+    """mcp_approval: a remote server's calls' default, OpenAI's "always" for the Responses
+    API; the conversation API, which has no approvals, says "never"."""
     raw = body.get("tools")
     if raw is None:
         return ()
@@ -123,7 +124,7 @@ def parse_tools(body: dict[str, Any]) -> tuple[PlatformToolAsk, ...]:
             raise bad(f"{param}.type", "function tools are served by /v1/chat/completions; the "
                       "Responses API runs the platform's tools (mcp, the operator's)")  # fmt: skip
         if kind == "mcp":
-            tools.append(_mcp_tool(tool, param))
+            tools.append(_mcp_tool(tool, param, mcp_approval))
         else:
             tools.append(_operator_tool(tool, kind, param))
     return tuple(tools)

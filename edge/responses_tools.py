@@ -25,8 +25,28 @@ from edge.responses_convert import (
 from edge.responses_tool_input import PlatformToolAsk
 
 
-def translator(state: ResponseState) -> EventTranslator | ToolEventTranslator:
-    return ToolEventTranslator(state) if state.tools else EventTranslator(state)
+class ResponseTranslator:
+    """A response's events, numbered as their answer's meta event says: a tool loop's as they
+    come (ToolEventTranslator), any other's computed from the event ids (EventTranslator). The
+    meta event decides, not the request, so a resume of a stored response, which knows
+    nothing of the request's tools, numbers its events as the first stream did."""
+
+    def __init__(self, state: ResponseState) -> None:
+        self.state = state
+        self._chosen: EventTranslator | ToolEventTranslator | None = None
+
+    def feed(self, event: pb.ChatEvent) -> list[Event]:
+        if self._chosen is None:
+            looped = event.WhichOneof("kind") == "meta" and event.meta.platform_tools
+            self.state.tool_loop = looped
+            self._chosen = (
+                ToolEventTranslator(self.state) if looped else EventTranslator(self.state)
+            )
+        return self._chosen.feed(event)
+
+
+def translator(state: ResponseState) -> ResponseTranslator:
+    return ResponseTranslator(state)
 
 
 def _short_id(prefix: str, text: str) -> str:

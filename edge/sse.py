@@ -53,7 +53,44 @@ def event_payload(event: pb.ChatEvent) -> tuple[str, dict[str, object]]:
     if kind == "error":
         message = user_message_of_code(event.error.code, event.error.message)
         return "error", {"code": event.error.code, "message": message}
+    if kind in TOOL_EVENTS:
+        return TOOL_EVENTS[kind](event)
     return "error", {"code": 2, "message": "unknown event " + json_format.MessageToJson(event)}
+
+
+def _tools_listed(event: pb.ChatEvent) -> tuple[str, dict[str, object]]:
+    listed = event.tools_listed
+    tools = [{"name": t.name, "description": t.description,
+              "parameters": json.loads(t.parameters) if t.parameters else {}}
+             for t in listed.tools]  # fmt: skip
+    return "toolsListed", {"server": listed.server_label, "tools": tools, "error": listed.error}
+
+
+def _tool_call(event: pb.ChatEvent) -> tuple[str, dict[str, object]]:
+    call = event.tool_call
+    return "toolCall", {"callId": call.call_id, "server": call.server_label, "name": call.name,
+                        "arguments": call.arguments}  # fmt: skip
+
+
+def _tool_result(event: pb.ChatEvent) -> tuple[str, dict[str, object]]:
+    result = event.tool_result
+    return "toolResult", {"callId": result.call_id, "output": result.output,
+                          "error": result.error}  # fmt: skip
+
+
+def _approval_request(event: pb.ChatEvent) -> tuple[str, dict[str, object]]:
+    asked = event.approval_request
+    return "approvalRequest", {"callId": asked.call_id, "server": asked.server_label,
+                               "name": asked.name, "arguments": asked.arguments}  # fmt: skip
+
+
+# The tool loop's events (a message with platform tools), named in the API's camelCase.
+TOOL_EVENTS = {
+    "tools_listed": _tools_listed,
+    "tool_call": _tool_call,
+    "tool_result": _tool_result,
+    "approval_request": _approval_request,
+}
 
 
 def encode(event: pb.ChatEvent) -> bytes:

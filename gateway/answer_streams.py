@@ -102,6 +102,7 @@ class AnswerStreams:
                 instructions=request.instructions,
                 hold_back=request.hold_back,
                 max_tokens=request.max_tokens,
+                tools=tuple(platform_tools_from_pb(request)),
             ),
         )
         async for batch in run.follow_batches(0, interval_s=self._interval(interval_s)):

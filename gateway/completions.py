@@ -56,6 +56,9 @@ class CompleteRequest:
     options: AnswerOptions = PLAIN
     # Runs on when its caller goes, for a resume by its id (the OpenAI API's X-Resumable).
     resumable: bool = False
+    # The replica picker's key, given: a stored conversation's tool loop (gateway/
+    # tool_messages.py) runs its steps as completions, on the conversation's own favourite.
+    affinity: str = ""
 
 
 def validate(request: CompleteRequest, max_message_chars: int) -> None:
@@ -98,6 +101,8 @@ def affinity_key(user_id: str, request: CompleteRequest) -> str:
     resends the same opening every time (system prompt and first user message), so hashing
     it sends every turn to the replica whose prefix cache already holds the conversation.
     The user id is mixed in so two users with the same opening do not share a favourite."""
+    if request.affinity:
+        return request.affinity
     if request.session_key:
         parts = [user_id, "session", request.session_key]
     else:

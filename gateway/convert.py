@@ -83,7 +83,9 @@ def completion_from_pb(request: pb.CompleteRequest) -> CompleteRequest:
     )
 
 
-def platform_tools_from_pb(request: pb.CompleteRequest) -> list[PlatformTool]:
+def platform_tools_from_pb(
+    request: pb.CompleteRequest | pb.SendMessageRequest,
+) -> list[PlatformTool]:
     return [
         PlatformTool(
             server_label=tool.server_label,
@@ -130,6 +132,7 @@ def event_to_pb(event_id: int, event: Event) -> pb.ChatEvent:
                     slice=event.slice,
                     pool=event.pool,
                     pool_reason=event.pool_reason,
+                    platform_tools=event.tools,
                 ),
             )
         case Delta():

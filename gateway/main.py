@@ -72,6 +72,7 @@ from gateway.runs import RunRegistry
 from gateway.scheduler_client import SchedulerClient
 from gateway.servicer import ChatServicer
 from gateway.shared_runs import SharedRuns, SharedRunsConfig
+from gateway.tool_messages import ToolMessages
 from gateway.tools_setup import ToolsConfig, tool_loop
 from gateway.versions import VersionBook
 from infra.config import ConfigError
@@ -485,7 +486,12 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
             budget=budget,
             region=config.region,
             prompts=StoredPrompts(store, capture),
-        )
+            # A stored message asking for tools: the loop over this pipeline's completions.
+            tool_messages=lambda steps: ToolMessages(
+                tool_loop(config.tools, steps, metrics, build_policies(config)),
+                store, buckets, runs, config.region,
+            ),
+        )  # fmt: skip
 
         def away_pipeline(home_store: HomeStore, home_buckets: Buckets) -> ChatPipeline:
             # A conversation of another region's user: history read from and written to its

@@ -48,6 +48,7 @@ from gateway.runs import Delta, Done, Failed, FailureCode, MessageRun, Meta, Run
 from gateway.send_request import SendRequest, validate
 from gateway.serving_choice import ServingChooser
 from gateway.stored_context import read_context, read_parent
+from gateway.tool_messages import ToolMessageDriver, no_tool_messages
 from gateway.versions import VersionBook
 from store.base import ConversationStore
 from store.records import ConversationRecord, MessageRecord, NewMessage, ServingRecord
@@ -81,6 +82,7 @@ class ChatPipeline:
         versions: VersionBook,
         budget: Budget,
         prompts: PromptCapture | None = None,
+        tool_messages: Callable[[ChatPipeline], ToolMessageDriver] = no_tool_messages,
     ) -> None:
         self._versions = versions
         self._serving = ServingChooser(versions, budget)
@@ -102,6 +104,9 @@ class ChatPipeline:
         self._policy = policy
         self._starting: dict[tuple[str, str], asyncio.Future[MessageRun | FollowedRun]] = {}
         self._log = structlog.get_logger(component="pipeline")
+        # Messages asking for platform tools; made from this pipeline, whose completions are
+        # the tool loop's steps.
+        self._tool_messages = tool_messages(self)
 
     # Sending ------------------------------------------------------------------------------------
 
@@ -160,6 +165,8 @@ class ChatPipeline:
     ) -> MessageRun:
         arrived = time.monotonic()
         self._check_open_streams(user)
+        if request.tools:
+            self._tool_messages.check(user, request.tools)  # before anything is stored
         conversation, parent = await read_parent(
             self._store, user.user_id, request.conversation_id, request.parent_id
         )
@@ -218,6 +225,11 @@ class ChatPipeline:
             self._runs.discard(run)
             await self._buckets.settle(user.user_id, user.tier, plan.reserved, 0.0)
             raise
+        if request.tools:
+            # Not published: the tool loop's answer stays with this gateway.
+            tool_answer = self._tool_messages.drive(run, user, plan, user_turn.seq, request.tools)
+            self._driver.start(run, tool_answer)
+            return run
         await claim.publish(run, plan, user_turn.seq)
         self._driver.start(run, self._driver.drive(run, user, plan, user_turn.seq))
         return run

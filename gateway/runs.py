@@ -35,6 +35,8 @@ class Meta:
     # asked for (domain/pool_reason.py), or ''.
     pool: str = ""
     pool_reason: str = ""
+    # The answer is the tool loop's (gateway/tool_loop.py): tool events may come before text.
+    tools: bool = False
 
 
 @dataclass(frozen=True, slots=True)

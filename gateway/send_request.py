@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from domain.errors import InvalidArgument, MessageTooLarge
 from gateway.ids import check_id, check_parent_id
+from gateway.tool_requests import PlatformTool
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,12 +26,16 @@ class SendRequest:
     hold_back: bool = False
     # At most this many answer tokens, below the tier's cap; 0: the tier's cap.
     max_tokens: int = 0
+    # Tools the platform runs for this message: its answer is the tool loop's.
+    tools: tuple[PlatformTool, ...] = ()
 
     def fingerprint(self) -> str:
         parts = [self.conversation_id, self.parent_id, self.content, self.pool or ""]
         if self.instructions or self.hold_back or self.max_tokens:
             # Only then, so the fingerprints of messages sent before these fields existed hold.
             parts += [self.instructions, str(self.hold_back), str(self.max_tokens)]
+        if self.tools:
+            parts += [repr(tool) for tool in self.tools]
         return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
 
 

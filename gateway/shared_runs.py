@@ -469,6 +469,10 @@ def encode_event(event: Event) -> str:
                     "cached": usage.cached_tokens, "output": usage.output_tokens}  # fmt: skip
         case Failed():
             body = {"k": "failed", "code": event.code, "message": event.message}
+        case _:
+            # The tool loop's answers stay with the gateway that runs them (gateway/
+            # tool_messages.py): their events are never written to the shared log.
+            raise ValueError(f"a {type(event).__name__} event is never shared")
     return json.dumps(body, separators=(",", ":"))
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -173,7 +173,7 @@ class PlatformTools(Protocol):
         request: CompleteRequest,
         tools: Sequence[PlatformTool],
         approvals: Mapping[str, bool],
-    ) -> AsyncIterator[list[tuple[int, Event]]]: ...
+    ) -> AsyncGenerator[list[tuple[int, Event]]]: ...
 
 
 class NoTools:
@@ -185,7 +185,7 @@ class NoTools:
         request: CompleteRequest,
         tools: Sequence[PlatformTool],
         approvals: Mapping[str, bool],
-    ) -> AsyncIterator[list[tuple[int, Event]]]:
+    ) -> AsyncGenerator[list[tuple[int, Event]]]:
         raise InvalidArgument("this gateway runs no platform tools")
         yield []  # an async generator, as PlatformTools.run is
 
@@ -220,7 +220,7 @@ class ToolLoop:
         request: CompleteRequest,
         tools: Sequence[PlatformTool],
         approvals: Mapping[str, bool] = NO_APPROVALS,
-    ) -> AsyncIterator[list[tuple[int, Event]]]:
+    ) -> AsyncGenerator[list[tuple[int, Event]]]:
         if request.resumable:
             raise InvalidArgument("a completion with platform tools cannot be resumable")
         if request.options.tools:
@@ -400,7 +400,7 @@ class ToolLoop:
                         case Meta():
                             if not turn.meta_sent:
                                 turn.meta_sent = True
-                                events.extend([event, *turn.listings])
+                                events.extend([replace(event, tools=True), *turn.listings])
                         case Delta() if event.tool_calls:
                             step.calls.extend(event.tool_calls)
                             step.text += event.text

@@ -250,7 +250,8 @@ BAD_TOOLS = [
         400,
         "tools[0].require_approval.never.tool_names",
     ),
-    ({"store": True, "tools": [{"type": "send_email"}]}, 400, "tools"),
+    # A stored response cannot wait for approvals, which a remote server's calls ask by default.
+    ({"store": True, "tools": [{"type": "mcp", "server_label": "pages"}]}, 400, "tools"),
     ({"tools": [{"type": "function", "name": "f"}]}, 400, "tools[0].type"),
     ({"tools": [{"type": "send_email", "to": "x"}]}, 400, "tools[0].to"),
     # A decision on a call nobody asked about, and a call asked about with no decision.
@@ -263,7 +264,7 @@ BAD_TOOLS = [
             "tools": [{"type": "send_email"}],
         },
         400,
-        None,
+        "input",
     ),
     (
         {
@@ -280,7 +281,7 @@ BAD_TOOLS = [
             "tools": [{"type": "send_email"}],
         },
         400,
-        None,
+        "input",
     ),
     (
         {
@@ -293,7 +294,7 @@ BAD_TOOLS = [
         400,
         "input",
     ),
-    ({"tools": [{"type": "web_search"}]}, 400, None),
+    ({"tools": [{"type": "web_search"}]}, 400, "tools"),
     # The operator's label at another address.
     (
         {
@@ -307,7 +308,7 @@ BAD_TOOLS = [
             ]
         },
         400,
-        None,
+        "tools",
     ),
 ]
 

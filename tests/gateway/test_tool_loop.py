@@ -140,7 +140,7 @@ async def test_a_loop_runs_the_tool_and_answers_as_one_stream(metrics) -> None:
     email = ScriptedServer("send_email", [EMAIL])
     events = await events_of(loop_of(model, pages, email, metrics), [PAGES])
     assert [event for _, event in events] == [
-        Meta("m1", "", "model", "replica-1"),
+        Meta("m1", "", "model", "replica-1", tools=True),
         ToolsListed("pages", (FETCH,)),
         ToolStarted("call_fetch_page", "pages", "fetch_page",
                     '{"url": "https://example.test/notes"}'),

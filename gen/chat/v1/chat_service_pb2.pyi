@@ -133,7 +133,7 @@ class PlatformTool(_message.Message):
     def __init__(self, server_label: _Optional[str] = ..., server_url: _Optional[str] = ..., headers: _Optional[_Mapping[str, str]] = ..., allowed_tools: _Optional[_Iterable[str]] = ..., name: _Optional[str] = ..., require_approval: _Optional[bool] = ..., approval_exceptions: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class MetaEvent(_message.Message):
-    __slots__ = ("message_id", "conversation_id", "model", "replica_id", "region", "region_notice", "version", "downgraded", "slice", "pool", "pool_reason")
+    __slots__ = ("message_id", "conversation_id", "model", "replica_id", "region", "region_notice", "version", "downgraded", "slice", "pool", "pool_reason", "platform_tools")
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -145,6 +145,7 @@ class MetaEvent(_message.Message):
     SLICE_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
     POOL_REASON_FIELD_NUMBER: _ClassVar[int]
+    PLATFORM_TOOLS_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     conversation_id: str
     model: str
@@ -156,7 +157,8 @@ class MetaEvent(_message.Message):
     slice: str
     pool: str
     pool_reason: str
-    def __init__(self, message_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., model: _Optional[str] = ..., replica_id: _Optional[str] = ..., region: _Optional[str] = ..., region_notice: _Optional[str] = ..., version: _Optional[str] = ..., downgraded: _Optional[str] = ..., slice: _Optional[str] = ..., pool: _Optional[str] = ..., pool_reason: _Optional[str] = ...) -> None: ...
+    platform_tools: bool
+    def __init__(self, message_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., model: _Optional[str] = ..., replica_id: _Optional[str] = ..., region: _Optional[str] = ..., region_notice: _Optional[str] = ..., version: _Optional[str] = ..., downgraded: _Optional[str] = ..., slice: _Optional[str] = ..., pool: _Optional[str] = ..., pool_reason: _Optional[str] = ..., platform_tools: _Optional[bool] = ...) -> None: ...
 
 class DeltaEvent(_message.Message):
     __slots__ = ("text", "tool_calls", "refusal")
@@ -191,7 +193,7 @@ class ErrorEvent(_message.Message):
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class SendMessageRequest(_message.Message):
-    __slots__ = ("conversation_id", "message_id", "parent_id", "content", "model", "instructions", "hold_back", "max_tokens")
+    __slots__ = ("conversation_id", "message_id", "parent_id", "content", "model", "instructions", "hold_back", "max_tokens", "platform_tools")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     PARENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -200,6 +202,7 @@ class SendMessageRequest(_message.Message):
     INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
     HOLD_BACK_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PLATFORM_TOOLS_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     message_id: str
     parent_id: str
@@ -208,7 +211,8 @@ class SendMessageRequest(_message.Message):
     instructions: str
     hold_back: bool
     max_tokens: int
-    def __init__(self, conversation_id: _Optional[str] = ..., message_id: _Optional[str] = ..., parent_id: _Optional[str] = ..., content: _Optional[str] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., instructions: _Optional[str] = ..., hold_back: _Optional[bool] = ..., max_tokens: _Optional[int] = ...) -> None: ...
+    platform_tools: _containers.RepeatedCompositeFieldContainer[PlatformTool]
+    def __init__(self, conversation_id: _Optional[str] = ..., message_id: _Optional[str] = ..., parent_id: _Optional[str] = ..., content: _Optional[str] = ..., model: _Optional[_Union[ModelChoice, str]] = ..., instructions: _Optional[str] = ..., hold_back: _Optional[bool] = ..., max_tokens: _Optional[int] = ..., platform_tools: _Optional[_Iterable[_Union[PlatformTool, _Mapping]]] = ...) -> None: ...
 
 class SendMessageResponse(_message.Message):
     __slots__ = ("event", "more")
