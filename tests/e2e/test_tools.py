@@ -26,6 +26,7 @@ from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from domain.types import Role
 from nodeagent.engine import PromptTurn
 from nodeagent.sim import planned_answer, rendered
+from tests.sse import read_events
 from tests.tool_servers import McpTestServer, SmtpTestServer, run_mcp_server, run_smtp_server
 
 pytestmark = pytest.mark.slow
@@ -457,3 +458,91 @@ async def test_a_turn_that_needs_no_outside_content_asks_no_server(
     assert response.output_text == answer_to((Role.SYSTEM, SYSTEM_PROMPT),
                                              (Role.USER, "What is 2 + 2?"))  # fmt: skip
     assert await retrieval_decisions(platform, "skipped") == before + 1
+
+
+# Stored: the Responses API's default and the conversation API --------------------------------
+
+
+async def test_a_stored_response_runs_the_loop_and_keeps_its_answer(
+    platform: LocalPlatform, mcp_server: McpTestServer
+) -> None:
+    """store true, the SDK's default: the answer is the loop's, stored in the conversation,
+    read back, continued from, and streamed again after any event as it first streamed."""
+    async with sdk(platform, await new_user(platform)) as client:
+        stream = await client.responses.create(
+            model="auto", input=QUESTION, stream=True,
+            tools=[pages_tool(mcp_server)],  # type: ignore[list-item]
+        )  # fmt: skip
+        first = [event async for event in stream]
+        answered = first[-1].response
+        read = await client.responses.retrieve(answered.id)
+        resumed = [event async for event in await client.responses.retrieve(
+            answered.id, stream=True, starting_after=4)]  # fmt: skip
+        follow_up = await client.responses.create(
+            model="auto", input="Thanks. And in one line?", previous_response_id=answered.id
+        )
+    text = answer_to((Role.SYSTEM, SYSTEM_PROMPT), (Role.USER, QUESTION), (Role.ASSISTANT, ""),
+                     (Role.TOOL, PAGE))  # fmt: skip
+    assert [item.type for item in answered.output] == ["mcp_list_tools", "mcp_call", "message"]
+    assert (answered.store, answered.output_text, answered.output[1].output) == (True, text, PAGE)
+    # The stored answer is its text: what the next message's prompt holds.
+    assert (read.status, read.output_text) == ("completed", text)
+    assert follow_up.output_text == answer_to(
+        (Role.SYSTEM, SYSTEM_PROMPT), (Role.USER, QUESTION), (Role.ASSISTANT, text),
+        (Role.USER, "Thanks. And in one line?"))  # fmt: skip
+    # A resume is numbered as the first stream was, event for event.
+    assert [(e.sequence_number, e.type) for e in resumed] == [
+        (e.sequence_number, e.type) for e in first[5:]]  # fmt: skip
+    assert resumed[-1].response.output_text == text
+
+
+async def test_the_conversation_api_streams_the_loop_as_named_events(
+    platform: LocalPlatform, mcp_server: McpTestServer
+) -> None:
+    token = await new_user(platform)
+    conversation = f"c_{uuid.uuid4().hex[:12]}"
+    headers = {"Authorization": f"Bearer {token}"}
+    body = {"content": QUESTION, "tools": [{"type": "mcp", "server_label": "pages",
+                                            "allowed_tools": ["fetch_page"]}]}  # fmt: skip
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{platform.edge_url}/v1/conversations/{conversation}/messages",
+                             json=body, headers=headers) as answer:  # fmt: skip
+            assert answer.status == 200
+            events = await read_events(answer)
+        async with http.get(f"{platform.edge_url}/v1/conversations/{conversation}/messages",
+                            headers=headers) as listed:  # fmt: skip
+            messages = (await listed.json())["messages"]
+    names = [event.event for event in events]
+    assert names[:4] == ["meta", "toolsListed", "toolCall", "toolResult"]
+    assert set(names[4:-1]) == {"delta"} and names[-1] == "done"
+    listed_tools, call, result = (event.data for event in events[1:4])
+    assert (listed_tools["server"], [t["name"] for t in listed_tools["tools"]]) == (
+        "pages", ["fetch_page"])  # fmt: skip
+    assert (call["name"], result["callId"], result["output"]) == (
+        "fetch_page", call["callId"], PAGE)  # fmt: skip
+    text = "".join(event.data["text"] for event in events if event.event == "delta")
+    assert text == answer_to((Role.SYSTEM, SYSTEM_PROMPT), (Role.USER, QUESTION),
+                             (Role.ASSISTANT, ""), (Role.TOOL, PAGE))  # fmt: skip
+    assert [(m["role"], m["content"]) for m in messages] == [("user", QUESTION),
+                                                            ("assistant", text)]  # fmt: skip
+
+
+async def test_a_stored_message_refuses_tools_before_storing_anything(
+    platform: LocalPlatform,
+) -> None:
+    token = await new_user(platform)
+    conversation = f"c_{uuid.uuid4().hex[:12]}"
+    headers = {"Authorization": f"Bearer {token}"}
+    async with aiohttp.ClientSession() as http:
+        for tools in ([{"type": "web_search"}],
+                      [{"type": "mcp", "server_label": "pages", "require_approval": "always"}],
+                      [{"type": "mcp"}]):  # fmt: skip
+            async with http.post(
+                f"{platform.edge_url}/v1/conversations/{conversation}/messages",
+                json={"content": "Hi", "tools": tools}, headers=headers,
+            ) as answer:  # fmt: skip
+                assert answer.status == 400, await answer.text()
+                assert (await answer.json())["error"]["message"]
+        async with http.get(f"{platform.edge_url}/v1/conversations/{conversation}",
+                            headers=headers) as read:  # fmt: skip
+            assert read.status == 404
