@@ -10,7 +10,13 @@ from aiohttp import web
 from domain.feedback import MAX_COMMENT_CHARS, Rating
 from domain.types import Finish, Role, Tier
 from edge.openai_schemas import OPENAI_REQUEST_SCHEMAS
-from edge.openapi_responses import POOL_HEADERS, RESPONSES_PATHS, RESPONSES_SCHEMAS
+from edge.openapi_responses import (
+    MCP_TOOL,
+    OPERATOR_TOOL,
+    POOL_HEADERS,
+    RESPONSES_PATHS,
+    RESPONSES_SCHEMAS,
+)
 from infra.convert import MODEL_CHOICES
 
 JSON = "application/json"
@@ -71,7 +77,10 @@ STREAM_200 = {
         "slice of the rollout (current, candidate, holdout, kept, pinned), pool the pool that "
         "serves (empty for an answer no model wrote) and poolReason why it is not the one "
         "model asked for, empty when it is (as the header X-Pool-Reason). A stream that starts "
-        "with meta has the headers X-Pool and X-Pool-Reason too"
+        "with meta has the headers X-Pool and X-Pool-Reason too. A message with tools has, "
+        "between meta and its text, toolsListed {server, tools [{name, description, "
+        "parameters}], error}, and for each call the platform runs toolCall {callId, server, "
+        "name, arguments} then toolResult {callId, output, error}"
     ),
     "content": {SSE: {"schema": {"type": "string"}}},
     "headers": POOL_HEADERS,
@@ -128,6 +137,15 @@ SCHEMAS: dict[str, Any] = {
             "content": {"type": "string", "minLength": 1, "maxLength": 32000},
             "parentId": PARENT_ID,
             "model": {"type": "string", "enum": list(MODEL_CHOICES)},
+            "tools": {
+                "type": "array",
+                "maxItems": 16,
+                "description": "tools the platform runs for this message (as the Responses "
+                "API's: an mcp server, the operator's by type); no approvals here, so a "
+                "server's calls run without one. The answer is the last of several model "
+                "calls; only its text is stored",
+                "items": {"oneOf": [MCP_TOOL, OPERATOR_TOOL]},
+            },
         },
         "additionalProperties": False,
     },
