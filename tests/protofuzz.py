@@ -48,6 +48,10 @@ T = TypeVar("T")
 # A test's values for one value of a field (one item of a repeated field), or None: the
 # field's type alone decides.
 Hints = Callable[[FieldDescriptor], st.SearchStrategy[Any] | None]
+# A hint that asks for a field to be set one time in ten, its values drawn by its type: for a
+# field any value of which takes the request down a path of its own (a request's tools),
+# which would otherwise crowd out the paths of the other fields.
+RARELY: st.SearchStrategy[Any] = st.nothing()
 # Field numbers protobuf keeps for itself.
 RESERVED = range(19_000, 20_000)
 
@@ -126,7 +130,7 @@ def values(field: FieldDescriptor, hints: Hints, depth: int) -> st.SearchStrateg
         value = values(field.message_type.fields_by_name["value"], hints, depth)
         return st.dictionaries(key, value, max_size=MAX_REPEATED)
     hinted = hints(field)
-    if hinted is not None:
+    if hinted is not None and hinted is not RARELY:
         single = hinted
     elif field.message_type is not None:
         single = requests(field.message_type, hints, depth - 1)
@@ -149,9 +153,13 @@ def requests(
     plain = [f for f in descriptor.fields if f.containing_oneof is None]
     # None leaves a field unset.
     fields = {
-        f.name: weighted((SET_WEIGHT, values(f, hints, depth)), (UNSET_WEIGHT, st.none()))
+        f.name: weighted(
+            *(((UNSET_WEIGHT, values(f, hints, depth)), (SET_WEIGHT, st.none()))
+              if hints(f) is RARELY
+              else ((SET_WEIGHT, values(f, hints, depth)), (UNSET_WEIGHT, st.none())))
+        )
         for f in plain
-    }
+    }  # fmt: skip
     oneofs = [
         weighted(
             (

@@ -95,7 +95,8 @@ def examples_of(method: MethodDescriptor) -> int:
 def chat_hints(own: Ids, other: Ids) -> protofuzz.Hints:
     """Ids (`..._id` fields) that are mostly the caller's own or new and valid, else another
     user's, odd, huge or any text; a parent mostly none or the caller's; turns mostly the
-    user's (a completion must end with one); an affinity key mostly none or valid."""
+    user's (a completion must end with one); an affinity key mostly none or valid; platform
+    tools and decisions on calls rarely."""
     own_messages = st.sampled_from([own.message_id, own.message_id + ".answer"])
     others = st.sampled_from(other.all())
     fresh = protofuzz.weighted(
@@ -112,6 +113,9 @@ def chat_hints(own: Ids, other: Ids) -> protofuzz.Hints:
         if field.name == "role":
             user = st.just(common_pb.ROLE_USER)
             return protofuzz.weighted((3, user), (1, protofuzz.enums(field.enum_type)))
+        if field.name in ("platform_tools", "tool_approvals"):
+            # Any tool named sends a request down the tool loop's path (mostly refused).
+            return protofuzz.RARELY
         if field.type != FieldDescriptor.TYPE_STRING:
             return None
         if field.name == "parent_id":
