@@ -19,17 +19,15 @@ and one done with the steps' usage summed."""
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Protocol
 
 import structlog
 
 from domain.answer_options import ToolCall, ToolChoice, ToolDefinition
 from domain.capabilities import (
     CallOutsideCapabilities,
-    Capability,
     CapabilitySet,
     ConversationSettings,
     SecurityEvent,
@@ -42,8 +40,8 @@ from domain.capabilities import (
 from domain.errors import InvalidArgument
 from domain.retrieval import Retrieval
 from domain.safety import Verdict
-from domain.trifecta import ContextPart, Origin, check
-from domain.types import Finish, Role, Usage, User
+from domain.trifecta import ContextPart, check
+from domain.types import Finish, Role, User
 from gateway.completions import CallerTurn, CompleteRequest, closing_events
 from gateway.metrics import GatewayMetrics
 from gateway.runs import (
@@ -67,6 +65,15 @@ from gateway.tool_requests import (
     capability_requests,
     pending_calls,
 )
+from gateway.tool_turn import (
+    Offered,
+    Step,
+    TurnState,
+    arguments_of,
+    origin,
+    result_origins,
+    result_text,
+)
 
 
 class CompletionRunner(Protocol):
@@ -77,93 +84,6 @@ class TextCheck(Protocol):
     """The output check over a whole text (gateway/policies.py's MessagePolicies)."""
 
     def check_text(self, text: str) -> Verdict | None: ...
-
-
-@dataclass(slots=True)
-class _Offered:
-    """A tool the model is offered this turn: its server, its definition as listed, and its
-    name in the capability set."""
-
-    server: ToolServer
-    server_label: str
-    definition: ToolDefinition
-    qualified: str
-    needs_approval: bool = False
-
-
-@dataclass(slots=True)
-class _Turn:
-    """One turn's state: the servers opened, the tools offered, the context so far."""
-
-    capabilities: CapabilitySet
-    confirmed: frozenset[str]
-    turns: list[CallerTurn]
-    parts: list[ContextPart]
-    servers: list[ToolServer] = field(default_factory=list)
-    offered: dict[str, _Offered] = field(default_factory=dict)
-    usage: Usage = field(default_factory=Usage)
-    next_id: int = 1
-    meta_sent: bool = False
-    listings: list[Event] = field(default_factory=list)
-
-    def numbered(self, events: Sequence[Event]) -> list[tuple[int, Event]]:
-        batch = list(enumerate(events, start=self.next_id))
-        self.next_id += len(batch)
-        return batch
-
-    def add_usage(self, usage: Usage) -> None:
-        self.usage = Usage(self.usage.input_tokens + usage.input_tokens,
-                           self.usage.cached_tokens + usage.cached_tokens,
-                           self.usage.output_tokens + usage.output_tokens)  # fmt: skip
-
-    def add(self, turn: CallerTurn, origins: frozenset[Origin] | None = None) -> None:
-        self.turns.append(turn)
-        self.parts.append(ContextPart(turn.counted_text(), origins or _origin(turn)))
-
-
-@dataclass(slots=True)
-class _Step:
-    """What one model call asked for and how it ended."""
-
-    text: str = ""
-    calls: list[ToolCall] = field(default_factory=list)
-    done: Done | None = None
-    failed: bool = False
-
-
-def _origin(turn: CallerTurn) -> frozenset[Origin]:
-    if turn.role is Role.SYSTEM:
-        return frozenset({Origin.OPERATOR})
-    if turn.role is Role.TOOL:
-        return frozenset({Origin.TOOL_RESULT})
-    return frozenset({Origin.CONVERSATION})
-
-
-def _arguments(call: ToolCall) -> dict[str, Any] | None:
-    try:
-        value = json.loads(call.arguments or "{}")
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _result_origins(spec: ToolSpec) -> frozenset[Origin]:
-    """Where a result's text comes from, by what its tool can do: a tool that brings in
-    outside content gives untrusted text, one that reads the user's data gives private text;
-    one that does neither (send_email's receipt) gives the platform's own words."""
-    origins = set()
-    if Capability.BRINGS_UNTRUSTED in spec.capabilities:
-        origins.add(Origin.TOOL_RESULT)
-    if Capability.READS_PRIVATE in spec.capabilities:
-        origins.add(Origin.USER_FILE)
-    return frozenset(origins or {Origin.OPERATOR})
-
-
-def _result_text(outcome: ToolOutcome) -> str:
-    """What the model reads of a call: its output, or that it failed and why."""
-    if outcome.error:
-        return f"The tool failed: {outcome.error}"
-    return outcome.output or "(the tool gave no output)"
 
 
 class PlatformTools(Protocol):
@@ -229,8 +149,9 @@ class ToolLoop:
         capabilities = self.capabilities(user, tools)
         pending = pending_calls(request.turns, approvals)
         confirmed = frozenset(name for tool in tools for name in tool.confirmed())
-        parts = [ContextPart(t.counted_text(), _origin(t)) for t in request.turns]
-        turn = _Turn(capabilities, confirmed, list(request.turns), parts)
+        parts = [ContextPart(t.counted_text(), origin(t, leading=index == 0))
+                 for index, t in enumerate(request.turns)]  # fmt: skip
+        turn = TurnState(capabilities, confirmed, list(request.turns), parts)
         try:
             # The listings go right after the first step's meta: a stream opens with its meta.
             turn.listings = await self._list(turn, self._retrieving(request, tools, pending))
@@ -262,7 +183,7 @@ class ToolLoop:
             return list(tools)
         return [tool for tool in tools if tool not in retrieving]
 
-    async def _list(self, turn: _Turn, tools: Sequence[PlatformTool]) -> list[Event]:
+    async def _list(self, turn: TurnState, tools: Sequence[PlatformTool]) -> list[Event]:
         events: list[Event] = []
         for tool in tools:
             server = self._open(tool)
@@ -285,7 +206,7 @@ class ToolLoop:
         return self._remote.open(tool.server_label, tool.server_url, dict(tool.headers))
 
     def _offer(
-        self, turn: _Turn, tool: PlatformTool, server: ToolServer, listed: list[ToolDefinition]
+        self, turn: TurnState, tool: PlatformTool, server: ToolServer, listed: list[ToolDefinition]
     ) -> list[ToolDefinition]:
         """The listed tools the set covers, each offered once under its own name (a name
         two servers share goes to the first)."""
@@ -302,7 +223,7 @@ class ToolLoop:
                                   server=tool.server_label)  # fmt: skip
                 continue
             asks = tool.needs_approval(definition.name)
-            turn.offered[definition.name] = _Offered(server, tool.server_label, definition,
+            turn.offered[definition.name] = Offered(server, tool.server_label, definition,
                                                      qualified, asks)  # fmt: skip
             offered.append(definition)
         return offered
@@ -310,7 +231,7 @@ class ToolLoop:
     # --- the steps ---
 
     async def _steps(
-        self, user: User, request: CompleteRequest, turn: _Turn
+        self, user: User, request: CompleteRequest, turn: TurnState
     ) -> AsyncIterator[list[tuple[int, Event]]]:
         max_steps = self._policy.max_steps.get(user.tier, 0)
         tools = tuple(offered.definition for offered in turn.offered.values())
@@ -321,7 +242,7 @@ class ToolLoop:
             except SecurityViolation as refused:
                 yield turn.numbered(self._refused(user, turn, refused.event))
                 return
-            step = _Step()
+            step = Step()
             asked = replace(request, turns=tuple(turn.turns), options=options)
             async for events in self._model_step(user, asked, turn, step):
                 yield turn.numbered(events)
@@ -356,18 +277,18 @@ class ToolLoop:
                 return
 
     async def _run_call(
-        self, turn: _Turn, call: ToolCall, tool: _Offered, spec: ToolSpec
+        self, turn: TurnState, call: ToolCall, tool: Offered, spec: ToolSpec
     ) -> AsyncIterator[list[Event]]:
         yield [ToolStarted(call.call_id, tool.server_label, call.name, call.arguments)]
         outcome = await self._call(tool, call)
         yield [ToolEnded(call.call_id, outcome.output, outcome.error)]
-        result = CallerTurn(Role.TOOL, _result_text(outcome), tool_call_id=call.call_id)
-        turn.add(result, _result_origins(spec))
+        result = CallerTurn(Role.TOOL, result_text(outcome), tool_call_id=call.call_id)
+        turn.add(result, result_origins(spec))
 
     async def _decided(
         self,
         user: User,
-        turn: _Turn,
+        turn: TurnState,
         pending: list[ToolCall],
         approvals: Mapping[str, bool],
     ) -> AsyncIterator[Event]:
@@ -387,7 +308,7 @@ class ToolLoop:
                                 tool_call_id=call.call_id))  # fmt: skip
 
     async def _model_step(
-        self, user: User, request: CompleteRequest, turn: _Turn, step: _Step
+        self, user: User, request: CompleteRequest, turn: TurnState, step: Step
     ) -> AsyncIterator[list[Event]]:
         """One model call's events for the caller: the first step's meta, every text, a
         failure; its calls and its done are kept in `step`."""
@@ -418,7 +339,7 @@ class ToolLoop:
                 if events:
                     yield events
 
-    def _authorized(self, turn: _Turn, call: ToolCall) -> tuple[_Offered, ToolSpec]:
+    def _authorized(self, turn: TurnState, call: ToolCall) -> tuple[Offered, ToolSpec]:
         """The offered tool a call runs, authorized against the frozen set: a name never
         offered is still checked (and refused) by the set, never looked up elsewhere."""
         offered = turn.offered.get(call.name)
@@ -430,12 +351,12 @@ class ToolLoop:
                 "offered: nothing was run"))  # fmt: skip
         return offered, spec
 
-    async def _call(self, tool: _Offered, call: ToolCall) -> ToolOutcome:
+    async def _call(self, tool: Offered, call: ToolCall) -> ToolOutcome:
         """Runs one call. Its arguments are the model's output and pass the output check
         before anything is sent; its result passes it before the model or the caller reads
         it. Flagged text goes nowhere: the call is not run, or its result is withheld."""
         server = tool.server_label or call.name
-        arguments = _arguments(call)
+        arguments = arguments_of(call)
         if arguments is None:
             return ToolOutcome("", "the arguments are not a JSON object")
         if self._output_check.check_text(call.arguments) is not None:
@@ -450,7 +371,7 @@ class ToolLoop:
         self._metrics.tool_calls.labels(server, "error" if outcome.error else "ok").inc()
         return outcome
 
-    def _refused(self, user: User, turn: _Turn, event: SecurityEvent) -> list[Event]:
+    def _refused(self, user: User, turn: TurnState, event: SecurityEvent) -> list[Event]:
         """The turn ends here, nothing more run: logged and counted as a security event, and
         the reason said to the caller as the platform's refusal."""
         self._metrics.security_events.labels(event.kind).inc()
