@@ -155,7 +155,13 @@ class ToolLoop:
         try:
             # The listings go right after the first step's meta: a stream opens with its meta.
             turn.listings = await self._list(turn, self._retrieving(request, tools, pending))
-            decided = [event async for event in self._decided(user, turn, pending, approvals)]
+            try:
+                decided = [event async for event in self._decided(user, turn, pending, approvals)]
+            except CallOutsideCapabilities as refused:
+                # A call carried back that this request's own set does not hold: nothing has
+                # started, so the request is refused (403) rather than answered.
+                self._count(user, refused.event)
+                raise
             turn.listings.extend(decided)
             async for batch in self._steps(user, request, turn):
                 yield batch
@@ -374,8 +380,11 @@ class ToolLoop:
     def _refused(self, user: User, turn: TurnState, event: SecurityEvent) -> list[Event]:
         """The turn ends here, nothing more run: logged and counted as a security event, and
         the reason said to the caller as the platform's refusal."""
+        self._count(user, event)
+        return [Delta(f"The platform stopped this turn: {event.detail}.", refusal=True),
+                Done(Finish.REFUSED, turn.usage)]  # fmt: skip
+
+    def _count(self, user: User, event: SecurityEvent) -> None:
         self._metrics.security_events.labels(event.kind).inc()
         self._log.warning("security_event", kind=event.kind, tools=list(event.tools),
                           user_id=user.user_id, detail=event.detail)  # fmt: skip
-        return [Delta(f"The platform stopped this turn: {event.detail}.", refusal=True),
-                Done(Finish.REFUSED, turn.usage)]  # fmt: skip

@@ -289,3 +289,29 @@ async def test_a_turn_that_needs_no_outside_content_lists_and_offers_none(metric
     assert model.asked[0].options.tools == (EMAIL,)
     assert gate.asked == ["Summarize the page I shared."]
     assert metrics.retrieval_decisions.labels("skipped")._value.get() == 1
+
+
+async def test_an_approved_call_runs_only_inside_the_new_requests_set(metrics) -> None:
+    """A decision comes back in a later request, with the call: it runs against that
+    request's own set. A call to a tool the request does not name runs nothing (403)."""
+    pages = ScriptedServer("pages", [FETCH], {"fetch_page": PAGE})
+    email = ScriptedServer("send_email", [EMAIL])
+    model = ScriptedModel(["Done."])
+    mail = call("send_email", {"to": "me@example.test"})
+    turns = (CallerTurn(Role.SYSTEM, "Be brief."), CallerTurn(Role.USER, "Mail me."),
+             CallerTurn(Role.ASSISTANT, "", (mail,)))  # fmt: skip
+    loop = loop_of(model, pages, email, metrics)
+    with pytest.raises(PermissionDenied, match="send_email"):
+        async for _ in loop.run(USER, CompleteRequest(turns, None, 0, ""), [PAGES],
+                                {mail.call_id: True}):  # fmt: skip
+            pass
+    assert email.calls == [] and model.asked == []
+    assert counted(metrics, "call_outside_capabilities") == 1
+    # Named, it runs first, then the model reads its result.
+    events = [e async for batch in loop.run(USER, CompleteRequest(turns, None, 0, ""),
+                                             [SEND_EMAIL], {mail.call_id: True})
+              for _, e in batch]  # fmt: skip
+    assert email.calls == [("send_email", {"to": "me@example.test"})]
+    assert [type(e) for e in events] == [Meta, ToolsListed, ToolStarted, ToolEnded, Delta, Done]
+    assert model.asked[0].turns[-1] == CallerTurn(Role.TOOL, "(the tool gave no output)",
+                                                  tool_call_id=mail.call_id)  # fmt: skip
