@@ -1,12 +1,14 @@
 """What a Responses API request without tools costs the edge and the gateway, side by side with
-another checkout: the tool loop's changes must leave the path without tools as it was.
+another checkout: the tool loop's changes must leave the path without tools as it was, for
+stateless responses (ChatService.Complete) and stored ones (SendMessage) alike.
 
 Two platforms, each with its services importing one checkout (this one, and --against DIR),
 each a scheduler, a gateway, an edge and one simulated replica (fast, short answers; router
-and safety on, as shipped). In each round every platform answers the same `--requests`
-stateless responses (`store: false`, not streamed, `--at-once` at a time), the platforms
-taking turns; the edge's and the gateway's CPU (utime + stime from /proc) over a round,
-divided by its requests, is the figure. The median of the rounds is reported.
+and safety on, as shipped). In each round every platform answers `--requests` stateless
+responses (`store: false`) and as many stored ones (`store: true`), not streamed, `--at-once`
+at a time, the platforms taking turns; the edge's and the gateway's CPU (utime + stime from
+/proc) over a round, divided by its requests, is the figure. The median of the rounds is
+reported.
 
     .venv/bin/python bench/responses_cost.py --against DIR [--requests 300] [--rounds 5]
 
@@ -54,8 +56,8 @@ def settings(state: Path, checkout: Path) -> PlatformSettings:
     )
 
 
-async def one(http: aiohttp.ClientSession, platform: LocalPlatform) -> None:
-    body = {"model": "auto", "store": False,
+async def one(http: aiohttp.ClientSession, platform: LocalPlatform, store: bool) -> None:
+    body = {"model": "auto", "store": store,
             "input": f"Name a river, please ({uuid.uuid4().hex[:6]})."}  # fmt: skip
     headers = {"Authorization": f"Bearer {platform.tokens['plus']}"}
     async with http.post(f"{platform.edge_url}/v1/responses", json=body,
@@ -65,7 +67,7 @@ async def one(http: aiohttp.ClientSession, platform: LocalPlatform) -> None:
         raise RuntimeError(f"a response failed: {answer.status} {reply}")
 
 
-async def round_of(platform: LocalPlatform, requests: int, at_once: int) -> float:
+async def round_of(platform: LocalPlatform, requests: int, at_once: int, store: bool) -> float:
     """CPU ms of the edge and the gateway per request over one round."""
     pids = [c.process.pid for c in platform.children if c.name.startswith(("edge", "gateway"))]
     before = sum(cpu_seconds(pid) for pid in pids)
@@ -73,11 +75,14 @@ async def round_of(platform: LocalPlatform, requests: int, at_once: int) -> floa
 
     async def limited(http: aiohttp.ClientSession) -> None:
         async with gate:
-            await one(http, platform)
+            await one(http, platform, store)
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
         await asyncio.gather(*(limited(http) for _ in range(requests)))
     return (sum(cpu_seconds(pid) for pid in pids) - before) / requests * 1000
+
+
+KINDS = {"stateless": False, "stored": True}
 
 
 async def measure(args: argparse.Namespace, against: Path) -> dict[str, list[float]]:
@@ -89,13 +94,17 @@ async def measure(args: argparse.Namespace, against: Path) -> dict[str, list[flo
             await platform.start()
         try:
             for platform in platforms.values():  # warm up
-                await round_of(platform, max(20, args.requests // 10), args.at_once)
-            rounds: dict[str, list[float]] = {name: [] for name in platforms}
+                for store in KINDS.values():
+                    await round_of(platform, max(20, args.requests // 10), args.at_once, store)
+            rounds: dict[str, list[float]] = {
+                f"{name} {kind}": [] for kind in KINDS for name in platforms
+            }
             for index in range(args.rounds):
                 order = list(platforms) if index % 2 == 0 else list(reversed(platforms))
-                for name in order:
-                    rounds[name].append(await round_of(platforms[name], args.requests,
-                                                       args.at_once))  # fmt: skip
+                for kind, store in KINDS.items():
+                    for name in order:
+                        cpu = await round_of(platforms[name], args.requests, args.at_once, store)
+                        rounds[f"{name} {kind}"].append(cpu)
             return rounds
         finally:
             for platform in platforms.values():
@@ -112,14 +121,17 @@ def main() -> None:
     rounds = asyncio.run(measure(args, Path(args.against).resolve()))
     median = {name: statistics.median(values) for name, values in rounds.items()}
     lines = [
-        f"edge + gateway CPU per stateless Responses request without tools, ms ({args.rounds} "
+        f"edge + gateway CPU per Responses request without tools, ms ({args.rounds} "
         f"rounds of {args.requests}, {args.at_once} at once, the checkouts taking turns)",
-        f"{'checkout':<9} {'by round':<44} {'median':>7}",
+        f"{'checkout, kind':<18} {'by round':<36} {'median':>7}",
         *(
-            f"{name:<9} {' '.join(f'{v:.2f}' for v in values):<44} {median[name]:>7.2f}"
+            f"{name:<18} {' '.join(f'{v:.2f}' for v in values):<36} {median[name]:>7.2f}"
             for name, values in rounds.items()
         ),
-        f"this / against: {median['this'] / median['against']:.3f}",
+        *(
+            f"this / against, {kind}: {median[f'this {kind}'] / median[f'against {kind}']:.3f}"
+            for kind in KINDS
+        ),
     ]
     lines.append(json.dumps({"bench": "responses_cost", "against": args.against,
                              "cpu_ms_per_request": {k: round(v, 3) for k, v in median.items()},
