@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,14 +18,12 @@ import aiohttp
 import openai
 import pytest
 
-from chat.v1 import common_pb2
-from chat.v1 import scheduler_service_pb2 as spb
-from chat.v1 import scheduler_service_pb2_grpc as spb_grpc
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from domain.safety import Refusals
 from domain.types import Role
 from nodeagent.engine import PromptTurn
 from nodeagent.sim import planned_answer, rendered
+from tests.e2e.responses_support import new_user, sdk, simulated_answer
 from tests.sse import SseEvent
 
 pytestmark = pytest.mark.slow
@@ -61,28 +58,9 @@ async def platform(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Lo
     await local.stop()
 
 
-def sdk(platform: LocalPlatform, token: str) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(
-        base_url=f"{platform.edge_url}/v1", api_key=token, max_retries=0, timeout=60
-    )
-
-
-async def new_user(platform: LocalPlatform) -> str:
-    """A Plus user of its own: a full bucket, and no other test's streams open."""
-    async with platform.channel(platform.scheduler_address) as channel:
-        created = await spb_grpc.UserServiceStub(channel).CreateUser(
-            spb.UserServiceCreateUserRequest(
-                user_id=f"u-{uuid.uuid4().hex[:10]}", tier=common_pb2.TIER_PLUS
-            ),
-            metadata=(("authorization", f"Bearer {platform.admin_token}"),),
-        )
-    return created.token
-
-
 def answer_to(*turns: tuple[Role, str]) -> str:
     """The simulated replica's whole answer to a prompt of these turns."""
-    prompt = [PromptTurn(role, text) for role, text in turns]
-    return "".join(rendered(planned_answer(prompt, ANSWER_TOKENS), 0))
+    return simulated_answer(ANSWER_TOKENS, *turns)
 
 
 def first_answer(content: str, system: str = SYSTEM_PROMPT) -> str:

@@ -20,12 +20,9 @@ import openai
 import pytest
 
 from chat.v1 import common_pb2
-from chat.v1 import scheduler_service_pb2 as spb
-from chat.v1 import scheduler_service_pb2_grpc as spb_grpc
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from domain.types import Role
-from nodeagent.engine import PromptTurn
-from nodeagent.sim import planned_answer, rendered
+from tests.e2e.responses_support import gateway_counter, new_user, sdk, simulated_answer
 from tests.sse import read_events
 from tests.tool_servers import McpTestServer, SmtpTestServer, run_mcp_server, run_smtp_server
 
@@ -87,21 +84,6 @@ async def platform(
     await local.stop()
 
 
-def sdk(platform: LocalPlatform, token: str) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(
-        base_url=f"{platform.edge_url}/v1", api_key=token, max_retries=0, timeout=60
-    )
-
-
-async def new_user(platform: LocalPlatform, tier: int = common_pb2.TIER_PLUS) -> str:
-    async with platform.channel(platform.scheduler_address) as channel:
-        created = await spb_grpc.UserServiceStub(channel).CreateUser(
-            spb.UserServiceCreateUserRequest(user_id=f"u-{uuid.uuid4().hex[:10]}", tier=tier),
-            metadata=(("authorization", f"Bearer {platform.admin_token}"),),
-        )
-    return created.token
-
-
 def pages_tool(mcp_server: McpTestServer, approval: Any = "never") -> dict[str, Any]:
     return {"type": "mcp", "server_label": "pages", "server_url": mcp_server.url,
             "allowed_tools": ["fetch_page"], "require_approval": approval}  # fmt: skip
@@ -109,18 +91,11 @@ def pages_tool(mcp_server: McpTestServer, approval: Any = "never") -> dict[str, 
 
 def answer_to(*turns: tuple[Role, str]) -> str:
     """The simulated replica's whole answer to a prompt of these turns."""
-    prompt = [PromptTurn(role, text) for role, text in turns]
-    return "".join(rendered(planned_answer(prompt, ANSWER_TOKENS), 0))
+    return simulated_answer(ANSWER_TOKENS, *turns)
 
 
 async def security_events(platform: LocalPlatform, kind: str) -> float:
-    port = platform._child("gateway").ready["metrics"]
-    async with aiohttp.ClientSession() as http:
-        async with http.get(f"http://127.0.0.1:{port}/metrics") as response:
-            text = await response.text()
-    line = f'gateway_security_events_total{{kind="{kind}"}} '
-    values = [float(row[len(line) :]) for row in text.splitlines() if row.startswith(line)]
-    return values[0] if values else 0.0
+    return await gateway_counter(platform, "gateway_security_events_total", "kind", kind)
 
 
 async def test_the_worked_injection_trace_sends_no_mail(
@@ -433,13 +408,9 @@ async def test_an_approved_mail_reaches_the_relay(
 
 
 async def retrieval_decisions(platform: LocalPlatform, decision: str) -> float:
-    port = platform._child("gateway").ready["metrics"]
-    async with aiohttp.ClientSession() as http:
-        async with http.get(f"http://127.0.0.1:{port}/metrics") as response:
-            text = await response.text()
-    line = f'gateway_retrieval_decisions_total{{decision="{decision}"}} '
-    values = [float(row[len(line) :]) for row in text.splitlines() if row.startswith(line)]
-    return values[0] if values else 0.0
+    return await gateway_counter(
+        platform, "gateway_retrieval_decisions_total", "decision", decision
+    )
 
 
 async def test_a_turn_that_needs_no_outside_content_asks_no_server(
