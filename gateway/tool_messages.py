@@ -149,8 +149,10 @@ class ToolMessages:
             self._log.exception("tool loop failed", message_id=run.message_id)
             written.ending = Failed(FailureCode.UNAVAILABLE, "the answer failed")
             await run.append(written.ending)
-        if isinstance(written.ending, Done):
-            await self._save(run, user, answer_parent_seq, written, written.ending)
+        if written.ending is None:  # the loop ended without saying how: never left open
+            written.ending = Failed(FailureCode.UNAVAILABLE, "the answer ended unfinished")
+            await run.append(written.ending)
+        await self._save(run, user, answer_parent_seq, written, written.ending)
         self._runs.mark_ended(run)
 
     async def _relay(
@@ -187,8 +189,11 @@ class ToolMessages:
         return event
 
     async def _save(
-        self, run: MessageRun, user: User, parent_seq: int, written: _Written, done: Done
+        self, run: MessageRun, user: User, parent_seq: int, written: _Written, ending: Event
     ) -> None:
+        """The answer as the user read it, a failed one too (with the text so far), as the
+        driver saves a message's answer."""
+        done = ending if isinstance(ending, Done) else Done(Finish.ERROR, Usage())
         answer = NewMessage(run.message_id + ANSWER_SUFFIX, Role.ASSISTANT, "".join(written.text),
                             done.usage.output_tokens, parent_seq, model=written.model,
                             replica_id=written.replica_id, finish=done.finish.value,
