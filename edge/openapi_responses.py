@@ -206,10 +206,10 @@ RESPONSES_SCHEMAS: dict[str, Any] = {
             "tools": {
                 "type": "array",
                 "maxItems": 16,
-                "description": "tools the platform runs (only with store false): a loop of "
-                "model calls and tool calls, at most the tier's max_steps; the output holds "
-                "mcp_list_tools and mcp_call items (send_email_call for the operator's) "
-                "before the message",
+                "description": "tools the platform runs (a stored response refuses approvals): "
+                "a loop of model calls and tool calls, at most the tier's max_steps; the "
+                "output holds mcp_list_tools and mcp_call items (send_email_call for the "
+                "operator's) before the message",
                 "items": {"oneOf": [MCP_TOOL, OPERATOR_TOOL]},
             },
             "tool_choice": {"enum": ["auto", "none"]},
