@@ -73,7 +73,7 @@ from gateway.scheduler_client import SchedulerClient
 from gateway.servicer import ChatServicer
 from gateway.shared_runs import SharedRuns, SharedRunsConfig
 from gateway.tool_messages import ToolMessages
-from gateway.tools_setup import ToolsConfig, tool_loop
+from gateway.tools_setup import ToolsConfig, tool_loops
 from gateway.versions import VersionBook
 from infra.config import ConfigError
 from infra.directory import DEFAULT_PREFIX, Directory, DirectoryView
@@ -470,6 +470,10 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         capture = capture_policy(config)
         expired = ExpiredPrompts(store, capture.retention_s)
         service.task(expired.run(), "prompt-capture")
+        policies = build_policies(config)
+        # One policy and MCP client for the pipeline's stored tool messages and for
+        # ChatService's completions with tools.
+        loops = tool_loops(config.tools, metrics, policies)
         pipeline = ChatPipeline(
             store,
             scheduler,
@@ -480,7 +484,7 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
             time.monotonic,
             sharing,
             metrics,
-            build_policies(config),
+            policies,
             build_compactor(config, store, scheduler, nodes),
             versions=versions,
             budget=budget,
@@ -488,8 +492,7 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
             prompts=StoredPrompts(store, capture),
             # A stored message asking for tools: the loop over this pipeline's completions.
             tool_messages=lambda steps: ToolMessages(
-                tool_loop(config.tools, steps, metrics, build_policies(config)),
-                store, buckets, runs, config.region,
+                loops(steps), store, buckets, runs, config.region,
             ),
         )  # fmt: skip
 
@@ -530,8 +533,7 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         chat = ChatServicer(Authenticator(store, regions.user_by_token_hash), pipeline, store,
                             buckets, ratings, regions, peers,
                             stream_interval_s=config.stream_interval_s,
-                            tools=tool_loop(config.tools, pipeline, metrics,
-                                            build_policies(config)))  # fmt: skip
+                            tools=loops(pipeline))  # fmt: skip
         chat_service_pb2_grpc.add_ChatServiceServicer_to_server(chat, server.server)
         # The same streams, many to a stream, for edges (gateway/edge_link.py).
         linked = EdgeLinkServicer(chat.streams, metrics, config.edge_link_frame_interval_s)

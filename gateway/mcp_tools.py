@@ -96,15 +96,10 @@ class McpServer:
         except ToolUnavailable as unavailable:
             self._log.warning("mcp server unavailable", reason=str(unavailable))
             raise
-        except TimeoutError:
-            reason = f"MCP server {self._label} did not answer within {self._timeout_s:g} s"
-        except MCPError as error:
-            if error.code == REQUEST_TIMEOUT:
-                reason = f"MCP server {self._label} did not answer within {self._timeout_s:g} s"
-            else:
-                reason = f"MCP server {self._label} answered an error: {_mcp_error(error)}"
         except Exception as error:
-            reason = f"MCP server {self._label} could not list its tools: {_describe(error)}"
+            server = f"MCP server {self._label}"
+            reason = self._reason(error, server, f"{server} answered an error",
+                                  f"{server} could not list its tools")  # fmt: skip
         self._log.warning("mcp server unavailable", reason=reason)
         raise ToolUnavailable(reason)
 
@@ -116,15 +111,8 @@ class McpServer:
                     unreached = f"MCP server {self._label}: {self._failure}"
                     return ToolOutcome(output="", error=unreached)
                 result = await client.call_tool(name, dict(arguments))
-        except TimeoutError:
-            error = f"{name} did not answer within {self._timeout_s:g} s"
-        except MCPError as failed:
-            if failed.code == REQUEST_TIMEOUT:
-                error = f"{name} did not answer within {self._timeout_s:g} s"
-            else:
-                error = f"{name} failed: {_mcp_error(failed)}"
         except Exception as failed:
-            error = f"{name} failed: {_describe(failed)}"
+            error = self._reason(failed, name, f"{name} failed", f"{name} failed")
         else:
             text = self._cut(_text_of(result))
             if result.is_error:
@@ -132,6 +120,17 @@ class McpServer:
             return ToolOutcome(output=text)
         self._log.info("mcp call failed", tool=name, error=error)
         return ToolOutcome(output="", error=error)
+
+    def _reason(self, error: Exception, who: str, refused: str, broken: str) -> str:
+        """Why a listing or a call failed: no answer in time (ours or the server's own
+        time-out), an error the server answered, or anything else on the way."""
+        if isinstance(error, TimeoutError) or (
+            isinstance(error, MCPError) and error.code == REQUEST_TIMEOUT
+        ):
+            return f"{who} did not answer within {self._timeout_s:g} s"
+        if isinstance(error, MCPError):
+            return f"{refused}: {_mcp_error(error)}"
+        return f"{broken}: {_describe(error)}"
 
     async def aclose(self) -> None:
         if self._closed:

@@ -6,6 +6,7 @@ relay."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,12 +111,11 @@ def _retrieval(config: ToolsConfig) -> RetrievalDecider:
     return RetrievalGate.from_dict(json.loads(path.read_text(encoding="utf-8")))
 
 
-def tool_loop(
-    config: ToolsConfig,
-    completions: CompletionRunner,
-    metrics: GatewayMetrics,
-    output_check: TextCheck,
-) -> ToolLoop:
+def tool_loops(
+    config: ToolsConfig, metrics: GatewayMetrics, output_check: TextCheck
+) -> Callable[[CompletionRunner], ToolLoop]:
+    """Loops over the steps given, all sharing one policy and one MCP client, so the settings
+    are read, the retrieval model loaded and the mail tool made once per gateway."""
     policy = ToolPolicy(
         grants={Tier.FREE: frozenset(config.free_grants), Tier.PLUS: frozenset(config.plus_grants)},
         max_steps={Tier.FREE: config.free_max_steps, Tier.PLUS: config.plus_max_steps},
@@ -124,4 +124,13 @@ def tool_loop(
         retrieval=_retrieval(config),
     )
     remote = McpServers(timeout_s=config.timeout_s, max_output_chars=config.max_output_chars)
-    return ToolLoop(completions, policy, remote, metrics, output_check)
+    return lambda completions: ToolLoop(completions, policy, remote, metrics, output_check)
+
+
+def tool_loop(
+    config: ToolsConfig,
+    completions: CompletionRunner,
+    metrics: GatewayMetrics,
+    output_check: TextCheck,
+) -> ToolLoop:
+    return tool_loops(config, metrics, output_check)(completions)
