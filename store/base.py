@@ -8,6 +8,7 @@ home region's conversations reached over HomeService (gateway/home_client.py) ar
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from domain.types import Tier
@@ -15,6 +16,7 @@ from store.records import (
     CapturedPrompt,
     ConversationRecord,
     FeedbackRecord,
+    MemoryRecord,
     MessageRecord,
     NewMessage,
     ServingRecord,
@@ -42,7 +44,7 @@ class UserStore(Protocol):
     async def delete_user(self, user_id: str) -> None:
         """Deletes the user and everything kept of them here, in one transaction: their
         conversations and with them every message, rating, serving record and captured
-        prompt. NotFound when there is no such user."""
+        prompt, and their memories. NotFound when there is no such user."""
         ...
 
 
@@ -151,7 +153,44 @@ class PromptStore(Protocol):
         ...
 
 
-class Store(UserStore, SummaryStore, ResponseStore, FeedbackStore, PromptStore, Protocol):
+class MemoryStore(Protocol):
+    """A user's personal memory (gateway/memories.py): entries they see and edit, and the
+    lexical search a turn reads them by. Kept in the user's home region, with their history."""
+
+    async def add_memory(self, user_id: str, memory: MemoryRecord) -> None:
+        """AlreadyExists when the user has an entry of that id."""
+        ...
+
+    async def list_memories(self, user_id: str) -> list[MemoryRecord]:
+        """Every entry of the user's, the newest written first."""
+        ...
+
+    async def get_memory(self, user_id: str, memory_id: str) -> MemoryRecord:
+        """NotFound when the user has no such entry."""
+        ...
+
+    async def update_memory(
+        self, user_id: str, memory_id: str, text: str, pinned: bool, updated_at: float
+    ) -> MemoryRecord:
+        """Replaces the entry's text and pin; NotFound when the user has no such entry."""
+        ...
+
+    async def delete_memory(self, user_id: str, memory_id: str) -> None:
+        """NotFound when the user has no such entry."""
+        ...
+
+    async def search_memories(
+        self, user_id: str, terms: Sequence[str], limit: int, fresh_since: float
+    ) -> list[MemoryRecord]:
+        """The user's entries holding any of the terms (as the index stems them), the most
+        relevant first, at most limit; an unpinned entry last written before fresh_since is
+        left out. No terms: none."""
+        ...
+
+
+class Store(
+    UserStore, SummaryStore, ResponseStore, FeedbackStore, PromptStore, MemoryStore, Protocol
+):
     """A whole store, as a backend implements it: every part, opened (migrated) and closed by
     the service that owns it (store/factory.py)."""
 

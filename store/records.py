@@ -119,3 +119,17 @@ class CapturedPrompt:
     max_tokens: int
     turns: tuple[Turn, ...]
     created_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRecord:
+    """One entry of a user's personal memory (gateway/memories.py). `source` says who wrote
+    it: "user" (their own list) or "model" (a `remember` call the user's turn ran).
+    updated_at is when its text or pin last changed: an entry ages from there."""
+
+    memory_id: str
+    text: str
+    pinned: bool
+    source: str
+    created_at: float
+    updated_at: float

@@ -15,6 +15,7 @@ import aiosqlite
 from domain.errors import AlreadyExists, NotFound
 from domain.types import Role, Tier
 from store import captured_prompts, migrations
+from store.sqlite_memories import SqliteMemories
 from store.records import (
     CapturedPrompt,
     ConversationRecord,
@@ -65,7 +66,7 @@ def _message(row: sqlite3.Row) -> MessageRecord:
     return MessageRecord(**values)
 
 
-class SqliteStore:
+class SqliteStore(SqliteMemories):
     def __init__(self, path: str) -> None:
         self._path = path
         self._db: aiosqlite.Connection | None = None
@@ -212,6 +213,7 @@ class SqliteStore:
             try:
                 # The conversations' rows cascade to everything kept with their messages.
                 await self.db.execute("DELETE FROM conversations WHERE user_id = ?", (user_id,))
+                await self.db.execute("DELETE FROM memories WHERE user_id = ?", (user_id,))
                 cursor = await self.db.execute("DELETE FROM users WHERE user_id = ?", (user_id,))
                 if cursor.rowcount == 0:
                     raise NotFound(f"no user {user_id!r}")
