@@ -30,15 +30,22 @@ class ContextBuilder:
         history: list[Turn],
         new: Turn,
         pinned: Turn | None = None,
+        memories: Turn | None = None,
     ) -> Prompt:
-        """System prompt, summary, the newest turns that fit, pinned constraints, new message.
+        """System prompt, the user's memories, summary, the newest turns that fit, pinned
+        constraints, new message.
+
+        Stable to volatile: the system prompt (and the tools an engine renders with it) is
+        every user's, so it leads and its cache is shared; the memory block is this user's,
+        then the conversation's summary and turns. Memories placed before the system prompt
+        would make every user's copy of it private in the replica's cache.
 
         Pinned constraints sit just before the new message: recall is highest at the end of
         a prompt, and the middle is where a turn-2 constraint gets lost. They are
         re-read every turn, which costs their few tokens of prefill each time.
         """
-        summary, pinned = self._extras_that_fit(summary, pinned, new)
-        leading = [self.system, *([summary] if summary else [])]
+        summary, pinned, memories = self._extras_that_fit(summary, pinned, memories, new)
+        leading = [self.system, *[turn for turn in (memories, summary) if turn]]
         trailing = [*([pinned] if pinned else []), new]
         budget = (
             self.window_tokens
@@ -55,17 +62,21 @@ class ContextBuilder:
         return Prompt((*leading, *history[first_kept:], *trailing), dropped_turns=first_kept)
 
     def _extras_that_fit(
-        self, summary: Turn | None, pinned: Turn | None, new: Turn
-    ) -> tuple[Turn | None, Turn | None]:
-        """Summary and pinned turn, less what the window cannot hold beside the new message.
-        The summary goes first: it is a digest, while pinned turns are the user's own rules."""
+        self, summary: Turn | None, pinned: Turn | None, memories: Turn | None, new: Turn
+    ) -> tuple[Turn | None, Turn | None, Turn | None]:
+        """Summary, pinned turn and memory block, less what the window cannot hold beside the
+        new message. The memories go first (notes from other conversations), then the
+        summary (a digest of this one); pinned turns are the user's own rules."""
         room = self.window_tokens - self.answer_reserve_tokens - self.system.tokens - new.tokens
         pinned_tokens = pinned.tokens if pinned else 0
+        summary_tokens = summary.tokens if summary else 0
+        if memories is not None and memories.tokens + summary_tokens + pinned_tokens > room:
+            memories = None
         if summary is not None and summary.tokens + pinned_tokens > room:
             summary = None
         if pinned is not None and pinned_tokens > room:
             pinned = None
-        return summary, pinned
+        return summary, pinned, memories
 
     def fits_alone(self, new: Turn) -> bool:
         """Whether a message fits the window with only the system prompt beside it."""

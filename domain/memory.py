@@ -89,4 +89,3 @@ def memory_block(texts: Iterable[str]) -> str:
     prefix cache keeps the conversation after them."""
     lines = [f"- {' '.join(text.split())}" for text in texts]
     return "\n".join([MEMORY_HEADER, *lines]) if lines else ""
-

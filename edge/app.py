@@ -16,7 +16,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from domain.feedback import Rating
-from edge import convert, responses_tools, sse
+from edge import convert, memories, responses_tools, sse
 from edge.errors import HttpError, error_for, error_response, from_rpc
 from edge.gateways import Gateways, never_sent
 from edge.metrics import EdgeMetrics
@@ -247,6 +247,40 @@ class Edge:
             convert.rating_json,
         )
 
+    async def list_memories(self, request: web.Request) -> web.Response:
+        metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
+        ask = memories.list_request()
+        return await self._unary(
+            lambda chat: chat.ListMemories(ask, metadata=metadata, timeout=timeout),
+            memories.list_json,
+        )
+
+    async def create_memory(self, request: web.Request) -> web.Response:
+        metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
+        ask = memories.create_request(await self._json_body(request))
+        # Sent once: a second try at another gateway could keep the entry twice.
+        reply = await self._gateways.call(
+            lambda chat: chat.CreateMemory(ask, metadata=metadata, timeout=timeout), never_sent
+        )
+        return web.json_response(memories.memory_reply_json(reply), status=201)
+
+    async def update_memory(self, request: web.Request) -> web.Response:
+        metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
+        body = await self._json_body(request)
+        ask = memories.update_request(request.match_info["memory_id"], body)
+        return await self._unary(
+            lambda chat: chat.UpdateMemory(ask, metadata=metadata, timeout=timeout),
+            memories.memory_reply_json,
+        )
+
+    async def delete_memory(self, request: web.Request) -> web.Response:
+        metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
+        ask = memories.delete_request(request.match_info["memory_id"])
+        await self._gateways.call(
+            lambda chat: chat.DeleteMemory(ask, metadata=metadata, timeout=timeout), never_sent
+        )
+        return web.json_response({"deleted": True})
+
     async def limits(self, request: web.Request) -> web.Response:
         metadata, timeout = self._metadata(request), self._settings.rpc_timeout_s
         ask = convert.limits_request()
@@ -330,6 +364,10 @@ def build_app(
     app.router.add_post("/v1/messages/{message_id}/stop", edge.stop)
     app.router.add_post("/v1/messages/{message_id}/feedback", edge.rate)
     app.router.add_get("/v1/limits", edge.limits)
+    app.router.add_get("/v1/memories", edge.list_memories)
+    app.router.add_post("/v1/memories", edge.create_memory)
+    app.router.add_patch("/v1/memories/{memory_id}", edge.update_memory)
+    app.router.add_delete("/v1/memories/{memory_id}", edge.delete_memory)
     OpenAIApi(gateways, metrics, keepalives, settings.rpc_timeout_s).register(app)
     ResponsesApi(gateways, metrics, keepalives, settings.rpc_timeout_s).register(app)
     ResumableCompletions(gateways, metrics, keepalives).register(app)

@@ -13,7 +13,7 @@ from edge.metrics import EdgeMetrics
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-ALLOWED_METHODS = "GET, POST, DELETE, OPTIONS"
+ALLOWED_METHODS = "GET, POST, PATCH, DELETE, OPTIONS"
 ALLOWED_HEADERS = "Authorization, Content-Type, Idempotency-Key, Last-Event-ID, X-Session-Id"
 # Without this a browser script could not read why it must wait, nor which replica and pool
 # served.

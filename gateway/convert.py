@@ -109,7 +109,7 @@ def tool_approvals_from_pb(request: pb.CompleteRequest) -> dict[str, bool]:
     return approvals
 
 
-def _timestamp(seconds: float) -> timestamp_pb2.Timestamp:
+def timestamp_pb(seconds: float) -> timestamp_pb2.Timestamp:
     stamp = timestamp_pb2.Timestamp()
     stamp.FromNanoseconds(int(seconds * 1e9))
     return stamp
@@ -206,8 +206,8 @@ def conversation_to_pb(record: ConversationRecord) -> pb.Conversation:
         title=record.title,
         model=record.model,
         total_tokens=record.total_tokens,
-        created_at=_timestamp(record.created_at),
-        updated_at=_timestamp(record.updated_at),
+        created_at=timestamp_pb(record.created_at),
+        updated_at=timestamp_pb(record.updated_at),
     )
 
 
@@ -227,6 +227,6 @@ def message_to_pb(record: MessageRecord, parent_id: str) -> pb.Message:
             if record.finish
             else common_pb2.FINISH_REASON_UNSPECIFIED
         ),
-        created_at=_timestamp(record.created_at),
+        created_at=timestamp_pb(record.created_at),
         region=record.region,
     )

@@ -52,6 +52,7 @@ from gateway.edge_link import EdgeLinkServicer
 from gateway.feedback import RatingDesk
 from gateway.home_client import HomeStore
 from gateway.home_servicer import HomeServicer
+from gateway.memories import MemoryConfig, MemoryDesk
 from gateway.metrics import CurrentVersion, GatewayMetrics
 from gateway.node_client import NodeClient
 from gateway.node_link import LinkedNodes
@@ -236,6 +237,8 @@ class GatewayConfig:
     # The tools the platform runs for a completion that asks (the Responses API's mcp tools,
     # the operator's own): grants per tier, steps per turn, servers (gateway/tools_setup.py).
     tools: ToolsConfig = field(default_factory=ToolsConfig)
+    # Personal memory (gateway/memories.py): entries per turn per tier, ageing, sizes.
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
     # Regions (docs/decisions.md, "Regions"): this gateway's region and the global layer's
     # etcd. Both empty: one region, no directory. A message of a user from another region
     # goes to their home; at home, a new conversation spills to the region with the most
@@ -471,9 +474,10 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         expired = ExpiredPrompts(store, capture.retention_s)
         service.task(expired.run(), "prompt-capture")
         policies = build_policies(config)
+        memories = MemoryDesk(store, config.memory.policy(), time.time, policies, metrics)
         # One policy and MCP client for the pipeline's stored tool messages and for
         # ChatService's completions with tools.
-        loops = tool_loops(config.tools, metrics, policies)
+        loops = tool_loops(config.tools, metrics, policies, memories)
         pipeline = ChatPipeline(
             store,
             scheduler,
@@ -494,6 +498,7 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
             tool_messages=lambda steps: ToolMessages(
                 loops(steps), store, buckets, runs, config.region,
             ),
+            memories=memories,
         )  # fmt: skip
 
         def away_pipeline(home_store: HomeStore, home_buckets: Buckets) -> ChatPipeline:
@@ -533,7 +538,7 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         chat = ChatServicer(Authenticator(store, regions.user_by_token_hash), pipeline, store,
                             buckets, ratings, regions, peers,
                             stream_interval_s=config.stream_interval_s,
-                            tools=loops(pipeline))  # fmt: skip
+                            tools=loops(pipeline), memories=memories)  # fmt: skip
         chat_service_pb2_grpc.add_ChatServiceServicer_to_server(chat, server.server)
         # The same streams, many to a stream, for edges (gateway/edge_link.py).
         linked = EdgeLinkServicer(chat.streams, metrics, config.edge_link_frame_interval_s)

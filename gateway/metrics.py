@@ -114,6 +114,18 @@ class GatewayMetrics:
             "turns that asked for another tool step past the tier's max_tool_steps",
             ["tier"], registry=registry,
         )  # fmt: skip
+        self.memory_writes = Counter(
+            "gateway_memory_writes_total",
+            "memory entries written, by who wrote them (user: their list; model: a remember "
+            "call)",
+            ["source"], registry=registry,
+        )  # fmt: skip
+        self.memory_reads = Histogram(
+            "gateway_memory_entries_per_turn",
+            "memory entries read into a stored conversation's turn (turns with searchable "
+            "words, on tiers that read memory)",
+            buckets=(0, 1, 2, 3, 5, 8, 13), registry=registry,
+        )  # fmt: skip
         self.routes = Counter("gateway_routes_total",
                               "where the router sent messages, and why",
                               ["reason", "pool"], registry=registry)  # fmt: skip

@@ -4,11 +4,12 @@ Order (`send`, `_begin`, `_run`): validate ids and content (nothing stored yet);
 (a run held here or still starting, else with shared runs the message id claimed in Redis);
 an answer already stored is replayed; the user's open-stream cap; the conversation and the
 message answered; the input safety check; the context parts (summary, pinned constraints,
-the branch's turns); the router; the planner (gateway/planner.py: the pick, whose ladder rung
-decides pool and answer cap, falling back large -> small; token counts from the picked node;
-the context that fits; the bucket's reservation); save the user turn; then generate in a task
-of its own (gateway/drive.py) that keeps writing the answer when the client has gone, saves
-it, settles the bucket, ends the run and asks the compactor to consider the conversation.
+the branch's turns, the user's memories relevant to the message); the router; the planner
+(gateway/planner.py: the pick, whose ladder rung decides pool and answer cap, falling back
+large -> small; token counts from the picked node; the context that fits; the bucket's
+reservation); save the user turn; then generate in a task of its own (gateway/drive.py) that
+keeps writing the answer when the client has gone, saves it, settles the bucket, ends the
+run and asks the compactor to consider the conversation.
 
 What it reaches outside the process (the schedulers, the nodes, the store, the daily spend,
 the buckets, other gateways' runs) it reaches through the protocols of gateway/ports.py,
@@ -38,6 +39,7 @@ from gateway.compactor import Compactor
 from gateway.completions import CompleteRequest
 from gateway.drive import Accounts, RunDriver
 from gateway.ids import ANSWER_SUFFIX, check_id
+from gateway.memories import MemoryReader, NoMemories
 from gateway.metrics import GatewayMetrics
 from gateway.planner import PipelinePolicy, Planner, PoolsDown
 from gateway.policies import MessagePolicies
@@ -83,7 +85,10 @@ class ChatPipeline:
         budget: Budget,
         prompts: PromptCapture | None = None,
         tool_messages: Callable[[ChatPipeline], ToolMessageDriver] = no_tool_messages,
+        memories: MemoryReader | None = None,
     ) -> None:
+        # The user's memory entries a stored turn reads (gateway/memories.py).
+        self._memories = memories or NoMemories()
         self._versions = versions
         self._serving = ServingChooser(versions, budget)
         # This gateway's region, named in each stored question ('' with one).
@@ -177,6 +182,9 @@ class ChatPipeline:
         if unsafe is not None:
             return await self._refuse_input(user, request, fingerprint, parent, *unsafe)
         parts = await read_context(self._store, user.user_id, conversation, parent)
+        memories = await self._memories.block(user, request.content)
+        if memories is not None:
+            parts = dataclasses.replace(parts, memories=memories)
         route = self._route(user, request, conversation)
         kept = (
             ""

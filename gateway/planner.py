@@ -86,8 +86,9 @@ def prompt_on_bound(builder: ContextBuilder, parts: ContextParts, content: str) 
     new = Turn(Role.USER, content, bound)
     if not builder.fits_alone(new):
         return None
-    prompt = builder.build(parts.summary, parts.history, new, parts.pinned)
-    stored = len(parts.history) + (parts.summary is not None) + (parts.pinned is not None)
+    prompt = builder.build(parts.summary, parts.history, new, parts.pinned, parts.memories)
+    extras = (parts.summary, parts.pinned, parts.memories)
+    stored = len(parts.history) + sum(extra is not None for extra in extras)
     # The system prompt, every stored part, the message.
     return prompt if len(prompt.turns) == stored + 2 else None
 
@@ -136,7 +137,7 @@ class Planner:
         (counted_once false): keeping each one's count would grow without bound."""
         system = system_prompt or self._policy.system_prompt
         # The pinned turn moves with every message, so it is never in the prefix cache.
-        stable = [parts.summary] if parts.summary else []
+        stable = [turn for turn in (parts.memories, parts.summary) if turn]
         reusable = sum(turn.tokens for turn in [*stable, *parts.history])
         size = PromptSize(reusable + estimate_tokens(content), reusable)
         pick, tier, pool, moved = await self.shed(user, conversation_id, pool, size, model)
@@ -168,7 +169,7 @@ class Planner:
                 f"the message has {message_tokens} tokens; with the answer reserve the "
                 f"{user.tier.value} tier's window of {tier.window_tokens} tokens cannot hold it"
             )
-        prompt = builder.build(parts.summary, parts.history, new, parts.pinned)
+        prompt = builder.build(parts.summary, parts.history, new, parts.pinned, parts.memories)
         plan = await self.admit(user, pick, pool, tier, prompt)
         return dataclasses.replace(plan, version_model=model, pool_reason=moved)
 

@@ -26,6 +26,8 @@ from gateway.far_runs import FarRuns
 from gateway.feedback import RatingDesk
 from gateway.histories import Histories, History
 from gateway.ids import ANSWER_SUFFIX, check_id
+from gateway.memories import MemoryDesk
+from gateway.memory_api import MemoryApi
 from gateway.peer_client import PeerGateways
 from gateway.pipeline import ChatPipeline
 from gateway.regions import SERVE_FOR_HEADER, NoRegions, RegionRouter
@@ -67,6 +69,7 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         peers: PeerGateways | None = None,
         stream_interval_s: float = 0.0,
         tools: PlatformTools | None = None,
+        memories: MemoryDesk | None = None,
     ) -> None:
         self._auth = auth
         self._pipeline = pipeline
@@ -74,6 +77,7 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         self._regions = regions or NoRegions(pipeline)
         self._histories = Histories(store, ratings, self._regions)
         self._far_runs = FarRuns(self._histories, self._regions)
+        self._memories = MemoryApi(memories, self._regions)
         self._peers = peers or PeerGateways(TlsConfig(insecure=True))
         self.streams = AnswerStreams(auth, pipeline, self._regions, self._far_runs, self._peers,
                                      stream_interval_s, tools or NoTools())  # fmt: skip
@@ -222,6 +226,30 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         stored = await self._histories.rate(user, request.message_id, rating, request.comment)
         return pb.RateMessageResponse(message_id=stored.message_id, rating=RATING_TO_PB[rating],
                                       version=stored.version)  # fmt: skip
+
+    @maps_domain_errors
+    async def ListMemories(
+        self, request: pb.ListMemoriesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListMemoriesResponse:
+        return await self._memories.list(await self._auth.user_of(context))
+
+    @maps_domain_errors
+    async def CreateMemory(
+        self, request: pb.CreateMemoryRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateMemoryResponse:
+        return await self._memories.create(await self._auth.user_of(context), request)
+
+    @maps_domain_errors
+    async def UpdateMemory(
+        self, request: pb.UpdateMemoryRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UpdateMemoryResponse:
+        return await self._memories.update(await self._auth.user_of(context), request)
+
+    @maps_domain_errors
+    async def DeleteMemory(
+        self, request: pb.DeleteMemoryRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteMemoryResponse:
+        return await self._memories.delete(await self._auth.user_of(context), request)
 
     @maps_domain_errors
     async def GetLimits(

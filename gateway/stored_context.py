@@ -51,6 +51,8 @@ class ContextParts:
     pinned: Turn | None
     # The turns after the summary point, oldest first.
     history: list[Turn]
+    # The user's memory entries relevant to the new message (gateway/memories.py), or None.
+    memories: Turn | None = None
 
 
 def context_parts(

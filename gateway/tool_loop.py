@@ -154,7 +154,7 @@ class ToolLoop:
         turn = TurnState(capabilities, confirmed, list(request.turns), parts)
         try:
             # The listings go right after the first step's meta: a stream opens with its meta.
-            turn.listings = await self._list(turn, self._retrieving(request, tools, pending))
+            turn.listings = await self._list(user, turn, self._retrieving(request, tools, pending))
             try:
                 decided = [event async for event in self._decided(user, turn, pending, approvals)]
             except CallOutsideCapabilities as refused:
@@ -189,10 +189,12 @@ class ToolLoop:
             return list(tools)
         return [tool for tool in tools if tool not in retrieving]
 
-    async def _list(self, turn: TurnState, tools: Sequence[PlatformTool]) -> list[Event]:
+    async def _list(
+        self, user: User, turn: TurnState, tools: Sequence[PlatformTool]
+    ) -> list[Event]:
         events: list[Event] = []
         for tool in tools:
-            server = self._open(tool)
+            server = self._open(user, tool)
             turn.servers.append(server)
             try:
                 listed = await server.list_tools()
@@ -203,9 +205,9 @@ class ToolLoop:
             events.append(ToolsListed(tool.server_label, tuple(offered)))
         return events
 
-    def _open(self, tool: PlatformTool) -> ToolServer:
+    def _open(self, user: User, tool: PlatformTool) -> ToolServer:
         if tool.name:
-            return self._policy.own_tools[tool.name][1]
+            return self._policy.own_tools[tool.name][1](user)
         known = self._policy.servers.get(tool.server_label)
         if known is not None:
             return self._remote.open(known.label, known.url, {})

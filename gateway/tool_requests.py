@@ -4,7 +4,7 @@ names they take in the capability set, and the calls that wait for a person's de
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from domain.answer_options import ToolCall
@@ -18,7 +18,7 @@ from domain.capabilities import (
 )
 from domain.errors import InvalidArgument
 from domain.retrieval import AlwaysRetrieve, RetrievalDecider
-from domain.types import Role, Tier
+from domain.types import Role, Tier, User
 from gateway.completions import CallerTurn
 from gateway.tool_ports import ToolServer
 
@@ -65,13 +65,17 @@ class OperatorServer:
     spec: ToolSpec  # named whole_server(label)
 
 
+# Opens one of the operator's own tools for a user's turn (remember writes that user's memory).
+OwnTool = Callable[[User], ToolServer]
+
+
 @dataclass(frozen=True, slots=True)
 class ToolPolicy:
     grants: Mapping[Tier, frozenset[str]]
     max_steps: Mapping[Tier, int]
-    # The operator's own tools by name (send_email), each a server of one tool, and its MCP
-    # servers by label.
-    own_tools: Mapping[str, tuple[ToolSpec, ToolServer]] = field(default_factory=dict)
+    # The operator's own tools by name (send_email, remember), each a server of one tool
+    # opened for the user's turn, and its MCP servers by label.
+    own_tools: Mapping[str, tuple[ToolSpec, OwnTool]] = field(default_factory=dict)
     servers: Mapping[str, OperatorServer] = field(default_factory=dict)
     # Whether this turn's message needs outside content; when not, the tools that bring it in
     # are neither listed nor offered (domain/retrieval.py).

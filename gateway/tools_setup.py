@@ -16,10 +16,10 @@ from domain.retrieval import AlwaysRetrieve, RetrievalDecider, RetrievalGate
 from domain.types import Tier
 from gateway.email_tool import EmailTool
 from gateway.mcp_tools import McpServers
+from gateway.memories import REMEMBER, MemoryDesk
 from gateway.metrics import GatewayMetrics
 from gateway.tool_loop import CompletionRunner, TextCheck, ToolLoop
-from gateway.tool_ports import ToolServer
-from gateway.tool_requests import OperatorServer, ToolPolicy
+from gateway.tool_requests import OperatorServer, OwnTool, ToolPolicy
 from infra.config import ConfigError
 
 SEND_EMAIL = "send_email"
@@ -28,11 +28,11 @@ SHIPPED_RETRIEVAL_MODEL = Path(domain.__file__).parent / "data" / "retrieval_mod
 
 @dataclass
 class ToolsConfig:
-    # What each tier may run: the operator's tools by name (send_email), its servers as
-    # "label.*", and request_servers for MCP servers a request names itself. A grant lets a
-    # request name the tool; nothing is offered to a turn that did not ask for it.
-    free_grants: list[str] = field(default_factory=list)
-    plus_grants: list[str] = field(default_factory=lambda: [REQUEST_SERVERS])
+    # What each tier may run: the operator's tools by name (send_email, remember), its
+    # servers as "label.*", and request_servers for MCP servers a request names itself. A
+    # grant lets a request name the tool; nothing is offered to a turn that did not ask for it.
+    free_grants: list[str] = field(default_factory=lambda: ["remember"])
+    plus_grants: list[str] = field(default_factory=lambda: ["remember", REQUEST_SERVERS])
     # Model calls with tool calls a turn may make before it is ended (each is a completion,
     # billed as one).
     free_max_steps: int = 4
@@ -90,9 +90,20 @@ def _servers(config: ToolsConfig) -> dict[str, OperatorServer]:
     return servers
 
 
-def _own_tools(config: ToolsConfig) -> dict[str, tuple[ToolSpec, ToolServer]]:
-    if not config.email_relay:
-        return {}
+def _own_tools(
+    config: ToolsConfig, memories: MemoryDesk | None
+) -> dict[str, tuple[ToolSpec, OwnTool]]:
+    tools: dict[str, tuple[ToolSpec, OwnTool]] = {}
+    if memories is not None:
+        # It writes the user's own memory: no private data read into the turn, nothing
+        # brought in, nothing sent out (its result repeats the model's own arguments).
+        tools[REMEMBER] = (ToolSpec(REMEMBER, frozenset()), memories.remember_tool)
+    if config.email_relay:
+        tools[SEND_EMAIL] = _email(config)
+    return tools
+
+
+def _email(config: ToolsConfig) -> tuple[ToolSpec, OwnTool]:
     host, colon, port = config.email_relay.rpartition(":")
     if not colon or not host or not port.isdigit():
         raise ConfigError(f"tools.email_relay: {config.email_relay!r} is not host:port")
@@ -101,7 +112,7 @@ def _own_tools(config: ToolsConfig) -> dict[str, tuple[ToolSpec, ToolServer]]:
     email = EmailTool(host, int(port), config.email_sender, frozenset(config.email_recipients),
                       timeout_s=config.timeout_s)  # fmt: skip
     spec = ToolSpec(SEND_EMAIL, frozenset({Capability.COMMUNICATES_EXTERNALLY}))
-    return {SEND_EMAIL: (spec, email)}
+    return spec, lambda user: email
 
 
 def _retrieval(config: ToolsConfig) -> RetrievalDecider:
@@ -112,14 +123,18 @@ def _retrieval(config: ToolsConfig) -> RetrievalDecider:
 
 
 def tool_loops(
-    config: ToolsConfig, metrics: GatewayMetrics, output_check: TextCheck
+    config: ToolsConfig,
+    metrics: GatewayMetrics,
+    output_check: TextCheck,
+    memories: MemoryDesk | None = None,
 ) -> Callable[[CompletionRunner], ToolLoop]:
     """Loops over the steps given, all sharing one policy and one MCP client, so the settings
-    are read, the retrieval model loaded and the mail tool made once per gateway."""
+    are read, the retrieval model loaded and the mail tool made once per gateway. With
+    memories, `remember` is one of the operator's tools (a grant lets a request name it)."""
     policy = ToolPolicy(
         grants={Tier.FREE: frozenset(config.free_grants), Tier.PLUS: frozenset(config.plus_grants)},
         max_steps={Tier.FREE: config.free_max_steps, Tier.PLUS: config.plus_max_steps},
-        own_tools=_own_tools(config),
+        own_tools=_own_tools(config, memories),
         servers=_servers(config),
         retrieval=_retrieval(config),
     )

@@ -15,7 +15,6 @@ import aiosqlite
 from domain.errors import AlreadyExists, NotFound
 from domain.types import Role, Tier
 from store import captured_prompts, migrations
-from store.sqlite_memories import SqliteMemories
 from store.records import (
     CapturedPrompt,
     ConversationRecord,
@@ -25,6 +24,7 @@ from store.records import (
     ServingRecord,
     UserRecord,
 )
+from store.sqlite_memories import SqliteMemories
 
 # How long a statement waits for another process's lock on the file.
 BUSY_TIMEOUT_S = 10.0

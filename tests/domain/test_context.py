@@ -109,3 +109,29 @@ def test_the_prompt_never_exceeds_the_window_less_the_answer_reserve() -> None:
         assert prompt.dropped_turns == len(history) - len(kept)
         if pinned is not None and system.tokens + new.tokens + pinned.tokens <= window - reserve:
             assert prompt.turns[-2] == pinned  # it survives whatever history is dropped
+
+
+def test_memories_sit_after_the_system_prompt_and_before_the_summary() -> None:
+    builder = ContextBuilder(SYSTEM, window_tokens=1000, answer_reserve_tokens=100)
+    memories = Turn(Role.SYSTEM, "remembered", 40)
+    summary = Turn(Role.SYSTEM, "so far", 30)
+    pinned = Turn(Role.SYSTEM, "rules", 5)
+    history = turns(20, 20)
+    new = Turn(Role.USER, "q", 5)
+    prompt = builder.build(summary, history, new, pinned, memories)
+    assert prompt.turns == (SYSTEM, memories, summary, *history, pinned, new)
+    assert builder.build(None, history, new, None, memories).turns == (
+        SYSTEM, memories, *history, new)  # fmt: skip
+
+
+def test_memories_are_the_first_extra_left_out_of_a_full_window() -> None:
+    # Room beside the system prompt, the answer reserve and the message: 200 - 50 - 10 - 10.
+    builder = ContextBuilder(SYSTEM, window_tokens=200, answer_reserve_tokens=50)
+    memories = Turn(Role.SYSTEM, "remembered", 60)
+    summary = Turn(Role.SYSTEM, "so far", 100)
+    pinned = Turn(Role.SYSTEM, "rules", 20)
+    new = Turn(Role.USER, "q", 10)
+    prompt = builder.build(summary, [], new, pinned, memories)
+    assert prompt.turns == (SYSTEM, summary, pinned, new)
+    # With no summary the memories fit.
+    assert builder.build(None, [], new, pinned, memories).turns == (SYSTEM, memories, pinned, new)

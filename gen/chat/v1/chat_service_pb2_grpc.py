@@ -103,6 +103,26 @@ class ChatServiceStub:
                 request_serializer=chat_dot_v1_dot_chat__service__pb2.RateMessageRequest.SerializeToString,
                 response_deserializer=chat_dot_v1_dot_chat__service__pb2.RateMessageResponse.FromString,
                 _registered_method=True)
+        self.ListMemories = channel.unary_unary(
+                '/chat.v1.ChatService/ListMemories',
+                request_serializer=chat_dot_v1_dot_chat__service__pb2.ListMemoriesRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_chat__service__pb2.ListMemoriesResponse.FromString,
+                _registered_method=True)
+        self.CreateMemory = channel.unary_unary(
+                '/chat.v1.ChatService/CreateMemory',
+                request_serializer=chat_dot_v1_dot_chat__service__pb2.CreateMemoryRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_chat__service__pb2.CreateMemoryResponse.FromString,
+                _registered_method=True)
+        self.UpdateMemory = channel.unary_unary(
+                '/chat.v1.ChatService/UpdateMemory',
+                request_serializer=chat_dot_v1_dot_chat__service__pb2.UpdateMemoryRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_chat__service__pb2.UpdateMemoryResponse.FromString,
+                _registered_method=True)
+        self.DeleteMemory = channel.unary_unary(
+                '/chat.v1.ChatService/DeleteMemory',
+                request_serializer=chat_dot_v1_dot_chat__service__pb2.DeleteMemoryRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_chat__service__pb2.DeleteMemoryResponse.FromString,
+                _registered_method=True)
 
 
 class ChatServiceServicer:
@@ -204,6 +224,35 @@ class ChatServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListMemories(self, request, context):
+        """The caller's personal memory: the entries a stored conversation's turn may read (the
+        few most relevant to its message, none aged unless pinned). Written only here and by
+        the `remember` tool; kept at the user's home region (FAILED_PRECONDITION elsewhere).
+        NOT_FOUND for an entry the user does not have.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateMemory(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateMemory(self, request, context):
+        """Changes an entry's text, its pin, or both (the fields named in update_mask).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteMemory(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ChatServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -271,6 +320,26 @@ def add_ChatServiceServicer_to_server(servicer, server):
                     servicer.RateMessage,
                     request_deserializer=chat_dot_v1_dot_chat__service__pb2.RateMessageRequest.FromString,
                     response_serializer=chat_dot_v1_dot_chat__service__pb2.RateMessageResponse.SerializeToString,
+            ),
+            'ListMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMemories,
+                    request_deserializer=chat_dot_v1_dot_chat__service__pb2.ListMemoriesRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_chat__service__pb2.ListMemoriesResponse.SerializeToString,
+            ),
+            'CreateMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateMemory,
+                    request_deserializer=chat_dot_v1_dot_chat__service__pb2.CreateMemoryRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_chat__service__pb2.CreateMemoryResponse.SerializeToString,
+            ),
+            'UpdateMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateMemory,
+                    request_deserializer=chat_dot_v1_dot_chat__service__pb2.UpdateMemoryRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_chat__service__pb2.UpdateMemoryResponse.SerializeToString,
+            ),
+            'DeleteMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteMemory,
+                    request_deserializer=chat_dot_v1_dot_chat__service__pb2.DeleteMemoryRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_chat__service__pb2.DeleteMemoryResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -628,6 +697,114 @@ class ChatService:
             '/chat.v1.ChatService/RateMessage',
             chat_dot_v1_dot_chat__service__pb2.RateMessageRequest.SerializeToString,
             chat_dot_v1_dot_chat__service__pb2.RateMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.ChatService/ListMemories',
+            chat_dot_v1_dot_chat__service__pb2.ListMemoriesRequest.SerializeToString,
+            chat_dot_v1_dot_chat__service__pb2.ListMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.ChatService/CreateMemory',
+            chat_dot_v1_dot_chat__service__pb2.CreateMemoryRequest.SerializeToString,
+            chat_dot_v1_dot_chat__service__pb2.CreateMemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.ChatService/UpdateMemory',
+            chat_dot_v1_dot_chat__service__pb2.UpdateMemoryRequest.SerializeToString,
+            chat_dot_v1_dot_chat__service__pb2.UpdateMemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.ChatService/DeleteMemory',
+            chat_dot_v1_dot_chat__service__pb2.DeleteMemoryRequest.SerializeToString,
+            chat_dot_v1_dot_chat__service__pb2.DeleteMemoryResponse.FromString,
             options,
             channel_credentials,
             insecure,

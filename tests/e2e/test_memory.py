@@ -1,0 +1,213 @@
+"""Personal memory on the real processes (edge, gateway, scheduler, a simulated replica): the user
+asks the assistant to remember something, the `remember` call writes it, /v1/memories lists
+it with its time, and what later turns were sent (read back through prompt capture, the
+exact prompt the engine answered) holds it only where the message is on its subject, and
+never after it was deleted. The list is the user's own: edited, deleted, and another user's
+entries are 404.
+
+The simulated model is the script: offered a tool, it calls it with arguments drawn from
+the tool's schema (a few of its words for `text`), then answers in prose."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Any
+
+import aiohttp
+import pytest
+
+from chat.v1 import common_pb2
+from chat.v1 import scheduler_service_pb2 as spb
+from chat.v1 import scheduler_service_pb2_grpc as spb_grpc
+from clients.base import ClientError
+from clients.chatctl.platform import LocalPlatform, PlatformSettings
+from clients.prompts_client import CapturedPrompt, PromptsClient
+from domain.memory import MEMORY_HEADER
+from domain.types import Role
+from tests.sse import read_events
+
+pytestmark = pytest.mark.slow
+
+SYSTEM_PROMPT = "You are a helpful assistant."
+# How long a capture (written after the answer's end) may take to appear.
+PATIENCE_S = 30.0
+
+
+@pytest.fixture(scope="module")
+async def platform(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalPlatform]:
+    local = LocalPlatform(
+        PlatformSettings(
+            state_dir=tmp_path_factory.mktemp("memory"),
+            edge_listen="127.0.0.1:0",
+            nodes=1,
+            extra_env={
+                "CHAT_NODEAGENT_ENGINE": "sim",
+                "CHAT_NODEAGENT_SIM_ANSWER_TOKENS": "8,12",
+                "CHAT_GATEWAY_SYSTEM_PROMPT": SYSTEM_PROMPT,
+                "CHAT_GATEWAY_ROUTER": "false",
+                "CHAT_GATEWAY_COMPACTION": "false",
+                "CHAT_GATEWAY_MEMORY_MAX_CHARS": "200",
+            },
+        )
+    )
+    await local.start()
+    yield local
+    await local.stop()
+
+
+class User:
+    def __init__(self, platform: LocalPlatform, user_id: str, token: str) -> None:
+        self.platform = platform
+        self.user_id = user_id
+        self.headers = {"Authorization": f"Bearer {token}"}
+
+    async def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        async with aiohttp.ClientSession() as http:
+            async with http.request(method, f"{self.platform.edge_url}{path}", json=body,
+                                    headers=self.headers) as reply:  # fmt: skip
+                return reply.status, await reply.json()
+
+    async def memories(self) -> list[dict[str, Any]]:
+        status, body = await self.call("GET", "/v1/memories")
+        assert status == 200, body
+        return body["memories"]
+
+    async def say(self, content: str, tools: list[Any] | None = None) -> tuple[str, list[Any]]:
+        """A message in a new conversation: its message id and its events."""
+        body: dict[str, Any] = {"content": content}
+        if tools is not None:
+            body["tools"] = tools
+        conversation = f"c_{uuid.uuid4().hex[:12]}"
+        async with aiohttp.ClientSession() as http:
+            async with http.post(
+                f"{self.platform.edge_url}/v1/conversations/{conversation}/messages",
+                json=body, headers=self.headers,
+            ) as answer:  # fmt: skip
+                assert answer.status == 200, await answer.text()
+                events = await read_events(answer)
+        assert events[-1].event == "done", events
+        return events[0].data["messageId"], events
+
+    async def sent(self, content: str) -> list[tuple[Role, str]]:
+        """The turns the engine was sent for a new conversation's message."""
+        message_id, _ = await self.say(content)
+        kept = await captured(self.platform, self.user_id, message_id)
+        return [(turn.role, turn.text) for turn in kept.turns]
+
+
+async def new_user(platform: LocalPlatform) -> User:
+    user_id = f"u-{uuid.uuid4().hex[:10]}"
+    async with platform.channel(platform.scheduler_address) as channel:
+        created = await spb_grpc.UserServiceStub(channel).CreateUser(
+            spb.UserServiceCreateUserRequest(user_id=user_id, tier=common_pb2.TIER_PLUS),
+            metadata=(("authorization", f"Bearer {platform.admin_token}"),),
+        )
+    return User(platform, user_id, created.token)
+
+
+async def captured(platform: LocalPlatform, user_id: str, message_id: str) -> CapturedPrompt:
+    deadline = time.monotonic() + PATIENCE_S
+    async with PromptsClient(platform.scheduler_address, platform.admin_token,
+                             tls=platform.tls()) as client:  # fmt: skip
+        while True:
+            try:
+                return await client.captured(user_id, message_id)
+            except ClientError as error:
+                if error.code != "NOT_FOUND" or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.05)
+
+
+def block(*texts: str) -> tuple[Role, str]:
+    return Role.SYSTEM, "\n".join([MEMORY_HEADER, *(f"- {text}" for text in texts)])
+
+
+async def test_a_remembered_fact_reaches_only_the_turns_on_its_subject(
+    platform: LocalPlatform,
+) -> None:
+    user = await new_user(platform)
+    ask = "Please remember this about me."
+    before = time.time()
+    _, events = await user.say(ask, tools=[{"type": "remember"}])
+    names = [event.event for event in events]
+    assert names[:4] == ["meta", "toolsListed", "toolCall", "toolResult"], names
+    call, result = events[2].data, events[3].data
+    assert call["name"] == "remember"
+
+    (entry,) = await user.memories()
+    assert (entry["source"], entry["pinned"], entry["aged"]) == ("model", False, False)
+    assert result["output"] == f"remembered ({entry['id']}): {entry['text']}"
+    assert entry["createdAt"] == entry["updatedAt"]
+    written = datetime.fromisoformat(entry["createdAt"].replace("Z", "+00:00")).timestamp()
+    assert before - 1 <= written <= time.time() + 1
+
+    fact = entry["text"]
+    on_subject = f"What do you make of {fact.split()[0]}?"
+    assert await user.sent(on_subject) == [
+        (Role.SYSTEM, SYSTEM_PROMPT), block(fact), (Role.USER, on_subject)]  # fmt: skip
+    unrelated = "How do trains run on time?"
+    assert await user.sent(unrelated) == [(Role.SYSTEM, SYSTEM_PROMPT), (Role.USER, unrelated)]
+
+    status, body = await user.call("DELETE", f"/v1/memories/{entry['id']}")
+    assert (status, body) == (200, {"deleted": True})
+    assert await user.memories() == []
+    assert await user.sent(on_subject) == [(Role.SYSTEM, SYSTEM_PROMPT), (Role.USER, on_subject)]
+
+
+async def test_the_list_is_the_users_own_to_edit(platform: LocalPlatform) -> None:
+    user, other = await new_user(platform), await new_user(platform)
+    status, created = await user.call("POST", "/v1/memories", {"text": "  I keep bees  "})
+    assert status == 201, created
+    memory = created["memory"]
+    assert (memory["text"], memory["source"], memory["pinned"]) == ("I keep bees", "user", False)
+    status, edited = await user.call("PATCH", f"/v1/memories/{memory['id']}", {"pinned": True})
+    assert status == 200 and edited["memory"]["pinned"] is True
+    assert edited["memory"]["text"] == "I keep bees"
+    status, edited = await user.call("PATCH", f"/v1/memories/{memory['id']}",
+                                     {"text": "I keep bees and hens"})  # fmt: skip
+    assert status == 200 and edited["memory"]["pinned"] is True
+    assert [m["text"] for m in await user.memories()] == ["I keep bees and hens"]
+
+    # The memory, in two entries, on a message about one of them: both sorted by writing.
+    status, _ = await user.call("POST", "/v1/memories", {"text": "My hens lay brown eggs"})
+    assert status == 201
+    asked = "Should my hens get more light in winter?"
+    assert await user.sent(asked) == [
+        (Role.SYSTEM, SYSTEM_PROMPT), block("I keep bees and hens", "My hens lay brown eggs"),
+        (Role.USER, asked)]  # fmt: skip
+
+    # Another user sees none of it and can touch none of it.
+    assert await other.memories() == []
+    for method, body in (("PATCH", {"text": "mine now"}), ("DELETE", None)):
+        status, error = await other.call(method, f"/v1/memories/{memory['id']}", body)
+        assert status == 404, error
+    assert await other.sent(asked) == [(Role.SYSTEM, SYSTEM_PROMPT), (Role.USER, asked)]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "reason"),
+    [
+        ("POST", "/v1/memories", {}, "'text' is required"),
+        ("POST", "/v1/memories", {"text": "   "}, "a memory needs some text"),
+        ("POST", "/v1/memories", {"text": "x" * 201}, "at most 200 characters"),
+        ("POST", "/v1/memories", {"text": 5}, "'text' must be a string"),
+        ("POST", "/v1/memories", {"text": "a", "pinned": "yes"}, "'pinned' must be true or false"),
+        ("POST", "/v1/memories", {"text": "a", "tags": []}, "unrecognized request argument"),
+        ("POST", "/v1/memories", [1], "the body must be a JSON object"),
+        ("PATCH", "/v1/memories/mem_1", {}, "name 'text', 'pinned' or both"),
+        ("PATCH", "/v1/memories/bad%20id", {"pinned": True}, "memory id must be"),
+        ("DELETE", "/v1/memories/mem_nothing", None, "no memory 'mem_nothing'"),
+    ],
+)
+async def test_bad_requests_are_refused_and_keep_nothing(
+    platform: LocalPlatform, method: str, path: str, body: Any, reason: str
+) -> None:
+    user = await new_user(platform)
+    status, error = await user.call(method, path, body)
+    assert status in (400, 404), error
+    assert reason in error["error"]["message"]
+    assert await user.memories() == []
