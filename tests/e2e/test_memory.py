@@ -23,8 +23,10 @@ import pytest
 from chat.v1 import common_pb2
 from chat.v1 import scheduler_service_pb2 as spb
 from chat.v1 import scheduler_service_pb2_grpc as spb_grpc
+from chat.v1.chat_service_pb2 import UpdateMemoryRequest
 from clients.base import ClientError
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
+from clients.memory_client import MemoryClient
 from clients.prompts_client import CapturedPrompt, PromptsClient
 from domain.memory import MEMORY_HEADER
 from domain.types import Role
@@ -211,3 +213,34 @@ async def test_bad_requests_are_refused_and_keep_nothing(
     assert status in (400, 404), error
     assert reason in error["error"]["message"]
     assert await user.memories() == []
+
+
+async def test_the_python_client_reads_and_writes_the_same_list(platform: LocalPlatform) -> None:
+    user = await new_user(platform)
+    token = user.headers["Authorization"].removeprefix("Bearer ")
+    async with MemoryClient(platform.gateway_address, token, tls=platform.tls("client")) as client:
+        kept = await client.create("I run on Sundays", pinned=True)
+        assert (kept.text, kept.pinned, kept.source, kept.aged) == (
+            "I run on Sundays", True, "user", False)  # fmt: skip
+        edited = await client.update(kept.memory_id, text="I run on Saturdays")
+        assert (edited.text, edited.pinned, edited.created_at) == (
+            "I run on Saturdays", True, kept.created_at)  # fmt: skip
+        assert edited.updated_at >= kept.updated_at
+        assert await client.list() == [edited]
+        assert [m["text"] for m in await user.memories()] == ["I run on Saturdays"]
+        with pytest.raises(ClientError) as empty:
+            await client.update(kept.memory_id)
+        assert empty.value.code == "INVALID_ARGUMENT"
+        # A mask naming a field that cannot change is refused by the gateway itself.
+        request = UpdateMemoryRequest(memory_id=kept.memory_id, update_mask=["source"])
+        with pytest.raises(ClientError) as masked:
+            await client._unary(client._stub.UpdateMemory, request)
+        assert (masked.value.code, masked.value.message) == (
+            "INVALID_ARGUMENT",
+            "update_mask names 'source': only text and pinned can be changed",
+        )
+        await client.delete(kept.memory_id)
+        with pytest.raises(ClientError) as gone:
+            await client.delete(kept.memory_id)
+        assert gone.value.code == "NOT_FOUND"
+        assert await client.list() == []
