@@ -83,6 +83,18 @@ class CreatedUser:
     token: str
 
 
+@dataclass(frozen=True, slots=True)
+class UserMemory:
+    """One entry of a user's personal memory, as an export shows it."""
+
+    memory_id: str
+    text: str
+    pinned: bool
+    source: str
+    created_at: datetime
+    updated_at: datetime
+
+
 def _node(n: sched_pb.NodeStatus) -> Node:
     reg, load = n.registration, n.load
     return Node(
@@ -189,3 +201,17 @@ class AdminClient(Client):
         """The user and everything kept of them: conversations, ratings, captured prompts."""
         request = sched_pb.UserServiceDeleteUserRequest(user_id=user_id)
         await self._unary(self._users.DeleteUser, request)
+
+    async def export_memories(self, user_id: str) -> list[UserMemory]:
+        """Every entry of the user's memory, the newest written first."""
+        request = sched_pb.UserServiceExportUserMemoriesRequest(user_id=user_id)
+        reply = await self._unary(self._users.ExportUserMemories, request)
+        return [UserMemory(m.memory_id, m.text, m.pinned, m.source, read_time(m.created_at),
+                           read_time(m.updated_at)) for m in reply.memories]  # fmt: skip
+
+    async def delete_memories(self, user_id: str, memory_ids: list[str] | None = None) -> int:
+        """Deletes the entries named, or all of them; how many were deleted."""
+        request = sched_pb.UserServiceDeleteUserMemoriesRequest(
+            user_id=user_id, memory_ids=memory_ids or []
+        )
+        return int((await self._unary(self._users.DeleteUserMemories, request)).deleted)

@@ -18,7 +18,7 @@ from infra.convert import TIER_FROM_PB, TIER_TO_PB, turn_to_pb
 from infra.rollout_convert import gate_from_pb
 from scheduler.membership import NodeRecord
 from scheduler.table import NodeEntry
-from store.records import CapturedPrompt, UserRecord
+from store.records import CapturedPrompt, MemoryRecord, UserRecord
 
 RolloutEdit = Callable[[rollout.RolloutState, float], rollout.RolloutState]
 
@@ -112,6 +112,12 @@ def user_to_pb(user: UserRecord, home: str = "", pinned: bool = False) -> pb.Use
         home_region=home,
         pinned=pinned,
     )
+
+
+def memory_to_pb(memory: MemoryRecord) -> pb.UserMemory:
+    return pb.UserMemory(memory_id=memory.memory_id, text=memory.text, pinned=memory.pinned,
+                         source=memory.source, created_at=timestamp(memory.created_at),
+                         updated_at=timestamp(memory.updated_at))  # fmt: skip
 
 
 def pick_to_pb(

@@ -41,6 +41,7 @@ from scheduler.region_publisher import RegionPublisher
 from scheduler.rollout import EtcdRolloutStore, InProcessRolloutStore, RolloutKeeper, RolloutStore
 from scheduler.servicer import SchedulerServicer
 from scheduler.table import LoadTable
+from scheduler.user_memories import UserMemories
 from scheduler.users import UserAdmin
 from scheduler.users_servicer import UsersServicer
 from store.factory import open_store
@@ -266,7 +267,8 @@ async def serve(config: SchedulerConfig, stop: asyncio.Event) -> None:
             tls=config.tls,
             health_listen=config.health_listen,
         )
-        users = UsersServicer(UserAdmin(store, directory, config.region), config.admin_token)
+        users = UsersServicer(UserAdmin(store, directory, config.region), config.admin_token,
+                              UserMemories(store, directory, config.region))  # fmt: skip
         scheduler_service_pb2_grpc.add_UserServiceServicer_to_server(users, server.server)
         prompts = PromptsServicer(store, config.admin_token)
         add_prompts = scheduler_service_pb2_grpc.add_PromptCaptureServiceServicer_to_server

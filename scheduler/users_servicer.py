@@ -18,6 +18,7 @@ from chat.v1 import scheduler_service_pb2_grpc as pb_grpc
 from infra.admin_token import check_admin
 from infra.grpcserver import maps_domain_errors
 from scheduler import convert
+from scheduler.user_memories import UserMemories
 from scheduler.users import UserAdmin
 
 Request = TypeVar("Request", bound=Message)
@@ -25,9 +26,10 @@ Old = TypeVar("Old", bound=Message)
 
 
 class UsersServicer(pb_grpc.UserServiceServicer):
-    def __init__(self, users: UserAdmin, admin_token: str) -> None:
+    def __init__(self, users: UserAdmin, admin_token: str, memories: UserMemories) -> None:
         self._users = users
         self._admin_token = admin_token
+        self._memories = memories
 
     @maps_domain_errors
     async def CreateUser(
@@ -81,6 +83,24 @@ class UsersServicer(pb_grpc.UserServiceServicer):
         check_admin(context, self._admin_token)
         await self._users.delete(request.user_id)
         return pb.UserServiceDeleteUserResponse()
+
+    @maps_domain_errors
+    async def ExportUserMemories(
+        self, request: pb.UserServiceExportUserMemoriesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UserServiceExportUserMemoriesResponse:
+        check_admin(context, self._admin_token)
+        found = await self._memories.export(request.user_id)
+        return pb.UserServiceExportUserMemoriesResponse(
+            memories=[convert.memory_to_pb(memory) for memory in found]
+        )
+
+    @maps_domain_errors
+    async def DeleteUserMemories(
+        self, request: pb.UserServiceDeleteUserMemoriesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UserServiceDeleteUserMemoriesResponse:
+        check_admin(context, self._admin_token)
+        deleted = await self._memories.delete(request.user_id, list(request.memory_ids))
+        return pb.UserServiceDeleteUserMemoriesResponse(deleted=deleted)
 
 
 async def relay(

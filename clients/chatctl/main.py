@@ -238,9 +238,15 @@ def add_users(commands: Any) -> None:
     for name, what in (
         ("rotate", "issue a new token"),
         ("revoke", "end every token"),
-        ("delete", "the user, their conversations, ratings and captured prompts"),
+        ("delete", "the user, their conversations, ratings, captured prompts and memories"),
+        ("memories", "export the user's personal memory"),
     ):
         actions.add_parser(name, parents=flags, help=what).add_argument("user_id", metavar="ID")
+    forget = actions.add_parser(
+        "forget", parents=flags, help="delete the memory entries named, or all of the user's"
+    )
+    forget.add_argument("user_id", metavar="ID")
+    forget.add_argument("memory_ids", metavar="MEMORY_ID", nargs="*")
     command.set_defaults(handler=users)
 
 

@@ -55,7 +55,24 @@ async def users_delete(admin: AdminClient, args: argparse.Namespace) -> None:
     emit(
         args.json,
         {"user_id": args.user_id, "deleted": True},
-        f"user {args.user_id} is deleted, with their conversations, ratings and captured prompts",
+        f"user {args.user_id} is deleted, with their conversations, ratings, captured prompts "
+        "and memories",
+    )
+
+
+async def users_memories(admin: AdminClient, args: argparse.Namespace) -> None:
+    found = await admin.export_memories(args.user_id)
+    rows = [[m.memory_id, m.source, yes_no(m.pinned), when(m.updated_at), m.text] for m in found]
+    headers = ("MEMORY", "SOURCE", "PINNED", "WRITTEN", "TEXT")
+    emit(args.json, found, table_or(headers, rows, f"user {args.user_id} has no memories"))
+
+
+async def users_forget(admin: AdminClient, args: argparse.Namespace) -> None:
+    deleted = await admin.delete_memories(args.user_id, args.memory_ids)
+    emit(
+        args.json,
+        {"user_id": args.user_id, "deleted": deleted},
+        f"deleted {deleted} of user {args.user_id}'s memories",
     )
 
 
@@ -66,6 +83,8 @@ USER_ACTIONS = {
     "rotate": users_rotate,
     "revoke": users_revoke,
     "delete": users_delete,
+    "memories": users_memories,
+    "forget": users_forget,
 }
 
 

@@ -11,6 +11,7 @@ the tool's schema (a few of its words for `text`), then answers in prose."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -25,6 +26,7 @@ from chat.v1 import scheduler_service_pb2 as spb
 from chat.v1 import scheduler_service_pb2_grpc as spb_grpc
 from chat.v1.chat_service_pb2 import UpdateMemoryRequest
 from clients.base import ClientError
+from clients.chatctl.main import main as chatctl
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from clients.memory_client import MemoryClient
 from clients.prompts_client import CapturedPrompt, PromptsClient
@@ -244,3 +246,46 @@ async def test_the_python_client_reads_and_writes_the_same_list(platform: LocalP
             await client.delete(kept.memory_id)
         assert gone.value.code == "NOT_FOUND"
         assert await client.list() == []
+
+
+async def test_an_operator_exports_and_deletes_a_users_memories(
+    platform: LocalPlatform, capsys: pytest.CaptureFixture[str]
+) -> None:
+    user = await new_user(platform)
+    texts = ["I keep bees", "My hens lay brown eggs", "I live by the sea"]
+    for text in texts:
+        status, _ = await user.call("POST", "/v1/memories", {"text": text})
+        assert status == 201
+    flags = ["--json", "--scheduler", platform.scheduler_address,
+             "--admin-token", platform.admin_token, "--tls-dir", str(platform.tls_dir)]  # fmt: skip
+
+    async def chatctl_json(*args: str) -> Any:
+        capsys.readouterr()
+        assert await asyncio.to_thread(chatctl, [*args, *flags]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    exported = await chatctl_json("users", "memories", user.user_id)
+    listed = await user.memories()
+    assert [(m["memory_id"], m["text"], m["source"]) for m in exported] == [
+        (m["id"], m["text"], m["source"]) for m in listed]  # fmt: skip
+    assert sorted(m["text"] for m in exported) == sorted(texts)
+
+    one = listed[0]["id"]
+    assert await chatctl_json("users", "forget", user.user_id, one) == {
+        "user_id": user.user_id, "deleted": 1}  # fmt: skip
+    assert [m["id"] for m in await user.memories()] == [m["id"] for m in listed[1:]]
+    # An entry the user does not have: refused, and nothing deleted.
+    capsys.readouterr()
+    assert await asyncio.to_thread(chatctl, ["users", "forget", user.user_id, one, *flags]) != 0
+    assert len(await user.memories()) == 2
+    assert await chatctl_json("users", "forget", user.user_id) == {
+        "user_id": user.user_id, "deleted": 2}  # fmt: skip
+    assert await user.memories() == []
+
+    # Deleting the user deletes their memory with them.
+    status, _ = await user.call("POST", "/v1/memories", {"text": "I keep bees"})
+    assert status == 201
+    await chatctl_json("users", "delete", user.user_id)
+    capsys.readouterr()
+    assert await asyncio.to_thread(chatctl, ["users", "memories", user.user_id, *flags]) != 0
+    assert "NOT_FOUND" in capsys.readouterr().err

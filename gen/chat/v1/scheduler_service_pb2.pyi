@@ -707,3 +707,45 @@ class UserServiceDeleteUserRequest(_message.Message):
 class UserServiceDeleteUserResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class UserMemory(_message.Message):
+    __slots__ = ("memory_id", "text", "pinned", "source", "created_at", "updated_at")
+    MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    memory_id: str
+    text: str
+    pinned: bool
+    source: str
+    created_at: _timestamp_pb2.Timestamp
+    updated_at: _timestamp_pb2.Timestamp
+    def __init__(self, memory_id: _Optional[str] = ..., text: _Optional[str] = ..., pinned: _Optional[bool] = ..., source: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class UserServiceExportUserMemoriesRequest(_message.Message):
+    __slots__ = ("user_id",)
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    def __init__(self, user_id: _Optional[str] = ...) -> None: ...
+
+class UserServiceExportUserMemoriesResponse(_message.Message):
+    __slots__ = ("memories",)
+    MEMORIES_FIELD_NUMBER: _ClassVar[int]
+    memories: _containers.RepeatedCompositeFieldContainer[UserMemory]
+    def __init__(self, memories: _Optional[_Iterable[_Union[UserMemory, _Mapping]]] = ...) -> None: ...
+
+class UserServiceDeleteUserMemoriesRequest(_message.Message):
+    __slots__ = ("user_id", "memory_ids")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_IDS_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    memory_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, user_id: _Optional[str] = ..., memory_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class UserServiceDeleteUserMemoriesResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: int
+    def __init__(self, deleted: _Optional[int] = ...) -> None: ...

@@ -839,6 +839,16 @@ class UserServiceStub:
                 request_serializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceDeleteUserRequest.SerializeToString,
                 response_deserializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceDeleteUserResponse.FromString,
                 _registered_method=True)
+        self.ExportUserMemories = channel.unary_unary(
+                '/chat.v1.UserService/ExportUserMemories',
+                request_serializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceExportUserMemoriesRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceExportUserMemoriesResponse.FromString,
+                _registered_method=True)
+        self.DeleteUserMemories = channel.unary_unary(
+                '/chat.v1.UserService/DeleteUserMemories',
+                request_serializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceDeleteUserMemoriesRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceDeleteUserMemoriesResponse.FromString,
+                _registered_method=True)
 
 
 class UserServiceServicer:
@@ -885,6 +895,23 @@ class UserServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExportUserMemories(self, request, context):
+        """A user's personal memory, every entry, the newest written first (an export for the user,
+        or for a review). NOT_FOUND for no such user; FAILED_PRECONDITION, with regions, at a
+        scheduler other than the user's home's, where their memory is kept.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteUserMemories(self, request, context):
+        """Deletes the entries named, or every entry when none is named; no later turn reads them.
+        NOT_FOUND for no such user or an entry they do not have (nothing deleted then).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_UserServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -917,6 +944,16 @@ def add_UserServiceServicer_to_server(servicer, server):
                     servicer.DeleteUser,
                     request_deserializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceDeleteUserRequest.FromString,
                     response_serializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceDeleteUserResponse.SerializeToString,
+            ),
+            'ExportUserMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExportUserMemories,
+                    request_deserializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceExportUserMemoriesRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceExportUserMemoriesResponse.SerializeToString,
+            ),
+            'DeleteUserMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteUserMemories,
+                    request_deserializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceDeleteUserMemoriesRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_scheduler__service__pb2.UserServiceDeleteUserMemoriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1083,6 +1120,60 @@ class UserService:
             '/chat.v1.UserService/DeleteUser',
             chat_dot_v1_dot_scheduler__service__pb2.UserServiceDeleteUserRequest.SerializeToString,
             chat_dot_v1_dot_scheduler__service__pb2.UserServiceDeleteUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportUserMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.UserService/ExportUserMemories',
+            chat_dot_v1_dot_scheduler__service__pb2.UserServiceExportUserMemoriesRequest.SerializeToString,
+            chat_dot_v1_dot_scheduler__service__pb2.UserServiceExportUserMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteUserMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.UserService/DeleteUserMemories',
+            chat_dot_v1_dot_scheduler__service__pb2.UserServiceDeleteUserMemoriesRequest.SerializeToString,
+            chat_dot_v1_dot_scheduler__service__pb2.UserServiceDeleteUserMemoriesResponse.FromString,
             options,
             channel_credentials,
             insecure,
