@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from benchkit import cpu_seconds, pct, profiled, publish, top_frames
@@ -99,7 +100,9 @@ async def gateway_cost(
     env: dict[str, str],
     insecure: bool,
     profile: Path | None = None,
+    prepare: Callable[[LocalPlatform], Awaitable[None]] | None = None,
 ) -> dict:
+    """prepare: what the platform is given before the messages (bench/memory.py's entries)."""
     with tempfile.TemporaryDirectory() as state:
         platform = LocalPlatform(
             PlatformSettings(
@@ -119,6 +122,8 @@ async def gateway_cost(
         )
         await platform.start()
         try:
+            if prepare is not None:
+                await prepare(platform)
             gateway_pid = next(c.process.pid for c in platform.children if c.name == "gateway")
             async with ChatClient(
                 platform.gateway_address, platform.tokens["free"], tls=platform.tls("client")
