@@ -306,7 +306,10 @@ async function ask(turn, content, parentId) {
   };
   const asked = turn || addTurn(content, pending.messageId);
   const view = addAnswer(asked);
-  const body = JSON.stringify(parentId ? { content, parentId } : { content });
+  const asking = parentId ? { content, parentId } : { content };
+  // The remember tool, named only when the user allows it: nothing is saved from plain text.
+  if ($("remember").checked) asking.tools = [{ type: "remember" }];
+  const body = JSON.stringify(asking);
   const headers = { "Content-Type": "application/json", "Idempotency-Key": pending.messageId };
   notice("");
   // Saved before the POST: a reload from here on finds the answer by its id and resumes it.
@@ -317,6 +320,7 @@ async function ask(turn, content, parentId) {
   );
   if (accepted) {
     loadConversations();
+    if ($("memory").open) loadMemories(); // the answer may have saved something
   } else {
     (turn ? view.el : asked).remove(); // refused: nothing was asked, nothing stored
     if (!$("log").childElementCount) {
@@ -418,10 +422,74 @@ async function resumePending() {
   return true;
 }
 
+// Memory -----------------------------------------------------------------------------------------
+
+async function loadMemories() {
+  const response = await api("/v1/memories");
+  if (!response.ok) return notice(await refusal(response));
+  const { memories = [] } = await response.json();
+  $("memories").replaceChildren(...memories.map(memoryItem));
+}
+
+function memoryItem(memory) {
+  const item = document.createElement("li");
+  item.dataset.id = memory.id;
+  item.classList.toggle("aged", memory.aged);
+  const text = document.createElement("span");
+  text.className = "memory-text";
+  text.textContent = memory.text;
+  text.title = memory.aged
+    ? "Aged: no conversation reads it unless it is pinned"
+    : `Written ${new Date(memory.updatedAt).toLocaleString()}`;
+  const pin = document.createElement("button");
+  pin.type = "button";
+  pin.className = "memory-pin";
+  pin.textContent = "📌";
+  pin.title = memory.pinned ? "Pinned: never ages" : "Pin it so it never ages";
+  pin.setAttribute("aria-pressed", String(memory.pinned));
+  pin.addEventListener("click", () => changeMemory(memory.id, "PATCH", { pinned: !memory.pinned }));
+  const forget = document.createElement("button");
+  forget.type = "button";
+  forget.className = "memory-delete";
+  forget.textContent = "✕";
+  forget.title = "Forget it";
+  forget.addEventListener("click", () => changeMemory(memory.id, "DELETE"));
+  item.append(text, pin, forget);
+  return item;
+}
+
+async function changeMemory(id, method, change) {
+  const options = { method };
+  if (change) {
+    options.headers = { "Content-Type": "application/json" };
+    options.body = JSON.stringify(change);
+  }
+  const response = await api(`/v1/memories/${encodeURIComponent(id)}`, options);
+  if (!response.ok) return notice(await refusal(response));
+  notice("");
+  await loadMemories();
+}
+
+async function keepMemory(event) {
+  event.preventDefault();
+  const text = $("memory-text").value.trim();
+  if (!text) return;
+  const response = await api("/v1/memories", {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ text }),
+  });
+  if (!response.ok) return notice(await refusal(response));
+  notice("");
+  $("memory-text").value = "";
+  await loadMemories();
+}
+
 async function start() {
   if (!localStorage.getItem(TOKEN_KEY)) return notice("Enter your bearer token to start.");
   notice("");
   await loadConversations();
+  if ($("memory").open) await loadMemories();
   if (await resumePending()) return;
   const cid = location.hash.slice(1);
   if (ID.test(cid)) await openConversation(cid);
@@ -443,5 +511,7 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("stop").addEventListener("click", stop);
   $("new-chat").addEventListener("click", newChat);
+  $("memory").addEventListener("toggle", () => $("memory").open && loadMemories());
+  $("memory-form").addEventListener("submit", keepMemory);
   start();
 });

@@ -390,3 +390,50 @@ async def test_the_thumbs_under_a_finished_answer_rate_it_and_the_last_one_count
     # A stored answer, shown again after a reload, has its thumbs too.
     await page.reload()
     await expect(page.locator(".assistant .rate-up")).to_have_count(1)
+
+
+@pytest.mark.slow
+async def test_the_memory_panel_keeps_pins_and_forgets_entries_and_the_model_may_save_one(
+    retracting: LocalPlatform, page: Page
+) -> None:
+    """The panel over /v1/memories, and the composer's switch that names the remember tool
+    (the simulated model calls the tool it is offered; its prose after, which says "the", is
+    withdrawn by this platform's blocklist, but the entry was written before)."""
+    async with AdminClient(
+        retracting.scheduler_address, retracting.admin_token, tls=retracting.tls()
+    ) as admin:
+        token = (await admin.create_user(f"memory-{uuid.uuid4().hex[:8]}", "plus")).token
+    await sign_in(page, retracting.edge_url, token)
+    await page.wait_for_load_state("networkidle")
+    await page.click("#memory summary")
+    await page.fill("#memory-text", "I keep bees")
+    await page.click("#memory-form button")
+    entries = page.locator("#memories li")
+    await expect(entries).to_have_count(1)
+    await expect(entries.locator(".memory-text")).to_have_text("I keep bees")
+    await entries.locator(".memory-pin").click()
+    await expect(entries.locator(".memory-pin")).to_have_attribute("aria-pressed", "true")
+
+    async def listed() -> list[dict]:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(
+                f"{retracting.edge_url}/v1/memories", headers={"Authorization": f"Bearer {token}"}
+            ) as response,  # fmt: skip
+        ):
+            return (await response.json())["memories"]
+
+    assert [(m["text"], m["pinned"]) for m in await listed()] == [("I keep bees", True)]
+    await entries.locator(".memory-delete").click()
+    await expect(entries).to_have_count(0)
+    assert await listed() == []
+
+    await page.check("#remember")
+    async with page.expect_request(re.compile(r"/messages$")) as sent:
+        await ask(page, "Please remember this.")
+    assert (await sent.value).post_data_json["tools"] == [{"type": "remember"}]
+    answer = page.locator(".assistant")
+    await expect(answer).not_to_have_attribute("data-state", "streaming", timeout=30_000)
+    (saved,) = await listed()
+    assert saved["source"] == "model"
+    await expect(entries.locator(".memory-text")).to_have_text(saved["text"])
