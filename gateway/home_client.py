@@ -20,6 +20,7 @@ from domain.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
 from domain.feedback import Rating
 from domain.types import Tier, User
 from gateway import home_convert
+from gateway.home_memories import HomeMemories
 from infra.convert import RATING_TO_PB, TIER_TO_PB
 from infra.keepalive import CLIENT_CHANNEL, never_connected
 from infra.tls import TlsConfig
@@ -66,6 +67,10 @@ class HomeStore:
     def buckets(self, limits: Callable[[Tier], limiter.Limit]) -> HomeBuckets:
         """The home region's token buckets, over this store's channels."""
         return HomeBuckets(self, limits)
+
+    def memories(self) -> HomeMemories:
+        """The user's memory at home, over this store's channels."""
+        return HomeMemories(self)
 
     def _stub(self, address: str) -> pb_grpc.HomeServiceStub:
         channel = self._channels.get(address)

@@ -17,10 +17,11 @@ from gateway.buckets import Buckets
 from gateway.convert import rating_from_pb
 from gateway.feedback import RatingDesk
 from gateway.histories import History
+from gateway.home_memories import HomeMemoryCalls
 from gateway.ids import check_id
 from infra.convert import TIER_FROM_PB
 from infra.grpcserver import maps_domain_errors
-from store.base import PromptStore
+from store.base import MemoryStore, PromptStore
 
 # A page of conversations, as ChatService.ListConversations gives at most.
 MAX_PAGE = 100
@@ -33,11 +34,12 @@ def _tier(value: common_pb2.Tier) -> Tier:
     return tier
 
 
-class KeptAtHome(History, PromptStore, Protocol):
-    """What the home region keeps of a turn run elsewhere: the history, and its prompt."""
+class KeptAtHome(History, PromptStore, MemoryStore, Protocol):
+    """What the home region keeps of a user served elsewhere: the history, a turn's prompt,
+    and their memory."""
 
 
-class HomeServicer(pb_grpc.HomeServiceServicer):
+class HomeServicer(HomeMemoryCalls, pb_grpc.HomeServiceServicer):
     def __init__(self, store: KeptAtHome, buckets: Buckets, ratings: RatingDesk) -> None:
         self._store = store
         self._buckets = buckets

@@ -503,13 +503,15 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
 
         def away_pipeline(home_store: HomeStore, home_buckets: Buckets) -> ChatPipeline:
             # A conversation of another region's user: history read from and written to its
-            # home (the store given), its bucket home's, and its prompt captured there;
+            # home (the store given), its bucket home's, its prompt captured there and its
+            # memory read there;
             # compaction is left to home; its run is this gateway's.
             return ChatPipeline(home_store, scheduler, nodes, runs, home_buckets, policy,
                                 time.monotonic, LocalRuns(), metrics, build_policies(config),
                                 None, region=config.region, versions=versions,
                                 budget=budget,
-                                prompts=StoredPrompts(home_store, capture))  # fmt: skip
+                                prompts=StoredPrompts(home_store, capture),
+                                memories=memories.over(home_store.memories()))  # fmt: skip
 
         regions = await build_regions(
             config, service, store, pipeline, away_pipeline, registry, buckets.limit

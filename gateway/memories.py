@@ -98,6 +98,10 @@ class MemoryDesk:
     def policy(self) -> MemoryPolicy:
         return self._policy
 
+    def over(self, store: MemoryStore) -> MemoryDesk:
+        """The same desk over another store: a user's home region's, reached from elsewhere."""
+        return MemoryDesk(store, self._policy, self._clock, self._input_check, self._metrics)
+
     async def list(self, user: User) -> list[ListedMemory]:
         now = self._clock()
         return [ListedMemory(record, self._policy.aged(record.updated_at, record.pinned, now))
@@ -163,8 +167,7 @@ class MemoryDesk:
 
 
 class NoMemories:
-    """A pipeline that reads no memory (a gateway serving a user away from home: their
-    memory is kept at home)."""
+    """A pipeline that reads no memory (one composed without it)."""
 
     async def block(self, user: User, message: str) -> Turn | None:
         return None

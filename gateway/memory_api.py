@@ -1,7 +1,6 @@
 """ChatService's memory calls, translated: protobuf in and out, the work done by the gateway's
-MemoryDesk (gateway/memories.py). A user's memory is kept at their home region; a gateway
-serving them from another region answers FAILED_PRECONDITION rather than keep a second,
-diverging list."""
+MemoryDesk (gateway/memories.py). A user's memory is kept at their home region only: a
+gateway serving them from another region reads and writes it there, through HomeService."""
 
 from __future__ import annotations
 
@@ -60,7 +59,5 @@ class MemoryApi:
     async def _desk_for(self, user: User) -> MemoryDesk:
         if self._desk is None:
             raise FailedPrecondition("this gateway keeps no memory")
-        if await self._homes.home_of(user) is not None:
-            raise FailedPrecondition("memories are kept in the user's home region: ask a "
-                                     "gateway there")  # fmt: skip
-        return self._desk
+        home = await self._homes.home_of(user)
+        return self._desk if home is None else self._desk.over(home.memories())

@@ -16,7 +16,8 @@ import pytest
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from domain.errors import NotFound
 from domain.tiers import PLUS_DEFAULTS
-from domain.types import Tier
+from domain.memory import memory_block
+from domain.types import Role, Tier
 from infra.bearer import token_hash
 from infra.certs import Authority
 from infra.directory import Directory, DirectoryUser
@@ -454,3 +455,35 @@ async def test_a_region_killed_whole_is_out_and_its_users_wait_for_it(regions) -
         async with region_store(c) as kept_at_c:
             rated = await kept_at_c.feedback_of(carol_id, f"{first_id}.answer")
         assert rated.rating == "up"
+
+
+async def test_a_users_memory_is_kept_at_home_and_read_from_another_region(regions) -> None:
+    b, c = regions["b"], regions["c"]
+    user_id = f"u-{uuid.uuid4().hex[:8]}"
+    token = await create_user(c, user_id=user_id)
+    headers = {"Authorization": f"Bearer {token}"}
+    async with aiohttp.ClientSession() as http:
+        # Written at b's edge: kept at c, nowhere else.
+        async with http.post(f"{b.edge_url}/v1/memories", json={"text": "I keep bees"},
+                             headers=headers) as created:  # fmt: skip
+            assert created.status == 201, await created.text()
+            memory = (await created.json())["memory"]
+        async with region_store(c) as kept_at_c, region_store(b) as kept_at_b:
+            assert [m.text for m in await kept_at_c.list_memories(user_id)] == ["I keep bees"]
+            assert await kept_at_b.list_memories(user_id) == []
+        for edge in (b, c):
+            async with http.get(f"{edge.edge_url}/v1/memories", headers=headers) as listed_here:
+                assert [m["id"] for m in (await listed_here.json())["memories"]] == [memory["id"]]
+        # A turn on its subject, sent at b, reads it from home.
+        asked = "How do bees sleep?"
+        _, _, question_id = await send(http, b, token, f"bees-{user_id}", asked)
+        async with region_store(c) as kept_at_c:
+            captured = await until_captured(kept_at_c, user_id, question_id)
+        assert [(t.role, t.text) for t in captured.turns[1:]] == [
+            (Role.SYSTEM, memory_block(["I keep bees"])), (Role.USER, asked)]  # fmt: skip
+        # Deleted at b's edge: gone at home.
+        async with http.delete(f"{b.edge_url}/v1/memories/{memory['id']}",
+                               headers=headers) as deleted:  # fmt: skip
+            assert deleted.status == 200
+        async with region_store(c) as kept_at_c:
+            assert await kept_at_c.list_memories(user_id) == []

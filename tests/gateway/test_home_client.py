@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 from chat.v1 import home_service_pb2 as pb
 from chat.v1 import home_service_pb2_grpc as pb_grpc
 from domain.answer_options import ToolCall
-from domain.errors import NotFound, Unavailable
+from domain.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
 from domain.limiter import Limit
 from domain.rollout import RolloutState
 from domain.types import Role, Tier, Turn
@@ -29,7 +29,7 @@ from infra.grpcserver import GrpcServer
 from infra.tls import TlsConfig
 from store.base import Store
 from store.factory import open_store
-from store.records import CapturedPrompt, NewMessage
+from store.records import CapturedPrompt, MemoryRecord, NewMessage
 from tests.servers import free_port
 
 TLS = TlsConfig(insecure=True)
@@ -137,3 +137,32 @@ async def test_a_turn_run_away_from_home_has_its_prompt_captured_at_home(store: 
     assert (kept.conversation_id, kept.version, kept.model, kept.node_id, kept.temperature,
             kept.max_tokens, kept.turns) == ("c-1", "v1", "smollm", "node-b", 0.5, 200,
                                              turns)  # fmt: skip
+
+
+async def test_a_users_memory_is_read_and_written_at_home(store: Store) -> None:
+    """A desk away from home over HomeService behaves as one at home: the entries land in the
+    home store, the search is the home store's, and errors keep their kind."""
+
+    def entry(memory_id: str, text: str, at: float) -> MemoryRecord:
+        return MemoryRecord(memory_id, text, False, "user", at, at)
+
+    async with serving(servicer(HomeServicer, store)) as up, home([up]) as client:
+        memories = client.memories()
+        await memories.add_memory("u-1", entry("m-1", "My cat is called Tofu", 100.0))
+        await memories.add_memory("u-1", entry("m-2", "I live near a river", 200.0))
+        with pytest.raises(AlreadyExists):
+            await memories.add_memory("u-1", entry("m-1", "again", 300.0))
+        changed = await memories.update_memory("u-1", "m-1", "My cats are Tofu and Miso", True,
+                                               300.0)  # fmt: skip
+        found = await memories.search_memories("u-1", ["cat"], 5, 250.0)
+        aged_out = await memories.search_memories("u-1", ["river"], 5, 250.0)
+        listed = await memories.list_memories("u-1")
+        await memories.delete_memory("u-1", "m-2")
+        with pytest.raises(NotFound):
+            await memories.get_memory("u-1", "m-2")
+        with pytest.raises(InvalidArgument):
+            await memories.delete_memory("u-1", "not an id")
+    assert changed == MemoryRecord("m-1", "My cats are Tofu and Miso", True, "user", 100.0, 300.0)
+    assert (found, aged_out) == ([changed], [])
+    assert [m.memory_id for m in listed] == ["m-1", "m-2"]
+    assert await store.list_memories("u-1") == [changed]

@@ -325,3 +325,107 @@ class DeleteStoredResponseRequest(_message.Message):
 class DeleteStoredResponseResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class StoredMemory(_message.Message):
+    __slots__ = ("memory_id", "text", "pinned", "source", "created_at", "updated_at")
+    MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    memory_id: str
+    text: str
+    pinned: bool
+    source: str
+    created_at: float
+    updated_at: float
+    def __init__(self, memory_id: _Optional[str] = ..., text: _Optional[str] = ..., pinned: _Optional[bool] = ..., source: _Optional[str] = ..., created_at: _Optional[float] = ..., updated_at: _Optional[float] = ...) -> None: ...
+
+class ListStoredMemoriesRequest(_message.Message):
+    __slots__ = ("user_id",)
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    def __init__(self, user_id: _Optional[str] = ...) -> None: ...
+
+class ListStoredMemoriesResponse(_message.Message):
+    __slots__ = ("memories",)
+    MEMORIES_FIELD_NUMBER: _ClassVar[int]
+    memories: _containers.RepeatedCompositeFieldContainer[StoredMemory]
+    def __init__(self, memories: _Optional[_Iterable[_Union[StoredMemory, _Mapping]]] = ...) -> None: ...
+
+class ReadMemoryRequest(_message.Message):
+    __slots__ = ("user_id", "memory_id")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    memory_id: str
+    def __init__(self, user_id: _Optional[str] = ..., memory_id: _Optional[str] = ...) -> None: ...
+
+class ReadMemoryResponse(_message.Message):
+    __slots__ = ("memory",)
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    memory: StoredMemory
+    def __init__(self, memory: _Optional[_Union[StoredMemory, _Mapping]] = ...) -> None: ...
+
+class AddMemoryRequest(_message.Message):
+    __slots__ = ("user_id", "memory")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    memory: StoredMemory
+    def __init__(self, user_id: _Optional[str] = ..., memory: _Optional[_Union[StoredMemory, _Mapping]] = ...) -> None: ...
+
+class AddMemoryResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ChangeMemoryRequest(_message.Message):
+    __slots__ = ("user_id", "memory_id", "text", "pinned", "updated_at")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    memory_id: str
+    text: str
+    pinned: bool
+    updated_at: float
+    def __init__(self, user_id: _Optional[str] = ..., memory_id: _Optional[str] = ..., text: _Optional[str] = ..., pinned: _Optional[bool] = ..., updated_at: _Optional[float] = ...) -> None: ...
+
+class ChangeMemoryResponse(_message.Message):
+    __slots__ = ("memory",)
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    memory: StoredMemory
+    def __init__(self, memory: _Optional[_Union[StoredMemory, _Mapping]] = ...) -> None: ...
+
+class DeleteStoredMemoryRequest(_message.Message):
+    __slots__ = ("user_id", "memory_id")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    memory_id: str
+    def __init__(self, user_id: _Optional[str] = ..., memory_id: _Optional[str] = ...) -> None: ...
+
+class DeleteStoredMemoryResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SearchMemoriesRequest(_message.Message):
+    __slots__ = ("user_id", "terms", "limit", "fresh_since")
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERMS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    FRESH_SINCE_FIELD_NUMBER: _ClassVar[int]
+    user_id: str
+    terms: _containers.RepeatedScalarFieldContainer[str]
+    limit: int
+    fresh_since: float
+    def __init__(self, user_id: _Optional[str] = ..., terms: _Optional[_Iterable[str]] = ..., limit: _Optional[int] = ..., fresh_since: _Optional[float] = ...) -> None: ...
+
+class SearchMemoriesResponse(_message.Message):
+    __slots__ = ("memories",)
+    MEMORIES_FIELD_NUMBER: _ClassVar[int]
+    memories: _containers.RepeatedCompositeFieldContainer[StoredMemory]
+    def __init__(self, memories: _Optional[_Iterable[_Union[StoredMemory, _Mapping]]] = ...) -> None: ...

@@ -104,6 +104,36 @@ class HomeServiceStub:
                 request_serializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredResponseRequest.SerializeToString,
                 response_deserializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredResponseResponse.FromString,
                 _registered_method=True)
+        self.ListStoredMemories = channel.unary_unary(
+                '/chat.v1.HomeService/ListStoredMemories',
+                request_serializer=chat_dot_v1_dot_home__service__pb2.ListStoredMemoriesRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_home__service__pb2.ListStoredMemoriesResponse.FromString,
+                _registered_method=True)
+        self.ReadMemory = channel.unary_unary(
+                '/chat.v1.HomeService/ReadMemory',
+                request_serializer=chat_dot_v1_dot_home__service__pb2.ReadMemoryRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_home__service__pb2.ReadMemoryResponse.FromString,
+                _registered_method=True)
+        self.AddMemory = channel.unary_unary(
+                '/chat.v1.HomeService/AddMemory',
+                request_serializer=chat_dot_v1_dot_home__service__pb2.AddMemoryRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_home__service__pb2.AddMemoryResponse.FromString,
+                _registered_method=True)
+        self.ChangeMemory = channel.unary_unary(
+                '/chat.v1.HomeService/ChangeMemory',
+                request_serializer=chat_dot_v1_dot_home__service__pb2.ChangeMemoryRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_home__service__pb2.ChangeMemoryResponse.FromString,
+                _registered_method=True)
+        self.DeleteStoredMemory = channel.unary_unary(
+                '/chat.v1.HomeService/DeleteStoredMemory',
+                request_serializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredMemoryRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredMemoryResponse.FromString,
+                _registered_method=True)
+        self.SearchMemories = channel.unary_unary(
+                '/chat.v1.HomeService/SearchMemories',
+                request_serializer=chat_dot_v1_dot_home__service__pb2.SearchMemoriesRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_home__service__pb2.SearchMemoriesResponse.FromString,
+                _registered_method=True)
 
 
 class HomeServiceServicer:
@@ -219,6 +249,46 @@ class HomeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListStoredMemories(self, request, context):
+        """The user's personal memory, kept here: read, written and searched by another region's
+        gateway serving the user (its memory API, and the entries its turns read), exactly as
+        the store here is (store/base.py's MemoryStore). NOT_FOUND for an entry the user does
+        not have; ALREADY_EXISTS for an id the user has used.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadMemory(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddMemory(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ChangeMemory(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteStoredMemory(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SearchMemories(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HomeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -286,6 +356,36 @@ def add_HomeServiceServicer_to_server(servicer, server):
                     servicer.DeleteStoredResponse,
                     request_deserializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredResponseRequest.FromString,
                     response_serializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredResponseResponse.SerializeToString,
+            ),
+            'ListStoredMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListStoredMemories,
+                    request_deserializer=chat_dot_v1_dot_home__service__pb2.ListStoredMemoriesRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_home__service__pb2.ListStoredMemoriesResponse.SerializeToString,
+            ),
+            'ReadMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadMemory,
+                    request_deserializer=chat_dot_v1_dot_home__service__pb2.ReadMemoryRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_home__service__pb2.ReadMemoryResponse.SerializeToString,
+            ),
+            'AddMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddMemory,
+                    request_deserializer=chat_dot_v1_dot_home__service__pb2.AddMemoryRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_home__service__pb2.AddMemoryResponse.SerializeToString,
+            ),
+            'ChangeMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChangeMemory,
+                    request_deserializer=chat_dot_v1_dot_home__service__pb2.ChangeMemoryRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_home__service__pb2.ChangeMemoryResponse.SerializeToString,
+            ),
+            'DeleteStoredMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteStoredMemory,
+                    request_deserializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredMemoryRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_home__service__pb2.DeleteStoredMemoryResponse.SerializeToString,
+            ),
+            'SearchMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.SearchMemories,
+                    request_deserializer=chat_dot_v1_dot_home__service__pb2.SearchMemoriesRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_home__service__pb2.SearchMemoriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -644,6 +744,168 @@ class HomeService:
             '/chat.v1.HomeService/DeleteStoredResponse',
             chat_dot_v1_dot_home__service__pb2.DeleteStoredResponseRequest.SerializeToString,
             chat_dot_v1_dot_home__service__pb2.DeleteStoredResponseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListStoredMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.HomeService/ListStoredMemories',
+            chat_dot_v1_dot_home__service__pb2.ListStoredMemoriesRequest.SerializeToString,
+            chat_dot_v1_dot_home__service__pb2.ListStoredMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.HomeService/ReadMemory',
+            chat_dot_v1_dot_home__service__pb2.ReadMemoryRequest.SerializeToString,
+            chat_dot_v1_dot_home__service__pb2.ReadMemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.HomeService/AddMemory',
+            chat_dot_v1_dot_home__service__pb2.AddMemoryRequest.SerializeToString,
+            chat_dot_v1_dot_home__service__pb2.AddMemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChangeMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.HomeService/ChangeMemory',
+            chat_dot_v1_dot_home__service__pb2.ChangeMemoryRequest.SerializeToString,
+            chat_dot_v1_dot_home__service__pb2.ChangeMemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteStoredMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.HomeService/DeleteStoredMemory',
+            chat_dot_v1_dot_home__service__pb2.DeleteStoredMemoryRequest.SerializeToString,
+            chat_dot_v1_dot_home__service__pb2.DeleteStoredMemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SearchMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.HomeService/SearchMemories',
+            chat_dot_v1_dot_home__service__pb2.SearchMemoriesRequest.SerializeToString,
+            chat_dot_v1_dot_home__service__pb2.SearchMemoriesResponse.FromString,
             options,
             channel_credentials,
             insecure,
