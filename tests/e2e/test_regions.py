@@ -15,8 +15,8 @@ import pytest
 
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from domain.errors import NotFound
-from domain.tiers import PLUS_DEFAULTS
 from domain.memory import memory_block
+from domain.tiers import PLUS_DEFAULTS
 from domain.types import Role, Tier
 from infra.bearer import token_hash
 from infra.certs import Authority
