@@ -24,8 +24,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
         "did not pass the input check); the message says why",
         401: "no bearer token, or one the platform does not know",
         404: "the caller has no such entry",
-        409: "the memory is full (delete an entry first), or this region is not the user's "
-        "home, where their memory is kept",
+        409: "the memory is full: delete an entry first",
         503: "the platform cannot serve now",
     }
     return {str(s): _json(_ref("Error"), reasons[s]) for s in statuses}

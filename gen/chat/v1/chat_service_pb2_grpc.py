@@ -227,8 +227,9 @@ class ChatServiceServicer:
     def ListMemories(self, request, context):
         """The caller's personal memory: the entries a stored conversation's turn may read (the
         few most relevant to its message, none aged unless pinned). Written only here and by
-        the `remember` tool; kept at the user's home region (FAILED_PRECONDITION elsewhere).
-        NOT_FOUND for an entry the user does not have.
+        the `remember` tool; kept at the user's home region (another region's gateway reads and
+        writes it there). NOT_FOUND for an entry the user does not have; FAILED_PRECONDITION
+        when the memory is full.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
