@@ -80,7 +80,7 @@ MEMORY_PATHS: dict[str, Any] = {
             "turn reads the few entries most relevant to its message (none aged unless pinned)",
             "responses": {
                 "200": _json(_LIST, "the entries"),
-                **_errors(401, 409, 503),
+                **_errors(401, 503),
             },
         },
         "post": {
@@ -97,7 +97,7 @@ MEMORY_PATHS: dict[str, Any] = {
             "requestBody": {"required": True, "content": {JSON: {"schema": _ref("MemoryWrite")}}},
             "responses": {
                 "200": _json(_ENTRY, "the entry as kept"),
-                **_errors(400, 401, 404, 409, 503),
+                **_errors(400, 401, 404, 503),
             },
         },
         "delete": {
@@ -106,7 +106,7 @@ MEMORY_PATHS: dict[str, Any] = {
                 "200": _json(
                     {"type": "object", "properties": {"deleted": {"const": True}}}, "deleted"
                 ),
-                **_errors(400, 401, 404, 409, 503),
+                **_errors(400, 401, 404, 503),
             },
         },
     },
