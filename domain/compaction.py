@@ -20,6 +20,10 @@ pinned constraints stay verbatim; the rest becomes a structured block. Choices m
   earlier one. Questions never pin through the weak markers ("Do you always...?").
 - The summary turn is the first user message, verbatim, then the structured summary, so a
   later compaction can take the previous summary back out of it exactly.
+- The task is re-anchored at the end: the turn that sits just before the new message (the
+  pinned turn) opens with the first user message, cut to `task_anchor_chars` at a word, then
+  the constraints. Its whole text stays in the summary turn; the end of a prompt is where a
+  model recalls best, and the rebuild is where the task is most easily lost.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from domain.types import Role, Turn
 FIRST_MESSAGE_HEADER = "Earlier in this conversation. The user's first message, verbatim:"
 SUMMARY_HEADER = "Summary of the conversation after it (older turns were folded into this):"
 PINNED_HEADER = "Constraints the user set earlier in this conversation; they still apply:"
+TASK_HEADER = "The task of this conversation, as the user first asked it:"
 SUMMARY_SECTIONS = ("Facts", "Decisions", "Open questions", "User preferences")
 
 # Chat-template tokens around each turn the summarizer reads, and a margin for the template
@@ -77,6 +82,9 @@ class CompactionPolicy:
     min_tokens_between: int = 3000
     summary_max_tokens: int = 400
     max_pinned: int = 20
+    # The first user message re-anchored at the end of every prompt after a compaction, cut
+    # here (at a word) so a long first message does not cost its whole length every turn.
+    task_anchor_chars: int = 400
 
     def needs_compaction(
         self,
@@ -242,14 +250,32 @@ def summary_body(rendered: str, first_message: str) -> str:
 
 
 def render_pinned(constraints: Sequence[str]) -> str:
-    """The pinned turn's text ('' without constraints): one '- ' line per constraint."""
+    """The constraints' text ('' without constraints): one '- ' line per constraint."""
     if not constraints:
         return ""
     return PINNED_HEADER + "\n" + "\n".join(f"- {constraint}" for constraint in constraints)
 
 
+def render_anchor(first_message: str, constraints: Sequence[str], task_chars: int) -> str:
+    """The pinned turn after a compaction: the task statement (cut at a word past task_chars,
+    with an ellipsis), then the constraints."""
+    task = " ".join(first_message.split())
+    if len(task) > task_chars:
+        task = task[: task_chars + 1].rsplit(" ", 1)[0].rstrip() + " …"
+    pinned = render_pinned(constraints)
+    return f"{TASK_HEADER}\n{task}" + (f"\n{pinned}" if pinned else "")
+
+
 def parse_pinned(rendered: str) -> tuple[str, ...]:
-    return tuple(line[2:] for line in rendered.splitlines()[1:] if line.startswith("- "))
+    """The constraints back out of a pinned turn, with or without the task before them."""
+    lines = rendered.splitlines()
+    if PINNED_HEADER in lines:
+        lines = lines[lines.index(PINNED_HEADER) + 1 :]
+    elif lines[:1] == [TASK_HEADER]:
+        return ()  # the task alone: its lines are the user's words, not constraints
+    else:
+        lines = lines[1:]
+    return tuple(line[2:] for line in lines if line.startswith("- "))
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,7 @@ from domain.compaction import (
     SummaryRequest,
     fold_fitting,
     parse_pinned,
-    render_pinned,
+    render_anchor,
     render_summary,
     summary_body,
     summary_request,
@@ -323,13 +323,15 @@ class Compactor:
     ) -> None:
         conversation = snapshot.conversation
         earlier = parse_pinned(conversation.pinned) if snapshot.folded else ()
-        pinned = render_pinned(self._policy.merge_pinned(earlier, split.pinned))
-        summary = render_summary(snapshot.chain[0].content, text)
-        counts = await self._tokenize(pick, [summary, pinned] if pinned else [summary])
+        constraints = self._policy.merge_pinned(earlier, split.pinned)
+        task = snapshot.chain[0].content
+        pinned = render_anchor(task, constraints, self._policy.task_anchor_chars)
+        summary = render_summary(task, text)
+        counts = await self._tokenize(pick, [summary, pinned])
         upto_seq = snapshot.chain[split.fold_end - 1].seq
         written = await self._store.set_summary(
             snapshot.user_id, conversation.conversation_id, summary, counts[0], upto_seq,
-            pinned, counts[1] if pinned else 0, expected_upto_seq=conversation.summary_upto_seq,
+            pinned, counts[1], expected_upto_seq=conversation.summary_upto_seq,
         )  # fmt: skip
         self._log.info("compacted" if written else "compaction lost to another worker",
                        conversation=conversation.conversation_id, upto_seq=upto_seq,

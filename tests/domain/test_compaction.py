@@ -4,12 +4,14 @@ from domain.compaction import (
     FIRST_MESSAGE_HEADER,
     PINNED_HEADER,
     SUMMARY_SECTIONS,
+    TASK_HEADER,
     TURN_OVERHEAD_TOKENS,
     CompactionPolicy,
     fold_fitting,
     is_durable_constraint,
     parse_pinned,
     pinned_constraints,
+    render_anchor,
     render_pinned,
     render_summary,
     summary_body,
@@ -241,6 +243,21 @@ def test_pinned_turn_renders_and_parses_back() -> None:
     assert "- I am allergic to peanuts." in rendered
     assert parse_pinned(rendered) == constraints
     assert render_pinned(()) == "" and parse_pinned("") == ()
+
+
+def test_the_task_is_re_anchored_before_the_constraints_and_cut_at_a_word() -> None:
+    constraints = ("Answer in French.",)
+    anchored = render_anchor("Plan a trip\nto Kyoto in May.", constraints, task_chars=400)
+    assert anchored == (f"{TASK_HEADER}\nPlan a trip to Kyoto in May.\n{PINNED_HEADER}\n"
+                        "- Answer in French.")  # fmt: skip
+    assert parse_pinned(anchored) == constraints
+    # A task alone parses to no constraints, even where its own lines look like them.
+    alone = render_anchor("My list:\n- eggs\n- milk", (), task_chars=400)
+    assert alone == f"{TASK_HEADER}\nMy list: - eggs - milk" and parse_pinned(alone) == ()
+    cut = render_anchor("word " * 200, (), task_chars=23)
+    assert cut == f"{TASK_HEADER}\nword word word word …"
+    # A pinned turn written before the task was anchored still parses.
+    assert parse_pinned(render_pinned(constraints)) == constraints
 
 
 def test_the_summary_request_asks_for_structure_and_no_invention() -> None:

@@ -11,7 +11,13 @@ from typing import cast
 import pytest
 
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
-from domain.compaction import FIRST_MESSAGE_HEADER, PINNED_HEADER, CompactionPolicy
+from domain.compaction import (
+    FIRST_MESSAGE_HEADER,
+    PINNED_HEADER,
+    TASK_HEADER,
+    CompactionPolicy,
+    render_anchor,
+)
 from domain.context import ContextBuilder
 from domain.errors import NoReplica
 from domain.types import Finish, Role, Turn
@@ -153,7 +159,9 @@ async def test_a_long_conversation_is_folded_and_its_constraint_pinned(
         assert conversation.summary_tokens > 0
         # Everything but the first message and the last 6 turns was folded.
         assert conversation.summary_upto_seq == chain[-7].seq
-        assert conversation.pinned == f"{PINNED_HEADER}\n- {CONSTRAINT}"
+        # The task re-anchored at the end, then the constraint.
+        assert conversation.pinned == render_anchor(FIRST, (CONSTRAINT,), policy.task_anchor_chars)
+        assert conversation.pinned.endswith(f"{PINNED_HEADER}\n- {CONSTRAINT}")
         assert conversation.pinned_tokens > 0
         assert conversation.total_tokens == sum(m.tokens for m in messages)
 
@@ -163,6 +171,7 @@ async def test_a_long_conversation_is_folded_and_its_constraint_pinned(
         builder = ContextBuilder(Turn(Role.SYSTEM, "Be brief.", SYSTEM_TOKENS), WINDOW, RESERVE)
         new = Turn(Role.USER, "What can I plant in September?", 10)
         prompt = builder.build(parts.summary, parts.history, new, parts.pinned)
+        assert prompt.turns[-2].text.startswith(f"{TASK_HEADER}\n{FIRST}\n")
         assert prompt.turns[-2].text.endswith(CONSTRAINT)
         assert prompt.tokens <= WINDOW - RESERVE
 
