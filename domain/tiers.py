@@ -18,6 +18,9 @@ class TierPolicy:
     window_tokens: int
     max_answer_tokens: int
     limit: Limit
+    # The tier's segment turn (domain/context.py's segment_text: a tone template and profile
+    # facts the operator writes), after the system prompt of every stored turn; '' for none.
+    segment: str = ""
 
 
 # A spent bucket is full again in three hours.

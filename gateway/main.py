@@ -27,6 +27,7 @@ from chat.v1 import (
 from domain.breaker import BreakerPolicy
 from domain.budget import DEFAULT_POOL_WEIGHTS, DailyAllowance
 from domain.compaction import CompactionPolicy
+from domain.context import segment_text
 from domain.difficulty import DifficultyModel
 from domain.errors import Unavailable
 from domain.limiter import Limit
@@ -237,6 +238,13 @@ class GatewayConfig:
     # The tools the platform runs for a completion that asks (the Responses API's mcp tools,
     # the operator's own): grants per tier, steps per turn, servers (gateway/tools_setup.py).
     tools: ToolsConfig = field(default_factory=ToolsConfig)
+    # Each tier's segment turn, after the system prompt of every stored turn: a tone template
+    # and profile facts (what the operator knows of every user of the tier), stable for the
+    # segment so the replicas' prefix cache shares it. Empty: no such turn.
+    free_tone: str = ""
+    plus_tone: str = ""
+    free_profile_facts: list[str] = field(default_factory=list)
+    plus_profile_facts: list[str] = field(default_factory=list)
     # Personal memory (gateway/memories.py): entries per turn per tier, ageing, sizes.
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     # Regions (docs/decisions.md, "Regions"): this gateway's region and the global layer's
@@ -280,11 +288,13 @@ def build_policy(config: GatewayConfig) -> PipelinePolicy:
                 config.free_window_tokens,
                 config.free_max_answer_tokens,
                 Limit.refilling_in(config.free_bucket_capacity, config.bucket_refill_s),
+                segment_text(config.free_tone, config.free_profile_facts),
             ),
             Tier.PLUS: TierPolicy(
                 config.plus_window_tokens,
                 config.plus_max_answer_tokens,
                 Limit.refilling_in(config.plus_bucket_capacity, config.bucket_refill_s),
+                segment_text(config.plus_tone, config.plus_profile_facts),
             ),
         },
         default_pool=config.default_pool,

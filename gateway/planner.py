@@ -52,7 +52,7 @@ def _fitted(tier: TierPolicy, context_tokens: int) -> TierPolicy:
     if not context_tokens or context_tokens >= tier.window_tokens:
         return tier
     answer = min(tier.max_answer_tokens, context_tokens // 2)
-    return TierPolicy(context_tokens, answer, tier.limit)
+    return dataclasses.replace(tier, window_tokens=context_tokens, max_answer_tokens=answer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +76,14 @@ def token_upper_bound(text: str) -> int:
 MAX_BOUND_TOKENS = 2048
 
 
+def segment_turn(tier: TierPolicy) -> Turn | None:
+    """The tier's segment turn, counted at its upper bound: a few lines of the operator's,
+    the same on every turn, where an exact count would cost a tokenize call per model."""
+    if not tier.segment:
+        return None
+    return Turn(Role.SYSTEM, tier.segment, token_upper_bound(tier.segment))
+
+
 def prompt_on_bound(builder: ContextBuilder, parts: ContextParts, content: str) -> Prompt | None:
     """The prompt with the message counted at its upper bound, where that is the prompt an
     exact count would build too: it keeps every stored part (an exact count, never larger,
@@ -87,7 +95,7 @@ def prompt_on_bound(builder: ContextBuilder, parts: ContextParts, content: str) 
     if not builder.fits_alone(new):
         return None
     prompt = builder.build(parts.summary, parts.history, new, parts.pinned, parts.memories)
-    extras = (parts.summary, parts.pinned, parts.memories)
+    extras = (parts.summary, parts.pinned, parts.memories, builder.segment)
     stored = len(parts.history) + sum(extra is not None for extra in extras)
     # The system prompt, every stored part, the message.
     return prompt if len(prompt.turns) == stored + 2 else None
@@ -144,7 +152,7 @@ class Planner:
         known = self._system_tokens.get((pick.model, system)) if counted_once else None
         if known is not None:
             builder = ContextBuilder(Turn(Role.SYSTEM, system, known), tier.window_tokens,
-                                     tier.max_answer_tokens)  # fmt: skip
+                                     tier.max_answer_tokens, segment_turn(tier))  # fmt: skip
             bounded = await self._plan_on_bound(user, pick, pool, tier, builder, parts, content)
             if bounded is not None:
                 return dataclasses.replace(bounded, version_model=model, pool_reason=moved)
@@ -156,6 +164,7 @@ class Planner:
             Turn(Role.SYSTEM, system, system_tokens),
             tier.window_tokens,
             tier.max_answer_tokens,
+            segment_turn(tier),
         )
         cap = self._policy.max_message_tokens
         if cap and message_tokens > cap:
@@ -234,7 +243,7 @@ class Planner:
             tier.window_tokens,
             answer,
         )
-        capped = TierPolicy(tier.window_tokens, answer, tier.limit)
+        capped = dataclasses.replace(tier, max_answer_tokens=answer)
         plan = await self.admit(user, pick, pool, capped, prompt)
         return replace(plan, options=request.options, version_model=model, pool_reason=moved)
 
@@ -258,7 +267,7 @@ class Planner:
             self._refuse_if_busy(user, pick)
         if decided.max_answer_tokens < tier.max_answer_tokens:
             self._metrics.sheds.labels(user.tier.value, "capped_answer").inc()
-        capped = TierPolicy(tier.window_tokens, decided.max_answer_tokens, tier.limit)
+        capped = dataclasses.replace(tier, max_answer_tokens=decided.max_answer_tokens)
         return pick, _fitted(capped, pick.context_tokens), decided.pool, moved
 
     async def _first_pick(

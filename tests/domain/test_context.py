@@ -1,6 +1,6 @@
 import random
 
-from domain.context import ContextBuilder
+from domain.context import ContextBuilder, segment_text
 from domain.types import Role, Turn
 
 SYSTEM = Turn(Role.SYSTEM, "be brief", 10)
@@ -135,3 +135,21 @@ def test_memories_are_the_first_extra_left_out_of_a_full_window() -> None:
     assert prompt.turns == (SYSTEM, summary, pinned, new)
     # With no summary the memories fit.
     assert builder.build(None, [], new, pinned, memories).turns == (SYSTEM, memories, pinned, new)
+
+
+def test_the_segment_turn_follows_the_system_prompt_and_is_always_kept() -> None:
+    text = segment_text("  Warm and brief. ", ["Pays for Plus", "  "])
+    assert text == "How to answer:\nWarm and brief.\n\nAbout the user:\n- Pays for Plus"
+    assert segment_text("", []) == "" and segment_text("", ["x"]) == "About the user:\n- x"
+    segment = Turn(Role.SYSTEM, text, 30)
+    builder = ContextBuilder(SYSTEM, window_tokens=200, answer_reserve_tokens=50, segment=segment)
+    memories = Turn(Role.SYSTEM, "remembered", 20)
+    new = Turn(Role.USER, "q", 10)
+    history = turns(40, 40, 40)
+    prompt = builder.build(None, history, new, None, memories)
+    # Budget for history: 200 - 50 - 10 - 30 - 20 - 10 = 80: the two newest turns.
+    assert prompt.turns == (SYSTEM, segment, memories, *history[1:], new)
+    # The segment counts where the system prompt does: a message that fits beside the system
+    # prompt alone may not fit beside both.
+    big = Turn(Role.USER, "big", 115)
+    assert ContextBuilder(SYSTEM, 200, 50).fits_alone(big) and not builder.fits_alone(big)

@@ -37,6 +37,10 @@ from tests.sse import read_events
 pytestmark = pytest.mark.slow
 
 SYSTEM_PROMPT = "You are a helpful assistant."
+# The Plus segment's turn (the users here are Plus): stable for every Plus user, after the
+# system prompt and before the user's memory.
+TONE = "Warm and brief."
+FACT = "The user pays for Plus"
 # How long a capture (written after the answer's end) may take to appear.
 PATIENCE_S = 30.0
 
@@ -55,6 +59,8 @@ async def platform(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Lo
                 "CHAT_GATEWAY_ROUTER": "false",
                 "CHAT_GATEWAY_COMPACTION": "false",
                 "CHAT_GATEWAY_MEMORY_MAX_CHARS": "200",
+                "CHAT_GATEWAY_PLUS_TONE": TONE,
+                "CHAT_GATEWAY_PLUS_PROFILE_FACTS": FACT,
             },
         )
     )
@@ -126,6 +132,10 @@ async def captured(platform: LocalPlatform, user_id: str, message_id: str) -> Ca
             await asyncio.sleep(0.05)
 
 
+SYSTEM = (Role.SYSTEM, SYSTEM_PROMPT)
+SEGMENT = (Role.SYSTEM, f"How to answer:\n{TONE}\n\nAbout the user:\n- {FACT}")
+
+
 def block(*texts: str) -> tuple[Role, str]:
     return Role.SYSTEM, "\n".join([MEMORY_HEADER, *(f"- {text}" for text in texts)])
 
@@ -152,14 +162,14 @@ async def test_a_remembered_fact_reaches_only_the_turns_on_its_subject(
     fact = entry["text"]
     on_subject = f"What do you make of {fact.split()[0]}?"
     assert await user.sent(on_subject) == [
-        (Role.SYSTEM, SYSTEM_PROMPT), block(fact), (Role.USER, on_subject)]  # fmt: skip
+        SYSTEM, SEGMENT, block(fact), (Role.USER, on_subject)]  # fmt: skip
     unrelated = "How do trains run on time?"
-    assert await user.sent(unrelated) == [(Role.SYSTEM, SYSTEM_PROMPT), (Role.USER, unrelated)]
+    assert await user.sent(unrelated) == [SYSTEM, SEGMENT, (Role.USER, unrelated)]
 
     status, body = await user.call("DELETE", f"/v1/memories/{entry['id']}")
     assert (status, body) == (200, {"deleted": True})
     assert await user.memories() == []
-    assert await user.sent(on_subject) == [(Role.SYSTEM, SYSTEM_PROMPT), (Role.USER, on_subject)]
+    assert await user.sent(on_subject) == [SYSTEM, SEGMENT, (Role.USER, on_subject)]
 
 
 async def test_the_list_is_the_users_own_to_edit(platform: LocalPlatform) -> None:
@@ -181,7 +191,7 @@ async def test_the_list_is_the_users_own_to_edit(platform: LocalPlatform) -> Non
     assert status == 201
     asked = "Should my hens get more light in winter?"
     assert await user.sent(asked) == [
-        (Role.SYSTEM, SYSTEM_PROMPT), block("I keep bees and hens", "My hens lay brown eggs"),
+        SYSTEM, SEGMENT, block("I keep bees and hens", "My hens lay brown eggs"),
         (Role.USER, asked)]  # fmt: skip
 
     # Another user sees none of it and can touch none of it.
@@ -189,7 +199,7 @@ async def test_the_list_is_the_users_own_to_edit(platform: LocalPlatform) -> Non
     for method, body in (("PATCH", {"text": "mine now"}), ("DELETE", None)):
         status, error = await other.call(method, f"/v1/memories/{memory['id']}", body)
         assert status == 404, error
-    assert await other.sent(asked) == [(Role.SYSTEM, SYSTEM_PROMPT), (Role.USER, asked)]
+    assert await other.sent(asked) == [SYSTEM, SEGMENT, (Role.USER, asked)]
 
 
 @pytest.mark.parametrize(
