@@ -29,9 +29,9 @@ from clients.base import ClientError
 from clients.chatctl.main import main as chatctl
 from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from clients.memory_client import MemoryClient
-from clients.prompts_client import CapturedPrompt, PromptsClient
 from domain.memory import MEMORY_HEADER
 from domain.types import Role
+from tests.e2e.test_prompt_capture import captured
 from tests.sse import read_events
 
 pytestmark = pytest.mark.slow
@@ -41,8 +41,6 @@ SYSTEM_PROMPT = "You are a helpful assistant."
 # system prompt and before the user's memory.
 TONE = "Warm and brief."
 FACT = "The user pays for Plus"
-# How long a capture (written after the answer's end) may take to appear.
-PATIENCE_S = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -117,19 +115,6 @@ async def new_user(platform: LocalPlatform) -> User:
             metadata=(("authorization", f"Bearer {platform.admin_token}"),),
         )
     return User(platform, user_id, created.token)
-
-
-async def captured(platform: LocalPlatform, user_id: str, message_id: str) -> CapturedPrompt:
-    deadline = time.monotonic() + PATIENCE_S
-    async with PromptsClient(platform.scheduler_address, platform.admin_token,
-                             tls=platform.tls()) as client:  # fmt: skip
-        while True:
-            try:
-                return await client.captured(user_id, message_id)
-            except ClientError as error:
-                if error.code != "NOT_FOUND" or time.monotonic() > deadline:
-                    raise
-            await asyncio.sleep(0.05)
 
 
 SYSTEM = (Role.SYSTEM, SYSTEM_PROMPT)
