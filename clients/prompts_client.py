@@ -12,8 +12,9 @@ from chat.v1 import replay_service_pb2_grpc as replay_grpc
 from chat.v1 import scheduler_service_pb2 as sched_pb
 from chat.v1 import scheduler_service_pb2_grpc as sched_grpc
 from clients.base import DEFAULT_TIMEOUT_S, Client, read_time
+from domain.answer_options import ToolDefinition
 from domain.types import Turn
-from infra.convert import FINISH_NAMES, turn_from_pb
+from infra.convert import FINISH_NAMES, tools_from_pb, turn_from_pb
 from infra.tls import TlsConfig
 
 
@@ -32,6 +33,8 @@ class CapturedPrompt:
     max_tokens: int
     turns: tuple[Turn, ...]
     captured_at: datetime
+    # The tools offered with it (a turn the tool loop ran); none for others.
+    tools: tuple[ToolDefinition, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,7 @@ class PromptsClient(Client):
             reply.max_tokens,
             tuple(turn_from_pb(t.turn, t.tokens) for t in reply.turns),
             read_time(reply.captured_at),
+            tools_from_pb(reply.tools),
         )
 
 

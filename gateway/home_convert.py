@@ -8,7 +8,15 @@ from domain.errors import InvalidArgument
 from domain.feedback import Rating
 from domain.types import Role
 from gateway.convert import rating_from_pb
-from infra.convert import RATING_TO_PB, ROLE_FROM_PB, ROLE_TO_PB, turn_from_pb, turn_to_pb
+from infra.convert import (
+    RATING_TO_PB,
+    ROLE_FROM_PB,
+    ROLE_TO_PB,
+    tool_definition_to_pb,
+    tools_from_pb,
+    turn_from_pb,
+    turn_to_pb,
+)
 from store.records import (
     CapturedPrompt,
     ConversationRecord,
@@ -88,13 +96,15 @@ def prompt_to_pb(prompt: CapturedPrompt) -> pb.StoredPrompt:
         version=prompt.version, model=prompt.model, node_id=prompt.node_id,
         temperature=prompt.temperature, max_tokens=prompt.max_tokens,
         turns=[pb.StoredPromptTurn(turn=turn_to_pb(t), tokens=t.tokens) for t in prompt.turns],
+        tools=[tool_definition_to_pb(tool) for tool in prompt.tools],
     )  # fmt: skip
 
 
 def prompt_from_pb(p: pb.StoredPrompt) -> CapturedPrompt:
     return CapturedPrompt(p.message_id, p.conversation_id, p.version, p.model, p.node_id,
                           p.temperature, p.max_tokens,
-                          tuple(turn_from_pb(t.turn, t.tokens) for t in p.turns))  # fmt: skip
+                          tuple(turn_from_pb(t.turn, t.tokens) for t in p.turns),
+                          tools=tools_from_pb(p.tools))  # fmt: skip
 
 
 def feedback_to_pb(record: FeedbackRecord) -> pb.RateAnswerResponse:

@@ -506,7 +506,7 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
             prompts=StoredPrompts(store, capture),
             # A stored message asking for tools: the loop over this pipeline's completions.
             tool_messages=lambda steps: ToolMessages(
-                loops(steps), store, buckets, runs, config.region,
+                loops(steps), store, buckets, runs, config.region, StoredPrompts(store, capture),
             ),
             memories=memories,
         )  # fmt: skip

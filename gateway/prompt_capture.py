@@ -14,6 +14,7 @@ from typing import Protocol
 
 import structlog
 
+from domain.answer_options import ToolDefinition
 from domain.errors import NotFound
 from domain.types import Finish, Tier, User
 from gateway.answers import Answer, AnswerPlan, answer_temperature
@@ -45,6 +46,8 @@ class PromptCapture(Protocol):
         self, user: User, conversation_id: str, message_id: str, plan: AnswerPlan, answer: Answer
     ) -> None: ...
 
+    async def keep_tool_turn(self, user: User, prompt: CapturedPrompt) -> None: ...
+
 
 class NoCapture:
     """A pipeline built without capture (tests and tools that make one by hand)."""
@@ -53,6 +56,23 @@ class NoCapture:
         self, user: User, conversation_id: str, message_id: str, plan: AnswerPlan, answer: Answer
     ) -> None:
         return None
+
+    async def keep_tool_turn(self, user: User, prompt: CapturedPrompt) -> None:
+        return None
+
+
+def captured(
+    plan: AnswerPlan,
+    conversation_id: str,
+    message_id: str,
+    model: str,
+    node_id: str,
+    tools: tuple[ToolDefinition, ...] = (),
+) -> CapturedPrompt:
+    """The capture of a turn planned as `plan`, written by `model` on `node_id`."""
+    return CapturedPrompt(message_id, conversation_id, plan.version, model, node_id,
+                          answer_temperature(plan), plan.max_answer_tokens, plan.prompt.turns,
+                          tools=tools)  # fmt: skip
 
 
 class CaptureWriter(Protocol):
@@ -73,12 +93,18 @@ class StoredPrompts:
     ) -> None:
         """Keeps the prompt of an answer an engine wrote (any finish but an error, which may
         have reached no engine). A capture that fails is logged; the answer is not touched."""
-        if answer.finish is Finish.ERROR or not self.policy.captures(user.tier):
+        if answer.finish is Finish.ERROR:
             return
         served = answer.served_by
-        prompt = CapturedPrompt(message_id, conversation_id, plan.version, served.model,
-                                served.node_id, answer_temperature(plan), plan.max_answer_tokens,
-                                plan.prompt.turns)  # fmt: skip
+        await self.keep_tool_turn(user, captured(plan, conversation_id, message_id, served.model,
+                                                 served.node_id))  # fmt: skip
+
+    async def keep_tool_turn(self, user: User, prompt: CapturedPrompt) -> None:
+        """Keeps a turn's prompt as given (the tool loop's: its first step's prompt and the
+        tools offered), where the user's tier is captured."""
+        if not self.policy.captures(user.tier):
+            return
+        message_id = prompt.message_id
         try:
             await self._store.capture_prompt(user.user_id, prompt)
         except NotFound:

@@ -24,12 +24,24 @@ from typing import Protocol
 import structlog
 
 from domain import errors
+from domain.answer_options import ToolDefinition
 from domain.types import Finish, Role, Usage, User
 from gateway.answers import AnswerPlan
 from gateway.buckets import Buckets
 from gateway.completions import CallerTurn, CompleteRequest
 from gateway.ids import ANSWER_SUFFIX
-from gateway.runs import Delta, Done, Event, Failed, FailureCode, MessageRun, Meta, RunRegistry
+from gateway.prompt_capture import NoCapture, PromptCapture, captured
+from gateway.runs import (
+    Delta,
+    Done,
+    Event,
+    Failed,
+    FailureCode,
+    MessageRun,
+    Meta,
+    RunRegistry,
+    ToolsListed,
+)
 from gateway.tool_loop import ToolLoop
 from gateway.tool_requests import NO_APPROVALS, PlatformTool
 from store.base import ConversationStore
@@ -99,6 +111,8 @@ class _Written:
     model: str = ""
     replica_id: str = ""
     ending: Event | None = None
+    # The tools the loop offered the model, for the turn's capture.
+    offered: list[ToolDefinition] = dataclasses.field(default_factory=list)
 
 
 class ToolMessages:
@@ -109,7 +123,9 @@ class ToolMessages:
         buckets: Buckets,
         runs: RunRegistry,
         region: str = "",
+        prompts: PromptCapture | None = None,
     ) -> None:
+        self._prompts = prompts or NoCapture()
         self._loop = loop
         self._store = store
         self._buckets = buckets
@@ -154,6 +170,12 @@ class ToolMessages:
             await run.append(written.ending)
         await self._save(run, user, answer_parent_seq, written, written.ending)
         self._runs.mark_ended(run)
+        if isinstance(written.ending, Done) and written.ending.finish is not Finish.ERROR:
+            # The first step's prompt and the tools it offered: every later step's prompt is
+            # that one and the calls and results the stream showed.
+            prompt = captured(plan, run.conversation_id, run.message_id, written.model,
+                              written.replica_id, tuple(written.offered))  # fmt: skip
+            await self._prompts.keep_tool_turn(user, prompt)
 
     async def _relay(
         self,
@@ -184,6 +206,8 @@ class ToolMessages:
                                            conversation_id=conversation_id)  # fmt: skip
             case Delta():
                 written.text.append(event.text)
+            case ToolsListed():
+                written.offered.extend(event.tools)
             case Done() | Failed():
                 written.ending = event
         return event

@@ -3,6 +3,8 @@ enums, the short names callers read for them, and the model names callers choose
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from chat.v1 import chat_service_pb2, common_pb2
 from domain.answer_options import AnswerOptions, ToolCall, ToolChoice, ToolDefinition
 from domain.feedback import Rating
@@ -105,6 +107,10 @@ def tool_definition_to_pb(tool: ToolDefinition) -> common_pb2.ToolDefinition:
                                      parameters=tool.parameters, strict=tool.strict)  # fmt: skip
 
 
+def tools_from_pb(tools: Iterable[common_pb2.ToolDefinition]) -> tuple[ToolDefinition, ...]:
+    return tuple(ToolDefinition(t.name, t.description, t.parameters, t.strict) for t in tools)
+
+
 def options_from_pb(message: common_pb2.AnswerOptions) -> AnswerOptions:
     return AnswerOptions(
         temperature=_optional(message, "temperature"),
@@ -115,9 +121,7 @@ def options_from_pb(message: common_pb2.AnswerOptions) -> AnswerOptions:
         presence_penalty=_optional(message, "presence_penalty"),
         json_object=message.json_object,
         json_schema=message.json_schema,
-        tools=tuple(
-            ToolDefinition(t.name, t.description, t.parameters, t.strict) for t in message.tools
-        ),
+        tools=tools_from_pb(message.tools),
         tool_choice=TOOL_CHOICE_FROM_PB.get(message.tool_choice, ToolChoice.AUTO),
         tool_choice_name=message.tool_choice_name,
         parallel_tool_calls=not message.single_tool_call,

@@ -14,7 +14,7 @@ from domain.errors import InvalidArgument
 from domain.ladder import LadderState
 from domain.picker import PickReason, ReplicaLoad
 from domain.types import NodeState, Tier
-from infra.convert import TIER_FROM_PB, TIER_TO_PB, turn_to_pb
+from infra.convert import TIER_FROM_PB, TIER_TO_PB, tool_definition_to_pb, turn_to_pb
 from infra.rollout_convert import gate_from_pb
 from scheduler.membership import NodeRecord
 from scheduler.table import NodeEntry
@@ -225,4 +225,5 @@ def captured_prompt_to_pb(prompt: CapturedPrompt) -> pb.GetCapturedPromptRespons
         max_tokens=prompt.max_tokens,
         turns=[pb.CapturedTurn(turn=turn_to_pb(t), tokens=t.tokens) for t in prompt.turns],
         captured_at=timestamp(prompt.created_at),
+        tools=[tool_definition_to_pb(tool) for tool in prompt.tools],
     )

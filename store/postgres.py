@@ -488,7 +488,8 @@ class PostgresStore(PostgresMemories):
         try:
             await self._execute(
                 f"INSERT INTO captured_prompts (user_id, {captured_prompts.COLUMNS}) "
-                f"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) {captured_prompts.ON_CONFLICT}",
+                f"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) "
+                f"{captured_prompts.ON_CONFLICT}",
                 user_id,
                 *captured_prompts.row_values(prompt, time.time()),
             )

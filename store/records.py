@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from domain.answer_options import ToolDefinition
 from domain.types import Role, Tier, Turn
 
 
@@ -119,6 +120,8 @@ class CapturedPrompt:
     max_tokens: int
     turns: tuple[Turn, ...]
     created_at: float = 0.0
+    # The tools offered with the prompt (a turn the tool loop ran); none for others.
+    tools: tuple[ToolDefinition, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

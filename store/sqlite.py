@@ -498,7 +498,7 @@ class SqliteStore(SqliteMemories):
             try:
                 await self.db.execute(
                     f"INSERT INTO captured_prompts (user_id, {captured_prompts.COLUMNS}) "
-                    f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) {captured_prompts.ON_CONFLICT}",
+                    f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) {captured_prompts.ON_CONFLICT}",
                     (user_id, *captured_prompts.row_values(prompt, time.time())),
                 )
                 await self.db.commit()

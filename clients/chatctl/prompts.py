@@ -51,6 +51,8 @@ def describe(prompt: CapturedPrompt) -> str:
         f"temperature {prompt.temperature:g}, at most {prompt.max_tokens} answer tokens",
         f"captured {captured}",
     ]
+    if prompt.tools:
+        lines.append("tools offered: " + ", ".join(tool.name for tool in prompt.tools))
     for turn in prompt.turns:
         lines += ["", f"[{turn.role.value}] {turn.tokens} tokens"]
         lines += [f"  call {c.name}({c.arguments}) as {c.call_id}" for c in turn.tool_calls]

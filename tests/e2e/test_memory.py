@@ -131,7 +131,7 @@ async def test_a_remembered_fact_reaches_only_the_turns_on_its_subject(
     user = await new_user(platform)
     ask = "Please remember this about me."
     before = time.time()
-    _, events = await user.say(ask, tools=[{"type": "remember"}])
+    asked_id, events = await user.say(ask, tools=[{"type": "remember"}])
     names = [event.event for event in events]
     assert names[:4] == ["meta", "toolsListed", "toolCall", "toolResult"], names
     call, result = events[2].data, events[3].data
@@ -141,6 +141,10 @@ async def test_a_remembered_fact_reaches_only_the_turns_on_its_subject(
     assert (entry["source"], entry["pinned"], entry["aged"]) == ("model", False, False)
     assert result["output"] == f"remembered ({entry['id']}): {entry['text']}"
     assert entry["createdAt"] == entry["updatedAt"]
+    # The tool turn's capture: its first step's prompt, and the tool it offered.
+    kept = await captured(platform, user.user_id, asked_id)
+    assert [(t.role, t.text) for t in kept.turns] == [SYSTEM, SEGMENT, (Role.USER, ask)]
+    assert [tool.name for tool in kept.tools] == ["remember"]
     written = datetime.fromisoformat(entry["createdAt"].replace("Z", "+00:00")).timestamp()
     assert before - 1 <= written <= time.time() + 1
 

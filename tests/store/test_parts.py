@@ -1,8 +1,8 @@
 """The store's parts (store/base.py) against what implements them: each backend has every
 method of every part with the part's signature, the parts together are the whole Store with
 no method in two of them, and the home region's store (gateway/home_client.py) has exactly
-the parts it stands in for and the capture of a prompt. Read from the classes, with no
-database."""
+the parts it stands in for and the capture of a prompt, and its memory calls are the memory
+part. Read from the classes, with no database."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ import inspect
 import pytest
 
 from gateway.home_client import HomeStore
+from gateway.home_memories import HomeMemories
 from store.base import (
     ConversationStore,
     FeedbackStore,
+    MemoryStore,
     PromptStore,
     ResponseStore,
     Store,
@@ -24,7 +26,7 @@ from store.postgres import PostgresStore
 from store.sqlite import SqliteStore
 
 PARTS = (UserStore, ConversationStore, SummaryStore, ResponseStore, FeedbackStore, PromptStore,
-         Store)  # fmt: skip
+         MemoryStore, Store)  # fmt: skip
 
 
 def own(part: type) -> set[str]:
@@ -47,7 +49,7 @@ def test_the_parts_make_the_whole_store_and_share_no_method() -> None:
     declared = [name for part in PARTS for name in own(part)]
     assert len(declared) == len(set(declared)), "a method is declared in two parts"
     assert set(declared) == methods(Store)
-    assert len(declared) == 28
+    assert len(declared) == 34
 
 
 @pytest.mark.parametrize("backend", [SqliteStore, PostgresStore], ids=lambda c: c.__name__)
@@ -68,3 +70,8 @@ def test_the_home_store_is_the_conversations_and_the_responses_and_nothing_more(
     assert shape(HomeStore.capture_prompt) == shape(capture)
     others = methods(Store) - methods(ConversationStore) - methods(ResponseStore)
     assert {name for name in others if hasattr(HomeStore, name)} - {"close"} == {"capture_prompt"}
+
+
+def test_the_home_regions_memory_is_the_memory_part_in_full() -> None:
+    for name in sorted(methods(MemoryStore)):
+        assert shape(getattr(HomeMemories, name)) == shape(getattr(MemoryStore, name)), name

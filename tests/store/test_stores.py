@@ -41,7 +41,7 @@ def msg(mid: str, role: Role, parent: int | None, tokens: int = 5, model: str = 
 async def test_migrations_are_versioned_and_idempotent(url) -> None:
     for _ in range(2):
         s = await open_store(url)
-        assert await s.schema_version() == 9
+        assert await s.schema_version() == 10
         await s.close()
 
 
@@ -289,7 +289,7 @@ async def test_a_rating_is_stored_once_per_message_and_replaced_by_the_next(stor
 async def test_a_captured_prompt_is_kept_whole_replaced_by_a_retry_and_goes_with_its_message(
     store,
 ) -> None:
-    from domain.answer_options import ToolCall
+    from domain.answer_options import ToolCall, ToolDefinition
     from domain.types import Turn
     from store.records import CapturedPrompt
 
@@ -300,17 +300,21 @@ async def test_a_captured_prompt_is_kept_whole_replaced_by_a_retry_and_goes_with
         Turn(Role.TOOL, "42", 1, tool_call_id="call_1"),
         Turn(Role.USER, "text of q1\nwith a line", 5),
     )
-    first = CapturedPrompt("q1", "cc", "base", "smollm", "node-a", 0.7, 256, turns)
+    offered = (ToolDefinition("remember", "Saves a fact", '{"type": "object"}'),
+               ToolDefinition("lookup", "Finds ünï", "{}", strict=True))  # fmt: skip
+    first = CapturedPrompt("q1", "cc", "base", "smollm", "node-a", 0.7, 256, turns,
+                           tools=offered)  # fmt: skip
     await store.capture_prompt("alice", first)
     kept = await store.captured_prompt("alice", "q1")
-    assert kept.turns == turns
+    assert (kept.turns, kept.tools) == (turns, offered)
     assert (kept.message_id, kept.conversation_id, kept.version, kept.model, kept.node_id,
             kept.temperature, kept.max_tokens) == ("q1", "cc", "base", "smollm", "node-a", 0.7,
                                                    256)  # fmt: skip
     again = CapturedPrompt("q1", "cc", "cand", "smollm", "node-b", 0.0, 128, turns[-1:])
     await store.capture_prompt("alice", again)  # a retry that ran again
     replaced = await store.captured_prompt("alice", "q1")
-    assert (replaced.version, replaced.node_id, replaced.turns) == ("cand", "node-b", turns[-1:])
+    assert (replaced.version, replaced.node_id, replaced.turns, replaced.tools) == (
+        "cand", "node-b", turns[-1:], ())  # fmt: skip
     with pytest.raises(NotFound):  # another user's message
         await store.captured_prompt("bob", "q1")
     with pytest.raises(NotFound):

@@ -235,7 +235,7 @@ class RecordServingResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class StoredPrompt(_message.Message):
-    __slots__ = ("message_id", "conversation_id", "version", "model", "node_id", "temperature", "max_tokens", "turns")
+    __slots__ = ("message_id", "conversation_id", "version", "model", "node_id", "temperature", "max_tokens", "turns", "tools")
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -244,6 +244,7 @@ class StoredPrompt(_message.Message):
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TURNS_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     conversation_id: str
     version: str
@@ -252,7 +253,8 @@ class StoredPrompt(_message.Message):
     temperature: float
     max_tokens: int
     turns: _containers.RepeatedCompositeFieldContainer[StoredPromptTurn]
-    def __init__(self, message_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., version: _Optional[str] = ..., model: _Optional[str] = ..., node_id: _Optional[str] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., turns: _Optional[_Iterable[_Union[StoredPromptTurn, _Mapping]]] = ...) -> None: ...
+    tools: _containers.RepeatedCompositeFieldContainer[_common_pb2.ToolDefinition]
+    def __init__(self, message_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., version: _Optional[str] = ..., model: _Optional[str] = ..., node_id: _Optional[str] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., turns: _Optional[_Iterable[_Union[StoredPromptTurn, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_common_pb2.ToolDefinition, _Mapping]]] = ...) -> None: ...
 
 class StoredPromptTurn(_message.Message):
     __slots__ = ("turn", "tokens")

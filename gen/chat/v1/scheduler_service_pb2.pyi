@@ -68,7 +68,7 @@ class GetCapturedPromptRequest(_message.Message):
     def __init__(self, user_id: _Optional[str] = ..., message_id: _Optional[str] = ...) -> None: ...
 
 class GetCapturedPromptResponse(_message.Message):
-    __slots__ = ("message_id", "conversation_id", "version", "model", "node_id", "temperature", "max_tokens", "turns", "captured_at")
+    __slots__ = ("message_id", "conversation_id", "version", "model", "node_id", "temperature", "max_tokens", "turns", "captured_at", "tools")
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -78,6 +78,7 @@ class GetCapturedPromptResponse(_message.Message):
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TURNS_FIELD_NUMBER: _ClassVar[int]
     CAPTURED_AT_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     conversation_id: str
     version: str
@@ -87,7 +88,8 @@ class GetCapturedPromptResponse(_message.Message):
     max_tokens: int
     turns: _containers.RepeatedCompositeFieldContainer[CapturedTurn]
     captured_at: _timestamp_pb2.Timestamp
-    def __init__(self, message_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., version: _Optional[str] = ..., model: _Optional[str] = ..., node_id: _Optional[str] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., turns: _Optional[_Iterable[_Union[CapturedTurn, _Mapping]]] = ..., captured_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    tools: _containers.RepeatedCompositeFieldContainer[_common_pb2.ToolDefinition]
+    def __init__(self, message_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., version: _Optional[str] = ..., model: _Optional[str] = ..., node_id: _Optional[str] = ..., temperature: _Optional[float] = ..., max_tokens: _Optional[int] = ..., turns: _Optional[_Iterable[_Union[CapturedTurn, _Mapping]]] = ..., captured_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[_common_pb2.ToolDefinition, _Mapping]]] = ...) -> None: ...
 
 class CapturedTurn(_message.Message):
     __slots__ = ("turn", "tokens")
