@@ -57,6 +57,11 @@ def _holding(parts: Iterable[ContextPart], kinds: frozenset[Origin]) -> list[Ori
     return sorted(found)
 
 
+def untrusted_origins(parts: Iterable[ContextPart]) -> list[Origin]:
+    """The untrusted origins the context holds (text anyone may have written)."""
+    return _holding(parts, UNTRUSTED)
+
+
 def check(
     parts: Iterable[ContextPart],
     capabilities: CapabilitySet,

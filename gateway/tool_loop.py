@@ -40,7 +40,7 @@ from domain.capabilities import (
 from domain.errors import InvalidArgument
 from domain.retrieval import Retrieval
 from domain.safety import Verdict
-from domain.trifecta import ContextPart, check
+from domain.trifecta import ContextPart, check, untrusted_origins
 from domain.types import Finish, Role, User
 from gateway.completions import CallerTurn, CompleteRequest, closing_events
 from gateway.metrics import GatewayMetrics
@@ -288,7 +288,7 @@ class ToolLoop:
         self, turn: TurnState, call: ToolCall, tool: Offered, spec: ToolSpec
     ) -> AsyncIterator[list[Event]]:
         yield [ToolStarted(call.call_id, tool.server_label, call.name, call.arguments)]
-        outcome = await self._call(tool, call)
+        outcome = self._unlasting(turn, tool) or await self._call(tool, call)
         yield [ToolEnded(call.call_id, outcome.output, outcome.error)]
         result = CallerTurn(Role.TOOL, result_text(outcome), tool_call_id=call.call_id)
         turn.add(result, result_origins(spec))
@@ -358,6 +358,20 @@ class ToolLoop:
                 f"the model asked for tool {call.name[:140]!r}, which this turn was not "
                 "offered: nothing was run"))  # fmt: skip
         return offered, spec
+
+    def _unlasting(self, turn: TurnState, tool: Offered) -> ToolOutcome | None:
+        """Why a call whose write outlives the turn is not run (the turn read untrusted
+        content), or None when it may run."""
+        if tool.qualified not in self._policy.lasting:
+            return None
+        untrusted = untrusted_origins(turn.parts)
+        if not untrusted:
+            return None
+        self._metrics.tool_calls.labels(tool.server_label or tool.qualified,
+                                        "refused_after_untrusted").inc()  # fmt: skip
+        return ToolOutcome("", f"not run: this turn read untrusted content "
+                           f"({', '.join(untrusted)}), and nothing may be kept from it for "
+                           "later turns")  # fmt: skip
 
     async def _call(self, tool: Offered, call: ToolCall) -> ToolOutcome:
         """Runs one call. Its arguments are the model's output and pass the output check

@@ -80,6 +80,10 @@ class ToolPolicy:
     # Whether this turn's message needs outside content; when not, the tools that bring it in
     # are neither listed nor offered (domain/retrieval.py).
     retrieval: RetrievalDecider = field(default_factory=AlwaysRetrieve)
+    # The operator's tools whose writes outlive the turn (remember: later turns read them as
+    # the user's own data). A call of one is not run once the turn has read untrusted
+    # content: an injected page must not plant instructions in every later conversation.
+    lasting: frozenset[str] = frozenset()
 
     def registry(self) -> dict[str, ToolSpec]:
         specs = {name: spec for name, (spec, _) in self.own_tools.items()}

@@ -137,6 +137,7 @@ def tool_loops(
         own_tools=_own_tools(config, memories),
         servers=_servers(config),
         retrieval=_retrieval(config),
+        lasting=frozenset({REMEMBER}),
     )
     remote = McpServers(timeout_s=config.timeout_s, max_output_chars=config.max_output_chars)
     return lambda completions: ToolLoop(completions, policy, remote, metrics, output_check)
