@@ -288,3 +288,43 @@ async def test_an_operator_exports_and_deletes_a_users_memories(
     capsys.readouterr()
     assert await asyncio.to_thread(chatctl, ["users", "memories", user.user_id, *flags]) != 0
     assert "NOT_FOUND" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+async def ageing(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalPlatform]:
+    """Entries age after a second here, so a test can watch one age."""
+    local = LocalPlatform(
+        PlatformSettings(
+            state_dir=tmp_path_factory.mktemp("memory-ageing"),
+            edge_listen="127.0.0.1:0",
+            nodes=1,
+            extra_env={
+                "CHAT_NODEAGENT_ENGINE": "sim",
+                "CHAT_NODEAGENT_SIM_ANSWER_TOKENS": "8,12",
+                "CHAT_GATEWAY_SYSTEM_PROMPT": SYSTEM_PROMPT,
+                "CHAT_GATEWAY_ROUTER": "false",
+                "CHAT_GATEWAY_COMPACTION": "false",
+                "CHAT_GATEWAY_MEMORY_MAX_AGE_DAYS": str(1.0 / 86_400),
+            },
+        )
+    )
+    await local.start()
+    yield local
+    await local.stop()
+
+
+async def test_an_aged_entry_is_read_by_no_turn_until_pinned(ageing: LocalPlatform) -> None:
+    user = await new_user(ageing)
+    status, created = await user.call("POST", "/v1/memories", {"text": "I sail on Sundays"})
+    assert status == 201
+    memory = created["memory"]
+    asked = "Is Sunday good for sailing?"
+    # Waited on the entry's own state, as the list shows it, not on a fixed time.
+    deadline = time.monotonic() + 30
+    while not (await user.memories())[0]["aged"]:
+        assert time.monotonic() < deadline, "the entry never aged"
+        await asyncio.sleep(0.1)
+    assert await user.sent(asked) == [SYSTEM, (Role.USER, asked)]
+    status, pinned = await user.call("PATCH", f"/v1/memories/{memory['id']}", {"pinned": True})
+    assert status == 200 and pinned["memory"]["aged"] is False
+    assert await user.sent(asked) == [SYSTEM, block("I sail on Sundays"), (Role.USER, asked)]
