@@ -21,6 +21,7 @@ from clients.chat_client import ChatClient, Delta, Done, Meta
 from domain.errors import NotFound
 from store.migrations import load
 from store.postgres import PostgresStore
+from store.records import CapturedPrompt
 from tests.servers import Postgres
 from tests.store.test_postgres import fresh_database
 
@@ -75,6 +76,23 @@ def previous_release(into: Path) -> int:
     return newest
 
 
+async def captured_while_running(dsn: str, message_id: str) -> CapturedPrompt:
+    """The turn's capture, once the serving gateway wrote it (after the answer's end)."""
+    store = PostgresStore(dsn)
+    await store.open()
+    try:
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:
+            try:
+                return await store.captured_prompt("dev-free", message_id)
+            except NotFound:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+            await asyncio.sleep(0.05)
+    finally:
+        await store.close()
+
+
 @pytest.fixture
 async def migrated(postgres_server: Postgres) -> AsyncIterator[str]:
     async with fresh_database(postgres_server) as dsn:
@@ -104,6 +122,9 @@ async def test_the_previous_release_serves_on_the_schema_this_one_migrated(
         conversation = f"c_{uuid.uuid4().hex[:8]}"
         async with ChatClient(started["gateway"], started["tokens"]["free"]) as chat:
             events = [e async for e in chat.send(conversation, "Hello from before.")]
+        # The newest migration gave captured prompts their tools: the release before it
+        # captures the turn without them, and this code reads it back with none.
+        kept = await captured_while_running(migrated, events[0].message_id)
     finally:
         driver.stdin.close()
         await asyncio.wait_for(driver.wait(), 30)
@@ -115,12 +136,11 @@ async def test_the_previous_release_serves_on_the_schema_this_one_migrated(
     try:
         stored = await store.list_messages("dev-free", conversation)
         assert await store.schema_version() == newest
-        # Prompt capture came with the newest migration: the release that served kept none.
-        with pytest.raises(NotFound):
-            await store.captured_prompt("dev-free", events[0].message_id)
     finally:
         await store.close()
     assert [(m.role.value, m.content) for m in stored] == [
         ("user", "Hello from before."),
         ("assistant", answer),
     ]
+    assert [(t.role.value, t.text) for t in kept.turns][-1:] == [("user", "Hello from before.")]
+    assert kept.tools == ()
