@@ -40,6 +40,8 @@ class KeptAtHome(History, PromptStore, MemoryStore, Protocol):
 
 
 class HomeServicer(HomeMemoryCalls, pb_grpc.HomeServiceServicer):
+    _store: KeptAtHome
+
     def __init__(self, store: KeptAtHome, buckets: Buckets, ratings: RatingDesk) -> None:
         self._store = store
         self._buckets = buckets

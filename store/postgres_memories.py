@@ -4,6 +4,7 @@ tsvector under a GIN index (migration 009), ranked by ts_rank."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import asyncpg
 
@@ -14,6 +15,12 @@ from store.records import MemoryRecord
 
 class PostgresMemories:
     """Mixed into PostgresStore, whose bounded calls (`_fetch`, `_execute`) it uses."""
+
+    if TYPE_CHECKING:  # PostgresStore's own, declared for the type checker
+
+        async def _fetch(self, sql: str, *args: object) -> list[asyncpg.Record]: ...
+
+        async def _execute(self, sql: str, *args: object) -> int: ...
 
     async def add_memory(self, user_id: str, memory: MemoryRecord) -> None:
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import aiosqlite
 
@@ -18,8 +19,14 @@ class SqliteMemories:
     """Mixed into SqliteStore, whose connection (`db`), reads (`_all`) and write lock
     (`_writing`) it uses."""
 
-    db: aiosqlite.Connection
-    _writing: asyncio.Lock
+    if TYPE_CHECKING:  # SqliteStore's own, declared for the type checker
+
+        @property
+        def db(self) -> aiosqlite.Connection: ...
+
+        _writing: asyncio.Lock
+
+        async def _all(self, sql: str, params: tuple[object, ...] = ()) -> list[sqlite3.Row]: ...
 
     async def add_memory(self, user_id: str, memory: MemoryRecord) -> None:
         try:
