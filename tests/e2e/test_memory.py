@@ -11,11 +11,13 @@ the tool's schema (a few of its words for `text`), then answers in prose."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -43,28 +45,35 @@ TONE = "Warm and brief."
 FACT = "The user pays for Plus"
 
 
+@contextlib.asynccontextmanager
+async def memory_platform(state_dir: Path, **settings: str) -> AsyncIterator[LocalPlatform]:
+    """A platform of one simulated replica whose answers are short, with these gateway
+    settings besides."""
+    env = {
+        "CHAT_NODEAGENT_ENGINE": "sim",
+        "CHAT_NODEAGENT_SIM_ANSWER_TOKENS": "8,12",
+        "CHAT_GATEWAY_SYSTEM_PROMPT": SYSTEM_PROMPT,
+        "CHAT_GATEWAY_ROUTER": "false",
+        "CHAT_GATEWAY_COMPACTION": "false",
+    }
+    local = LocalPlatform(PlatformSettings(state_dir=state_dir, edge_listen="127.0.0.1:0",
+                                           nodes=1, extra_env={**env, **settings}))  # fmt: skip
+    await local.start()
+    try:
+        yield local
+    finally:
+        await local.stop()
+
+
 @pytest.fixture(scope="module")
 async def platform(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalPlatform]:
-    local = LocalPlatform(
-        PlatformSettings(
-            state_dir=tmp_path_factory.mktemp("memory"),
-            edge_listen="127.0.0.1:0",
-            nodes=1,
-            extra_env={
-                "CHAT_NODEAGENT_ENGINE": "sim",
-                "CHAT_NODEAGENT_SIM_ANSWER_TOKENS": "8,12",
-                "CHAT_GATEWAY_SYSTEM_PROMPT": SYSTEM_PROMPT,
-                "CHAT_GATEWAY_ROUTER": "false",
-                "CHAT_GATEWAY_COMPACTION": "false",
-                "CHAT_GATEWAY_MEMORY_MAX_CHARS": "200",
-                "CHAT_GATEWAY_PLUS_TONE": TONE,
-                "CHAT_GATEWAY_PLUS_PROFILE_FACTS": FACT,
-            },
-        )
-    )
-    await local.start()
-    yield local
-    await local.stop()
+    async with memory_platform(
+        tmp_path_factory.mktemp("memory"),
+        CHAT_GATEWAY_MEMORY_MAX_CHARS="200",
+        CHAT_GATEWAY_PLUS_TONE=TONE,
+        CHAT_GATEWAY_PLUS_PROFILE_FACTS=FACT,
+    ) as local:
+        yield local
 
 
 class User:
@@ -293,24 +302,10 @@ async def test_an_operator_exports_and_deletes_a_users_memories(
 @pytest.fixture(scope="module")
 async def ageing(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalPlatform]:
     """Entries age after a second here, so a test can watch one age."""
-    local = LocalPlatform(
-        PlatformSettings(
-            state_dir=tmp_path_factory.mktemp("memory-ageing"),
-            edge_listen="127.0.0.1:0",
-            nodes=1,
-            extra_env={
-                "CHAT_NODEAGENT_ENGINE": "sim",
-                "CHAT_NODEAGENT_SIM_ANSWER_TOKENS": "8,12",
-                "CHAT_GATEWAY_SYSTEM_PROMPT": SYSTEM_PROMPT,
-                "CHAT_GATEWAY_ROUTER": "false",
-                "CHAT_GATEWAY_COMPACTION": "false",
-                "CHAT_GATEWAY_MEMORY_MAX_AGE_DAYS": str(1.0 / 86_400),
-            },
-        )
-    )
-    await local.start()
-    yield local
-    await local.stop()
+    async with memory_platform(
+        tmp_path_factory.mktemp("memory-ageing"), CHAT_GATEWAY_MEMORY_MAX_AGE_DAYS=str(1 / 86_400)
+    ) as local:
+        yield local
 
 
 async def test_an_aged_entry_is_read_by_no_turn_until_pinned(ageing: LocalPlatform) -> None:
