@@ -4,7 +4,8 @@
     .venv/bin/python deploy/grafana/generate.py --check   # fails if they differ from this code
 
 Four dashboards: the fleet (KV use, queues, prefix hits per node), what users get (TTFT,
-tokens/s, refusals, failovers per tier, thumbs up and down per version), the ladder and the
+tokens/s, refusals, failovers per tier, thumbs up and down per version, the platform's tool
+calls and personal memory), the ladder and the
 limits, and the cost (GPU-seconds per message by pool, the router's small/large split). Each
 panel reads the recording rules in deploy/prometheus/rules/ or the services' own series;
 tests/deploy checks every name against a running platform. Per-node and per-pool series come
@@ -110,6 +111,21 @@ EXPERIENCE = Board(
               "Each rating's share of a version's ratings over the last hour. The alert "
               "VersionThumbsDownAboveCurrent fires at 10 points over the current version's "
               "thumbs-down share, on at least 50 ratings."),
+        Panel("Platform tool calls, by server and outcome", "ops",
+              (("sum by (server, outcome) (rate(gateway_tool_calls_total[5m]))",
+                "{{server}} {{outcome}}"),),
+              "Calls the harness ran for the model (MCP servers, send_email, remember): ok, "
+              "error, or not run (arguments withheld by the output check, result withheld, "
+              "a remember after untrusted content). Security events are "
+              "gateway_security_events_total."),
+        Panel("Memory: entries written, and read per stored turn", "short",
+              (("sum by (source) (rate(gateway_memory_writes_total[5m]))",
+                "written by {{source}} /s"),
+               ("sum(rate(gateway_memory_entries_per_turn_sum[5m])) "
+                "/ sum(rate(gateway_memory_entries_per_turn_count[5m]))",
+                "entries read per turn (mean)")),
+              "Entries come only from the user's list and the model's remember calls; a "
+              "stored turn reads at most its tier's top_k, none on another subject."),
     ),
 )  # fmt: skip
 

@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 
@@ -23,6 +24,7 @@ from clients.chatctl.platform import LocalPlatform, PlatformSettings
 from clients.chatctl.scrape_targets import SCRAPE_TARGETS_FILE
 from tests.deploy.prometheus import Prometheus, run_prometheus, wait_for
 from tests.servers import Etcd
+from tests.sse import read_events
 
 PROMETHEUS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 NAMESPACE = "chat-test"
@@ -165,6 +167,18 @@ async def one_answer(platform: LocalPlatform) -> None:
     assert isinstance(events[-1], Done), events[-1]
 
 
+async def one_remembered(platform: LocalPlatform) -> None:
+    """A message that lets the model save to memory: the simulated model calls `remember`,
+    so the harness's tool and memory series have a sample."""
+    url = f"{platform.edge_url}/v1/conversations/{new_conversation_id()}/messages"
+    body = {"content": "Please remember my favourite colour.", "tools": [{"type": "remember"}]}
+    headers = {"Authorization": f"Bearer {platform.tokens['plus']}"}
+    async with aiohttp.ClientSession() as http, http.post(url, json=body, headers=headers) as sent:
+        assert sent.status == 200, await sent.text()
+        events = await read_events(sent)
+    assert [e.event for e in events][:4] == ["meta", "toolsListed", "toolCall", "toolResult"]
+
+
 @pytest.fixture(scope="session")
 async def observed(
     tmp_path_factory: pytest.TempPathFactory, etcd_server: Etcd
@@ -207,6 +221,11 @@ async def observed(
             await wait_for(all_up, "every target scraped and up")
             # After the first scrapes: the answer shows as a rate, not a constant.
             await one_answer(platform)
+            await one_remembered(platform)
+            await wait_for(
+                lambda: prometheus.query("rate(gateway_memory_writes_total[5m]) >= 0"),
+                "the remembered entry as a rate",
+            )
             await wait_for(
                 lambda: prometheus.query("tier_pool:gateway_ttft_seconds:p50_5m >= 0"),
                 "the answer's time to first text in the recorded p50",
