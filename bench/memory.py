@@ -28,7 +28,6 @@ import json
 import random
 import statistics
 import sys
-import tempfile
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -39,7 +38,7 @@ from gateway_cost import TOPICS, gateway_cost
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from prompt_capture import _table_bytes
+from prompt_capture import on_both_stores, table_bytes
 
 from clients.chatctl.platform import LocalPlatform
 from clients.memory_client import MemoryClient
@@ -50,7 +49,6 @@ from nodeagent.engine import PromptTurn
 from nodeagent.sim import prompt_tokens
 from store.factory import open_store
 from store.records import MemoryRecord
-from tests.servers import run_postgres
 
 BLOCK = 16
 POSTGRES_SIZE = "SELECT pg_total_relation_size('memories')"
@@ -175,12 +173,12 @@ async def store_cost(url: str, entries: int, size_of: str) -> dict[str, float]:
     rng = random.Random(5)
     store = await open_store(url)
     try:
-        before = await _table_bytes(url, size_of)
+        before = await table_bytes(url, size_of)
         for i in range(entries):
             now = time.time()
             await store.add_memory("u", MemoryRecord(f"m{i}", _text(rng, 15), False, "user",
                                                      now, now))  # fmt: skip
-        after = await _table_bytes(url, size_of)
+        after = await table_bytes(url, size_of)
         times = []
         for _ in range(200):
             terms = search_terms(_text(rng, 20))
@@ -191,14 +189,6 @@ async def store_cost(url: str, entries: int, size_of: str) -> dict[str, float]:
         await store.close()
     return {"bytes_per_entry": (after - before) / entries,
             "search_ms_p50": statistics.median(times) * 1000}  # fmt: skip
-
-
-async def stores(entries: int) -> dict[str, dict[str, float]]:
-    with tempfile.TemporaryDirectory() as folder:
-        sqlite = await store_cost(f"sqlite:///{folder}/chat.db", entries, "")
-    with run_postgres() as server:
-        postgres = await store_cost(server.dsn, entries, POSTGRES_SIZE)
-    return {"sqlite": sqlite, "postgres": postgres}
 
 
 def main() -> None:
@@ -219,7 +209,7 @@ def main() -> None:
             cost = asyncio.run(gateway_cost(args.messages, 4, args.concurrency, SETTINGS[name],
                                             insecure=False, prepare=prepare))  # fmt: skip
             cpu[name].append(cost["gateway_cpu_ms_per_message"])
-    store = asyncio.run(stores(args.entries))
+    store = asyncio.run(on_both_stores(store_cost, args.entries, POSTGRES_SIZE))
     medians = {name: statistics.median(values) for name, values in cpu.items()}
     order_rows = [
         f"{name:<12} {w['after the system prompt']:>13.1%} {w['memory first']:>13.1%} "

@@ -24,6 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from benchkit import publish
@@ -71,7 +72,7 @@ async def store_cost(url: str, captures: int, size_of: str) -> dict:
     try:
         for i in range(captures):
             await store.add_message("u", f"c{i}", NewMessage(f"m{i}", Role.USER, "hi", 1, None))
-        before = await _table_bytes(url, size_of)
+        before = await table_bytes(url, size_of)
         times = []
         for i in range(captures):
             prompt = CapturedPrompt(f"m{i}", f"c{i}", "base", "m", "node-a", 0.7, 1000,
@@ -79,7 +80,7 @@ async def store_cost(url: str, captures: int, size_of: str) -> dict:
             start = time.perf_counter()
             await store.capture_prompt("u", prompt)
             times.append(time.perf_counter() - start)
-        after = await _table_bytes(url, size_of)
+        after = await table_bytes(url, size_of)
     finally:
         await store.close()
     return {
@@ -90,7 +91,7 @@ async def store_cost(url: str, captures: int, size_of: str) -> dict:
     }
 
 
-async def _table_bytes(url: str, size_of: str) -> int:
+async def table_bytes(url: str, size_of: str) -> int:
     if url.startswith("sqlite:///"):
         return await asyncio.to_thread(_sqlite_bytes, url.removeprefix("sqlite:///"))
     conn = await asyncpg.connect(url)
@@ -114,11 +115,14 @@ def _sqlite_bytes(path: str) -> int:
 POSTGRES_SIZE = "SELECT pg_total_relation_size('captured_prompts')"
 
 
-async def stores(captures: int) -> dict:
+async def on_both_stores(
+    cost: Callable[[str, int, str], Awaitable[dict]], count: int, postgres_size: str
+) -> dict:
+    """cost(url, count, size query) on a new SQLite file and a new PostgreSQL server."""
     with tempfile.TemporaryDirectory() as folder:
-        sqlite = await store_cost(f"sqlite:///{folder}/chat.db", captures, "")
+        sqlite = await cost(f"sqlite:///{folder}/chat.db", count, "")
     with run_postgres() as server:
-        postgres = await store_cost(server.dsn, captures, POSTGRES_SIZE)
+        postgres = await cost(server.dsn, count, postgres_size)
     return {"sqlite": sqlite, "postgres": postgres}
 
 
@@ -136,7 +140,7 @@ def main() -> None:
             cost = asyncio.run(gateway_cost(args.messages, 4, args.concurrency, SETTINGS[name],
                                             insecure=False))  # fmt: skip
             cpu[name].append(cost["gateway_cpu_ms_per_message"])
-    store = asyncio.run(stores(args.captures))
+    store = asyncio.run(on_both_stores(store_cost, args.captures, POSTGRES_SIZE))
     on, off = statistics.median(cpu["on"]), statistics.median(cpu["off"])
     rows = [f"{name:<8} {' '.join(f'{v:.2f}' for v in cpu[name]):<32} "
             f"{statistics.median(cpu[name]):>7.2f}" for name in SETTINGS]  # fmt: skip
