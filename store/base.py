@@ -16,6 +16,8 @@ from store.records import (
     CapturedPrompt,
     ConversationRecord,
     FeedbackRecord,
+    FilePassage,
+    FileRecord,
     MemoryRecord,
     MessageRecord,
     NewMessage,
@@ -44,7 +46,8 @@ class UserStore(Protocol):
     async def delete_user(self, user_id: str) -> None:
         """Deletes the user and everything kept of them here, in one transaction: their
         conversations and with them every message, rating, serving record and captured
-        prompt, and their memories. NotFound when there is no such user."""
+        prompt, their memories, and their files with their passages. NotFound when there is
+        no such user."""
         ...
 
 
@@ -188,8 +191,60 @@ class MemoryStore(Protocol):
         ...
 
 
+class FileStore(Protocol):
+    """The files a user uploaded for the file_search tool: each kept whole and cut into
+    passages, and the lexical search over the passages that a turn's file_search reads and its
+    citations name. Kept in the user's home region, with their history."""
+
+    async def add_file(
+        self, user_id: str, record: FileRecord, content: str, passages: Sequence[str]
+    ) -> None:
+        """Keeps the file, its content and its passages (numbered from 0 in their order), all
+        or nothing. AlreadyExists when the user has a file of that id; ValueError when the
+        passages are not as many as the record says."""
+        ...
+
+    async def list_files(self, user_id: str) -> list[FileRecord]:
+        """Every file of the user's, the newest first."""
+        ...
+
+    async def get_file(self, user_id: str, file_id: str) -> FileRecord:
+        """NotFound when the user has no such file."""
+        ...
+
+    async def file_content(self, user_id: str, file_id: str) -> str:
+        """The file's whole content; NotFound when the user has no such file."""
+        ...
+
+    async def delete_file(self, user_id: str, file_id: str) -> None:
+        """Deletes the file and its passages, which no search finds after; NotFound when the
+        user has no such file."""
+        ...
+
+    async def search_passages(
+        self, user_id: str, terms: Sequence[str], limit: int
+    ) -> list[FilePassage]:
+        """The passages of the user's files holding any of the terms (as the index stems
+        them), the most relevant first, at most limit. No terms: none."""
+        ...
+
+    async def get_passages(
+        self, user_id: str, passage_refs: Sequence[tuple[str, int]]
+    ) -> list[FilePassage]:
+        """The passages named (file id, index) that the user's files have, in the order
+        named; those they do not have are left out (a citation that does not resolve)."""
+        ...
+
+
 class Store(
-    UserStore, SummaryStore, ResponseStore, FeedbackStore, PromptStore, MemoryStore, Protocol
+    UserStore,
+    SummaryStore,
+    ResponseStore,
+    FeedbackStore,
+    PromptStore,
+    MemoryStore,
+    FileStore,
+    Protocol,
 ):
     """A whole store, as a backend implements it: every part, opened (migrated) and closed by
     the service that owns it (store/factory.py)."""

@@ -17,6 +17,7 @@ import asyncpg
 from domain.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
 from domain.types import Role, Tier
 from store import captured_prompts, migrations
+from store.postgres_files import PostgresFiles
 from store.postgres_memories import PostgresMemories
 from store.records import (
     CapturedPrompt,
@@ -92,7 +93,7 @@ def _driver_errors() -> Iterator[None]:
         raise Unavailable(f"the database is unreachable ({type(exc).__name__})") from exc
 
 
-class PostgresStore(PostgresMemories):
+class PostgresStore(PostgresMemories, PostgresFiles):
     def __init__(self, dsn: str, min_size: int = 1, max_size: int = 10) -> None:
         self._dsn = dsn
         self._min_size = min_size
@@ -250,6 +251,8 @@ class PostgresStore(PostgresMemories):
             # The conversations' rows cascade to everything kept with their messages.
             await conn.execute("DELETE FROM conversations WHERE user_id = $1", user_id)
             await conn.execute("DELETE FROM memories WHERE user_id = $1", user_id)
+            # The files' rows cascade to their passages.
+            await conn.execute("DELETE FROM files WHERE user_id = $1", user_id)
             if _count(await conn.execute("DELETE FROM users WHERE user_id = $1", user_id)) == 0:
                 raise NotFound(f"no user {user_id!r}")
 

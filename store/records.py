@@ -136,3 +136,27 @@ class MemoryRecord:
     source: str
     created_at: float
     updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class FileRecord:
+    """A file a user uploaded for the file_search tool. Its content is kept whole beside it
+    (FileStore.file_content) and cut into passages, the units a search finds and a citation
+    names."""
+
+    file_id: str  # "file-" and 24 hex digits, chosen by the caller
+    filename: str
+    purpose: str  # as the uploader gave it ("user_data", "assistants", ...)
+    bytes: int  # the content's size in UTF-8
+    passages: int  # how many passages the content was cut into
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class FilePassage:
+    """One passage of a user's file, as a search finds it or a citation names it."""
+
+    file_id: str
+    filename: str
+    index: int  # its place in the file, from 0
+    text: str

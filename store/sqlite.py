@@ -24,6 +24,7 @@ from store.records import (
     ServingRecord,
     UserRecord,
 )
+from store.sqlite_files import SqliteFiles
 from store.sqlite_memories import SqliteMemories
 
 # How long a statement waits for another process's lock on the file.
@@ -66,7 +67,7 @@ def _message(row: sqlite3.Row) -> MessageRecord:
     return MessageRecord(**values)
 
 
-class SqliteStore(SqliteMemories):
+class SqliteStore(SqliteMemories, SqliteFiles):
     def __init__(self, path: str) -> None:
         self._path = path
         self._db: aiosqlite.Connection | None = None
@@ -214,6 +215,8 @@ class SqliteStore(SqliteMemories):
                 # The conversations' rows cascade to everything kept with their messages.
                 await self.db.execute("DELETE FROM conversations WHERE user_id = ?", (user_id,))
                 await self.db.execute("DELETE FROM memories WHERE user_id = ?", (user_id,))
+                # The files' rows cascade to their passages and those to the passages' index.
+                await self.db.execute("DELETE FROM files WHERE user_id = ?", (user_id,))
                 cursor = await self.db.execute("DELETE FROM users WHERE user_id = ?", (user_id,))
                 if cursor.rowcount == 0:
                     raise NotFound(f"no user {user_id!r}")

@@ -17,7 +17,7 @@ from store.factory import open_store
 from store.migrations import IncompatibleSchema, load, parse, pending
 from tests.store.test_stores import url  # noqa: F401 (the fixture: both backends)
 
-SHIPPED = [1, 2, 4, 5, 6, 7, 8, 9, 10]
+SHIPPED = [1, 2, 4, 5, 6, 7, 8, 9, 10, 11]
 
 
 async def execute(store_url: str, sql: str) -> None:
@@ -61,28 +61,28 @@ def test_a_migration_must_say_its_kind() -> None:
 def test_pending_lets_a_release_run_on_expansions_and_floors_it_knows() -> None:
     known = load("sqlite")
     assert pending(known, {1: 0, 2: 0}) == known[2:]
-    # 11 and 12 are a newer release's: an expansion, then a contraction needing 10 (known here).
-    assert pending(known, {v: 0 for v in SHIPPED} | {11: 0, 12: 10}) == []
+    # 12 and 13 are a newer release's: an expansion, then a contraction needing 11 (known here).
+    assert pending(known, {v: 0 for v in SHIPPED} | {12: 0, 13: 11}) == []
 
 
 async def test_a_release_serves_on_a_newer_releases_expansion(url: str) -> None:  # noqa: F811
-    await applied_by_newer_release(url, 11, 0)
+    await applied_by_newer_release(url, 12, 0)
     store = await open_store(url)
     try:
-        assert await store.schema_version() == 11
+        assert await store.schema_version() == 12
         assert [user.user_id for user in await store.list_users()] == []
     finally:
         await store.close()
 
 
 async def test_a_release_refuses_a_schema_contracted_past_what_it_knows(url: str) -> None:  # noqa: F811
-    await applied_by_newer_release(url, 11, 0)
-    await applied_by_newer_release(url, 12, 11)
+    await applied_by_newer_release(url, 12, 0)
+    await applied_by_newer_release(url, 13, 12)
     with pytest.raises(IncompatibleSchema) as caught:
         await open_store(url)
     assert str(caught.value) == (
-        "the database's schema was contracted by migration 12 of a newer release: it needs a "
-        "release that knows migration 11 or later, and this one knows up to 10. Run a newer "
+        "the database's schema was contracted by migration 13 of a newer release: it needs a "
+        "release that knows migration 12 or later, and this one knows up to 11. Run a newer "
         "release (docs/runbook.md, 'Rolling back a release')"
     )
 
@@ -93,7 +93,7 @@ async def test_a_schema_table_from_before_the_rule_is_upgraded(url: str) -> None
                        f"(version INTEGER PRIMARY KEY, applied_at {real} NOT NULL)")  # fmt: skip
     store = await open_store(url)
     await store.close()
-    await applied_by_newer_release(url, 12, 11)
+    await applied_by_newer_release(url, 13, 12)
     with pytest.raises(IncompatibleSchema):
         await open_store(url)
 
@@ -102,8 +102,8 @@ async def test_a_store_that_refuses_the_schema_leaves_no_thread_behind(tmp_path:
     """SQLite's connection has a thread of its own, not a daemon: had the refused store kept
     it, the process that tried to open it could never exit."""
     sqlite_url = f"sqlite:///{tmp_path / 'chat.db'}"
-    await applied_by_newer_release(sqlite_url, 11, 0)
-    await applied_by_newer_release(sqlite_url, 12, 11)
+    await applied_by_newer_release(sqlite_url, 12, 0)
+    await applied_by_newer_release(sqlite_url, 13, 12)
     before = set(threading.enumerate())
     with pytest.raises(IncompatibleSchema):
         await open_store(sqlite_url)

@@ -15,6 +15,7 @@ from gateway.home_memories import HomeMemories
 from store.base import (
     ConversationStore,
     FeedbackStore,
+    FileStore,
     MemoryStore,
     PromptStore,
     ResponseStore,
@@ -26,7 +27,7 @@ from store.postgres import PostgresStore
 from store.sqlite import SqliteStore
 
 PARTS = (UserStore, ConversationStore, SummaryStore, ResponseStore, FeedbackStore, PromptStore,
-         MemoryStore, Store)  # fmt: skip
+         MemoryStore, FileStore, Store)  # fmt: skip
 
 
 def own(part: type) -> set[str]:
@@ -49,7 +50,7 @@ def test_the_parts_make_the_whole_store_and_share_no_method() -> None:
     declared = [name for part in PARTS for name in own(part)]
     assert len(declared) == len(set(declared)), "a method is declared in two parts"
     assert set(declared) == methods(Store)
-    assert len(declared) == 34
+    assert len(declared) == 41
 
 
 @pytest.mark.parametrize("backend", [SqliteStore, PostgresStore], ids=lambda c: c.__name__)
