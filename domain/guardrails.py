@@ -2,7 +2,9 @@
 the same trailing window, each share compared with a margin. Errors (failed and "busy"
 answers), refusals (the platform's: input and output checks and the model) and slow starts
 (first text later than the gateway's slow mark, so a share over 1 % is a p99 over it) are
-counted per version by the gateways; the scheduler rolls the candidate back on a breach."""
+counted per version by the gateways, and so are the passages answers cite: a cited id that was
+not retrieved for the turn or resolves to no passage is a hallucinated citation, its share of
+the cited ids a guardrail of its own. The scheduler rolls the candidate back on a breach."""
 
 from __future__ import annotations
 
@@ -30,16 +32,27 @@ class Tally:
     # bounds): shown as percentiles, not judged (the slow share is the latency guardrail).
     ttft: tuple[int, ...] = ()
     rates: tuple[int, ...] = ()
+    # Cited passage ids the gateway checked once each answer was written, and those that
+    # failed (hallucinated). Last, so that tallies built by position keep their meaning.
+    citations: int = 0
+    bad_citations: int = 0
 
     def __add__(self, other: Tally) -> Tally:
         return Tally(self.answers + other.answers, self.errors + other.errors,
                      self.refusals + other.refusals, self.slow + other.slow,
                      self.thumbs_up + other.thumbs_up, self.thumbs_down + other.thumbs_down,
                      self.failovers + other.failovers, _added(self.ttft, other.ttft),
-                     _added(self.rates, other.rates))  # fmt: skip
+                     _added(self.rates, other.rates), self.citations + other.citations,
+                     self.bad_citations + other.bad_citations)  # fmt: skip
 
     def share(self, count: int) -> float:
         return count / self.answers if self.answers else 0.0
+
+    @property
+    def bad_citation_share(self) -> float:
+        """Failed citations over cited ids (per id, not per answer: the rate an answer's reader
+        meets a citation that leads nowhere); 0 with nothing cited."""
+        return self.bad_citations / self.citations if self.citations else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +62,11 @@ class Guardrails:
     slow_margin: float = 0.05
     # Fewer candidate answers than this in the window decide nothing.
     min_answers: int = 20
+    citation_margin: float = 0.02
+    # Fewer candidate citations than this in the window decide nothing for the citation
+    # guardrail: most answers cite nothing, so a window with enough answers can still hold a
+    # handful of citations, where one bad one is a share of several points.
+    min_citations: int = 20
 
 
 def breaches(candidate: Tally, baseline: Tally, rails: Guardrails) -> list[str]:
@@ -65,4 +83,12 @@ def breaches(candidate: Tally, baseline: Tally, rails: Guardrails) -> list[str]:
         if mine > base + margin:
             found.append(f"{name} {mine:.2f} > {base:.2f} + {margin:.2f} "
                          f"({candidate.answers} answers)")  # fmt: skip
+    # Judged per cited id, on the answer minimum as well: one answer's citations are not
+    # independent (an answer that makes up one passage tends to make up several).
+    if candidate.citations >= rails.min_citations:
+        mine, base = candidate.bad_citation_share, baseline.bad_citation_share
+        margin = rails.citation_margin
+        if mine > base + margin:
+            found.append(f"hallucinated citation share {mine:.2f} > {base:.2f} + {margin:.2f} "
+                         f"({candidate.citations} citations)")  # fmt: skip
     return found

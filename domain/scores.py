@@ -1,6 +1,6 @@
 """A version's online scores, as `chatctl versions show` prints them: shares of its answers and
-percentiles of how fast they started and flowed, from the gateways' tallies over the
-scheduler's trailing window.
+of the passage ids they cited, and percentiles of how fast they started and flowed, from the
+gateways' tallies over the scheduler's trailing window.
 
 The percentiles come from small fixed histograms carried in the tallies (a count per bucket),
 because percentiles cannot be added across gateways and polls while bucket counts can. A
@@ -95,6 +95,9 @@ class Scores:
     # Tokens a second: the median and the slow end (5 % of answers flowed slower).
     rate_p50: Percentile | None
     rate_p5: Percentile | None
+    # Cited passage ids checked, and the share of them that failed (0 with none cited).
+    citations: int
+    bad_citation_share: float
 
 
 def scores_of(tally: Tally) -> Scores:
@@ -111,4 +114,6 @@ def scores_of(tally: Tally) -> Scores:
         ttft_p99_s=quantile(tally.ttft, TTFT_BOUNDS_S, 0.99),
         rate_p50=quantile(tally.rates, RATE_BOUNDS, 0.50),
         rate_p5=quantile(tally.rates, RATE_BOUNDS, 0.05),
+        citations=tally.citations,
+        bad_citation_share=tally.bad_citation_share,
     )

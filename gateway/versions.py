@@ -73,6 +73,16 @@ class VersionBook:
                     rates=one_in(rate, RATE_BOUNDS))  # fmt: skip
         self._add(version, tier, one)
 
+    def count_citations(self, version: str, tier: Tier, cited: int, failed: int) -> None:
+        """Counts one written answer's checked citations for the version's hallucinated-citation
+        guardrail: `cited` ids it cited, `failed` of them not retrieved for the turn or
+        resolving to no passage. Apart from tally(): the turn that retrieved the passages
+        checks them, once its answer is written, and only answers that cite have any."""
+        if not 0 <= failed <= cited:
+            raise ValueError(f"failed citations must be 0 to {cited}, not {failed}")
+        if cited:  # an answer that cites nothing tells the guardrail nothing, so sends nothing
+            self._add(version, tier, Tally(citations=cited, bad_citations=failed))
+
     def tally_rating(self, rated: RatedAnswer) -> None:
         """One user's rating of a version's answer, sent with the next poll."""
         self._ratings.append(rated)

@@ -37,6 +37,8 @@ def tallies_to_pb(tallies: dict[tuple[str, Tier], Tally]) -> list[pb.VersionTall
             failovers=_u32(t.failovers),
             ttft_counts=[_u32(n) for n in t.ttft],
             rate_counts=[_u32(n) for n in t.rates],
+            citations=_u32(t.citations),
+            bad_citations=_u32(t.bad_citations),
         )
         for (version, tier), t in tallies.items()
     ]
@@ -50,7 +52,7 @@ def tallies_from_pb(tallies: Iterable[pb.VersionTally]) -> dict[tuple[str, Tier]
         rates = fitted(t.rate_counts, RATE_BOUNDS)
         found[key] = found.get(key, Tally()) + Tally(
             t.answers, t.errors, t.refusals, t.slow, t.thumbs_up, t.thumbs_down, t.failovers,
-            ttft, rates,
+            ttft, rates, t.citations, t.bad_citations,
         )  # fmt: skip
     return found
 

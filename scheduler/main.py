@@ -97,12 +97,18 @@ class SchedulerConfig:
     ladder_down_gap: float = 0.07
     # A candidate version is rolled back to 0 % automatically when, over the trailing window,
     # its share of failed answers, refusals or slow starts (gateway's slow_ttft_s) passes the
-    # current version's by more than the margin, on at least canary_min_answers answers.
+    # current version's by more than the margin, on at least canary_min_answers answers; so is
+    # one whose share of hallucinated citations (cited ids not retrieved for the turn or
+    # resolving to no passage) passes it by canary_citation_margin, on at least
+    # canary_min_citations citations too (most answers cite nothing, so enough answers can
+    # still hold too few citations to judge).
     canary_window_s: float = 300.0
     canary_error_margin: float = 0.05
     canary_refusal_margin: float = 0.05
     canary_slow_margin: float = 0.05
     canary_min_answers: int = 20
+    canary_citation_margin: float = 0.02
+    canary_min_citations: int = 20
     scheduler_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     # Regions (docs/decisions.md, "Regions"): this scheduler's region and the global layer's
     # etcd, where it publishes the region's capacity every region_publish_s and lists the
@@ -153,7 +159,8 @@ def _build_rollout_store(config: SchedulerConfig) -> RolloutStore:
 
 def _canary_policy(config: SchedulerConfig) -> CanaryPolicy:
     rails = Guardrails(config.canary_error_margin, config.canary_refusal_margin,
-                       config.canary_slow_margin, config.canary_min_answers)  # fmt: skip
+                       config.canary_slow_margin, config.canary_min_answers,
+                       config.canary_citation_margin, config.canary_min_citations)  # fmt: skip
     if config.canary_window_s <= 0:
         raise ConfigError("canary_window_s must be more than 0")
     return CanaryPolicy(rails, config.canary_window_s)

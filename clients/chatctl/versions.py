@@ -6,7 +6,8 @@ one tier's users; promote makes it current (only with a passing eval gate, or --
 the history records); rollback takes the candidate back to 0 % everywhere; holdout moves the
 1 % holdout to a version; history shows the changes, newest last; show prints each version's
 online scores per tier over the scheduler's trailing window (answers, error, refusal,
-slow-start and failover shares, thumbs up and down, TTFT and tokens/s percentiles)."""
+slow-start and failover shares, cited passage ids and the share of them that failed, thumbs up
+and down, TTFT and tokens/s percentiles)."""
 
 from __future__ import annotations
 
@@ -117,8 +118,8 @@ def _at(seconds: float) -> datetime:
 
 
 SCORE_HEADERS = ("VERSION", "TIER", "ANSWERS", "ERRORS", "REFUSALS", "SLOW", "FAILOVERS",
-                 "UP", "DOWN", "TTFT P50", "TTFT P95", "TTFT P99", "TOK/S P50",
-                 "TOK/S P5")  # fmt: skip
+                 "CITED", "BAD CITES", "UP", "DOWN", "TTFT P50", "TTFT P95", "TTFT P99",
+                 "TOK/S P50", "TOK/S P5")  # fmt: skip
 
 
 def _figure(value: Percentile | None, unit: str = "") -> str:
@@ -131,6 +132,7 @@ def score_rows(tallies: dict[tuple[str, Tier], Tally]) -> list[list[str]]:
         s = scores_of(tally)
         rows.append([version, tier.value, str(s.answers), percent(s.error_share),
                      percent(s.refusal_share), percent(s.slow_share), percent(s.failover_share),
+                     str(s.citations), percent(s.bad_citation_share) if s.citations else "-",
                      str(s.thumbs_up), str(s.thumbs_down), _figure(s.ttft_p50_s, "s"),
                      _figure(s.ttft_p95_s, "s"), _figure(s.ttft_p99_s, "s"),
                      _figure(s.rate_p50), _figure(s.rate_p5)])  # fmt: skip

@@ -53,6 +53,12 @@ def test_the_scores_of_a_tally() -> None:
     assert str(scores.rate_p50) == "25"  # 30 tokens/s, in (20, 30]
 
 
+def test_the_citation_share_is_of_the_cited_ids_not_of_the_answers() -> None:
+    scores = scores_of(Tally(answers=10, citations=8, bad_citations=2))
+    assert (scores.citations, scores.bad_citation_share) == (8, 0.25)
+    assert (scores_of(Tally(answers=10)).citations, scores_of(Tally()).bad_citation_share) == (0, 0)
+
+
 def test_a_rate_is_over_the_whole_answer_not_from_its_first_shown_text() -> None:
     # 12 tokens in an answer of 0.6 s, every one shown at its end (held back): 20 a second.
     assert tokens_per_s(12, 0.6) == 20.0

@@ -348,15 +348,16 @@ async def test_versions_show_prints_a_versions_answers_and_thumbs_from_the_gatew
     errors = sum(s.finish == "error" for s in sent)
     refusals = sum(is_refusal(s.text, s.finish) for s in sent)
     row = score_row(shown.out, name)
-    assert row[:9] == [name, "free", "3", f"{errors / 3:.0%}", f"{refusals / 3:.0%}",
-                       row[5], "0%", "1", "2"]  # fmt: skip
+    # No citations: none checked, so no share of them.
+    assert row[:11] == [name, "free", "3", f"{errors / 3:.0%}", f"{refusals / 3:.0%}",
+                        row[5], "0%", "0", "-", "1", "2"]  # fmt: skip
     # TTFT p50/p95/p99 in seconds, tokens/s p50/p5: read from the tallies' histograms.
-    assert all(re.fullmatch(r">?[0-9.e+-]+s", cell) for cell in row[9:12]), row
-    assert all(re.fullmatch(r">?[0-9.e+-]+|-", cell) for cell in row[12:]), row
+    assert all(re.fullmatch(r">?[0-9.e+-]+s", cell) for cell in row[11:14]), row
+    assert all(re.fullmatch(r">?[0-9.e+-]+|-", cell) for cell in row[14:]), row
     # The answers are held back (the free tier's output mode) and short: each one's text is
     # shown at once at its end. Their rate is over the whole answer, never the open bucket
     # over 1,000 a second a rate from the first shown text put them in.
-    assert all(not cell.startswith(">") and 0 < float(cell) <= 1000 for cell in row[12:]), row
+    assert all(not cell.startswith(">") and 0 < float(cell) <= 1000 for cell in row[14:]), row
     assert score_row(every.out, name) == row  # every version's, this one's among them
     assert (unknown.code, unknown.out, unknown.err) == (1, "", "chatctl: no version 'no-such'\n")
     (scores,) = as_json.json()["scores"]

@@ -78,6 +78,22 @@ async def test_ratings_go_with_the_next_poll_and_every_version_named_is_told() -
     assert named == [["base"], ["base", "v2"]]
 
 
+async def test_an_answers_citations_go_with_the_next_poll_beside_its_tally() -> None:
+    source = Source()
+    book = VersionBook(source)
+    book.tally("v2", Tier.PLUS, "stop", "Paris [[cite:p1]].", None)
+    book.count_citations("v2", Tier.PLUS, cited=3, failed=1)
+    book.count_citations("v2", Tier.PLUS, cited=2, failed=0)
+    book.count_citations("v2", Tier.FREE, cited=0, failed=0)  # cited nothing: nothing to tell
+    await book.refresh()
+    told = Tally(answers=1, citations=5, bad_citations=1)
+    assert source.told == [{("v2", Tier.PLUS): told}]
+    with pytest.raises(ValueError):
+        book.count_citations("v2", Tier.PLUS, cited=1, failed=2)
+    with pytest.raises(ValueError):
+        book.count_citations("v2", Tier.PLUS, cited=1, failed=-1)
+
+
 class HoldingSource(Source):
     """Holds a call with a wait until it is cancelled, as a scheduler does while the rollout
     stays as it is."""

@@ -9,6 +9,7 @@ from domain.guardrails import Guardrails, Tally
 from domain.rollout import Version
 from domain.types import Tier
 from scheduler.canary import CanaryPolicy, CanaryWatch
+from scheduler.main import SchedulerConfig, _canary_policy
 from scheduler.rollout import InProcessRolloutStore, RolloutKeeper
 
 
@@ -51,6 +52,39 @@ async def test_a_breach_within_the_window_rolls_the_candidate_back_with_its_reas
     )
     await canary.check()  # nothing left to roll back: no second entry
     assert (len((await keeper.read())[0].history), rollbacks) == (len(state.history), [1])
+
+
+async def test_a_hallucinated_citation_share_rolls_the_candidate_back_with_its_reason() -> None:
+    keeper, clock, rollbacks = await with_candidate(), Clock(), []
+    rails = Guardrails(min_answers=4, citation_margin=0.02, min_citations=10)
+    canary = CanaryWatch(keeper, CanaryPolicy(rails, window_s=60.0), clock,
+                         lambda: rollbacks.append(1))  # fmt: skip
+    # Answers as good as the current version's; 2 of 6 cited passages made up: too few yet.
+    canary.told({("v2", Tier.FREE): Tally(answers=4, citations=6, bad_citations=2)})
+    canary.told({("base", Tier.FREE): Tally(answers=40, citations=50, bad_citations=1)})
+    await canary.check()
+    assert (dict((await keeper.read())[0].percent), rollbacks) == ({"free": 10.0}, [])
+    clock.now += 10
+    # The gateway's citation check comes after the answer's tally, in a report of its own.
+    canary.told({("v2", Tier.FREE): Tally(citations=4, bad_citations=1)})
+    await canary.check()
+    state, _ = await keeper.read()
+    change = state.history[-1]
+    assert (change.action, change.version, dict(state.percent), rollbacks) == (
+        "rollback",
+        "v2",
+        {"free": 0.0},
+        [1],
+    )
+    assert change.detail == (
+        "automatic: hallucinated citation share 0.30 > 0.02 + 0.02 (10 citations) "
+        "against base over 60 s"
+    )
+
+
+def test_the_schedulers_settings_are_the_citation_guardrails() -> None:
+    config = SchedulerConfig(canary_citation_margin=0.1, canary_min_citations=7)
+    assert _canary_policy(config).rails == Guardrails(citation_margin=0.1, min_citations=7)
 
 
 async def test_tallies_older_than_the_window_and_too_few_answers_decide_nothing() -> None:

@@ -539,7 +539,7 @@ class RatedAnswer(_message.Message):
     def __init__(self, user_id: _Optional[str] = ..., message_id: _Optional[str] = ..., version: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., up: _Optional[bool] = ...) -> None: ...
 
 class VersionTally(_message.Message):
-    __slots__ = ("version", "tier", "answers", "errors", "refusals", "slow", "thumbs_up", "thumbs_down", "failovers", "ttft_counts", "rate_counts")
+    __slots__ = ("version", "tier", "answers", "errors", "refusals", "slow", "thumbs_up", "thumbs_down", "failovers", "ttft_counts", "rate_counts", "citations", "bad_citations")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
     ANSWERS_FIELD_NUMBER: _ClassVar[int]
@@ -551,6 +551,8 @@ class VersionTally(_message.Message):
     FAILOVERS_FIELD_NUMBER: _ClassVar[int]
     TTFT_COUNTS_FIELD_NUMBER: _ClassVar[int]
     RATE_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    CITATIONS_FIELD_NUMBER: _ClassVar[int]
+    BAD_CITATIONS_FIELD_NUMBER: _ClassVar[int]
     version: str
     tier: _common_pb2.Tier
     answers: int
@@ -562,7 +564,9 @@ class VersionTally(_message.Message):
     failovers: int
     ttft_counts: _containers.RepeatedScalarFieldContainer[int]
     rate_counts: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, version: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., answers: _Optional[int] = ..., errors: _Optional[int] = ..., refusals: _Optional[int] = ..., slow: _Optional[int] = ..., thumbs_up: _Optional[int] = ..., thumbs_down: _Optional[int] = ..., failovers: _Optional[int] = ..., ttft_counts: _Optional[_Iterable[int]] = ..., rate_counts: _Optional[_Iterable[int]] = ...) -> None: ...
+    citations: int
+    bad_citations: int
+    def __init__(self, version: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., answers: _Optional[int] = ..., errors: _Optional[int] = ..., refusals: _Optional[int] = ..., slow: _Optional[int] = ..., thumbs_up: _Optional[int] = ..., thumbs_down: _Optional[int] = ..., failovers: _Optional[int] = ..., ttft_counts: _Optional[_Iterable[int]] = ..., rate_counts: _Optional[_Iterable[int]] = ..., citations: _Optional[int] = ..., bad_citations: _Optional[int] = ...) -> None: ...
 
 class GetRolloutResponse(_message.Message):
     __slots__ = ("revision", "rollout")
