@@ -95,6 +95,7 @@ def options_to_pb(options: AnswerOptions) -> common_pb2.AnswerOptions:
         tool_choice=TOOL_CHOICE_TO_PB[options.tool_choice],
         tool_choice_name=options.tool_choice_name,
         single_tool_call=not options.parallel_tool_calls,
+        citation_ids=options.citation_ids,
     )
 
 
@@ -125,4 +126,5 @@ def options_from_pb(message: common_pb2.AnswerOptions) -> AnswerOptions:
         tool_choice=TOOL_CHOICE_FROM_PB.get(message.tool_choice, ToolChoice.AUTO),
         tool_choice_name=message.tool_choice_name,
         parallel_tool_calls=not message.single_tool_call,
+        citation_ids=tuple(message.citation_ids),
     )

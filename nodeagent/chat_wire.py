@@ -1,5 +1,6 @@
 """What llama-server and vLLM share: both speak OpenAI's chat-completions API, so a request's
-messages, sampling, JSON answer and tools are written to them alike, and both stream the tool
+messages, sampling, JSON answer and tools are written to them alike (a citation grammar goes
+in a field of each engine's own, nodeagent/citation_grammar.py), and both stream the tool
 calls they parse (llama-server from its chat template's tool support, vLLM with its tool
 parser) as OpenAI's `tool_calls` deltas, which are assembled here into whole calls."""
 
@@ -12,7 +13,7 @@ from typing import Any
 
 from domain.answer_options import AnswerOptions, ToolCall, ToolChoice
 from domain.types import Finish
-from nodeagent import forced_calls
+from nodeagent import citation_grammar, forced_calls
 from nodeagent.engine import EngineError, GenerationRequest, PromptTurn
 
 
@@ -68,9 +69,13 @@ def _tools(options: AnswerOptions) -> dict[str, Any]:
     }
 
 
-def option_fields(options: AnswerOptions) -> dict[str, Any]:
+def option_fields(
+    options: AnswerOptions,
+    engine: citation_grammar.Engine = citation_grammar.Engine.LLAMA_SERVER,
+) -> dict[str, Any]:
     """The request's fields beyond the messages and the temperature; none when plain. A call
-    the options force is decoded under its tools' schema (nodeagent/forced_calls.py)."""
+    the options force is decoded under its tools' schema (nodeagent/forced_calls.py); an
+    answer that may cite only given ids under a grammar in the engine's own field."""
     fields: dict[str, Any] = {
         name: value
         for name, value in (
@@ -87,6 +92,7 @@ def option_fields(options: AnswerOptions) -> dict[str, Any]:
     if response_format is not None:
         fields["response_format"] = response_format
     fields.update(_tools(options))
+    fields = citation_grammar.request_fields(fields, options, engine)
     return forced_calls.request_fields(fields, options)
 
 

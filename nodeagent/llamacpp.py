@@ -19,7 +19,7 @@ import aiohttp
 
 from domain.types import Finish, Usage
 from infra.process import dies_with_parent
-from nodeagent import chat_wire
+from nodeagent import chat_wire, citation_grammar
 from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
 from nodeagent.engine_http import engine_session, sse_events
 from nodeagent.engine_speed import EngineSpeed
@@ -218,7 +218,7 @@ class LlamaCppEngine:
             "stream": True,
             "stream_options": {"include_usage": True},
             "cache_prompt": True,
-            **chat_wire.option_fields(options),
+            **chat_wire.option_fields(options, citation_grammar.Engine.LLAMA_SERVER),
         }
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Chunk | Finished]:

@@ -12,6 +12,15 @@ decoding, as it were), drawn from a fixed word list. The same prompt gets the sa
 any node, so a failover that continues from a partial answer (`continue_from`) carries on the
 very same text from where the partial one stopped.
 
+A prose answer copies the citations it read: after its planned sentences it cites each
+distinct `[[cite:ID]]` found in the prompt's turns (any role, in order of first appearance),
+each appended as " [[cite:ID]]". Under `options.citation_ids` (the engine's citation grammar)
+it cites only the found ids in that set, or, when none is, the first of citation_ids. With
+no marker in the prompt and no citation_ids nothing is appended. The appended text is part of
+the planned answer: max_tokens cuts it, and a continuation carries it on, token for token.
+
+A tool's `query` parameter asks what the newest user turn says (nodeagent/sim_documents.py).
+
 The simulator's tokenizer is not a model's: one token per word or punctuation mark (the regex
 `\\w+|[^\\w\\s]`), plus one per turn for its role marker and one for the assistant header that
 ends a prompt. `tokenize` counts with it, so counts agree with what the simulator charges.
@@ -28,7 +37,8 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Hashable, Sequence
 from dataclasses import dataclass, field
 
-from domain.answer_options import ToolCall
+from domain.answer_options import PLAIN, AnswerOptions, ToolCall
+from domain.citations import CITE_CLOSE, CITE_OPEN, ID_PATTERN, cite
 from domain.replica_hardware import H100x4_70B, ReplicaPreset, step_seconds
 from domain.replica_requests import StepResult
 from domain.replica_sim import ReplicaSim
@@ -46,6 +56,8 @@ from nodeagent.engine_speed import EngineSpeed
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _ASSISTANT_HEADER = f"<|{Role.ASSISTANT}|>"
+# A citation as the simulated model reads one in its prompt.
+_CITATION = re.compile(f"{re.escape(CITE_OPEN)}({ID_PATTERN.pattern}){re.escape(CITE_CLOSE)}")
 # How far the stepping task may fall behind the wall clock before it stops catching up.
 _MAX_LAG_S = 0.05
 _WORDS = (
@@ -95,6 +107,28 @@ def planned_answer(turns: Sequence[PromptTurn], lengths: tuple[int, int]) -> lis
         sentence = [rng.choice(_WORDS) for _ in range(words)]
         tokens.extend([sentence[0].capitalize(), *sentence[1:], "."])
     return tokens[:length]
+
+
+def citations(turns: Sequence[PromptTurn], options: AnswerOptions) -> str:
+    """What a prose answer appends: " [[cite:ID]]" for each distinct id the turns cite, in
+    order of first appearance; under citation_ids only those in the set, or, when none is,
+    the first of them (the grammar lets the model cite nothing else)."""
+    found = list(dict.fromkeys(m.group(1) for t in turns for m in _CITATION.finditer(t.text)))
+    if options.citation_ids:
+        allowed = set(options.citation_ids)
+        found = [i for i in found if i in allowed] or [options.citation_ids[0]]
+    return "".join(f" {cite(passage_id)}" for passage_id in found)
+
+
+def newest_user_text(turns: Sequence[PromptTurn]) -> str:
+    return next((turn.text for turn in reversed(turns) if turn.role is Role.USER), "")
+
+
+def planned_text(
+    turns: Sequence[PromptTurn], lengths: tuple[int, int], options: AnswerOptions = PLAIN
+) -> str:
+    """The whole prose answer to these turns: the planned sentences, then its citations."""
+    return "".join(rendered(planned_answer(turns, lengths), 0)) + citations(turns, options)
 
 
 def rendered(tokens: Sequence[str], start: int) -> list[str]:
@@ -231,37 +265,34 @@ class SimEngine:
     # --- one answer ---
 
     def _plan(self, request: GenerationRequest) -> _Plan:
+        turns = request.turns
         calls = sim_documents.tool_calls(
-            request.options, request.turns[-1].role is Role.TOOL, _seeded(request.turns)
+            request.options,
+            turns[-1].role is Role.TOOL,
+            _seeded(turns),
+            newest_user_text(turns),
         )
         if calls:
             tokens = count_tokens("".join(c.name + c.arguments for c in calls))
-            prompt = prompt_tokens(request.turns)
-            return _Plan(prompt, ["x"] * tokens, [], Finish.STOP, tuple(calls))
+            return _Plan(prompt_tokens(turns), ["x"] * tokens, [], Finish.STOP, tuple(calls))
         if request.options.json_object:
-            return self._document_plan(request)
-        whole = planned_answer(request.turns, self._answer_lengths)
-        already = count_tokens(request.continue_from)
-        rest = whole[already:]
-        answer = rest[: request.max_tokens]
-        finish = Finish.LENGTH if len(rest) > request.max_tokens else Finish.STOP
-        return _Plan(
-            prompt_tokens(request.turns, request.continue_from),
-            answer,
-            rendered(whole[: already + len(answer)], already),
-            finish,
-        )
+            text = sim_documents.document(request.options.json_schema, _seeded(turns))
+        else:
+            text = planned_text(turns, self._answer_lengths, request.options)
+        return self._text_plan(request, text)
 
-    def _document_plan(self, request: GenerationRequest) -> _Plan:
-        """A JSON answer: the whole document, or, past the cap, its start (as a real engine
-        cut off by max_tokens leaves it)."""
-        text = sim_documents.document(request.options.json_schema, _seeded(request.turns))
+    def _text_plan(self, request: GenerationRequest, text: str) -> _Plan:
+        """The whole answer, one token a chunk (with the blank before it), from where a
+        continuation left off; past the cap, its start (as a real engine cut off by
+        max_tokens leaves it)."""
         whole = sim_documents.chunks(text)
         already = count_tokens(request.continue_from)
         rest = whole[already:]
-        answer = rest[: request.max_tokens]
+        chunks = rest[: request.max_tokens]
         finish = Finish.LENGTH if len(rest) > request.max_tokens else Finish.STOP
-        return _Plan(prompt_tokens(request.turns, request.continue_from), answer, answer, finish)
+        # The tokens as the next turn's prompt will read them: no blanks.
+        answer = [chunk.lstrip() for chunk in chunks]
+        return _Plan(prompt_tokens(request.turns, request.continue_from), answer, chunks, finish)
 
     def _submit(self, request: GenerationRequest, plan: _Plan, key: Hashable) -> _Stream:
         if self._task is None or self._task.done():

@@ -5,7 +5,12 @@ from the same seeded generator as its prose, so the platform's paths for structu
 It covers what OpenAI's strict structured outputs allow (objects with properties, arrays,
 strings, numbers, integers, booleans, null, enum, const, anyOf, $ref to $defs); a keyword it
 does not know is left out of the document, never answered with an invalid one where it can
-be avoided."""
+be avoided.
+
+A tool's string parameter named `query` is the text of the newest user turn (bounded by its
+minLength and maxLength), as a model asks a search tool what the user asked; so a search
+the simulator makes finds what the user asked about. Every other value is drawn as before:
+the query's drawn words are drawn and dropped, so the values after it do not change."""
 
 from __future__ import annotations
 
@@ -25,11 +30,13 @@ _CHUNK = re.compile(r"\s*(?:\w+|[^\w\s])")
 
 
 class _Writer:
-    def __init__(self, root: dict[str, Any], rng: random.Random, free: bool) -> None:
+    def __init__(self, root: dict[str, Any], rng: random.Random, free: bool, query: str) -> None:
         self._root = root
         self._rng = rng
         # A top-level object with no properties given gets one (a json_object answer).
         self._free = free
+        # What a top-level string property named "query" says; empty: drawn like the others.
+        self._query = query
 
     def value(self, schema: Any, depth: int = 0) -> Any:
         if not isinstance(schema, dict) or depth > MAX_DEPTH:
@@ -54,7 +61,7 @@ class _Writer:
             properties = properties if isinstance(properties, dict) else {}
             if not properties and depth == 0 and self._free:
                 return {"answer": self._words(schema)}
-            return {name: self.value(sub, depth + 1) for name, sub in properties.items()}
+            return {name: self._property(name, sub, depth) for name, sub in properties.items()}
         if kind == "array":
             fewest = _int(schema, "minItems", 0)
             count = min(MAX_ITEMS, max(fewest, min(2, _int(schema, "maxItems", 2))))
@@ -73,16 +80,27 @@ class _Writer:
             return self._rng.random() < 0.5
         return None
 
+    def _property(self, name: str, schema: Any, depth: int) -> Any:
+        value = self.value(schema, depth + 1)
+        if depth == 0 and name == "query" and self._query and isinstance(value, str):
+            if isinstance(schema, dict) and schema.get("type") == "string":
+                return _bounded(self._query, schema)
+        return value
+
     def _words(self, schema: dict[str, Any]) -> str:
         text = " ".join(self._rng.choice(_WORDS) for _ in range(self._rng.randint(1, 4)))
-        low = min(_int(schema, "minLength", 0), 1000)
-        return text.ljust(low, "a")[: max(0, _int(schema, "maxLength", 10**6))]
+        return _bounded(text, schema)
 
     def _resolve(self, ref: str) -> Any:
         node: Any = self._root
         for part in ref.removeprefix("#/").split("/"):
             node = node.get(part, {}) if isinstance(node, dict) and part else node
         return node
+
+
+def _bounded(text: str, schema: dict[str, Any]) -> str:
+    low = min(_int(schema, "minLength", 0), 1000)
+    return text.ljust(low, "a")[: max(0, _int(schema, "maxLength", 10**6))]
 
 
 def _int(schema: dict[str, Any], key: str, default: float, exact: bool = False) -> Any:
@@ -94,12 +112,12 @@ def _int(schema: dict[str, Any], key: str, default: float, exact: bool = False) 
     return bounded if exact else int(bounded)
 
 
-def document(schema_text: str, rng: random.Random, free: bool = True) -> str:
+def document(schema_text: str, rng: random.Random, free: bool = True, query: str = "") -> str:
     """A JSON document the schema (JSON text; empty: any object) accepts. free: an object
     without properties gets an "answer" (a json_object answer) rather than none (a tool's
-    arguments)."""
+    arguments). query: what a top-level string property "query" says (empty: drawn)."""
     schema = json.loads(schema_text) if schema_text else {"type": "object"}
-    value = _Writer(schema, rng, free).value(schema)
+    value = _Writer(schema, rng, free, query).value(schema)
     return json.dumps(value, ensure_ascii=False)
 
 
@@ -114,17 +132,19 @@ def _called(options: AnswerOptions) -> list[ToolDefinition]:
     return list(options.tools[: 2 if options.parallel_tool_calls else 1])
 
 
-def tool_calls(options: AnswerOptions, answers_tool: bool, rng: random.Random) -> list[ToolCall]:
+def tool_calls(
+    options: AnswerOptions, answers_tool: bool, rng: random.Random, query: str = ""
+) -> list[ToolCall]:
     """The calls the simulated model makes: under `auto` it calls a tool when the newest turn
     is the user's and answers in prose after a tool's result (a model that used what it got);
     `required` and a named tool always call. With parallel calls allowed it calls the first
-    two tools at once."""
+    two tools at once. query: the newest user turn's text, which a `query` parameter asks."""
     if not options.calls_tools:
         return []
     if options.tool_choice is ToolChoice.AUTO and answers_tool:
         return []
     calls = []
     for tool in _called(options):
-        arguments = document(tool.parameters, rng, free=False)
+        arguments = document(tool.parameters, rng, free=False, query=query)
         calls.append(ToolCall(f"call_{rng.getrandbits(48):012x}", tool.name, arguments))
     return calls

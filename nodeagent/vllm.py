@@ -24,7 +24,7 @@ import structlog
 
 from domain.types import Finish, Tier, Usage
 from infra.process import dies_with_parent
-from nodeagent import chat_wire
+from nodeagent import chat_wire, citation_grammar
 from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
 from nodeagent.engine_http import engine_session, sse_events
 from nodeagent.engine_speed import EngineSpeed, tokens_per_event
@@ -248,7 +248,7 @@ class VllmEngine:
             "priority": PRIORITY[request.tier],
             "stream": True,
             "stream_options": {"include_usage": True},
-            **chat_wire.option_fields(request.options),
+            **chat_wire.option_fields(request.options, citation_grammar.Engine.VLLM),
         }
         gathered = tokens_per_event(request.stream_interval_s, self._accounting.speed.decode_step_s)
         if gathered > 1:

@@ -9,14 +9,21 @@ conversation's first message with the router off (`CHAT_GATEWAY_ROUTER=false`).
 
 from __future__ import annotations
 
+from domain.answer_options import PLAIN, AnswerOptions
 from domain.types import Role
 from nodeagent.engine import PromptTurn
-from nodeagent.sim import planned_answer, rendered
+from nodeagent.sim import planned_text
+from nodeagent.sim_documents import chunks
 
 
 def expected_answer(
-    content: str, system_prompt: str, lengths: tuple[int, int], max_tokens: int | None = None
+    content: str,
+    system_prompt: str,
+    lengths: tuple[int, int],
+    max_tokens: int | None = None,
+    options: AnswerOptions = PLAIN,
 ) -> str:
-    """The answer to content, cut at max_tokens (the tier's answer cap) when given."""
+    """The answer to content (with the citations it copies, under options' citation_ids),
+    cut at max_tokens (the tier's answer cap) when given."""
     turns = [PromptTurn(Role.SYSTEM, system_prompt), PromptTurn(Role.USER, content)]
-    return "".join(rendered(planned_answer(turns, lengths)[:max_tokens], 0))
+    return "".join(chunks(planned_text(turns, lengths, options))[:max_tokens])

@@ -6,14 +6,17 @@ import asyncio
 import os
 import signal
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
 import pytest
 
+from domain.answer_options import AnswerOptions
 from domain.types import Finish, Role
 from nodeagent.engine import Chunk, Finished, GenerationRequest, PromptTurn
 from nodeagent.llamacpp import HEALTH_TIMEOUT_S, LlamaCppEngine
+from tests.citation_prompt import ALLOWED, NOT_ALLOWED, TURNS, cites_only_allowed_ids
 
 
 def request(rid: str, text: str, max_tokens: int = 16, **extra) -> GenerationRequest:
@@ -60,6 +63,18 @@ async def test_continue_from_a_partial_answer(engine: LlamaCppEngine) -> None:
     ]
     text = "".join(i.text for i in items if isinstance(i, Chunk))
     assert "one" not in text.split(",")[0].lower()  # it went on, it did not start again
+
+
+async def test_an_answer_under_citation_ids_cites_no_other_id(engine: LlamaCppEngine) -> None:
+    """Shown a marker to copy that the grammar does not allow, the model copies it when free
+    (so the prompt can tell) and never under the grammar."""
+    seeded = AnswerOptions(seed=1)
+    free = GenerationRequest("k1", TURNS, 40, temperature=0.0, options=seeded)
+    text = "".join([i.text async for i in engine.generate(free) if isinstance(i, Chunk)])
+    assert NOT_ALLOWED in text
+    bound = replace(free, request_id="k2", options=replace(seeded, citation_ids=ALLOWED))
+    text = "".join([i.text async for i in engine.generate(bound) if isinstance(i, Chunk)])
+    assert cites_only_allowed_ids(text) and NOT_ALLOWED not in text, text
 
 
 async def llama_speeds(engine: LlamaCppEngine) -> tuple[float, float, float]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import time
 from collections.abc import AsyncIterator
 from itertools import accumulate
@@ -14,11 +15,12 @@ import pytest
 
 from chat.v1 import common_pb2
 from chat.v1 import node_service_pb2 as pb
+from domain.answer_options import AnswerOptions, ToolChoice, ToolDefinition
 from domain.replica_hardware import BLOCK_TOKENS, H100_8B, H100x4_70B
 from domain.types import Finish, Role, Tier
 from nodeagent.engine import Chunk, EngineError, Finished, GenerationRequest, PromptTurn
 from nodeagent.main import NodeAgentConfig, build_engine
-from nodeagent.sim import SimEngine, count_tokens, prompt_tokens
+from nodeagent.sim import SimEngine, count_tokens, planned_answer, prompt_tokens, rendered
 from tests.nodeagent.conftest import NodeUnderTest
 
 FAST = 200.0  # times real time: a 70B step of ~20 ms takes 0.1 ms here
@@ -195,6 +197,91 @@ async def test_a_stopped_engine_fails_its_answers() -> None:
     assert not await engine.healthy()
     with pytest.raises(EngineError, match="not started"):
         await anext(engine.generate(ask("s2", "Why?")))
+
+
+# --- citations and a search tool's query ---
+
+SOURCES = PromptTurn(
+    Role.SYSTEM,
+    "Sources: [[cite:doc-2#3]] says the sky is blue; [[cite:doc-1#0]] says why; "
+    "[[cite:bad id]] is no id.",
+)
+ASKED = PromptTurn(Role.USER, "Why is the sky blue? See [[cite:doc-2#3]] and [[cite:zz-9]].")
+# The prose the simulator plans for (SOURCES, ASKED) at 6 tokens.
+PROSE = "Server stream model server paper."
+
+
+@pytest.fixture(scope="module")
+async def terse_engine() -> AsyncIterator[SimEngine]:
+    async with started(SimEngine(H100x4_70B, speed=FAST, answer_lengths=(6, 6))) as engine:
+        yield engine
+
+
+def cites(
+    rid: str, ids: tuple[str, ...] = (), max_tokens: int = 100, **fields
+) -> GenerationRequest:
+    options = AnswerOptions(citation_ids=ids)
+    return GenerationRequest(rid, (SOURCES, ASKED), max_tokens, options=options, **fields)
+
+
+async def test_a_prose_answer_cites_what_its_prompt_cites(terse_engine: SimEngine) -> None:
+    """Each distinct well-formed id of the turns, in order of first appearance, once."""
+    chunks, finished = await answer(terse_engine, cites("k1"))
+    text = "".join(chunks)
+    assert text == f"{PROSE} [[cite:doc-2#3]] [[cite:doc-1#0]] [[cite:zz-9]]"
+    assert text == "".join(rendered(planned_answer((SOURCES, ASKED), (6, 6)), 0)) + (
+        " [[cite:doc-2#3]] [[cite:doc-1#0]] [[cite:zz-9]]"
+    )
+    assert finished.usage.output_tokens == len(chunks) == count_tokens(text)
+
+
+async def test_under_citation_ids_it_cites_only_those(terse_engine: SimEngine) -> None:
+    chunks, _ = await answer(terse_engine, cites("k2", ("doc-1#0", "doc-2#3")))
+    assert "".join(chunks) == f"{PROSE} [[cite:doc-2#3]] [[cite:doc-1#0]]"
+    # None of the ids read is allowed: the first of citation_ids.
+    chunks, _ = await answer(terse_engine, cites("k3", ("doc-7#7", "doc-8#8")))
+    assert "".join(chunks) == f"{PROSE} [[cite:doc-7#7]]"
+    # Nor when the prompt cites nothing; and with neither, nothing is appended.
+    hello = (PromptTurn(Role.USER, "Hi"),)
+    cited = GenerationRequest("k4", hello, 100, options=AnswerOptions(citation_ids=("doc-7#7",)))
+    chunks, _ = await answer(terse_engine, cited)
+    plain, _ = await answer(terse_engine, GenerationRequest("k5", hello, 100))
+    assert "".join(chunks) == "Answer request server only write. [[cite:doc-7#7]]"
+    assert "".join(plain) == "Answer request server only write."
+
+
+async def test_max_tokens_and_a_continuation_cut_and_carry_the_citations(
+    terse_engine: SimEngine,
+) -> None:
+    full, _ = await answer(terse_engine, cites("k6"))
+    # 6 prose tokens (5 words and the full stop), then " [", "[", "cite", ":", "doc", ...:
+    # cut inside a marker.
+    cut, finished = await answer(terse_engine, cites("k7", max_tokens=10))
+    assert cut == full[:10] and "".join(cut) == f"{PROSE} [[cite:"
+    assert finished.finish == Finish.LENGTH and finished.usage.output_tokens == 10
+    rest, finished = await answer(terse_engine, cites("k8", continue_from="".join(cut)))
+    assert rest == full[10:] and "".join(cut + rest) == "".join(full)
+    assert finished.finish == Finish.STOP and finished.usage.output_tokens == len(full) - 10
+
+
+async def test_a_search_tools_query_asks_what_the_user_asked(sim_engine: SimEngine) -> None:
+    search = ToolDefinition(
+        "search_files",
+        "",
+        json.dumps({"type": "object", "properties": {"query": {"type": "string"}}}),
+    )
+    turns = (
+        PromptTurn(Role.USER, "What is a tide?"),
+        PromptTurn(Role.ASSISTANT, "The sea rising and falling."),
+        PromptTurn(Role.USER, 'Where is "the moon" in this?'),
+    )
+    options = AnswerOptions(tools=(search,), tool_choice=ToolChoice.REQUIRED)
+    chunks, finished = await answer(
+        sim_engine, GenerationRequest("q1", turns, 100, options=options)
+    )
+    (call,) = finished.tool_calls
+    assert chunks == [] and call.name == "search_files"
+    assert json.loads(call.arguments) == {"query": 'Where is "the moon" in this?'}
 
 
 def test_build_engine_makes_a_sim_from_config() -> None:

@@ -81,3 +81,37 @@ def test_the_calls_follow_tool_choice() -> None:
     assert names(required, answers_tool=True) == ["weather"]
     (call,) = sim_documents.tool_calls(required, False, random.Random(1))
     assert json.loads(call.arguments) == {}
+
+
+SEARCH = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "maxLength": 12},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 9},
+        "scope": {"type": "string"},
+    },
+}
+
+
+def test_a_query_parameter_asks_what_the_user_asked_and_the_rest_is_drawn_as_before() -> None:
+    tool = ToolDefinition("search", "", json.dumps(SEARCH))
+    options = AnswerOptions(tools=(tool,), tool_choice=ToolChoice.REQUIRED)
+    (asked,) = sim_documents.tool_calls(options, False, random.Random(1), "When is the tide high?")
+    (drawn,) = sim_documents.tool_calls(options, False, random.Random(1))
+    asked_args, drawn_args = json.loads(asked.arguments), json.loads(drawn.arguments)
+    assert asked_args["query"] == "When is the t"[:12]  # held to its maxLength
+    assert drawn_args["query"] != asked_args["query"]
+    assert {**asked_args, "query": drawn_args["query"]} == drawn_args
+    assert asked.call_id == drawn.call_id
+    # Only a string property named query at the top; a JSON answer's is drawn.
+    nested = {"type": "object", "properties": {"q": {"type": "object", "properties": SEARCH}}}
+    assert sim_documents.document(json.dumps(nested), random.Random(1), query="x") == (
+        sim_documents.document(json.dumps(nested), random.Random(1))
+    )
+    numeric = {"type": "object", "properties": {"query": {"type": "integer"}}}
+    assert isinstance(
+        json.loads(sim_documents.document(json.dumps(numeric), random.Random(1), False, "x"))[
+            "query"
+        ],
+        int,
+    )

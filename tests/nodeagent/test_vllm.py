@@ -8,6 +8,7 @@ its pid at the end; the last test kills it on purpose to check what a dead vLLM 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -41,6 +42,8 @@ from nodeagent.vllm_check import FlagReport, check_engine_flags
 from nodeagent.vllm_cmdline import server_args
 from nodeagent.vllm_flags import missing_flags, parse_args
 from nodeagent.vllm_launch import REPO_ROOT, VllmLaunch
+from tests.citation_prompt import ALLOWED, NOT_ALLOWED, cites_only_allowed_ids
+from tests.citation_prompt import TURNS as CITING_TURNS
 from tests.tool_schemas import FORECAST, SCHEMAS, ZONE
 
 MODEL = "smollm2-135m-instruct"
@@ -440,6 +443,20 @@ async def test_a_json_schema_answer_is_a_document_the_schema_accepts(vllm: VllmE
     )
     assert finished.finish is Finish.STOP
     jsonschema.validate(json.loads(text), CITY_SCHEMA)
+
+
+async def test_an_answer_under_citation_ids_cites_no_other_id(vllm: VllmEngine) -> None:
+    """Shown a marker to copy that the grammar (structured_outputs.grammar) does not allow,
+    the model copies it when free (so the prompt can tell) and never under the grammar."""
+    seeded = AnswerOptions(seed=1)
+    free = GenerationRequest("k1", CITING_TURNS, 40, temperature=0.0, options=seeded)
+    text, _ = await collect(vllm.generate(free))
+    assert NOT_ALLOWED in text
+    bound = dataclasses.replace(
+        free, request_id="k2", options=dataclasses.replace(seeded, citation_ids=ALLOWED)
+    )
+    text, _ = await collect(vllm.generate(bound))
+    assert cites_only_allowed_ids(text) and NOT_ALLOWED not in text, text
 
 
 async def test_required_and_named_choices_are_calls_the_tools_schema_accepts(vllm) -> None:

@@ -24,21 +24,21 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x63hat/v1/common.proto\x12\x07\x63hat.v1\"K\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\r\x12\x15\n\rcached_tokens\x18\x02 \x01(\r\x12\x15\n\routput_tokens\x18\x03 \x01(\r\"q\n\x04Turn\x12\x1b\n\x04role\x18\x01 \x01(\x0e\x32\r.chat.v1.Role\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12%\n\ntool_calls\x18\x14 \x03(\x0b\x32\x11.chat.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x15 \x01(\t\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\"W\n\x0eToolDefinition\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x12\n\nparameters\x18\x03 \x01(\t\x12\x0e\n\x06strict\x18\x04 \x01(\x08\"\x9b\x03\n\rAnswerOptions\x12\x18\n\x0btemperature\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x0c\n\x04stop\x18\x03 \x03(\t\x12\x11\n\x04seed\x18\x04 \x01(\x03H\x02\x88\x01\x01\x12\x1e\n\x11\x66requency_penalty\x18\x05 \x01(\x01H\x03\x88\x01\x01\x12\x1d\n\x10presence_penalty\x18\x06 \x01(\x01H\x04\x88\x01\x01\x12\x13\n\x0bjson_object\x18\x07 \x01(\x08\x12\x13\n\x0bjson_schema\x18\x08 \x01(\t\x12&\n\x05tools\x18\t \x03(\x0b\x32\x17.chat.v1.ToolDefinition\x12(\n\x0btool_choice\x18\n \x01(\x0e\x32\x13.chat.v1.ToolChoice\x12\x18\n\x10tool_choice_name\x18\x0b \x01(\t\x12\x18\n\x10single_tool_call\x18\x0c \x01(\x08\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x07\n\x05_seedB\x14\n\x12_frequency_penaltyB\x13\n\x11_presence_penalty*:\n\x04Tier\x12\x14\n\x10TIER_UNSPECIFIED\x10\x00\x12\r\n\tTIER_FREE\x10\x01\x12\r\n\tTIER_PLUS\x10\x02*\xb0\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x03\x12\x19\n\x15\x46INISH_REASON_REFUSED\x10\x04\x12\x17\n\x13\x46INISH_REASON_ERROR\x10\x05*_\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\r\n\tROLE_USER\x10\x02\x12\x12\n\x0eROLE_ASSISTANT\x10\x03\x12\r\n\tROLE_TOOL\x10\x04*p\n\nToolChoice\x12\x1b\n\x17TOOL_CHOICE_UNSPECIFIED\x10\x00\x12\x14\n\x10TOOL_CHOICE_NONE\x10\x01\x12\x18\n\x14TOOL_CHOICE_REQUIRED\x10\x02\x12\x15\n\x11TOOL_CHOICE_NAMED\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x63hat/v1/common.proto\x12\x07\x63hat.v1\"K\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\r\x12\x15\n\rcached_tokens\x18\x02 \x01(\r\x12\x15\n\routput_tokens\x18\x03 \x01(\r\"q\n\x04Turn\x12\x1b\n\x04role\x18\x01 \x01(\x0e\x32\r.chat.v1.Role\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12%\n\ntool_calls\x18\x14 \x03(\x0b\x32\x11.chat.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x15 \x01(\t\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\"W\n\x0eToolDefinition\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x12\n\nparameters\x18\x03 \x01(\t\x12\x0e\n\x06strict\x18\x04 \x01(\x08\"\xb1\x03\n\rAnswerOptions\x12\x18\n\x0btemperature\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x0c\n\x04stop\x18\x03 \x03(\t\x12\x11\n\x04seed\x18\x04 \x01(\x03H\x02\x88\x01\x01\x12\x1e\n\x11\x66requency_penalty\x18\x05 \x01(\x01H\x03\x88\x01\x01\x12\x1d\n\x10presence_penalty\x18\x06 \x01(\x01H\x04\x88\x01\x01\x12\x13\n\x0bjson_object\x18\x07 \x01(\x08\x12\x13\n\x0bjson_schema\x18\x08 \x01(\t\x12&\n\x05tools\x18\t \x03(\x0b\x32\x17.chat.v1.ToolDefinition\x12(\n\x0btool_choice\x18\n \x01(\x0e\x32\x13.chat.v1.ToolChoice\x12\x18\n\x10tool_choice_name\x18\x0b \x01(\t\x12\x18\n\x10single_tool_call\x18\x0c \x01(\x08\x12\x14\n\x0c\x63itation_ids\x18\r \x03(\tB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x07\n\x05_seedB\x14\n\x12_frequency_penaltyB\x13\n\x11_presence_penalty*:\n\x04Tier\x12\x14\n\x10TIER_UNSPECIFIED\x10\x00\x12\r\n\tTIER_FREE\x10\x01\x12\r\n\tTIER_PLUS\x10\x02*\xb0\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x03\x12\x19\n\x15\x46INISH_REASON_REFUSED\x10\x04\x12\x17\n\x13\x46INISH_REASON_ERROR\x10\x05*_\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\r\n\tROLE_USER\x10\x02\x12\x12\n\x0eROLE_ASSISTANT\x10\x03\x12\r\n\tROLE_TOOL\x10\x04*p\n\nToolChoice\x12\x1b\n\x17TOOL_CHOICE_UNSPECIFIED\x10\x00\x12\x14\n\x10TOOL_CHOICE_NONE\x10\x01\x12\x18\n\x14TOOL_CHOICE_REQUIRED\x10\x02\x12\x15\n\x11TOOL_CHOICE_NAMED\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'chat.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TIER']._serialized_start=785
-  _globals['_TIER']._serialized_end=843
-  _globals['_FINISHREASON']._serialized_start=846
-  _globals['_FINISHREASON']._serialized_end=1022
-  _globals['_ROLE']._serialized_start=1024
-  _globals['_ROLE']._serialized_end=1119
-  _globals['_TOOLCHOICE']._serialized_start=1121
-  _globals['_TOOLCHOICE']._serialized_end=1233
+  _globals['_TIER']._serialized_start=807
+  _globals['_TIER']._serialized_end=865
+  _globals['_FINISHREASON']._serialized_start=868
+  _globals['_FINISHREASON']._serialized_end=1044
+  _globals['_ROLE']._serialized_start=1046
+  _globals['_ROLE']._serialized_end=1141
+  _globals['_TOOLCHOICE']._serialized_start=1143
+  _globals['_TOOLCHOICE']._serialized_end=1255
   _globals['_USAGE']._serialized_start=33
   _globals['_USAGE']._serialized_end=108
   _globals['_TURN']._serialized_start=110
@@ -48,5 +48,5 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOOLDEFINITION']._serialized_start=282
   _globals['_TOOLDEFINITION']._serialized_end=369
   _globals['_ANSWEROPTIONS']._serialized_start=372
-  _globals['_ANSWEROPTIONS']._serialized_end=783
+  _globals['_ANSWEROPTIONS']._serialized_end=805
 # @@protoc_insertion_point(module_scope)

@@ -100,7 +100,7 @@ class ToolDefinition(_message.Message):
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters: _Optional[str] = ..., strict: _Optional[bool] = ...) -> None: ...
 
 class AnswerOptions(_message.Message):
-    __slots__ = ("temperature", "top_p", "stop", "seed", "frequency_penalty", "presence_penalty", "json_object", "json_schema", "tools", "tool_choice", "tool_choice_name", "single_tool_call")
+    __slots__ = ("temperature", "top_p", "stop", "seed", "frequency_penalty", "presence_penalty", "json_object", "json_schema", "tools", "tool_choice", "tool_choice_name", "single_tool_call", "citation_ids")
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOP_P_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
@@ -113,6 +113,7 @@ class AnswerOptions(_message.Message):
     TOOL_CHOICE_FIELD_NUMBER: _ClassVar[int]
     TOOL_CHOICE_NAME_FIELD_NUMBER: _ClassVar[int]
     SINGLE_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
+    CITATION_IDS_FIELD_NUMBER: _ClassVar[int]
     temperature: float
     top_p: float
     stop: _containers.RepeatedScalarFieldContainer[str]
@@ -125,4 +126,5 @@ class AnswerOptions(_message.Message):
     tool_choice: ToolChoice
     tool_choice_name: str
     single_tool_call: bool
-    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., stop: _Optional[_Iterable[str]] = ..., seed: _Optional[int] = ..., frequency_penalty: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., json_object: _Optional[bool] = ..., json_schema: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[ToolDefinition, _Mapping]]] = ..., tool_choice: _Optional[_Union[ToolChoice, str]] = ..., tool_choice_name: _Optional[str] = ..., single_tool_call: _Optional[bool] = ...) -> None: ...
+    citation_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., stop: _Optional[_Iterable[str]] = ..., seed: _Optional[int] = ..., frequency_penalty: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., json_object: _Optional[bool] = ..., json_schema: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[ToolDefinition, _Mapping]]] = ..., tool_choice: _Optional[_Union[ToolChoice, str]] = ..., tool_choice_name: _Optional[str] = ..., single_tool_call: _Optional[bool] = ..., citation_ids: _Optional[_Iterable[str]] = ...) -> None: ...
