@@ -123,7 +123,8 @@ class CitationResolver:
         unknown = set(allowed_forms) - set(_FORMS)
         if unknown:
             raise ValueError(f"unknown citation forms {sorted(unknown)}; known: {_FORMS}")
-        self._retrieved = frozenset(retrieved)
+        # The ids read so far this turn: a later step may cite what an earlier one retrieved.
+        self.retrieved = frozenset(retrieved)
         self._allowed = frozenset(allowed_forms)
         self._pending = ""
         self._before = ""  # the last character shown, for the look-behind of `[1]`
@@ -134,9 +135,13 @@ class CitationResolver:
         self._pending += text
         return self._release(_held_from(self._pending))
 
+    def flush(self) -> str:
+        """The held rest, repaired: the text it held will not be continued."""
+        return self._release(len(self._pending))
+
     def finish(self) -> str:
         """The held rest, repaired; then the final pass over the whole shown answer."""
-        rest = self._release(len(self._pending))
+        rest = self.flush()
         for match in _MARKERS.finditer("".join(self._shown)):
             if self._keeps(match, count=False) is None:
                 self.report.add(Finding.MISSED)
@@ -181,7 +186,7 @@ class CitationResolver:
         been shown. Counts what it decides when `count`."""
         passage_id = match.group("id")
         if passage_id is not None:
-            if passage_id in self._retrieved:
+            if passage_id in self.retrieved:
                 if count:
                     self.report.add(Finding.RESOLVED)
                     self.report.cited_ids.append(passage_id)

@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from domain.feedback import Rating
 from edge import convert, memories, responses_tools, sse
 from edge.errors import HttpError, error_for, error_response, from_rpc
+from edge.files_api import FilesApi
 from edge.gateways import Gateways, never_sent
 from edge.metrics import EdgeMetrics
 from edge.openai_api import MAX_BODY_KEY, OpenAIApi
@@ -73,6 +74,8 @@ class EdgeSettings:
     reattach_timeout_s: float = 10.0
     # /metrics on the public HTTP port; off when the edge serves it on a port of its own.
     metrics_on_http: bool = True
+    # The largest file POST /v1/files reads (the gateway keeps its own limit, files.max_bytes).
+    max_file_bytes: int = 1_048_576
 
 
 class Edge:
@@ -371,6 +374,7 @@ def build_app(
     OpenAIApi(gateways, metrics, keepalives, settings.rpc_timeout_s).register(app)
     ResponsesApi(gateways, metrics, keepalives, settings.rpc_timeout_s).register(app)
     ResumableCompletions(gateways, metrics, keepalives).register(app)
+    FilesApi(gateways, settings.rpc_timeout_s, settings.max_file_bytes).register(app)
     app.router.add_get("/openapi.json", openapi_handler)
     app.router.add_get("/healthz", edge.healthz)
     app.router.add_get("/readyz", edge.readyz)

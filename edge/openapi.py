@@ -10,6 +10,7 @@ from aiohttp import web
 from domain.feedback import MAX_COMMENT_CHARS, Rating
 from domain.types import Finish, Role, Tier
 from edge.openai_schemas import OPENAI_REQUEST_SCHEMAS
+from edge.openapi_files import FILE_PATHS, FILE_SCHEMAS
 from edge.openapi_memories import MEMORY_PATHS, MEMORY_SCHEMAS
 from edge.openapi_responses import (
     MCP_TOOL,
@@ -451,7 +452,7 @@ PUBLIC_PATHS = frozenset(OPERATIONS_PATHS)
 
 def build_document() -> dict[str, Any]:
     paths = {**CONVERSATION_PATHS, **MEMORY_PATHS, **OPENAI_PATHS, **RESPONSES_PATHS,
-             **OPERATIONS_PATHS}  # fmt: skip
+             **FILE_PATHS, **OPERATIONS_PATHS}  # fmt: skip
     for path, item in paths.items():
         if path in PUBLIC_PATHS:
             for method in ("get", "post", "delete"):
@@ -468,7 +469,7 @@ def build_document() -> dict[str, Any]:
         },
         "paths": paths,
         "components": {
-            "schemas": {**SCHEMAS, **MEMORY_SCHEMAS, **RESPONSES_SCHEMAS},
+            "schemas": {**SCHEMAS, **MEMORY_SCHEMAS, **RESPONSES_SCHEMAS, **FILE_SCHEMAS},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],

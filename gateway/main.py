@@ -51,6 +51,7 @@ from gateway.compactor import Compactor
 from gateway.daily_budget import DailyBudget, DailySpend, InProcessDailySpend, RedisDailySpend
 from gateway.edge_link import EdgeLinkServicer
 from gateway.feedback import RatingDesk
+from gateway.files import FileDesk, FilesConfig
 from gateway.home_client import HomeStore
 from gateway.home_servicer import HomeServicer
 from gateway.memories import MemoryConfig, MemoryDesk
@@ -247,6 +248,8 @@ class GatewayConfig:
     plus_profile_facts: list[str] = field(default_factory=list)
     # Personal memory (gateway/memories.py): entries per turn per tier, ageing, sizes.
     memory: MemoryConfig = field(default_factory=MemoryConfig)
+    # The files users upload for file_search (gateway/files.py): sizes, passages, results.
+    files: FilesConfig = field(default_factory=FilesConfig)
     # Regions (docs/decisions.md, "Regions"): this gateway's region and the global layer's
     # etcd. Both empty: one region, no directory. A message of a user from another region
     # goes to their home; at home, a new conversation spills to the region with the most
@@ -487,7 +490,8 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         memories = MemoryDesk(store, config.memory.policy(), time.time, policies, metrics)
         # One policy and MCP client for the pipeline's stored tool messages and for
         # ChatService's completions with tools.
-        loops = tool_loops(config.tools, metrics, policies, memories)
+        files = FileDesk(store, config.files, time.time, metrics)
+        loops = tool_loops(config.tools, metrics, policies, memories, files, versions)
         pipeline = ChatPipeline(
             store,
             scheduler,
@@ -550,7 +554,8 @@ async def serve(config: GatewayConfig, stop: asyncio.Event) -> None:
         chat = ChatServicer(Authenticator(store, regions.user_by_token_hash), pipeline, store,
                             buckets, ratings, regions, peers,
                             stream_interval_s=config.stream_interval_s,
-                            tools=loops(pipeline), memories=memories)  # fmt: skip
+                            tools=loops(pipeline), memories=memories,
+                            files=files)  # fmt: skip
         chat_service_pb2_grpc.add_ChatServiceServicer_to_server(chat, server.server)
         # The same streams, many to a stream, for edges (gateway/edge_link.py).
         linked = EdgeLinkServicer(chat.streams, metrics, config.edge_link_frame_interval_s)

@@ -120,6 +120,20 @@ class GatewayMetrics:
             "call)",
             ["source"], registry=registry,
         )  # fmt: skip
+        self.citations = Counter(
+            "gateway_citations_total",
+            "citation markers in answers of turns that read the user's files, by what the "
+            "resolver made of them (resolved: kept; not_retrieved, unresolved: invented ids, "
+            "removed; uncited_form: citation-shaped prose removed; allowed_form: kept as the "
+            "surface allows; missed: found after it was shown)",
+            ["outcome"], registry=registry,
+        )  # fmt: skip
+        self.file_uploads = Counter(
+            "gateway_file_uploads_total",
+            "files users uploaded for file_search, by outcome (kept; refused: not UTF-8 "
+            "text, too large, too many)",
+            ["outcome"], registry=registry,
+        )  # fmt: skip
         self.memory_reads = Histogram(
             "gateway_memory_entries_per_turn",
             "memory entries read into a stored conversation's turn (turns with searchable "

@@ -24,6 +24,8 @@ from gateway.convert import (
 )
 from gateway.far_runs import FarRuns
 from gateway.feedback import RatingDesk
+from gateway.file_api import FileApi
+from gateway.files import FileDesk
 from gateway.histories import Histories, History
 from gateway.ids import ANSWER_SUFFIX, check_id
 from gateway.memories import MemoryDesk
@@ -70,6 +72,7 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         stream_interval_s: float = 0.0,
         tools: PlatformTools | None = None,
         memories: MemoryDesk | None = None,
+        files: FileDesk | None = None,
     ) -> None:
         self._auth = auth
         self._pipeline = pipeline
@@ -78,6 +81,7 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         self._histories = Histories(store, ratings, self._regions)
         self._far_runs = FarRuns(self._histories, self._regions)
         self._memories = MemoryApi(memories, self._regions)
+        self._files = FileApi(files, self._regions)
         self._peers = peers or PeerGateways(TlsConfig(insecure=True))
         self.streams = AnswerStreams(auth, pipeline, self._regions, self._far_runs, self._peers,
                                      stream_interval_s, tools or NoTools())  # fmt: skip
@@ -250,6 +254,36 @@ class ChatServicer(pb_grpc.ChatServiceServicer):
         self, request: pb.DeleteMemoryRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteMemoryResponse:
         return await self._memories.delete(await self._auth.user_of(context), request)
+
+    @maps_domain_errors
+    async def UploadFile(
+        self, request: pb.UploadFileRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UploadFileResponse:
+        return await self._files.upload(await self._auth.user_of(context), request)
+
+    @maps_domain_errors
+    async def ListFiles(
+        self, request: pb.ListFilesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListFilesResponse:
+        return await self._files.list(await self._auth.user_of(context))
+
+    @maps_domain_errors
+    async def GetFile(
+        self, request: pb.GetFileRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetFileResponse:
+        return await self._files.get(await self._auth.user_of(context), request)
+
+    @maps_domain_errors
+    async def GetFileContent(
+        self, request: pb.GetFileContentRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetFileContentResponse:
+        return await self._files.content(await self._auth.user_of(context), request)
+
+    @maps_domain_errors
+    async def DeleteFile(
+        self, request: pb.DeleteFileRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteFileResponse:
+        return await self._files.delete(await self._auth.user_of(context), request)
 
     @maps_domain_errors
     async def GetLimits(

@@ -52,6 +52,7 @@ from gateway.runs import (
     Failed,
     MessageRun,
     Meta,
+    Retract,
     ToolEnded,
     ToolsListed,
     ToolStarted,
@@ -74,6 +75,7 @@ from gateway.tool_turn import (
     result_origins,
     result_text,
 )
+from gateway.turn_citations import RESPONSES, CitationTally, NoTally, TurnCitations
 
 
 class CompletionRunner(Protocol):
@@ -118,12 +120,14 @@ class ToolLoop:
         remote: RemoteServers,
         metrics: GatewayMetrics,
         output_check: TextCheck,
+        tally: CitationTally | None = None,
     ) -> None:
         self._completions = completions
         self._policy = policy
         self._remote = remote
         self._output_check = output_check
         self._metrics = metrics
+        self._tally = tally or NoTally()
         self._log = structlog.get_logger(component="tool_loop")
 
     def capabilities(self, user: User, tools: Sequence[PlatformTool]) -> CapabilitySet:
@@ -140,6 +144,7 @@ class ToolLoop:
         request: CompleteRequest,
         tools: Sequence[PlatformTool],
         approvals: Mapping[str, bool] = NO_APPROVALS,
+        surface: str = RESPONSES,
     ) -> AsyncGenerator[list[tuple[int, Event]]]:
         if request.resumable:
             raise InvalidArgument("a completion with platform tools cannot be resumable")
@@ -151,7 +156,9 @@ class ToolLoop:
         confirmed = frozenset(name for tool in tools for name in tool.confirmed())
         parts = [ContextPart(t.counted_text(), origin(t, leading=index == 0))
                  for index, t in enumerate(request.turns)]  # fmt: skip
-        turn = TurnState(capabilities, confirmed, list(request.turns), parts)
+        citations = TurnCitations(self._policy.citation_forms.get(surface, frozenset()),
+                                  self._policy.citation_grammar)  # fmt: skip
+        turn = TurnState(capabilities, confirmed, list(request.turns), parts, citations)
         try:
             # The listings go right after the first step's meta: a stream opens with its meta.
             turn.listings = await self._list(user, turn, self._retrieving(request, tools, pending))
@@ -196,6 +203,7 @@ class ToolLoop:
         for tool in tools:
             server = self._open(user, tool)
             turn.servers.append(server)
+            turn.citations.listed(server)
             try:
                 listed = await server.list_tools()
             except ToolUnavailable as error:
@@ -251,12 +259,14 @@ class ToolLoop:
                 yield turn.numbered(self._refused(user, turn, refused.event))
                 return
             step = Step()
-            asked = replace(request, turns=tuple(turn.turns), options=options)
+            asked = replace(request, turns=tuple(turn.turns),
+                            options=turn.citations.step_options(options))  # fmt: skip
             async for events in self._model_step(user, asked, turn, step):
                 yield turn.numbered(events)
             if step.failed or step.done is None:
                 return
             if not step.calls:
+                await turn.citations.ended(user, turn.version, self._metrics, self._tally)
                 yield turn.numbered([Done(step.done.finish, turn.usage)])
                 return
             if number == max_steps:
@@ -290,6 +300,7 @@ class ToolLoop:
         yield [ToolStarted(call.call_id, tool.server_label, call.name, call.arguments)]
         outcome = self._unlasting(turn, tool) or await self._call(tool, call)
         yield [ToolEnded(call.call_id, outcome.output, outcome.error)]
+        turn.citations.read(outcome.passage_ids)
         result = CallerTurn(Role.TOOL, result_text(outcome), tool_call_id=call.call_id)
         turn.add(result, result_origins(spec))
 
@@ -329,14 +340,23 @@ class ToolLoop:
                         case Meta():
                             if not turn.meta_sent:
                                 turn.meta_sent = True
+                                turn.version = event.version
                                 events.extend([replace(event, tools=True), *turn.listings])
                         case Delta() if event.tool_calls:
                             step.calls.extend(event.tool_calls)
                             step.text += event.text
-                        case Delta():
+                        case Delta() if not event.refusal:
                             step.text += event.text
+                            shown = turn.citations.shown(event.text)
+                            if shown:
+                                events.append(replace(event, text=shown))
+                        case Retract():
+                            turn.citations.withdrawn()
                             events.append(event)
                         case Done():
+                            held = turn.citations.step_ended()
+                            if held:
+                                events.append(Delta(held))
                             turn.add_usage(event.usage)
                             step.done = event
                         case Failed():

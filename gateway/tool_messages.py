@@ -44,6 +44,7 @@ from gateway.runs import (
 )
 from gateway.tool_loop import ToolLoop
 from gateway.tool_requests import NO_APPROVALS, PlatformTool
+from gateway.turn_citations import CONVERSATION
 from store.base import ConversationStore
 from store.records import NewMessage
 
@@ -157,7 +158,9 @@ class ToolMessages:
                                   affinity=run.conversation_id)  # fmt: skip
         written = _Written()
         try:
-            await self._relay(run, self._loop.run(user, request, tools, NO_APPROVALS), written)
+            await self._relay(
+                run, self._loop.run(user, request, tools, NO_APPROVALS, CONVERSATION), written
+            )
         except errors.DomainError as error:
             written.ending = _failure(error)
             await run.append(written.ending)

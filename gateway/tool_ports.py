@@ -5,9 +5,9 @@ or mail library and its tests can give it scripted servers."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from domain.answer_options import ToolDefinition
 
@@ -24,6 +24,9 @@ class ToolOutcome:
 
     output: str
     error: str = ""
+    # The passages the output brings into the context, by the ids an answer may cite them by
+    # (domain/citations.py); none for a tool that retrieves nothing citable.
+    passage_ids: tuple[str, ...] = ()
 
 
 class ToolServer(Protocol):
@@ -45,3 +48,11 @@ class RemoteServers(Protocol):
     """Opens a remote server the request names, for one turn."""
 
     def open(self, label: str, url: str, headers: Mapping[str, str]) -> ToolServer: ...
+
+
+@runtime_checkable
+class PassageSource(Protocol):
+    """A server whose results carry passages (file_search): it says which cited ids name a
+    passage of the user's, so an invented one is told from one the turn did not read."""
+
+    async def resolving(self, ids: Sequence[str]) -> frozenset[str]: ...

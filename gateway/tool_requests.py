@@ -84,14 +84,25 @@ class ToolPolicy:
     # the user's own data). A call of one is not run once the turn has read untrusted
     # content: an injected page must not plant instructions in every later conversation.
     lasting: frozenset[str] = frozenset()
+    # The operator's tools that search the user's own documents (file_search): a retrieval,
+    # so the retrieval gate decides whether a turn offers them, as it does for tools that
+    # bring outside content in.
+    searches: frozenset[str] = frozenset()
+    # The citation-shaped forms with no id (domain/citations.py's Form, C03) each surface
+    # keeps; every other one is removed from an answer that read passages.
+    citation_forms: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # Whether an answer step that read passages is decoded under the grammar of their ids.
+    citation_grammar: bool = True
 
     def registry(self) -> dict[str, ToolSpec]:
         specs = {name: spec for name, (spec, _) in self.own_tools.items()}
         return specs | {whole_server(s.label): s.spec for s in self.servers.values()}
 
     def retrieves(self, tool: PlatformTool) -> bool:
-        """Whether the tool brings outside content in (a server the request names is taken
-        to)."""
+        """Whether the tool retrieves: it brings outside content in (a server the request
+        names is taken to), or searches the user's documents."""
+        if tool.name in self.searches:
+            return True
         if tool.name:
             capabilities = self.own_tools[tool.name][0].capabilities
         elif tool.server_label in self.servers:

@@ -16,6 +16,7 @@ from domain.types import Role, Usage
 from gateway.completions import CallerTurn
 from gateway.runs import Done, Event
 from gateway.tool_ports import ToolOutcome, ToolServer
+from gateway.turn_citations import TurnCitations
 
 
 @dataclass(slots=True)
@@ -38,11 +39,13 @@ class TurnState:
     confirmed: frozenset[str]
     turns: list[CallerTurn]
     parts: list[ContextPart]
+    citations: TurnCitations
     servers: list[ToolServer] = field(default_factory=list)
     offered: dict[str, Offered] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
     next_id: int = 1
     meta_sent: bool = False
+    version: str = ""  # the first step's, which the turn's citations count for
     listings: list[Event] = field(default_factory=list)
 
     def numbered(self, events: Sequence[Event]) -> list[tuple[int, Event]]:

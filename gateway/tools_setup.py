@@ -12,14 +12,17 @@ from pathlib import Path
 
 import domain
 from domain.capabilities import EVERY_CAPABILITY, REQUEST_SERVERS, Capability, ToolSpec
+from domain.citations import Form
 from domain.retrieval import AlwaysRetrieve, RetrievalDecider, RetrievalGate
 from domain.types import Tier
 from gateway.email_tool import EmailTool
+from gateway.files import FILE_SEARCH, FileDesk
 from gateway.mcp_tools import McpServers
 from gateway.memories import REMEMBER, MemoryDesk
 from gateway.metrics import GatewayMetrics
 from gateway.tool_loop import CompletionRunner, TextCheck, ToolLoop
 from gateway.tool_requests import OperatorServer, OwnTool, ToolPolicy
+from gateway.turn_citations import CONVERSATION, RESPONSES, CitationTally
 from infra.config import ConfigError
 
 SEND_EMAIL = "send_email"
@@ -28,11 +31,14 @@ SHIPPED_RETRIEVAL_MODEL = Path(domain.__file__).parent / "data" / "retrieval_mod
 
 @dataclass
 class ToolsConfig:
-    # What each tier may run: the operator's tools by name (send_email, remember), its
-    # servers as "label.*", and request_servers for MCP servers a request names itself. A
-    # grant lets a request name the tool; nothing is offered to a turn that did not ask for it.
-    free_grants: list[str] = field(default_factory=lambda: ["remember"])
-    plus_grants: list[str] = field(default_factory=lambda: ["remember", REQUEST_SERVERS])
+    # What each tier may run: the operator's tools by name (send_email, remember,
+    # file_search), its servers as "label.*", and request_servers for MCP servers a request
+    # names itself. A grant lets a request name the tool; nothing is offered to a turn that
+    # did not ask for it.
+    free_grants: list[str] = field(default_factory=lambda: ["remember", FILE_SEARCH])
+    plus_grants: list[str] = field(
+        default_factory=lambda: ["remember", FILE_SEARCH, REQUEST_SERVERS]
+    )
     # Model calls with tool calls a turn may make before it is ended (each is a completion,
     # billed as one).
     free_max_steps: int = 4
@@ -56,6 +62,15 @@ class ToolsConfig:
     # file: empty = the shipped domain/data/retrieval_model.json.
     retrieval_gate: bool = True
     retrieval_model: str = ""
+    # Citation-shaped prose with no id that an answer which read the user's files keeps, per
+    # surface (bracket_number, footnote, source_note, broken_cite, lenticular); every other
+    # such form is removed before it is shown (domain/citations.py).
+    responses_citation_forms: list[str] = field(default_factory=list)
+    conversation_citation_forms: list[str] = field(default_factory=list)
+    # An answer that read passages is decoded under a grammar that lets it cite only their
+    # ids (llama-server's GBNF, vLLM's structured outputs). Off for an engine without grammar
+    # support: the resolver alone then removes invented ids before they are shown.
+    citation_grammar: bool = True
 
 
 def _pairs(entries: list[str], what: str) -> dict[str, str]:
@@ -91,9 +106,13 @@ def _servers(config: ToolsConfig) -> dict[str, OperatorServer]:
 
 
 def _own_tools(
-    config: ToolsConfig, memories: MemoryDesk | None
+    config: ToolsConfig, memories: MemoryDesk | None, files: FileDesk | None
 ) -> dict[str, tuple[ToolSpec, OwnTool]]:
     tools: dict[str, tuple[ToolSpec, OwnTool]] = {}
+    if files is not None:
+        # It reads the user's own files into the turn: private data, for the trifecta.
+        spec = ToolSpec(FILE_SEARCH, frozenset({Capability.READS_PRIVATE}))
+        tools[FILE_SEARCH] = (spec, files.search_tool)
     if memories is not None:
         # It writes the user's own memory: no private data read into the turn, nothing
         # brought in, nothing sent out (its result repeats the model's own arguments).
@@ -122,25 +141,44 @@ def _retrieval(config: ToolsConfig) -> RetrievalDecider:
     return RetrievalGate.from_dict(json.loads(path.read_text(encoding="utf-8")))
 
 
+def _citation_forms(config: ToolsConfig) -> dict[str, frozenset[str]]:
+    known = {form.value for form in Form}
+    forms = {RESPONSES: config.responses_citation_forms,
+             CONVERSATION: config.conversation_citation_forms}  # fmt: skip
+    for surface, names in forms.items():
+        unknown = sorted(set(names) - known)
+        if unknown:
+            raise ConfigError(f"tools.{surface}_citation_forms: {unknown[0]!r} is no citation "
+                              f"form; known: {', '.join(sorted(known))}")  # fmt: skip
+    return {surface: frozenset(names) for surface, names in forms.items()}
+
+
 def tool_loops(
     config: ToolsConfig,
     metrics: GatewayMetrics,
     output_check: TextCheck,
     memories: MemoryDesk | None = None,
+    files: FileDesk | None = None,
+    tally: CitationTally | None = None,
 ) -> Callable[[CompletionRunner], ToolLoop]:
     """Loops over the steps given, all sharing one policy and one MCP client, so the settings
     are read, the retrieval model loaded and the mail tool made once per gateway. With
-    memories, `remember` is one of the operator's tools (a grant lets a request name it)."""
+    memories, `remember` is one of the operator's tools (a grant lets a request name it);
+    with files, `file_search`, whose answers' citations count in the versions' tally."""
     policy = ToolPolicy(
         grants={Tier.FREE: frozenset(config.free_grants), Tier.PLUS: frozenset(config.plus_grants)},
         max_steps={Tier.FREE: config.free_max_steps, Tier.PLUS: config.plus_max_steps},
-        own_tools=_own_tools(config, memories),
+        own_tools=_own_tools(config, memories, files),
         servers=_servers(config),
         retrieval=_retrieval(config),
         lasting=frozenset({REMEMBER}),
+        searches=frozenset({FILE_SEARCH}),
+        citation_forms=_citation_forms(config),
+        citation_grammar=config.citation_grammar,
     )
     remote = McpServers(timeout_s=config.timeout_s, max_output_chars=config.max_output_chars)
-    return lambda completions: ToolLoop(completions, policy, remote, metrics, output_check)
+    return lambda completions: ToolLoop(completions, policy, remote, metrics, output_check,
+                                        tally)  # fmt: skip
 
 
 def tool_loop(

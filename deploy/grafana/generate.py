@@ -126,6 +126,16 @@ EXPERIENCE = Board(
                 "entries read per turn (mean)")),
               "Entries come only from the user's list and the model's remember calls; a "
               "stored turn reads at most its tier's top_k, none on another subject."),
+        Panel("Citations: markers by outcome, and the hallucinated share", "short",
+              (("sum by (outcome) (rate(gateway_citations_total[5m]))", "{{outcome}} /s"),
+               ('(sum(rate(gateway_citations_total{outcome=~"not_retrieved|unresolved"}[5m])) '
+                "or vector(0)) / sum(rate(gateway_citations_total"
+                '{outcome=~"resolved|not_retrieved|unresolved"}[5m]))',
+                "hallucinated share of cited ids")),
+              "Markers in answers that read the user's files. not_retrieved (an id the turn "
+              "did not read) and unresolved (an id of nothing) are invented and were removed "
+              "before they were shown; uncited_form is citation-shaped prose removed; missed "
+              "was found after it was shown. The canary rolls a version back on its share."),
     ),
 )  # fmt: skip
 

@@ -179,6 +179,27 @@ async def one_remembered(platform: LocalPlatform) -> None:
     assert [e.event for e in events][:4] == ["meta", "toolsListed", "toolCall", "toolResult"]
 
 
+async def one_cited(platform: LocalPlatform) -> None:
+    """A file uploaded and a message that searches it: the simulated model cites the passage
+    it read, so the citation series have a sample."""
+    headers = {"Authorization": f"Bearer {platform.tokens['plus']}"}
+    form = aiohttp.FormData()
+    form.add_field("purpose", "user_data")
+    form.add_field("file", b"The gateway ships in May.", filename="notes.txt")
+    url = f"{platform.edge_url}/v1/conversations/{new_conversation_id()}/messages"
+    body = {"content": "When does the gateway ship, according to my notes?",
+            "tools": [{"type": "file_search"}]}  # fmt: skip
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{platform.edge_url}/v1/files", data=form, headers=headers) as kept:
+            assert kept.status == 200, await kept.text()
+            file_id = (await kept.json())["id"]
+        async with http.post(url, json=body, headers=headers) as sent:
+            assert sent.status == 200, await sent.text()
+            events = await read_events(sent)
+    assert f"[[cite:{file_id}#0]]" in "".join(e.data.get("text", "") for e in events
+                                               if e.event == "delta")  # fmt: skip
+
+
 @pytest.fixture(scope="session")
 async def observed(
     tmp_path_factory: pytest.TempPathFactory, etcd_server: Etcd
@@ -222,9 +243,14 @@ async def observed(
             # After the first scrapes: the answer shows as a rate, not a constant.
             await one_answer(platform)
             await one_remembered(platform)
+            await one_cited(platform)
             await wait_for(
                 lambda: prometheus.query("rate(gateway_memory_writes_total[5m]) >= 0"),
                 "the remembered entry as a rate",
+            )
+            await wait_for(
+                lambda: prometheus.query("rate(gateway_citations_total[5m]) >= 0"),
+                "the cited passage as a rate",
             )
             await wait_for(
                 lambda: prometheus.query("tier_pool:gateway_ttft_seconds:p50_5m >= 0"),

@@ -51,7 +51,7 @@ def test_the_committed_dashboards_are_what_the_generator_writes() -> None:
 
 def test_every_panel_has_a_query_and_a_unique_title() -> None:
     queries = panel_queries()
-    assert len(queries) == 34
+    assert len(queries) == 35
     assert all(exprs for exprs in queries.values())
 
 

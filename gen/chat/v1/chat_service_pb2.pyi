@@ -517,3 +517,79 @@ class DeleteMemoryRequest(_message.Message):
 class DeleteMemoryResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class File(_message.Message):
+    __slots__ = ("file_id", "filename", "purpose", "bytes", "passages", "created_at")
+    FILE_ID_FIELD_NUMBER: _ClassVar[int]
+    FILENAME_FIELD_NUMBER: _ClassVar[int]
+    PURPOSE_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    PASSAGES_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    file_id: str
+    filename: str
+    purpose: str
+    bytes: int
+    passages: int
+    created_at: _timestamp_pb2.Timestamp
+    def __init__(self, file_id: _Optional[str] = ..., filename: _Optional[str] = ..., purpose: _Optional[str] = ..., bytes: _Optional[int] = ..., passages: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class UploadFileRequest(_message.Message):
+    __slots__ = ("filename", "purpose", "content")
+    FILENAME_FIELD_NUMBER: _ClassVar[int]
+    PURPOSE_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    filename: str
+    purpose: str
+    content: bytes
+    def __init__(self, filename: _Optional[str] = ..., purpose: _Optional[str] = ..., content: _Optional[bytes] = ...) -> None: ...
+
+class UploadFileResponse(_message.Message):
+    __slots__ = ("file",)
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    file: File
+    def __init__(self, file: _Optional[_Union[File, _Mapping]] = ...) -> None: ...
+
+class ListFilesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListFilesResponse(_message.Message):
+    __slots__ = ("files",)
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    files: _containers.RepeatedCompositeFieldContainer[File]
+    def __init__(self, files: _Optional[_Iterable[_Union[File, _Mapping]]] = ...) -> None: ...
+
+class GetFileRequest(_message.Message):
+    __slots__ = ("file_id",)
+    FILE_ID_FIELD_NUMBER: _ClassVar[int]
+    file_id: str
+    def __init__(self, file_id: _Optional[str] = ...) -> None: ...
+
+class GetFileResponse(_message.Message):
+    __slots__ = ("file",)
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    file: File
+    def __init__(self, file: _Optional[_Union[File, _Mapping]] = ...) -> None: ...
+
+class GetFileContentRequest(_message.Message):
+    __slots__ = ("file_id",)
+    FILE_ID_FIELD_NUMBER: _ClassVar[int]
+    file_id: str
+    def __init__(self, file_id: _Optional[str] = ...) -> None: ...
+
+class GetFileContentResponse(_message.Message):
+    __slots__ = ("content",)
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    content: bytes
+    def __init__(self, content: _Optional[bytes] = ...) -> None: ...
+
+class DeleteFileRequest(_message.Message):
+    __slots__ = ("file_id",)
+    FILE_ID_FIELD_NUMBER: _ClassVar[int]
+    file_id: str
+    def __init__(self, file_id: _Optional[str] = ...) -> None: ...
+
+class DeleteFileResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -123,6 +123,31 @@ class ChatServiceStub:
                 request_serializer=chat_dot_v1_dot_chat__service__pb2.DeleteMemoryRequest.SerializeToString,
                 response_deserializer=chat_dot_v1_dot_chat__service__pb2.DeleteMemoryResponse.FromString,
                 _registered_method=True)
+        self.UploadFile = channel.unary_unary(
+                '/chat.v1.ChatService/UploadFile',
+                request_serializer=chat_dot_v1_dot_chat__service__pb2.UploadFileRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_chat__service__pb2.UploadFileResponse.FromString,
+                _registered_method=True)
+        self.ListFiles = channel.unary_unary(
+                '/chat.v1.ChatService/ListFiles',
+                request_serializer=chat_dot_v1_dot_chat__service__pb2.ListFilesRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_chat__service__pb2.ListFilesResponse.FromString,
+                _registered_method=True)
+        self.GetFile = channel.unary_unary(
+                '/chat.v1.ChatService/GetFile',
+                request_serializer=chat_dot_v1_dot_chat__service__pb2.GetFileRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_chat__service__pb2.GetFileResponse.FromString,
+                _registered_method=True)
+        self.GetFileContent = channel.unary_unary(
+                '/chat.v1.ChatService/GetFileContent',
+                request_serializer=chat_dot_v1_dot_chat__service__pb2.GetFileContentRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_chat__service__pb2.GetFileContentResponse.FromString,
+                _registered_method=True)
+        self.DeleteFile = channel.unary_unary(
+                '/chat.v1.ChatService/DeleteFile',
+                request_serializer=chat_dot_v1_dot_chat__service__pb2.DeleteFileRequest.SerializeToString,
+                response_deserializer=chat_dot_v1_dot_chat__service__pb2.DeleteFileResponse.FromString,
+                _registered_method=True)
 
 
 class ChatServiceServicer:
@@ -254,6 +279,42 @@ class ChatServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UploadFile(self, request, context):
+        """The caller's files, which the file_search tool searches: UTF-8 text, kept whole and cut
+        into passages an answer may cite. Kept at the user's home region: another region's
+        gateway answers FAILED_PRECONDITION. INVALID_ARGUMENT for a file that is not UTF-8 text,
+        is empty or too large, or a bad name or purpose; FAILED_PRECONDITION when the user keeps
+        the most files allowed; NOT_FOUND for a file the user does not have.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListFiles(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetFile(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetFileContent(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteFile(self, request, context):
+        """Deletes the file and its passages: no later search finds them, no answer cites them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ChatServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -341,6 +402,31 @@ def add_ChatServiceServicer_to_server(servicer, server):
                     servicer.DeleteMemory,
                     request_deserializer=chat_dot_v1_dot_chat__service__pb2.DeleteMemoryRequest.FromString,
                     response_serializer=chat_dot_v1_dot_chat__service__pb2.DeleteMemoryResponse.SerializeToString,
+            ),
+            'UploadFile': grpc.unary_unary_rpc_method_handler(
+                    servicer.UploadFile,
+                    request_deserializer=chat_dot_v1_dot_chat__service__pb2.UploadFileRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_chat__service__pb2.UploadFileResponse.SerializeToString,
+            ),
+            'ListFiles': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListFiles,
+                    request_deserializer=chat_dot_v1_dot_chat__service__pb2.ListFilesRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_chat__service__pb2.ListFilesResponse.SerializeToString,
+            ),
+            'GetFile': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetFile,
+                    request_deserializer=chat_dot_v1_dot_chat__service__pb2.GetFileRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_chat__service__pb2.GetFileResponse.SerializeToString,
+            ),
+            'GetFileContent': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetFileContent,
+                    request_deserializer=chat_dot_v1_dot_chat__service__pb2.GetFileContentRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_chat__service__pb2.GetFileContentResponse.SerializeToString,
+            ),
+            'DeleteFile': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteFile,
+                    request_deserializer=chat_dot_v1_dot_chat__service__pb2.DeleteFileRequest.FromString,
+                    response_serializer=chat_dot_v1_dot_chat__service__pb2.DeleteFileResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -806,6 +892,141 @@ class ChatService:
             '/chat.v1.ChatService/DeleteMemory',
             chat_dot_v1_dot_chat__service__pb2.DeleteMemoryRequest.SerializeToString,
             chat_dot_v1_dot_chat__service__pb2.DeleteMemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UploadFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.ChatService/UploadFile',
+            chat_dot_v1_dot_chat__service__pb2.UploadFileRequest.SerializeToString,
+            chat_dot_v1_dot_chat__service__pb2.UploadFileResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListFiles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.ChatService/ListFiles',
+            chat_dot_v1_dot_chat__service__pb2.ListFilesRequest.SerializeToString,
+            chat_dot_v1_dot_chat__service__pb2.ListFilesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.ChatService/GetFile',
+            chat_dot_v1_dot_chat__service__pb2.GetFileRequest.SerializeToString,
+            chat_dot_v1_dot_chat__service__pb2.GetFileResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetFileContent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.ChatService/GetFileContent',
+            chat_dot_v1_dot_chat__service__pb2.GetFileContentRequest.SerializeToString,
+            chat_dot_v1_dot_chat__service__pb2.GetFileContentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/chat.v1.ChatService/DeleteFile',
+            chat_dot_v1_dot_chat__service__pb2.DeleteFileRequest.SerializeToString,
+            chat_dot_v1_dot_chat__service__pb2.DeleteFileResponse.FromString,
             options,
             channel_credentials,
             insecure,
