@@ -11,6 +11,8 @@ llama-server processes (the URLs in the nodeagents' ready files):
                  and when, not where a turn runs
     platform-h0  the same scheduler and nodeagents behind a second gateway + edge whose
                  hold-back is off (holdback 0, check every token): the routing alone
+    platform-h0-twin  platform-h0 again, a gateway + edge of its own with the same settings:
+                 an A/A control, whose difference from platform-h0 is the race's noise
     platform-h0-calls  the same as platform-h0 with a gateway that asks the node to count
                  each prompt (local_token_counts off): that change side by side
     platform-h0-pick-calls  the same with a gateway that asks the scheduler for each pick
@@ -76,14 +78,15 @@ sys.path.insert(0, str(REPO / "bench"))
 from benchkit import publish  # noqa: E402
 from race_picks import describe, picks_between, scrape_picks  # noqa: E402
 from race_pinning import Pinning  # noqa: E402
+from race_stats import round_interval  # noqa: E402
 from race_warmup import warm_up_system  # noqa: E402
 from race_workloads import SYSTEM_PROMPT, WORKLOADS, Shape, UserScript, build, salted  # noqa: E402
 
 RACE_VENV = REPO / ".race" / "venv"
 PEER_PINS = ("vllm-router==0.1.17", "sglang-router==0.3.2")
-SYSTEMS = ("platform", "platform-h0", "platform-h0-calls", "platform-h0-pick-calls",
-           "platform-h0-unvouched", "platform-h0-edge-calls", "vllm-router", "sglang",
-           "round-robin", "oracle")  # fmt: skip
+SYSTEMS = ("platform", "platform-h0", "platform-h0-twin", "platform-h0-calls",
+           "platform-h0-pick-calls", "platform-h0-unvouched", "platform-h0-edge-calls",
+           "vllm-router", "sglang", "round-robin", "oracle")  # fmt: skip
 # The platform's systems beside the first gateway and edge: each a gateway + edge of its own
 # with these settings, on the same scheduler and nodeagents.
 HOLDBACK_OFF = {
@@ -92,6 +95,9 @@ HOLDBACK_OFF = {
 }
 GATEWAY_VARIANTS = {
     "platform-h0": HOLDBACK_OFF,
+    # The same settings again: an A/A control, whose difference from platform-h0 is what the
+    # race reads as a difference when there is none.
+    "platform-h0-twin": HOLDBACK_OFF,
     # The gateway asks the node to count every prompt, as before gateways counted themselves.
     "platform-h0-calls": {**HOLDBACK_OFF, "CHAT_GATEWAY_LOCAL_TOKEN_COUNTS": "false"},
     # The gateway asks the scheduler for each pick by call, as before the held pick stream.
@@ -104,6 +110,7 @@ GATEWAY_VARIANTS = {
 }
 # What each variant beside platform-h0 undoes, as its verdict line names it.
 VARIANT_CHANGES = {
+    "platform-h0-twin": "nothing (an A/A control: the race's own noise)",
     "platform-h0-calls": "counting in the gateway vs asking the node",
     "platform-h0-pick-calls": "picks on the held stream vs a call each",
     "platform-h0-unvouched": "failing over unvouched silence only vs any 10 s of silence",
@@ -950,12 +957,20 @@ def by_round(good: list[Sample]) -> dict[str, list[float]]:
 
 
 def against(mine: dict, theirs: dict, metric: str) -> str:
-    """mine against theirs on one figure, over the whole run and round by round; a difference
-    whose sign the rounds do not agree on is inside the run-to-run noise."""
+    """mine against theirs on one figure, over the whole run and round by round. With three
+    rounds or more, the 90 % interval of the rounds' mean ratio decides: a difference whose
+    interval holds zero is inside the noise. With two, a difference whose sign the rounds
+    do not agree on is."""
     whole = mine[metric] / theirs[metric] - 1
     pairs = list(zip(mine["by_round"][metric], theirs["by_round"][metric], strict=False))
     each = [a / b - 1 for a, b in pairs if b]
     rounds = ", ".join(f"r{i} {d:+.0%}" for i, d in enumerate(each))
+    interval = round_interval(each)
+    if interval is not None:
+        mean, low, high = interval
+        resolved = "resolved" if low > 0 or high < 0 else "inside the noise"
+        return (f"{metric} {whole:+.1%} ({rounds}; round mean {mean:+.1%}, 90 % interval "
+                f"{low:+.1%} to {high:+.1%}: {resolved})")  # fmt: skip
     agree = len(each) > 1 and (all(d > 0 for d in each) or all(d < 0 for d in each))
     noise = "the rounds agree" if agree else "inside the noise: the rounds disagree"
     if len(each) < 2:
