@@ -39,8 +39,7 @@ from domain.capabilities import (
 )
 from domain.errors import InvalidArgument
 from domain.retrieval import Retrieval
-from domain.safety import Verdict
-from domain.trifecta import ContextPart, check, untrusted_origins
+from domain.trifecta import ContextPart, check
 from domain.types import Finish, Role, User
 from gateway.completions import CallerTurn, CompleteRequest, closing_events
 from gateway.metrics import GatewayMetrics
@@ -57,7 +56,8 @@ from gateway.runs import (
     ToolsListed,
     ToolStarted,
 )
-from gateway.tool_ports import RemoteServers, ToolOutcome, ToolServer, ToolUnavailable
+from gateway.tool_calls import CallRunner, TextCheck
+from gateway.tool_ports import RemoteServers, ToolServer, ToolUnavailable
 from gateway.tool_requests import (
     DECLINED,
     NO_APPROVALS,
@@ -70,7 +70,6 @@ from gateway.tool_turn import (
     Offered,
     Step,
     TurnState,
-    arguments_of,
     origin,
     result_origins,
     result_text,
@@ -80,12 +79,6 @@ from gateway.turn_citations import RESPONSES, CitationTally, NoTally, TurnCitati
 
 class CompletionRunner(Protocol):
     async def complete(self, user: User, request: CompleteRequest) -> MessageRun: ...
-
-
-class TextCheck(Protocol):
-    """The output check over a whole text (gateway/policies.py's MessagePolicies)."""
-
-    def check_text(self, text: str) -> Verdict | None: ...
 
 
 class PlatformTools(Protocol):
@@ -125,7 +118,7 @@ class ToolLoop:
         self._completions = completions
         self._policy = policy
         self._remote = remote
-        self._output_check = output_check
+        self._calls = CallRunner(policy.lasting, output_check, metrics)
         self._metrics = metrics
         self._tally = tally or NoTally()
         self._log = structlog.get_logger(component="tool_loop")
@@ -298,7 +291,7 @@ class ToolLoop:
         self, turn: TurnState, call: ToolCall, tool: Offered, spec: ToolSpec
     ) -> AsyncIterator[list[Event]]:
         yield [ToolStarted(call.call_id, tool.server_label, call.name, call.arguments)]
-        outcome = self._unlasting(turn, tool) or await self._call(tool, call)
+        outcome = await self._calls.run(turn, tool, call)
         yield [ToolEnded(call.call_id, outcome.output, outcome.error)]
         turn.citations.read(outcome.passage_ids)
         result = CallerTurn(Role.TOOL, result_text(outcome), tool_call_id=call.call_id)
@@ -378,40 +371,6 @@ class ToolLoop:
                 f"the model asked for tool {call.name[:140]!r}, which this turn was not "
                 "offered: nothing was run"))  # fmt: skip
         return offered, spec
-
-    def _unlasting(self, turn: TurnState, tool: Offered) -> ToolOutcome | None:
-        """Why a call whose write outlives the turn is not run (the turn read untrusted
-        content), or None when it may run."""
-        if tool.qualified not in self._policy.lasting:
-            return None
-        untrusted = untrusted_origins(turn.parts)
-        if not untrusted:
-            return None
-        self._metrics.tool_calls.labels(tool.server_label or tool.qualified,
-                                        "refused_after_untrusted").inc()  # fmt: skip
-        return ToolOutcome("", f"not run: this turn read untrusted content "
-                           f"({', '.join(untrusted)}), and nothing may be kept from it for "
-                           "later turns")  # fmt: skip
-
-    async def _call(self, tool: Offered, call: ToolCall) -> ToolOutcome:
-        """Runs one call. Its arguments are the model's output and pass the output check
-        before anything is sent; its result passes it before the model or the caller reads
-        it. Flagged text goes nowhere: the call is not run, or its result is withheld."""
-        server = tool.server_label or call.name
-        arguments = arguments_of(call)
-        if arguments is None:
-            return ToolOutcome("", "the arguments are not a JSON object")
-        if self._output_check.check_text(call.arguments) is not None:
-            self._metrics.tool_calls.labels(server, "arguments_withheld").inc()
-            return ToolOutcome("", "the call was not run: its arguments did not pass the "
-                               "platform's output check")  # fmt: skip
-        outcome = await tool.server.call(tool.definition.name, arguments)
-        if outcome.output and self._output_check.check_text(outcome.output) is not None:
-            self._metrics.tool_calls.labels(server, "result_withheld").inc()
-            return ToolOutcome("", "the result was withheld: it did not pass the platform's "
-                               "output check")  # fmt: skip
-        self._metrics.tool_calls.labels(server, "error" if outcome.error else "ok").inc()
-        return outcome
 
     def _refused(self, user: User, turn: TurnState, event: SecurityEvent) -> list[Event]:
         """The turn ends here, nothing more run: logged and counted as a security event, and

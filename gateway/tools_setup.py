@@ -20,7 +20,8 @@ from gateway.files import FILE_SEARCH, FileDesk
 from gateway.mcp_tools import McpServers
 from gateway.memories import REMEMBER, MemoryDesk
 from gateway.metrics import GatewayMetrics
-from gateway.tool_loop import CompletionRunner, TextCheck, ToolLoop
+from gateway.tool_calls import TextCheck
+from gateway.tool_loop import CompletionRunner, ToolLoop
 from gateway.tool_requests import OperatorServer, OwnTool, ToolPolicy
 from gateway.turn_citations import CONVERSATION, RESPONSES, CitationTally
 from infra.config import ConfigError
