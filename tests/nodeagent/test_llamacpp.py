@@ -16,7 +16,14 @@ from domain.answer_options import AnswerOptions
 from domain.types import Finish, Role
 from nodeagent.engine import Chunk, Finished, GenerationRequest, PromptTurn
 from nodeagent.llamacpp import HEALTH_TIMEOUT_S, LlamaCppEngine
-from tests.citation_prompt import ALLOWED, NOT_ALLOWED, TURNS, cites_only_allowed_ids
+from tests.citation_prompt import (
+    ALLOWED,
+    ANSWER_STEP_TURNS,
+    NOT_ALLOWED,
+    PASSAGE_ID,
+    TURNS,
+    cites_only_allowed_ids,
+)
 
 
 def request(rid: str, text: str, max_tokens: int = 16, **extra) -> GenerationRequest:
@@ -75,6 +82,22 @@ async def test_an_answer_under_citation_ids_cites_no_other_id(engine: LlamaCppEn
     bound = replace(free, request_id="k2", options=replace(seeded, citation_ids=ALLOWED))
     text = "".join([i.text async for i in engine.generate(bound) if isinstance(i, Chunk)])
     assert cites_only_allowed_ids(text) and NOT_ALLOWED not in text, text
+
+
+async def test_the_answer_step_after_a_search_answers_under_the_grammar(
+    engine: LlamaCppEngine,
+) -> None:
+    """The tool loop's step after a file_search: a history with a tool call and its result,
+    no tools offered, and the grammar of the passage read. llama-server takes it, answers
+    from the result (the passage's "May": the history reached the model) and holds to the
+    grammar."""
+    options = AnswerOptions(seed=1, citation_ids=(PASSAGE_ID,))
+    step = GenerationRequest("a1", ANSWER_STEP_TURNS, 40, temperature=0.0, options=options)
+    items = [i async for i in engine.generate(step)]
+    text = "".join(i.text for i in items if isinstance(i, Chunk))
+    assert isinstance(items[-1], Finished) and items[-1].finish in (Finish.STOP, Finish.LENGTH)
+    assert items[-1].tool_calls == () and "May" in text, text
+    assert cites_only_allowed_ids(text, (PASSAGE_ID,)), text
 
 
 async def llama_speeds(engine: LlamaCppEngine) -> tuple[float, float, float]:

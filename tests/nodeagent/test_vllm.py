@@ -42,7 +42,13 @@ from nodeagent.vllm_check import FlagReport, check_engine_flags
 from nodeagent.vllm_cmdline import server_args
 from nodeagent.vllm_flags import missing_flags, parse_args
 from nodeagent.vllm_launch import REPO_ROOT, VllmLaunch
-from tests.citation_prompt import ALLOWED, NOT_ALLOWED, cites_only_allowed_ids
+from tests.citation_prompt import (
+    ALLOWED,
+    ANSWER_STEP_TURNS,
+    NOT_ALLOWED,
+    PASSAGE_ID,
+    cites_only_allowed_ids,
+)
 from tests.citation_prompt import TURNS as CITING_TURNS
 from tests.tool_schemas import FORECAST, SCHEMAS, ZONE
 
@@ -457,6 +463,17 @@ async def test_an_answer_under_citation_ids_cites_no_other_id(vllm: VllmEngine) 
     )
     text, _ = await collect(vllm.generate(bound))
     assert cites_only_allowed_ids(text) and NOT_ALLOWED not in text, text
+
+
+async def test_the_answer_step_after_a_search_answers_under_the_grammar(vllm) -> None:
+    """The tool loop's step after a file_search: a history with a tool call and its result,
+    no tools offered, and the grammar of the passage read. vLLM takes it, answers from the
+    result (the passage's "May": the history reached the model) and holds to the grammar."""
+    options = AnswerOptions(seed=1, citation_ids=(PASSAGE_ID,))
+    step = GenerationRequest("a1", ANSWER_STEP_TURNS, 40, temperature=0.0, options=options)
+    text, finished = await collect(vllm.generate(step))
+    assert finished.finish in (Finish.STOP, Finish.LENGTH) and finished.tool_calls == ()
+    assert "May" in text and cites_only_allowed_ids(text, (PASSAGE_ID,)), text
 
 
 async def test_required_and_named_choices_are_calls_the_tools_schema_accepts(vllm) -> None:
