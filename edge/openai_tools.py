@@ -30,22 +30,24 @@ def _definition(tool: Any, index: int) -> ToolDefinition:
     function = tool.get("function")
     if not isinstance(function, dict):
         raise _refuse(f"'{param}.function' must be an object", f"{param}.function")
+    return function_definition(function, f"{param}.function")
+
+
+def function_definition(function: dict[str, Any], param: str) -> ToolDefinition:
+    """A function's name, description, parameters and strict flag, checked; param names where
+    they sit in the request (the Responses API writes them on the tool itself)."""
     name = function.get("name")
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
-        where = f"{param}.function.name"
-        raise _refuse(f"'{where}' must be 1-64 letters, digits, _ or -", where)
+        raise _refuse(f"'{param}.name' must be 1-64 letters, digits, _ or -", f"{param}.name")
     description = function.get("description") or ""
     if not isinstance(description, str):
-        raise _refuse(f"'{param}.function.description' must be a string", param)
+        raise _refuse(f"'{param}.description' must be a string", f"{param}.description")
     parameters = function.get("parameters")
     if parameters is not None and not isinstance(parameters, dict):
-        raise _refuse(
-            f"'{param}.function.parameters' must be a JSON Schema object",
-            f"{param}.function.parameters",
-        )
+        raise _refuse(f"'{param}.parameters' must be a JSON Schema object", f"{param}.parameters")
     strict = function.get("strict") or False
     if not isinstance(strict, bool):
-        raise _refuse(f"'{param}.function.strict' must be a boolean", f"{param}.function.strict")
+        raise _refuse(f"'{param}.strict' must be a boolean", f"{param}.strict")
     text = json.dumps(parameters, separators=(",", ":"), ensure_ascii=False) if parameters else ""
     return ToolDefinition(name, description, text, strict)
 

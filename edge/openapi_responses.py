@@ -84,7 +84,7 @@ CALL_ITEM = {
     "operator's tools): the call and its output or error become the history",
     "required": ["type", "id", "name"],
     "properties": {
-        "type": {"type": "string", "pattern": "_call$"},
+        "type": {"type": "string", "pattern": "_call$", "not": {"const": "function_call"}},
         "id": {"type": "string", "minLength": 1},
         "name": {"type": "string", "minLength": 1},
         "arguments": {"type": "string"},
@@ -172,6 +172,42 @@ OPERATOR_TOOL = {
         "require_approval": APPROVAL,
     },
 }
+FUNCTION_TOOL = {
+    "type": "object",
+    "description": "A function the caller runs (only with store false): the model's call "
+    "comes back as a function_call item; send its output back as a function_call_output "
+    "item after it",
+    "required": ["type", "name"],
+    "additionalProperties": False,
+    "properties": {
+        "type": {"const": "function"},
+        "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+        "description": NULLABLE_STRING,
+        "parameters": {"type": ["object", "null"]},
+        "strict": {"type": ["boolean", "null"]},
+    },
+}
+FUNCTION_CALL_ITEM = {
+    "type": "object",
+    "description": "a function call an earlier response asked the caller to run",
+    "required": ["type", "call_id", "name"],
+    "properties": {
+        "type": {"const": "function_call"},
+        "call_id": {"type": "string", "minLength": 1},
+        "name": {"type": "string", "minLength": 1},
+        "arguments": {"type": "string"},
+    },
+}
+FUNCTION_OUTPUT_ITEM = {
+    "type": "object",
+    "description": "what the caller's function gave for a call",
+    "required": ["type", "call_id", "output"],
+    "properties": {
+        "type": {"const": "function_call_output"},
+        "call_id": {"type": "string", "minLength": 1},
+        "output": {"type": "string"},
+    },
+}
 RESPONSES_SCHEMAS: dict[str, Any] = {
     "ResponseRequest": {
         "type": "object",
@@ -187,6 +223,8 @@ RESPONSES_SCHEMAS: dict[str, Any] = {
                         "items": {
                             "oneOf": [
                                 INPUT_ITEM,
+                                FUNCTION_CALL_ITEM,
+                                FUNCTION_OUTPUT_ITEM,
                                 CALL_ITEM,
                                 APPROVAL_REQUEST_ITEM,
                                 APPROVAL_RESPONSE_ITEM,
@@ -205,14 +243,24 @@ RESPONSES_SCHEMAS: dict[str, Any] = {
             "temperature": {"type": ["number", "null"], "description": "only 1 (the default)"},
             "tools": {
                 "type": "array",
-                "maxItems": 16,
-                "description": "tools the platform runs (a stored response refuses approvals): "
-                "a loop of model calls and tool calls, at most the tier's max_steps; the "
-                "output holds mcp_list_tools and mcp_call items (send_email_call for the "
-                "operator's) before the message",
-                "items": {"oneOf": [MCP_TOOL, OPERATOR_TOOL]},
+                "description": "tools the platform runs (at most 16; a stored response refuses "
+                "approvals): a loop of model calls and tool calls, at most the tier's "
+                "max_steps; the output holds mcp_list_tools and mcp_call items "
+                "(send_email_call, file_search_call for the operator's) before the message. "
+                "Or functions the caller runs (store false), not both",
+                "items": {"oneOf": [MCP_TOOL, OPERATOR_TOOL, FUNCTION_TOOL]},
             },
-            "tool_choice": {"enum": ["auto", "none"]},
+            "tool_choice": {
+                "oneOf": [
+                    {"enum": ["auto", "none", "required"]},
+                    {
+                        "type": "object",
+                        "required": ["type", "name"],
+                        "properties": {"type": {"const": "function"}, "name": {"type": "string"}},
+                    },
+                ],
+                "description": "required and a named function need functions",
+            },
             "parallel_tool_calls": {"type": "boolean"},
         },
     },
@@ -257,7 +305,9 @@ STREAM_EVENTS = (
     "response.mcp_list_tools.completed (or failed), response.output_item.done for each "
     "server's listing, and response.output_item.added, response.mcp_call.in_progress, "
     "response.mcp_call_arguments.done, response.mcp_call.completed (or failed), "
-    "response.output_item.done for each call"
+    "response.output_item.done for each call. With functions, for each call the model made: "
+    "response.output_item.added, response.function_call_arguments.delta, "
+    "response.function_call_arguments.done, response.output_item.done"
 )
 RESPONSES_PATHS: dict[str, Any] = {
     "/v1/responses": {

@@ -45,6 +45,7 @@ from edge.responses_convert import (
     sse_line,
     stored_state,
 )
+from edge.responses_functions import choice_json, functions_json
 from edge.responses_request import ResponseRequest
 
 RESPONSE_ID = re.compile(r"resp_[A-Za-z0-9_-]{1,59}")
@@ -122,8 +123,11 @@ class ResponsesApi:
                               previous_response_id=ask.previous_response_id or None,
                               background=ask.background, store=ask.store,
                               max_output_tokens=ask.max_output_tokens or None,
-                              tools=responses_tools.tools_json(ask.tools),
-                              parallel_tool_calls=ask.parallel_tool_calls)  # fmt: skip
+                              tools=responses_tools.tools_json(ask.tools)
+                              + functions_json(ask.functions),
+                              parallel_tool_calls=ask.parallel_tool_calls,
+                              functions=bool(ask.functions.tools),
+                              tool_choice=choice_json(ask.functions))  # fmt: skip
         if ask.store:
             start = await self._send(ask, response_id, metadata)
             events = self._follow(start, response_id, metadata)
@@ -246,8 +250,12 @@ class ResponsesApi:
         turns = [turn for turn in ask.history if turn.role != "system"]
         if ask.system:
             turns.insert(0, CallerTurn("system", ask.system))
-        options = AnswerOptions(parallel_tool_calls=ask.parallel_tool_calls) if ask.tools \
-            else NO_OPTIONS  # fmt: skip
+        functions = ask.functions
+        options = NO_OPTIONS
+        if ask.tools or functions.tools:
+            options = AnswerOptions(tools=functions.tools, tool_choice=functions.choice,
+                                    tool_choice_name=functions.choice_name,
+                                    parallel_tool_calls=ask.parallel_tool_calls)  # fmt: skip
         complete = completion_request(turns, ask.model, ask.max_output_tokens, "", options)
         complete.platform_tools.extend(responses_tools.platform_tools_pb(ask.tools))
         complete.tool_approvals.extend(responses_tools.approvals_pb(ask.approvals))

@@ -91,6 +91,12 @@ class ResponseState:
     tool_loop: bool = False
     # The answer ended on calls that wait for a person's approval (no message follows).
     awaiting_approval: bool = False
+    # As the request gave it (OpenAI echoes it): "auto", "required", or a function named.
+    tool_choice: Any = "auto"
+    # The request gave functions the caller runs; the model called some (the caller runs
+    # them and sends their outputs in the next request: no message follows).
+    functions: bool = False
+    functions_called: bool = False
 
     def item(self, status: str) -> dict[str, Any]:
         content = [self.part()] if status != "in_progress" or self.text else []
@@ -115,7 +121,7 @@ class ResponseState:
             return list(self.tool_items)
         if self.tool_loop and not self.message_opened and not self.text:
             return list(self.tool_items)
-        if self.awaiting_approval and not self.text:
+        if (self.awaiting_approval or self.functions_called) and not self.text:
             return list(self.tool_items)
         return [*self.tool_items, self.item(self.item_status())]
 
@@ -139,7 +145,7 @@ class ResponseState:
             "store": self.store,
             "temperature": 1.0,
             "text": {"format": {"type": "text"}},
-            "tool_choice": "auto" if self.tools else "none",
+            "tool_choice": self.tool_choice if self.tools else "none",
             "tools": self.tools,
             "top_p": 1.0,
             "truncation": "auto",

@@ -9,6 +9,7 @@ from typing import Any
 
 from edge.convert import MODEL_CHOICES, CallerTurn
 from edge.openai_api import OpenAIError
+from edge.responses_functions import Functions, function_turn, is_function_item, parse_functions
 from edge.responses_tool_input import PlatformToolAsk, is_tool_item, parse_tools, tool_item
 from infra.convert import AUTO_MODEL
 
@@ -16,7 +17,6 @@ from infra.convert import AUTO_MODEL
 DEFAULT_ONLY: dict[str, tuple[Any, ...]] = {
     "temperature": (None, 1, 1.0),
     "top_p": (None, 1, 1.0),
-    "tool_choice": (None, "auto", "none"),
     "parallel_tool_calls": (None, True, False),
     "metadata": (None, {}),
     # The platform fits a stored conversation into the window by leaving its oldest turns
@@ -44,6 +44,7 @@ HONOURED = (
     "background",
     "max_output_tokens",
     "tools",
+    "tool_choice",
 )
 INPUT_ROLES = ("user", "system", "developer", "assistant")
 
@@ -67,6 +68,8 @@ class ResponseRequest:
     approvals: tuple[tuple[str, bool], ...] = ()
     # Whether one model step may call several tools at once (OpenAI's default: it may).
     parallel_tool_calls: bool = True
+    # Functions the caller runs, and which the model must call.
+    functions: Functions = field(default_factory=Functions)
 
     @property
     def content(self) -> str:
@@ -134,6 +137,9 @@ class _Input:
     history: list[CallerTurn] = field(default_factory=list)
     approvals: list[tuple[str, bool]] = field(default_factory=list)
     tool_items: bool = False
+    # The calls of function_call items: their results are the caller's to send, not a
+    # person's decision.
+    function_calls: set[str] = field(default_factory=set)
 
 
 def _input(raw: Any) -> _Input:
@@ -143,6 +149,11 @@ def _input(raw: Any) -> _Input:
     if not isinstance(raw, list) or not raw:
         raise bad("input", "'input' must be a string or a non-empty list of message items")
     for index, item in enumerate(raw):
+        if is_function_item(item):
+            read.tool_items = True
+            function_turn(item, f"input[{index}]", read.history)
+            read.function_calls.update(c.call_id for c in read.history[-1].tool_calls)
+            continue
         if not is_tool_item(item):
             role, text = _item(item, index)
             read.turns.append((role, text))
@@ -167,6 +178,10 @@ def _check_decisions(read: _Input) -> None:
     asked = [call.call_id for turn in read.history for call in turn.tool_calls
              if call.call_id not in answered]  # fmt: skip
     decided = [call_id for call_id, _ in read.approvals]
+    for call_id in asked:
+        if call_id in read.function_calls:
+            raise bad("input", f"the function call {call_id[:80]!r} has no function_call_output "
+                      "item after it")  # fmt: skip
     for call_id in decided:
         if call_id not in asked:
             raise bad("input", f"the input decides on {call_id[:80]!r}, which it did not ask "
@@ -221,7 +236,8 @@ def parse(body: dict[str, Any]) -> ResponseRequest:
         background=_flag(body, "background", False),
         max_output_tokens=_max_output_tokens(body),
         # "none": the model calls no tool, so none is run or listed.
-        tools=() if body.get("tool_choice") == "none" else parse_tools(body),
+        tools=() if body.get("tool_choice") == "none" else parse_tools(body, functions=True),
+        functions=parse_functions(body),
         history=tuple(read.history),
         approvals=tuple(read.approvals),
         parallel_tool_calls=body.get("parallel_tool_calls") is not False,
@@ -230,6 +246,13 @@ def parse(body: dict[str, Any]) -> ResponseRequest:
 
 
 def _consistent(request: ResponseRequest) -> ResponseRequest:
+    if request.functions.tools and request.tools:
+        raise bad("tools", "a response runs either the platform's tools or functions the caller "
+                  "runs, not both")  # fmt: skip
+    if request.functions.tools and request.store:
+        raise bad("store", "function tools are served with 'store': false (a stored "
+                  "conversation keeps messages, not calls): send 'store': false and the "
+                  "history in 'input'")  # fmt: skip
     if request.background and not request.store:
         raise bad("background", "a background response must be stored: drop 'store': false")
     if not request.store and request.previous_response_id:

@@ -106,14 +106,21 @@ def _operator_tool(tool: dict[str, Any], kind: str, param: str) -> PlatformToolA
     return PlatformToolAsk(name=kind, require_approval=ask, approval_exceptions=exceptions)
 
 
-def parse_tools(body: dict[str, Any], mcp_approval: str = "always") -> tuple[PlatformToolAsk, ...]:
+def parse_tools(
+    body: dict[str, Any], mcp_approval: str = "always", functions: bool = False
+) -> tuple[PlatformToolAsk, ...]:
     """mcp_approval: a remote server's calls' default, OpenAI's "always" for the Responses
-    API; the conversation API, which has no approvals, says "never"."""
+    API; the conversation API, which has no approvals, says "never". functions: the API
+    also takes functions the caller runs (they are left for edge/responses_functions.py),
+    else one is refused."""
     raw = body.get("tools")
     if raw is None:
         return ()
-    if not isinstance(raw, list) or len(raw) > MOST_TOOLS:
-        raise bad("tools", f"'tools' must be a list of at most {MOST_TOOLS} tools")
+    if not isinstance(raw, list):
+        raise bad("tools", "'tools' must be a list of tools")
+    platform = [t for t in raw if not (isinstance(t, dict) and t.get("type") == "function")]
+    if len(platform) > MOST_TOOLS:
+        raise bad("tools", f"'tools' may hold at most {MOST_TOOLS} of the platform's tools")
     tools = []
     for index, tool in enumerate(raw):
         param = f"tools[{index}]"
@@ -121,8 +128,11 @@ def parse_tools(body: dict[str, Any], mcp_approval: str = "always") -> tuple[Pla
             raise bad(f"{param}.type", f"'{param}' must be a tool object with a type")
         kind = tool["type"]
         if kind == "function":
-            raise bad(f"{param}.type", "function tools are served by /v1/chat/completions; the "
-                      "Responses API runs the platform's tools (mcp, the operator's)")  # fmt: skip
+            if functions:
+                continue  # the caller's to run: edge/responses_functions.py
+            raise bad(f"{param}.type", "function tools are served by /v1/chat/completions and "
+                      "the Responses API; here the platform's tools run (mcp, the "
+                      "operator's)")  # fmt: skip
         if kind == "mcp":
             tools.append(_mcp_tool(tool, param, mcp_approval))
         else:

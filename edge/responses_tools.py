@@ -22,6 +22,7 @@ from edge.responses_convert import (
     finish,
     item_id,
 )
+from edge.responses_functions import call_item as function_call_item
 from edge.responses_tool_input import PlatformToolAsk
 
 
@@ -39,6 +40,9 @@ class ResponseTranslator:
         if self._chosen is None:
             looped = event.WhichOneof("kind") == "meta" and event.meta.platform_tools
             self.state.tool_loop = looped
+            # Functions' calls are items before any message, numbered as they come too (a
+            # response with functions is not stored, so never resumed).
+            looped = looped or self.state.functions
             self._chosen = (
                 ToolEventTranslator(self.state) if looped else EventTranslator(self.state)
             )
@@ -121,6 +125,8 @@ class ToolEventTranslator:
             return self._answered(event.tool_result)
         if kind == "approval_request":
             return self._approval_asked(event.approval_request)
+        if kind == "delta" and event.delta.tool_calls:
+            return self._functions_called(event.delta)
         if kind == "delta":
             opening = self._open_message()
             state.text += event.delta.text
@@ -173,6 +179,27 @@ class ToolEventTranslator:
         placed = {"output_index": index, "item": item}
         return self._events((ended, at), ("response.output_item.done", placed))
 
+    def _functions_called(self, delta: pb.DeltaEvent) -> list[Event]:
+        """The model's calls of the caller's functions, each a function_call item whose
+        arguments come whole (the engine's parser gives whole calls)."""
+        events: list[Event] = []
+        self.state.functions_called = True
+        for call in delta.tool_calls:
+            item = function_call_item(call)
+            index = len(self.state.tool_items)
+            self.state.tool_items.append(item)
+            at = {"output_index": index, "item_id": item["id"]}
+            placed = {"output_index": index, "item": item}
+            events += self._events(
+                ("response.output_item.added",
+                 {"output_index": index, "item": {**item, "status": "in_progress",
+                                                  "arguments": ""}}),
+                ("response.function_call_arguments.delta", {**at, "delta": call.arguments}),
+                ("response.function_call_arguments.done", {**at, "arguments": call.arguments}),
+                ("response.output_item.done", placed),
+            )  # fmt: skip
+        return events
+
     def _approval_asked(self, asked: pb.ToolApprovalRequestEvent) -> list[Event]:
         """A call waiting for a person: the item whose id the approval answers. The response
         ends without a message (unless the model wrote text before its calls)."""
@@ -202,7 +229,8 @@ class ToolEventTranslator:
 
     def _closing(self) -> list[Event]:
         state = self.state
-        if not state.text and (state.status != "completed" or state.awaiting_approval):
+        ends_on_calls = state.awaiting_approval or state.functions_called
+        if not state.text and (state.status != "completed" or ends_on_calls):
             return self._events((ENDING_EVENT[state.status], {"response": state.body()}))
         opening = self._open_message()
         index = len(state.tool_items)

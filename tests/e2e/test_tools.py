@@ -228,7 +228,8 @@ BAD_TOOLS = [
     ),
     # A stored response cannot wait for approvals, which a remote server's calls ask by default.
     ({"store": True, "tools": [{"type": "mcp", "server_label": "pages"}]}, 400, "tools"),
-    ({"tools": [{"type": "function", "name": "f"}]}, 400, "tools[0].type"),
+    # The caller's functions are served without storing (tests/e2e/test_responses_functions.py).
+    ({"store": True, "tools": [{"type": "function", "name": "f"}]}, 400, "store"),
     ({"tools": [{"type": "send_email", "to": "x"}]}, 400, "tools[0].to"),
     # A decision on a call nobody asked about, and a call asked about with no decision.
     (
@@ -507,7 +508,7 @@ async def test_a_stored_message_refuses_tools_before_storing_anything(
     async with aiohttp.ClientSession() as http:
         for tools in ([{"type": "web_search"}],
                       [{"type": "mcp", "server_label": "pages", "require_approval": "always"}],
-                      [{"type": "mcp"}]):  # fmt: skip
+                      [{"type": "mcp"}], [{"type": "function", "name": "f"}]):  # fmt: skip
             async with http.post(
                 f"{platform.edge_url}/v1/conversations/{conversation}/messages",
                 json={"content": "Hi", "tools": tools}, headers=headers,
