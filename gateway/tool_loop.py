@@ -266,6 +266,7 @@ class ToolLoop:
                 self._metrics.tool_steps_exhausted.labels(user.tier.value).inc()
                 notice = (f"This answer stopped after {max_steps} tool steps, the most this "
                           "plan allows in one turn.")  # fmt: skip
+                await turn.citations.ended(user, turn.version, self._metrics, self._tally)
                 yield turn.numbered([Delta(notice), Done(Finish.LENGTH, turn.usage)])
                 return
             try:
