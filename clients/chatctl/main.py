@@ -238,7 +238,7 @@ def add_users(commands: Any) -> None:
     for name, what in (
         ("rotate", "issue a new token"),
         ("revoke", "end every token"),
-        ("delete", "the user, their conversations, ratings, captured prompts and memories"),
+        ("delete", "the user, their conversations, ratings, captured prompts, memories and files"),
         ("memories", "export the user's personal memory"),
     ):
         actions.add_parser(name, parents=flags, help=what).add_argument("user_id", metavar="ID")
