@@ -335,6 +335,8 @@ class AnswerWriter:
                         silence_s = timeouts.stall_s
                         continue
                     if type(item) is not Chunk:
+                        if item.engine_lost:
+                            raise NodeLost("its engine was lost mid-answer")
                         if item.tool_calls:
                             await run.append(Delta("", tool_calls=item.tool_calls))
                         if item.text_tokens:

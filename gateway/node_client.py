@@ -112,6 +112,7 @@ def finished_from_pb(finish: node_service_pb2.GenerateFinish) -> Finished:
         Usage(usage.input_tokens, usage.cached_tokens, usage.output_tokens),
         tuple(tool_call_from_pb(call) for call in finish.tool_calls),
         tuple(finish.text_tokens),
+        finish.engine_lost,
     )
 
 

@@ -79,6 +79,8 @@ class Finished(NamedTuple):
     tool_calls: tuple[ToolCall, ...] = ()
     # The counts of the spec's count_texts, in order; empty when the node did not count them.
     text_tokens: tuple[int, ...] = ()
+    # The node lost its engine mid-answer: the replica failed, not the request.
+    engine_lost: bool = False
 
 
 @final

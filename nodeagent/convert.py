@@ -48,5 +48,6 @@ def finish_to_pb(finished: Finished, model: str) -> node_service_pb2.GenerateRes
             usage=usage_to_pb(finished.usage),
             model=model,
             tool_calls=[tool_call_to_pb(call) for call in finished.tool_calls],
+            engine_lost=finished.engine_lost,
         )
     )

@@ -49,6 +49,8 @@ class Finished:
     usage: Usage
     # The tool calls the engine parsed from the whole answer.
     tool_calls: tuple[ToolCall, ...] = ()
+    # The answer ended because its engine was lost (EngineLost), not because of the request.
+    engine_lost: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,12 @@ class EngineLoad:
 
 class EngineError(Exception):
     """The engine failed a request or could not be reached."""
+
+
+class EngineLost(EngineError):
+    """The engine could not be reached, or its stream broke: the replica failed, not the
+    request, so the answer may go on elsewhere (an engine that answers with an error status
+    refused the request itself, and raises plain EngineError)."""
 
 
 class Engine(Protocol):

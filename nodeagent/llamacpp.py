@@ -20,7 +20,14 @@ import aiohttp
 from domain.types import Finish, Usage
 from infra.process import dies_with_parent
 from nodeagent import chat_wire, citation_grammar
-from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
+from nodeagent.engine import (
+    Chunk,
+    EngineError,
+    EngineLoad,
+    EngineLost,
+    Finished,
+    GenerationRequest,
+)
 from nodeagent.engine_http import engine_session, sse_events
 from nodeagent.engine_speed import EngineSpeed
 
@@ -258,7 +265,7 @@ class LlamaCppEngine:
                         usage = _usage_of(event, usage)
                         timings = event.get("timings") or timings
         except aiohttp.ClientError as exc:
-            raise EngineError(f"llama-server stream failed: {exc}") from exc
+            raise EngineLost(f"llama-server stream failed: {exc}") from exc
         finally:
             acc.waiting_prompt_tokens.pop(request.request_id, None)
             acc.running_tokens.pop(request.request_id, None)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from domain.types import Finish, Usage
 from infra.waiters import Waiters
 from nodeagent.changes import Changes
-from nodeagent.engine import Chunk, Engine, EngineError, Finished, GenerationRequest
+from nodeagent.engine import Chunk, Engine, EngineError, EngineLost, Finished, GenerationRequest
 
 
 @dataclass(slots=True)
@@ -160,6 +160,8 @@ class RequestRegistry:
         except asyncio.CancelledError:
             usage = Usage(input_tokens=running.request.prompt_tokens, output_tokens=output)
             finished = Finished(Finish.CANCELLED, usage)
+        except EngineLost:
+            finished = Finished(Finish.ERROR, Usage(output_tokens=output), engine_lost=True)
         except EngineError:
             finished = Finished(Finish.ERROR, Usage(output_tokens=output))
         running.finish(finished)

@@ -25,7 +25,14 @@ import structlog
 from domain.types import Finish, Tier, Usage
 from infra.process import dies_with_parent
 from nodeagent import chat_wire, citation_grammar
-from nodeagent.engine import Chunk, EngineError, EngineLoad, Finished, GenerationRequest
+from nodeagent.engine import (
+    Chunk,
+    EngineError,
+    EngineLoad,
+    EngineLost,
+    Finished,
+    GenerationRequest,
+)
 from nodeagent.engine_http import engine_session, sse_events
 from nodeagent.engine_speed import EngineSpeed, tokens_per_event
 from nodeagent.llamacpp import free_port
@@ -299,7 +306,7 @@ class VllmEngine:
                     if choice.get("finish_reason"):
                         finish = _FINISH.get(str(choice["finish_reason"]), Finish.STOP)
         except aiohttp.ClientError as exc:
-            raise EngineError(f"vLLM stream failed: {exc!r}") from exc
+            raise EngineLost(f"vLLM stream failed: {exc!r}") from exc
         finally:
             waiting.pop(request.request_id, None)
         if finish is None:

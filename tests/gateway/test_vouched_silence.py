@@ -1,4 +1,4 @@
-"""The answer writer's deadline against scripted nodes: silence the node vouches for (an answer
+"""The answer writer against scripted nodes. Its deadline: silence the node vouches for (an answer
 queued, or behind a long prompt in its batch) is waited on, up to the vouched cap; silence it
 does not vouch for fails over after the stall timeout, before the first token too once the node
 has vouched. What a user would see: which replica wrote the answer, and its whole text."""
@@ -119,3 +119,29 @@ async def test_a_node_that_stops_vouching_before_the_first_token_is_left_at_the_
     assert answer.served_by == OTHER and answer.failovers == 1
     assert shown(answer) == " there"
     assert took_s < TIMEOUTS.first_token_s / 3
+
+
+async def test_an_answer_whose_engine_is_lost_goes_on_on_another_replica() -> None:
+    """The node is up but lost its engine (killed, unreachable): the replica failed, not the
+    request, so the answer is continued elsewhere from the text already sent."""
+    script = [
+        (0.0, Chunk(1, "Hi")),
+        (0.0, Finished(Finish.ERROR, Usage(1, 0, 1), engine_lost=True)),
+    ]
+    nodes = ScriptedNodes({FIRST.address: script, OTHER.address: list(REST)})
+    writer = AnswerWriter(OtherReplica(), nodes, TIMEOUTS,  # type: ignore[arg-type]
+                          GatewayMetrics(CollectorRegistry()),
+                          Breakers(BreakerPolicy(), lambda: 0.0))  # fmt: skip
+    answer = Answer(served_by=FIRST)
+    plan = AnswerPlan(Prompt((Turn(Role.USER, "Hi", 1),), 1), FIRST, 100, 0.0, "small", Tier.FREE)
+    await writer.write(MessageRun("u1", "c1", "m1", ""), plan, answer)
+    assert answer.served_by == OTHER and answer.failovers == 1
+    assert shown(answer) == "Hi there" and answer.finish is Finish.STOP
+    assert [(address, spec.continue_from) for address, spec in nodes.specs] == [
+        (FIRST.address, ""), (OTHER.address, "Hi")]  # fmt: skip
+
+
+async def test_an_engine_that_fails_the_request_itself_ends_the_answer_there() -> None:
+    answer, _, _ = await write([(0.0, Chunk(1, "Hi")), (0.0, Finished(Finish.ERROR, Usage()))])
+    assert answer.served_by == FIRST and answer.failovers == 0
+    assert answer.finish is Finish.ERROR

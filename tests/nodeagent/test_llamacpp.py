@@ -14,8 +14,9 @@ import pytest
 
 from domain.answer_options import AnswerOptions
 from domain.types import Finish, Role
-from nodeagent.engine import Chunk, Finished, GenerationRequest, PromptTurn
+from nodeagent.engine import Chunk, EngineError, EngineLost, Finished, GenerationRequest, PromptTurn
 from nodeagent.llamacpp import HEALTH_TIMEOUT_S, LlamaCppEngine
+from nodeagent.request_registry import RequestRegistry
 from tests.citation_prompt import (
     ALLOWED,
     ANSWER_STEP_TURNS,
@@ -84,16 +85,20 @@ async def test_an_answer_under_citation_ids_cites_no_other_id(engine: LlamaCppEn
     assert cites_only_allowed_ids(text) and NOT_ALLOWED not in text, text
 
 
-async def test_the_answer_step_after_a_search_answers_under_the_grammar(
-    engine: LlamaCppEngine,
-) -> None:
+async def test_the_answer_step_after_a_search_answers_under_the_grammar() -> None:
     """The tool loop's step after a file_search: a history with a tool call and its result,
     no tools offered, and the grammar of the passage read. llama-server takes it, answers
     from the result (the passage's "May": the history reached the model) and holds to the
-    grammar."""
+    grammar. On a server of its own: what it leaves in the shared one's slot cache changed
+    the text later tests' counting prompts got (tests/nodeagent/test_servicer.py)."""
     options = AnswerOptions(seed=1, citation_ids=(PASSAGE_ID,))
     step = GenerationRequest("a1", ANSWER_STEP_TURNS, 40, temperature=0.0, options=options)
-    items = [i async for i in engine.generate(step)]
+    fresh = LlamaCppEngine("smollm2-135m-instruct", slot_context_tokens=2048, parallel=1)
+    await fresh.start()
+    try:
+        items = [i async for i in fresh.generate(step)]
+    finally:
+        await fresh.stop()
     text = "".join(i.text for i in items if isinstance(i, Chunk))
     assert isinstance(items[-1], Finished) and items[-1].finish in (Finish.STOP, Finish.LENGTH)
     assert items[-1].tool_calls == () and "May" in text, text
@@ -209,3 +214,29 @@ async def test_a_hung_engine_is_unhealthy_within_the_checks_bound(one_slot: Llam
     finally:
         os.kill(pid, signal.SIGCONT)
     assert await one_slot.healthy()
+
+
+async def test_a_killed_llama_server_ends_its_answers_as_engine_lost() -> None:
+    """The node stays up and its engine dies mid-answer: the answer ends as lost with its
+    engine, which the gateway continues elsewhere; an engine that refuses a request (an
+    error status) ends it as a plain error, which the gateway does not."""
+    fresh = LlamaCppEngine("smollm2-135m-instruct", slot_context_tokens=2048, parallel=1)
+    await fresh.start()
+    try:
+        # Longer than the slot's context: llama-server answers 400.
+        with pytest.raises(EngineError) as refused:
+            [_ async for _ in fresh.generate(request("r0", "rain " * 3000, 8))]
+        assert not isinstance(refused.value, EngineLost)
+        running = RequestRegistry(fresh).start(
+            request("k1", "Write a very long poem about rain.", 2000)
+        )
+        follow = running.follow(0, 0.0)
+        first = await asyncio.wait_for(anext(follow), 30.0)  # the answer under way
+        await follow.aclose()
+        assert not isinstance(first, Finished)
+        assert fresh.process_id is not None
+        os.kill(fresh.process_id, signal.SIGKILL)
+        finished = await asyncio.wait_for(running.until_finished(), 30.0)
+        assert (finished.finish, finished.engine_lost) == (Finish.ERROR, True)
+    finally:
+        await fresh.stop()

@@ -30,7 +30,14 @@ from domain.answer_options import AnswerOptions, ToolChoice, ToolDefinition
 from domain.types import Finish, Role, Tier
 from infra.grpcserver import GrpcServer
 from infra.tls import TlsConfig
-from nodeagent.engine import Chunk, EngineError, Finished, GenerationRequest, PromptTurn
+from nodeagent.engine import (
+    Chunk,
+    EngineError,
+    EngineLost,
+    Finished,
+    GenerationRequest,
+    PromptTurn,
+)
 from nodeagent.engine_speed import tokens_per_event
 from nodeagent.llamacpp import free_port
 from nodeagent.main import NodeAgentConfig, build_engine, tokenizer_file
@@ -575,7 +582,8 @@ async def test_a_dead_vllm_is_unhealthy_and_fails_requests(vllm: VllmEngine) -> 
     assert vllm.pid is not None
     os.killpg(vllm.pid, 9)
     await until(lambda: _not(vllm.healthy()), timeout_s=10)
-    with pytest.raises(EngineError, match="vLLM"):
+    # Lost, not refused: the gateway continues such an answer on another replica.
+    with pytest.raises(EngineLost, match="vLLM"):
         await collect(vllm.generate(request("d1", "hi")))
     with pytest.raises(EngineError, match="metrics"):
         await vllm.load()

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from chat.v1 import common_pb2 as chat_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63hat/v1/node_service.proto\x12\x07\x63hat.v1\x1a\x14\x63hat/v1/common.proto\"\x98\x01\n\x0fGenerateRequest\x12\'\n\x05start\x18\x01 \x01(\x0b\x32\x16.chat.v1.GenerateStartH\x00\x12)\n\x06\x63\x61ncel\x18\x02 \x01(\x0b\x32\x17.chat.v1.GenerateCancelH\x00\x12)\n\x06\x61ttach\x18\x03 \x01(\x0b\x32\x17.chat.v1.GenerateAttachH\x00\x42\x06\n\x04kind\"\x91\x02\n\rGenerateStart\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1c\n\x05turns\x18\x02 \x03(\x0b\x32\r.chat.v1.Turn\x12\x12\n\nmax_tokens\x18\x03 \x01(\r\x12\x1b\n\x04tier\x18\x04 \x01(\x0e\x32\r.chat.v1.Tier\x12\x15\n\rcontinue_from\x18\x05 \x01(\t\x12\x13\n\x0btemperature\x18\x06 \x01(\x01\x12\x15\n\rprompt_tokens\x18\x07 \x01(\r\x12\'\n\x07options\x18\x14 \x01(\x0b\x32\x16.chat.v1.AnswerOptions\x12\x14\n\x0b\x63ount_texts\x18\x8c\x01 \x03(\t\x12\x1b\n\x12stream_interval_ms\x18\x8d\x01 \x01(\r\"\x10\n\x0eGenerateCancel\"?\n\x0eGenerateAttach\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x19\n\x11\x61\x66ter_chunk_index\x18\x02 \x01(\r\"k\n\x10GenerateResponse\x12$\n\x05\x63hunk\x18\x01 \x01(\x0b\x32\x13.chat.v1.TokenChunkH\x00\x12)\n\x06\x66inish\x18\x02 \x01(\x0b\x32\x17.chat.v1.GenerateFinishH\x00\x42\x06\n\x04kind\"9\n\nTokenChunk\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0e\n\x06pieces\x18\x64 \x03(\t\"\xa2\x01\n\x0eGenerateFinish\x12%\n\x06\x66inish\x18\x01 \x01(\x0e\x32\x15.chat.v1.FinishReason\x12\x1d\n\x05usage\x18\x02 \x01(\x0b\x32\x0e.chat.v1.Usage\x12\r\n\x05model\x18\x03 \x01(\t\x12%\n\ntool_calls\x18\x14 \x03(\x0b\x32\x11.chat.v1.ToolCall\x12\x14\n\x0btext_tokens\x18\x8c\x01 \x03(\r\" \n\x0fTokenizeRequest\x12\r\n\x05texts\x18\x01 \x03(\t\"7\n\x10TokenizeResponse\x12\x14\n\x0ctoken_counts\x18\x01 \x03(\r\x12\r\n\x05model\x18\x02 \x01(\t\"*\n\x13GetTokenizerRequest\x12\x13\n\x0bhave_sha256\x18\x01 \x03(\t\"C\n\x14GetTokenizerResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x0c\n\x04part\x18\x03 \x01(\x0c\"\xb7\x01\n\x0bLinkRequest\x12\'\n\x05start\x18\x01 \x01(\x0b\x32\x16.chat.v1.GenerateStartH\x00\x12)\n\x06\x61ttach\x18\x02 \x01(\x0b\x32\x17.chat.v1.GenerateAttachH\x00\x12%\n\x06\x63\x61ncel\x18\x03 \x01(\x0b\x32\x13.chat.v1.LinkCancelH\x00\x12%\n\x06\x64\x65tach\x18\x04 \x01(\x0b\x32\x13.chat.v1.LinkDetachH\x00\x42\x06\n\x04kind\" \n\nLinkCancel\x12\x12\n\nrequest_id\x18\x01 \x01(\t\" \n\nLinkDetach\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"6\n\x0cLinkResponse\x12&\n\x07updates\x18\x01 \x03(\x0b\x32\x15.chat.v1.AnswerUpdate\"\xa5\x01\n\x0c\x41nswerUpdate\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\"\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x13.chat.v1.TokenChunk\x12\'\n\x06\x66inish\x18\x03 \x01(\x0b\x32\x17.chat.v1.GenerateFinish\x12#\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x14.chat.v1.AnswerError\x12\x0f\n\x07working\x18\x05 \x01(\x08\"<\n\x0b\x41nswerError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t2\x9b\x02\n\x0bNodeService\x12\x43\n\x08Generate\x12\x18.chat.v1.GenerateRequest\x1a\x19.chat.v1.GenerateResponse(\x01\x30\x01\x12?\n\x08Tokenize\x12\x18.chat.v1.TokenizeRequest\x1a\x19.chat.v1.TokenizeResponse\x12\x37\n\x04Link\x12\x14.chat.v1.LinkRequest\x1a\x15.chat.v1.LinkResponse(\x01\x30\x01\x12M\n\x0cGetTokenizer\x12\x1c.chat.v1.GetTokenizerRequest\x1a\x1d.chat.v1.GetTokenizerResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63hat/v1/node_service.proto\x12\x07\x63hat.v1\x1a\x14\x63hat/v1/common.proto\"\x98\x01\n\x0fGenerateRequest\x12\'\n\x05start\x18\x01 \x01(\x0b\x32\x16.chat.v1.GenerateStartH\x00\x12)\n\x06\x63\x61ncel\x18\x02 \x01(\x0b\x32\x17.chat.v1.GenerateCancelH\x00\x12)\n\x06\x61ttach\x18\x03 \x01(\x0b\x32\x17.chat.v1.GenerateAttachH\x00\x42\x06\n\x04kind\"\x91\x02\n\rGenerateStart\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1c\n\x05turns\x18\x02 \x03(\x0b\x32\r.chat.v1.Turn\x12\x12\n\nmax_tokens\x18\x03 \x01(\r\x12\x1b\n\x04tier\x18\x04 \x01(\x0e\x32\r.chat.v1.Tier\x12\x15\n\rcontinue_from\x18\x05 \x01(\t\x12\x13\n\x0btemperature\x18\x06 \x01(\x01\x12\x15\n\rprompt_tokens\x18\x07 \x01(\r\x12\'\n\x07options\x18\x14 \x01(\x0b\x32\x16.chat.v1.AnswerOptions\x12\x14\n\x0b\x63ount_texts\x18\x8c\x01 \x03(\t\x12\x1b\n\x12stream_interval_ms\x18\x8d\x01 \x01(\r\"\x10\n\x0eGenerateCancel\"?\n\x0eGenerateAttach\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x19\n\x11\x61\x66ter_chunk_index\x18\x02 \x01(\r\"k\n\x10GenerateResponse\x12$\n\x05\x63hunk\x18\x01 \x01(\x0b\x32\x13.chat.v1.TokenChunkH\x00\x12)\n\x06\x66inish\x18\x02 \x01(\x0b\x32\x17.chat.v1.GenerateFinishH\x00\x42\x06\n\x04kind\"9\n\nTokenChunk\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0e\n\x06pieces\x18\x64 \x03(\t\"\xb7\x01\n\x0eGenerateFinish\x12%\n\x06\x66inish\x18\x01 \x01(\x0e\x32\x15.chat.v1.FinishReason\x12\x1d\n\x05usage\x18\x02 \x01(\x0b\x32\x0e.chat.v1.Usage\x12\r\n\x05model\x18\x03 \x01(\t\x12%\n\ntool_calls\x18\x14 \x03(\x0b\x32\x11.chat.v1.ToolCall\x12\x13\n\x0b\x65ngine_lost\x18\x04 \x01(\x08\x12\x14\n\x0btext_tokens\x18\x8c\x01 \x03(\r\" \n\x0fTokenizeRequest\x12\r\n\x05texts\x18\x01 \x03(\t\"7\n\x10TokenizeResponse\x12\x14\n\x0ctoken_counts\x18\x01 \x03(\r\x12\r\n\x05model\x18\x02 \x01(\t\"*\n\x13GetTokenizerRequest\x12\x13\n\x0bhave_sha256\x18\x01 \x03(\t\"C\n\x14GetTokenizerResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x0c\n\x04part\x18\x03 \x01(\x0c\"\xb7\x01\n\x0bLinkRequest\x12\'\n\x05start\x18\x01 \x01(\x0b\x32\x16.chat.v1.GenerateStartH\x00\x12)\n\x06\x61ttach\x18\x02 \x01(\x0b\x32\x17.chat.v1.GenerateAttachH\x00\x12%\n\x06\x63\x61ncel\x18\x03 \x01(\x0b\x32\x13.chat.v1.LinkCancelH\x00\x12%\n\x06\x64\x65tach\x18\x04 \x01(\x0b\x32\x13.chat.v1.LinkDetachH\x00\x42\x06\n\x04kind\" \n\nLinkCancel\x12\x12\n\nrequest_id\x18\x01 \x01(\t\" \n\nLinkDetach\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"6\n\x0cLinkResponse\x12&\n\x07updates\x18\x01 \x03(\x0b\x32\x15.chat.v1.AnswerUpdate\"\xa5\x01\n\x0c\x41nswerUpdate\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\"\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x13.chat.v1.TokenChunk\x12\'\n\x06\x66inish\x18\x03 \x01(\x0b\x32\x17.chat.v1.GenerateFinish\x12#\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x14.chat.v1.AnswerError\x12\x0f\n\x07working\x18\x05 \x01(\x08\"<\n\x0b\x41nswerError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t2\x9b\x02\n\x0bNodeService\x12\x43\n\x08Generate\x12\x18.chat.v1.GenerateRequest\x1a\x19.chat.v1.GenerateResponse(\x01\x30\x01\x12?\n\x08Tokenize\x12\x18.chat.v1.TokenizeRequest\x1a\x19.chat.v1.TokenizeResponse\x12\x37\n\x04Link\x12\x14.chat.v1.LinkRequest\x1a\x15.chat.v1.LinkResponse(\x01\x30\x01\x12M\n\x0cGetTokenizer\x12\x1c.chat.v1.GetTokenizerRequest\x1a\x1d.chat.v1.GetTokenizerResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -45,27 +45,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOKENCHUNK']._serialized_start=684
   _globals['_TOKENCHUNK']._serialized_end=741
   _globals['_GENERATEFINISH']._serialized_start=744
-  _globals['_GENERATEFINISH']._serialized_end=906
-  _globals['_TOKENIZEREQUEST']._serialized_start=908
-  _globals['_TOKENIZEREQUEST']._serialized_end=940
-  _globals['_TOKENIZERESPONSE']._serialized_start=942
-  _globals['_TOKENIZERESPONSE']._serialized_end=997
-  _globals['_GETTOKENIZERREQUEST']._serialized_start=999
-  _globals['_GETTOKENIZERREQUEST']._serialized_end=1041
-  _globals['_GETTOKENIZERRESPONSE']._serialized_start=1043
-  _globals['_GETTOKENIZERRESPONSE']._serialized_end=1110
-  _globals['_LINKREQUEST']._serialized_start=1113
-  _globals['_LINKREQUEST']._serialized_end=1296
-  _globals['_LINKCANCEL']._serialized_start=1298
-  _globals['_LINKCANCEL']._serialized_end=1330
-  _globals['_LINKDETACH']._serialized_start=1332
-  _globals['_LINKDETACH']._serialized_end=1364
-  _globals['_LINKRESPONSE']._serialized_start=1366
-  _globals['_LINKRESPONSE']._serialized_end=1420
-  _globals['_ANSWERUPDATE']._serialized_start=1423
-  _globals['_ANSWERUPDATE']._serialized_end=1588
-  _globals['_ANSWERERROR']._serialized_start=1590
-  _globals['_ANSWERERROR']._serialized_end=1650
-  _globals['_NODESERVICE']._serialized_start=1653
-  _globals['_NODESERVICE']._serialized_end=1936
+  _globals['_GENERATEFINISH']._serialized_end=927
+  _globals['_TOKENIZEREQUEST']._serialized_start=929
+  _globals['_TOKENIZEREQUEST']._serialized_end=961
+  _globals['_TOKENIZERESPONSE']._serialized_start=963
+  _globals['_TOKENIZERESPONSE']._serialized_end=1018
+  _globals['_GETTOKENIZERREQUEST']._serialized_start=1020
+  _globals['_GETTOKENIZERREQUEST']._serialized_end=1062
+  _globals['_GETTOKENIZERRESPONSE']._serialized_start=1064
+  _globals['_GETTOKENIZERRESPONSE']._serialized_end=1131
+  _globals['_LINKREQUEST']._serialized_start=1134
+  _globals['_LINKREQUEST']._serialized_end=1317
+  _globals['_LINKCANCEL']._serialized_start=1319
+  _globals['_LINKCANCEL']._serialized_end=1351
+  _globals['_LINKDETACH']._serialized_start=1353
+  _globals['_LINKDETACH']._serialized_end=1385
+  _globals['_LINKRESPONSE']._serialized_start=1387
+  _globals['_LINKRESPONSE']._serialized_end=1441
+  _globals['_ANSWERUPDATE']._serialized_start=1444
+  _globals['_ANSWERUPDATE']._serialized_end=1609
+  _globals['_ANSWERERROR']._serialized_start=1611
+  _globals['_ANSWERERROR']._serialized_end=1671
+  _globals['_NODESERVICE']._serialized_start=1674
+  _globals['_NODESERVICE']._serialized_end=1957
 # @@protoc_insertion_point(module_scope)

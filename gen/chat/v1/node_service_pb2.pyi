@@ -72,18 +72,20 @@ class TokenChunk(_message.Message):
     def __init__(self, index: _Optional[int] = ..., text: _Optional[str] = ..., pieces: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GenerateFinish(_message.Message):
-    __slots__ = ("finish", "usage", "model", "tool_calls", "text_tokens")
+    __slots__ = ("finish", "usage", "model", "tool_calls", "engine_lost", "text_tokens")
     FINISH_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_LOST_FIELD_NUMBER: _ClassVar[int]
     TEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     finish: _common_pb2.FinishReason
     usage: _common_pb2.Usage
     model: str
     tool_calls: _containers.RepeatedCompositeFieldContainer[_common_pb2.ToolCall]
+    engine_lost: bool
     text_tokens: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, finish: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., model: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[_common_pb2.ToolCall, _Mapping]]] = ..., text_tokens: _Optional[_Iterable[int]] = ...) -> None: ...
+    def __init__(self, finish: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., model: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[_common_pb2.ToolCall, _Mapping]]] = ..., engine_lost: _Optional[bool] = ..., text_tokens: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TokenizeRequest(_message.Message):
     __slots__ = ("texts",)
