@@ -29,6 +29,10 @@ class BreakerPolicy:
     failures_to_open: int = 5
     window_s: float = 30.0
     cooldown_s: float = 15.0
+    # Failures from one replica this close together are one fault: every answer in flight
+    # on a replica that dies fails over at once, and one dead replica of several is not a
+    # failing pool.
+    same_fault_s: float = 5.0
 
 
 @dataclass(slots=True)
@@ -40,6 +44,8 @@ class CircuitBreaker:
     # When the half-open trial went out. A trial that never reports (its message was refused
     # for another reason before it ran) stops blocking others after one more cooldown.
     _trial_at: float | None = None
+    # When each replica last failed (see BreakerPolicy.same_fault_s).
+    _last_by_source: dict[str, float] = field(default_factory=dict)
 
     @property
     def state(self) -> BreakerState:
@@ -67,8 +73,17 @@ class CircuitBreaker:
         self._opened_at = None
         self._trial_at = None
 
-    def record_failure(self) -> None:
+    def record_failure(self, source: str = "") -> None:
+        """source: the replica that failed, when one did; its failures within
+        same_fault_s of its last count once."""
         now = self.clock()
+        if source:
+            last = self._last_by_source.get(source)
+            self._last_by_source[source] = now
+            if last is not None and now - last < self.policy.same_fault_s:
+                return
+            if len(self._last_by_source) > 4096:  # a bound: old replicas' times are kept no longer
+                self._last_by_source = {source: now}
         if self._opened_at is not None:
             # A failed trial (or a late failure while open): cool down again from now.
             self._opened_at, self._trial_at = now, None

@@ -180,7 +180,7 @@ class AnswerWriter:
                 self._metrics.failovers.labels(plan.tier.value, plan.pool).inc()
                 if plan.version:
                     self._metrics.version_failovers.labels(plan.version, plan.tier.value).inc()
-                self._breakers.of(plan.pool).record_failure()
+                self._breakers.of(plan.pool).record_failure(answer.served_by.node_id)
                 self._log.warning("replica lost mid-answer; failing over",
                                   node=answer.served_by.node_id, reason=str(error),
                                   message_id=run.message_id)  # fmt: skip

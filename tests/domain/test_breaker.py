@@ -93,3 +93,28 @@ def test_a_trial_that_never_reports_does_not_block_the_pool_forever() -> None:
     assert not breaker.allows()
     clock.now += 5
     assert breaker.allows()  # another trial
+
+
+def test_the_answers_one_dead_replica_had_in_flight_are_one_failure() -> None:
+    """A replica dies with several answers on it: each fails over, and the pool, whose other
+    replicas answer, must stay open to them."""
+    clock = Clock()
+    breaker = _breaker(clock)
+    for _ in range(6):
+        breaker.record_failure("node-a")
+        clock.now += 0.2
+    assert breaker.state is BreakerState.CLOSED
+    # Other replicas failing too: the pool is failing.
+    breaker.record_failure("node-b")
+    breaker.record_failure("node-c")
+    assert breaker.state is BreakerState.OPEN
+
+
+def test_one_replica_failing_again_later_counts_again() -> None:
+    clock = Clock()
+    breaker = _breaker(clock)
+    breaker.record_failure("node-a")
+    for _ in range(2):
+        clock.now += 5.0  # same_fault_s apart: three faults within the 10 s window
+        breaker.record_failure("node-a")
+    assert breaker.state is BreakerState.OPEN
